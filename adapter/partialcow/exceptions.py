@@ -1,0 +1,85 @@
+"""Every error dbt-partialcow raises, under one base class.
+
+Each message names the offending object (model, table, file, column, key) and, when the fix is the user's,
+says what to do.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PartialCowError",
+    "ConfigurationError",
+    "JarNotFoundError",
+    "ParquetRewriteError",
+    "InvalidChangeError",
+    "UnsupportedFileError",
+    "CommitError",
+    "CommitConflictError",
+    "CommitStateUnknownError",
+    "UnsupportedTableFeatureError",
+    "IndexError_",
+    "StaleIndexError",
+    "DuplicateKeyError",
+    "ChangeFeedError",
+    "BranchError",
+]
+
+
+class PartialCowError(Exception):
+    """Base class of every dbt-partialcow error."""
+
+
+class ConfigurationError(PartialCowError):
+    """A profile or model setting is wrong (unknown format, unwritable warehouse, ...)."""
+
+
+class JarNotFoundError(ConfigurationError):
+    """A JVM dependency (Iceberg or Delta runtime) cannot be found; the message says how to provide it."""
+
+
+class ParquetRewriteError(PartialCowError):
+    """A Parquet file could not be rewritten; the destination was not created."""
+
+
+class InvalidChangeError(ParquetRewriteError):
+    """The requested changes are invalid for this file (position out of range, unknown column, bad cast, ...)."""
+
+
+class UnsupportedFileError(ParquetRewriteError):
+    """The file uses a feature the page engine refuses (for example Parquet modular encryption)."""
+
+
+class CommitError(PartialCowError):
+    """A table-format commit failed; nothing was committed."""
+
+
+class CommitConflictError(CommitError):
+    """Another writer changed what this commit read or replaces; nothing was committed. Re-run to retry."""
+
+
+class CommitStateUnknownError(CommitError):
+    """The commit may or may not have landed; its files are kept (never deleted) so the table stays readable."""
+
+
+class UnsupportedTableFeatureError(CommitError):
+    """The table uses a table-format feature this writer cannot honour; the message names the feature."""
+
+
+class IndexError_(PartialCowError):
+    """The row-level index cannot answer (named with a trailing underscore to keep the builtin IndexError)."""
+
+
+class StaleIndexError(IndexError_):
+    """The index does not reflect the table's current snapshot and could not be repaired."""
+
+
+class DuplicateKeyError(IndexError_):
+    """The table holds the same record key more than once; the message names the table and sample keys."""
+
+
+class ChangeFeedError(PartialCowError):
+    """A batch of model changes is invalid (null keys, duplicate keys, unknown op codes, ...)."""
+
+
+class BranchError(PartialCowError):
+    """A branch operation was refused (invalid name, unknown branch, conflicts, ...)."""
