@@ -1,11 +1,16 @@
-"""Shared fixtures. One SparkSession per test process (created lazily, only by tests that ask for it)."""
+"""Shared fixtures. One SparkSession per test process, created lazily by the first test that needs Spark.
+
+dbt's functional tests (``dbt.tests.fixtures.project``) and our Spark tests share that session: the dbt profile
+below points at the same warehouse, so whichever starts first creates the session the other reuses.
+"""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+
+pytest_plugins = ["dbt.tests.fixtures.project"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,7 +25,16 @@ def spark(spark_warehouse: Path):
     """A local SparkSession with the embedded Iceberg catalog (the product's default), shared by the process."""
     from partialcow.spark.session import get_or_create_session
 
-    os.chdir(spark_warehouse)  # Derby metastore and derby.log land in the temporary folder, not the repo
-    session = get_or_create_session(table_format="iceberg", warehouse=str(spark_warehouse / "wh"), master="local[2]")
-    yield session
-    session.stop()
+    return get_or_create_session(table_format="iceberg", warehouse=str(spark_warehouse), master="local[2]")
+
+
+@pytest.fixture(scope="class")
+def dbt_profile_target(spark_warehouse: Path) -> dict:
+    """The profile dbt's functional tests run with: the embedded default on this process's warehouse."""
+    return {
+        "type": "partialcow",
+        "schema": "unused",  # dbt's project fixture replaces it with a unique schema per test class
+        "master": "local[2]",
+        "warehouse": str(spark_warehouse),
+        "table_format": "iceberg",
+    }

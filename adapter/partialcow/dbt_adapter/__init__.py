@@ -1,1 +1,1 @@
-"""dbt_adapter"""
+"""The dbt plugin: adapter type ``partialcow``, built on dbt-spark's ``session`` method."""

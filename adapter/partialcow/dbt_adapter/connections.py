@@ -1,0 +1,90 @@
+"""Profile fields and connections of the ``partialcow`` adapter: an embedded SparkSession, created by us.
+
+dbt-spark's ``session`` method builds its session with ``SparkSession.builder...getOrCreate()`` on every
+statement; static settings (jars, catalogs, the warehouse) only take effect in whichever call creates the
+session. So ``open`` creates it first, from the profile, and dbt-spark's calls then reuse it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from dbt.adapters.contracts.connection import Connection, ConnectionState
+from dbt.adapters.spark.connections import SparkConnectionManager, SparkConnectionMethod, SparkCredentials
+from dbt_common.exceptions import DbtRuntimeError
+
+from partialcow.exceptions import PartialCowError
+
+TABLE_FORMATS = ("iceberg", "delta")
+
+
+@dataclass
+class PartialcowCredentials(SparkCredentials):
+    """The profile. Only ``schema`` is required; everything else has an embedded-Spark default.
+
+    ``warehouse`` is where tables and the embedded metastore live (relative paths are resolved against the dbt
+    project folder); ``table_format`` is the default ``file_format`` of every model that sets none;
+    ``spark_config`` entries override our Spark settings.
+    """
+
+    method: SparkConnectionMethod = SparkConnectionMethod.SESSION  # type: ignore[assignment]
+    host: Optional[str] = "localhost"
+    table_format: str = "iceberg"
+    warehouse: str = "warehouse"
+    master: str = "local[*]"
+    iceberg_runtime: str = "auto"
+    delta_jars: List[str] = field(default_factory=list)
+    spark_config: Dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.method != SparkConnectionMethod.SESSION:
+            raise DbtRuntimeError(
+                f"partialcow runs an embedded Spark: profile `method` must be `session`, not `{self.method}`"
+            )
+        if self.table_format not in TABLE_FORMATS:
+            raise DbtRuntimeError(
+                f"Unknown table_format `{self.table_format}` in profile: use one of {', '.join(TABLE_FORMATS)}"
+            )
+        super().__post_init__()
+        self.spark_config = {str(k): str(v) for k, v in self.spark_config.items()}
+
+    @property
+    def type(self) -> str:
+        return "partialcow"
+
+    @property
+    def unique_field(self) -> str:
+        return f"{self.master}:{self.warehouse}"
+
+    def _connection_keys(self) -> Tuple[str, ...]:
+        return ("method", "master", "table_format", "warehouse", "schema", "iceberg_runtime")
+
+
+def start_session(credentials: PartialcowCredentials) -> Any:
+    """Create (or reuse) the process's SparkSession with everything the profile asks for."""
+    from partialcow.spark.session import get_or_create_session
+
+    return get_or_create_session(
+        table_format=credentials.table_format,  # type: ignore[arg-type]
+        warehouse=credentials.warehouse,
+        master=credentials.master,
+        extra={**credentials.server_side_parameters, **credentials.spark_config},
+        iceberg_runtime=credentials.iceberg_runtime,
+        delta_jars=list(credentials.delta_jars),
+    )
+
+
+class PartialcowConnectionManager(SparkConnectionManager):
+    TYPE = "partialcow"
+
+    @classmethod
+    def open(cls, connection: Connection) -> Connection:
+        if connection.state == ConnectionState.OPEN:
+            return connection
+        try:
+            start_session(connection.credentials)
+        except PartialCowError as exc:
+            # one clear line instead of a Java stack trace
+            raise DbtRuntimeError(str(exc)) from None
+        return super().open(connection)

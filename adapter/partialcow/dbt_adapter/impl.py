@@ -1,0 +1,45 @@
+"""The ``partialcow`` adapter: dbt-spark's SparkAdapter plus defaults, Python models and our write paths."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Mapping, Type
+
+from dbt.adapters.base import PythonJobHelper
+from dbt.adapters.contracts.connection import AdapterResponse
+from dbt.adapters.spark.impl import SparkAdapter
+
+from partialcow.dbt_adapter.connections import PartialcowConnectionManager
+from partialcow.dbt_adapter.python_submission import SessionPythonJobHelper
+
+
+class PartialcowAdapter(SparkAdapter):
+    ConnectionManager = PartialcowConnectionManager  # type: ignore[assignment]
+
+    def __init__(self, config: Any, mp_context: Any) -> None:
+        super().__init__(config, mp_context)
+        credentials = config.credentials
+        project_root = getattr(config, "project_root", None)
+        if project_root and not os.path.isabs(os.path.expanduser(credentials.warehouse)):
+            credentials.warehouse = os.path.join(project_root, credentials.warehouse)
+        credentials.warehouse = os.path.abspath(os.path.expanduser(credentials.warehouse))
+
+    def pre_model_hook(self, config: Mapping[str, Any]) -> Any:
+        # The profile's table_format is the default file_format of every model that sets none: dbt-spark's
+        # materializations read `config.get('file_format')` with their own defaults (none, or 'parquet').
+        node = getattr(config, "model", None)
+        node_config = getattr(node, "config", None)
+        if node_config is not None and node_config.get("file_format") is None:
+            node_config["file_format"] = self.config.credentials.table_format
+        return super().pre_model_hook(config)
+
+    @property
+    def default_python_submission_method(self) -> str:
+        return "session"
+
+    @property
+    def python_submission_helpers(self) -> Dict[str, Type[PythonJobHelper]]:
+        return {"session": SessionPythonJobHelper}
+
+    def generate_python_submission_response(self, submission_result: Any) -> AdapterResponse:
+        return AdapterResponse(_message="OK")

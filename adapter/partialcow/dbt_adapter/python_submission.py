@@ -1,0 +1,30 @@
+"""Python models on the ``session`` method: run the compiled model in this process, on the same SparkSession.
+
+dbt-spark only ships Databricks submission helpers; an embedded Spark needs none of their upload/poll steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from dbt.adapters.base import PythonJobHelper
+from dbt_common.exceptions import DbtRuntimeError
+
+
+class SessionPythonJobHelper(PythonJobHelper):
+    """Executes a compiled Python model with the global ``spark`` the compiled code expects."""
+
+    def __init__(self, parsed_model: Dict[str, Any], credentials: Any) -> None:
+        self.model_name = parsed_model.get("alias") or parsed_model.get("name", "<python model>")
+        self.credentials = credentials
+
+    def submit(self, compiled_code: str) -> Any:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        namespace: Dict[str, Any] = {"spark": spark, "__name__": f"dbt_model_{self.model_name}"}
+        try:
+            exec(compile(compiled_code, f"<dbt python model {self.model_name}>", "exec"), namespace)
+        except Exception as exc:  # the model's own error, attributed to the model
+            raise DbtRuntimeError(f"Python model {self.model_name} failed: {type(exc).__name__}: {exc}") from exc
+        return namespace.get("partialcow_result")

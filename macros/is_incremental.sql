@@ -1,0 +1,12 @@
+{#- dbt's is_incremental() only knows materialized='incremental'; ours are incremental too. -#}
+{% macro is_incremental() %}
+    {% if not execute %}
+        {{ return(False) }}
+    {% else %}
+        {% set relation = adapter.get_relation(this.database, this.schema, this.table) %}
+        {{ return(relation is not none
+                  and relation.type == 'table'
+                  and model.config.materialized in ['incremental', 'partial_cow_incremental']
+                  and not should_full_refresh()) }}
+    {% endif %}
+{% endmacro %}
