@@ -1,0 +1,894 @@
+"""Delta Lake commits without Spark: replace data files through delta-rs, with our own conflict check.
+
+delta-rs commits remove + add actions in one log version but does not check that the files we remove are still
+live, so :class:`DeltaCommitter` reads the log entries written since the change's base version and applies
+Delta's optimistic-concurrency rules itself (concurrent removal or rewrite of a file we replace, concurrent
+metadata/protocol/domain changes and concurrent appends of the keys we touch are conflicts; other appends are
+rebased). The log version file is created with put-if-absent, which is what makes check-then-commit atomic.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import json
+import math
+import os
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from partialcow.commit.base import CommitResult, DataFile, FileReplacement
+from partialcow.exceptions import (
+    CommitConflictError,
+    CommitError,
+    CommitStateUnknownError,
+    ConfigurationError,
+    UnsupportedTableFeatureError,
+)
+
+__all__ = ["DeltaCommitter", "STATS_STRING_PREFIX"]
+
+#: Characters of a string column kept in min/max stats (Delta's default prefix length).
+STATS_STRING_PREFIX = 32
+
+# Features whose only obligations we can check (usage-based refusals below) or that do not concern a writer
+# that replaces whole files. Anything else a table lists is refused by name.
+_WRITER_FEATURES_OK = frozenset(
+    {
+        "appendOnly",
+        "invariants",
+        "checkConstraints",
+        "changeDataFeed",
+        "generatedColumns",
+        "columnMapping",
+        "identityColumns",
+        "deletionVectors",
+        "timestampNtz",
+        "vacuumProtocolCheck",
+    }
+)
+_READER_FEATURES_OK = frozenset({"columnMapping", "deletionVectors", "timestampNtz", "vacuumProtocolCheck"})
+_INTEGER_TYPES = frozenset({"byte", "short", "integer", "long"})
+_TIME_UNITS = {"milliseconds": 1_000, "microseconds": 1_000_000, "nanoseconds": 1_000_000_000}
+_EPOCH = _dt.datetime(1970, 1, 1)
+
+
+def _lazy_deltalake() -> Any:
+    try:
+        import deltalake
+    except ImportError as exc:  # pragma: no cover - the extra is installed in dev
+        raise ConfigurationError(
+            "Delta commits without Spark need the deltalake package: pip install 'dbt-partialcow[delta]'"
+        ) from exc
+    return deltalake
+
+
+@dataclass(frozen=True)
+class _LiveFile:
+    log_path: str  # as the log writes it (URL-encoded)
+    rel_path: str  # decoded: the file's path under the table root
+    size: int
+    num_records: int | None
+    partition_values: dict[str, Any]
+
+
+class DeltaCommitter:
+    """Replace data files of one Delta table in single commits, through delta-rs (no Spark, no JVM).
+
+    Args:
+        table_uri: the table root (local path, ``file://``, ``s3://``, ... as delta-rs accepts).
+        storage_options: delta-rs storage options (credentials, endpoints, locking provider for S3).
+        max_attempts: how many times to re-check and retry when another writer wins the race for the next
+            log version.
+
+    >>> import tempfile, pyarrow as pa, deltalake
+    >>> root = tempfile.mkdtemp()
+    >>> deltalake.write_deltalake(root, pa.table({"id": [1, 2]}))
+    >>> c = DeltaCommitter(root)
+    >>> c.current_version(), [f.record_count for f in c.live_files()]
+    (0, [2])
+    """
+
+    def __init__(
+        self,
+        table_uri: str,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        max_attempts: int = 5,
+    ) -> None:
+        if max_attempts < 1:
+            raise ConfigurationError(f"max_attempts must be >= 1 for Delta table {table_uri}, got {max_attempts}")
+        self._table_uri = table_uri
+        self._storage_options = dict(storage_options) if storage_options else None
+        self._max_attempts = max_attempts
+        self._local_root = _local_root(table_uri)
+        self._fs_cache: pafs.FileSystem | None = None
+
+    @property
+    def table_uri(self) -> str:
+        return self._table_uri
+
+    # ---------------------------------------------------------------- reading
+
+    def current_version(self) -> int:
+        """The table's latest version.
+
+        >>> import tempfile, pyarrow as pa, deltalake
+        >>> root = tempfile.mkdtemp(); deltalake.write_deltalake(root, pa.table({"a": [1]}))
+        >>> DeltaCommitter(root).current_version()
+        0
+        """
+        return int(self._open().version())
+
+    def live_files(self, version: int | None = None) -> list[DataFile]:
+        """The data files live at ``version`` (default: latest); paths as the log writes them, relative to the root.
+
+        >>> import tempfile, pyarrow as pa, deltalake
+        >>> root = tempfile.mkdtemp(); deltalake.write_deltalake(root, pa.table({"a": [1, 2, 3]}))
+        >>> [(f.path.endswith(".parquet"), f.record_count) for f in DeltaCommitter(root).live_files(0)]
+        [(True, 3)]
+        """
+        out = []
+        for f in self._live(self._open(version)).values():
+            count = f.num_records
+            if count is None:  # no stats in the log: the footer knows
+                count = self._read_metadata(f.rel_path).num_rows
+            out.append(DataFile(path=f.log_path, record_count=int(count), file_size_bytes=f.size))
+        return out
+
+    def check_supported(self, *, removing: bool = True) -> None:
+        """Raise ``UnsupportedTableFeatureError`` if this writer cannot honour the table's features.
+
+        Call it before writing any new file; ``replace_files`` checks again before committing.
+
+        >>> import tempfile, pyarrow as pa, deltalake
+        >>> root = tempfile.mkdtemp()
+        >>> deltalake.write_deltalake(root, pa.table({"a": [1]}), configuration={"delta.enableChangeDataFeed": "true"})
+        >>> try:
+        ...     DeltaCommitter(root).check_supported()
+        ... except UnsupportedTableFeatureError as exc:
+        ...     print("change data feed" in str(exc))
+        True
+        """
+        problems = _unsupported_features(self._open(), removing=removing)
+        if problems:
+            raise UnsupportedTableFeatureError(self._refusal_message(problems))
+
+    # ---------------------------------------------------------------- committing
+
+    def replace_files(self, change: FileReplacement) -> CommitResult:
+        """Commit ``change`` as one new Delta version: remove ``change.removed``, add ``change.added``.
+
+        ``removed`` are paths live at ``change.base_version`` (as :meth:`live_files` returns them, or the file's
+        path under the table root, or an absolute local path). ``added`` are Parquet files already written inside
+        the table folder (relative to the root or absolute). On a conflict or refusal nothing is committed and
+        the added files are deleted; when the outcome is unknown they are kept and ``CommitStateUnknownError``
+        is raised.
+
+        >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq, deltalake
+        >>> root = tempfile.mkdtemp(); deltalake.write_deltalake(root, pa.table({"id": [1, 2]}))
+        >>> c = DeltaCommitter(root); old = c.live_files()[0].path
+        >>> pq.write_table(pa.table({"id": [1, 20]}), os.path.join(root, "new.parquet"))
+        >>> r = c.replace_files(FileReplacement(base_version=0, removed=[old], added=["new.parquet"]))
+        >>> r.version, sorted(deltalake.DeltaTable(root).to_pyarrow_table()["id"].to_pylist())
+        (1, [1, 20])
+        """
+        started = time.monotonic()
+        added: list[str] = []
+        try:
+            added = [self._relative_added(p) for p in change.added]
+            if not change.removed and not added:
+                raise CommitError(f"nothing to commit to Delta table {self._table_uri}: no file removed or added")
+            _no_duplicates(added, "added", self._table_uri)
+            base = self._open_version(change.base_version)
+            base_live = self._live(base)
+            removed = [self._resolve_removed(p, base_live, change.base_version) for p in change.removed]
+            _no_duplicates([f.rel_path for f in removed], "removed", self._table_uri)
+            for rel in added:
+                if rel in base_live:
+                    # A live file must never be deleted by our cleanup: fail before anything else can.
+                    raise _KeepFiles(
+                        CommitError(
+                            f"added file {rel} is already live in Delta table {self._table_uri} at version "
+                            f"{change.base_version}; write each new file under a fresh name"
+                        )
+                    )
+            head = self._open()
+            problems = _unsupported_features(head, removing=bool(removed))
+            problems += self._deletion_vector_problems(base, removed)
+            if problems:
+                raise UnsupportedTableFeatureError(self._refusal_message(problems))
+            partition_values = self._partition_values(head, removed, added)
+            add_actions = [self._add_action(head, rel, partition_values) for rel in added]
+        except _KeepFiles as keep:
+            raise keep.error from None
+        except CommitError:
+            self._delete_quietly(added)
+            raise
+
+        commit_id = str(uuid.uuid4())
+        referenced_by_others: set[str] = set()
+        try:
+            for _attempt in range(self._max_attempts):
+                head_version = int(head.version())
+                self._check_concurrent(change, removed, added, head_version, referenced_by_others)
+                outcome = self._commit_once(head, change, removed, add_actions, commit_id, started)
+                if outcome is not None:
+                    return CommitResult(
+                        version=outcome,
+                        previous_version=head_version,
+                        removed=tuple(f.log_path for f in removed),
+                        added=tuple(added),
+                    )
+                head = self._open()  # lost the race for head_version + 1: re-check what landed, then retry
+            raise CommitConflictError(
+                f"gave up committing to Delta table {self._table_uri} after {self._max_attempts} attempts: other "
+                f"writers kept winning the race for the next version; re-run when the table is quieter"
+            )
+        except CommitStateUnknownError:
+            raise
+        except CommitError:
+            self._delete_quietly([p for p in added if p not in referenced_by_others])
+            raise
+
+    # ---------------------------------------------------------------- internals: commit
+
+    def _commit_once(
+        self,
+        head: Any,
+        change: FileReplacement,
+        removed: Sequence[_LiveFile],
+        add_actions: Sequence[Any],
+        commit_id: str,
+        started: float,
+    ) -> int | None:
+        """Try to write version ``head.version() + 1``; return it, or None if another writer took that number."""
+        from deltalake.exceptions import CommitFailedError, DeltaProtocolError, SchemaMismatchError
+        from deltalake.transaction import CommitProperties, RemoveAction
+
+        target = int(head.version()) + 1
+        now_ms = int(time.time() * 1000)
+        actions: list[Any] = [
+            RemoveAction(
+                path=f.rel_path,  # delta-rs URL-encodes paths when it writes the log
+                data_change=True,
+                deletion_timestamp=now_ms,
+                size=f.size,
+                partition_values=_partition_strings(f.partition_values),
+            )
+            for f in removed
+        ]
+        actions += add_actions
+        summary = change.metrics.as_commit_summary()
+        summary["partialcow.duration_ms"] = str(
+            max(change.metrics.duration_ms, int((time.monotonic() - started) * 1000))
+        )
+        custom = {
+            "readVersion": int(change.base_version),
+            "isolationLevel": "WriteSerializable",
+            "isBlindAppend": False,
+            # delta-rs fixes commitInfo.operation to WRITE; userMetadata is Delta's field for the caller's label.
+            "userMetadata": change.operation,
+            "operationParameters": {"partialcow.operation": change.operation},
+            "operationMetrics": summary,
+            "partialcow.operation": change.operation,
+            "partialcow.commitId": commit_id,
+        }
+        try:
+            head.create_write_transaction(
+                actions,
+                mode="append",
+                schema=head.schema(),
+                partition_by=list(head.metadata().partition_columns) or None,
+                commit_properties=CommitProperties(max_commit_retries=0, custom_metadata=custom),
+            )
+        except (DeltaProtocolError, SchemaMismatchError) as exc:
+            # delta-rs validates these before it writes the log: nothing was committed.
+            raise CommitError(f"delta-rs refused the commit to Delta table {self._table_uri}: {exc}") from exc
+        except Exception as exc:
+            # Failed, lost the race, or failed after writing (e.g. in a post-commit checkpoint): the log says which.
+            landed = self._find_commit(commit_id, target, exc)
+            if landed is not None:
+                return landed
+            if isinstance(exc, CommitFailedError) and self._version_exists(target, exc):
+                return None
+            if isinstance(exc, CommitFailedError):
+                raise CommitError(f"delta-rs could not commit to Delta table {self._table_uri}: {exc}") from exc
+            raise CommitStateUnknownError(
+                f"commit to Delta table {self._table_uri} failed with an I/O error ({exc!r}) and version {target} "
+                f"cannot be confirmed absent; the new files are kept. Check the table's history before retrying"
+            ) from exc
+        landed = self._find_commit(commit_id, target, None)
+        if landed is None:
+            raise CommitStateUnknownError(
+                f"delta-rs reported success but commit {commit_id} is not in the log of Delta table "
+                f"{self._table_uri} from version {target}; the new files are kept"
+            )
+        return landed
+
+    def _find_commit(self, commit_id: str, first: int, cause: BaseException | None) -> int | None:
+        """The version whose commitInfo carries ``commit_id``, searching from ``first`` while versions exist."""
+        version = first
+        while True:
+            try:
+                entries = self._read_log_entry(version)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                raise CommitStateUnknownError(
+                    f"cannot read version {version} of Delta table {self._table_uri} to confirm the commit "
+                    f"({exc}); the new files are kept. Check the table's history before retrying"
+                ) from (cause or exc)
+            for action in entries:
+                info = action.get("commitInfo")
+                if info is not None and info.get("partialcow.commitId") == commit_id:
+                    return version
+            version += 1
+
+    def _version_exists(self, version: int, cause: BaseException) -> bool:
+        try:
+            self._read_log_entry(version)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise CommitStateUnknownError(
+                f"cannot read version {version} of Delta table {self._table_uri} ({exc}); the new files are kept"
+            ) from cause
+        return True
+
+    # ---------------------------------------------------------------- internals: conflicts
+
+    def _check_concurrent(
+        self,
+        change: FileReplacement,
+        removed: Sequence[_LiveFile],
+        added: Sequence[str],
+        head_version: int,
+        referenced: set[str],
+    ) -> None:
+        """Apply Delta's conflict rules to versions (base, head]; record in ``referenced`` our files others use."""
+        ours_removed = {f.rel_path for f in removed}
+        ours_added = set(added)
+        for version in range(change.base_version + 1, head_version + 1):
+            try:
+                entries = self._read_log_entry(version)
+            except FileNotFoundError as exc:
+                raise CommitConflictError(
+                    f"cannot check concurrent changes to Delta table {self._table_uri}: log version {version} "
+                    f"is gone (log cleanup). Re-run the change from the current version {head_version}"
+                ) from exc
+            for action in entries:
+                kind, body = next(iter(action.items()))
+                if kind in ("metaData", "protocol", "domainMetadata"):
+                    raise CommitConflictError(
+                        f"concurrent {kind} change in version {version} of Delta table {self._table_uri} since "
+                        f"base version {change.base_version}; re-run the change against the new version"
+                    )
+                if kind not in ("add", "remove"):
+                    continue
+                path = unquote(body["path"])
+                if path in ours_removed:
+                    verb = "removed" if kind == "remove" else "re-added (rewritten or given a deletion vector)"
+                    raise CommitConflictError(
+                        f"file {path} of Delta table {self._table_uri} was {verb} by concurrent version {version} "
+                        f"after base version {change.base_version}; re-run the change against the new version"
+                    )
+                if path in ours_added:
+                    referenced.add(path)  # the other commit points at it: cleanup must keep it
+                    raise CommitConflictError(
+                        f"new file {path} was also added to Delta table {self._table_uri} by concurrent version "
+                        f"{version}; it is kept (the table references it). Write new files under unique names"
+                    )
+                if kind == "add" and body.get("dataChange", True) and change.conflict_keys:
+                    self._check_keys(change, path, version)
+
+    def _check_keys(self, change: FileReplacement, path: str, version: int) -> None:
+        """A concurrently added file holding any key we touch is a conflict (the row would exist twice)."""
+        columns = list(change.conflict_keys)
+        try:
+            found = self._read_parquet(path, columns)
+        except (KeyError, pa.ArrowInvalid) as exc:
+            raise CommitConflictError(
+                f"concurrent version {version} of Delta table {self._table_uri} added {path}, whose key columns "
+                f"{columns} cannot be read to rule out a key conflict ({exc}); re-run the change"
+            ) from exc
+        ours = pa.table({c: pa.array(list(v)) for c, v in change.conflict_keys.items()})
+        try:
+            ours = ours.cast(found.select(columns).schema)
+            hits = found.select(columns).join(ours, keys=columns, join_type="inner")
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise CommitConflictError(
+                f"cannot compare the conflict keys {columns} with file {path} added by concurrent version {version} "
+                f"of Delta table {self._table_uri} ({exc}); re-run the change"
+            ) from exc
+        if hits.num_rows:
+            sample = hits.slice(0, 3).to_pylist()
+            raise CommitConflictError(
+                f"concurrent version {version} of Delta table {self._table_uri} added {path} holding keys this "
+                f"change also writes (for example {sample}); re-run the change against the new version"
+            )
+
+    # ---------------------------------------------------------------- internals: validation
+
+    def _refusal_message(self, problems: Sequence[str]) -> str:
+        return (
+            f"Delta table {self._table_uri} uses features partial copy-on-write cannot honour: "
+            + "; ".join(problems)
+            + ". Use a full rewrite (e.g. Spark MERGE) for this table, or disable the feature"
+        )
+
+    def _deletion_vector_problems(self, base: Any, removed: Sequence[_LiveFile]) -> list[str]:
+        if not removed or "deletionVectors" not in (base.protocol().reader_features or []):
+            return []
+        wanted = {f.rel_path for f in removed}
+        try:
+            batches = base.deletion_vectors().read_all()
+        except Exception as exc:  # noqa: BLE001 - any failure means we cannot prove the files are DV-free
+            return [f"deletion vectors (cannot read them to check the replaced files: {exc})"]
+        with_dv = {self._relative_any(uri) for uri in pa.table(batches).column("filepath").to_pylist()}
+        return [f"a deletion vector on replaced file {p}" for p in sorted(wanted & with_dv)]
+
+    def _resolve_removed(self, path: str, live: Mapping[str, _LiveFile], base_version: int) -> _LiveFile:
+        if _is_absolute(path):
+            hit = live.get(self._relative_any(path))
+        else:
+            # The log's (URL-encoded) form first, then the file's own path under the root.
+            hit = next((f for f in live.values() if f.log_path == path), None) or live.get(path)
+        if hit is not None:
+            return hit
+        raise CommitConflictError(
+            f"file {path} is not live in Delta table {self._table_uri} at base version {base_version}; pass paths "
+            f"from live_files({base_version}) (it may have been removed by another writer)"
+        )
+
+    def _partition_values(self, head: Any, removed: Sequence[_LiveFile], added: Sequence[str]) -> dict[str, Any]:
+        columns = list(head.metadata().partition_columns)
+        if not columns or not added:
+            return {}
+        distinct = {tuple(sorted(_partition_strings(f.partition_values).items())) for f in removed}
+        if len(distinct) != 1:
+            raise CommitError(
+                f"partitioned Delta table {self._table_uri} (by {columns}): new files take the partition values of "
+                f"the files they replace, so a change must remove files of exactly one partition (got "
+                f"{len(distinct)}); split it into one change per partition"
+            )
+        return dict(removed[0].partition_values)
+
+    def _add_action(self, head: Any, rel: str, partition_values: Mapping[str, Any]) -> Any:
+        from deltalake.transaction import AddAction
+
+        try:
+            info = self._fs.get_file_info(rel)
+        except OSError as exc:
+            raise CommitError(f"cannot stat new file {rel} of Delta table {self._table_uri}: {exc}") from exc
+        if info.type != pafs.FileType.File:
+            raise CommitError(
+                f"new file {rel} does not exist under Delta table {self._table_uri}; write it inside the table folder"
+            )
+        metadata = self._read_metadata(rel)
+        stats = _file_stats(metadata, head, rel, self._table_uri)
+        mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
+        return AddAction(
+            path=rel,
+            size=int(info.size),
+            partition_values=_partition_strings(partition_values),
+            modification_time=int(mtime * 1000),
+            data_change=True,
+            stats=stats,
+        )
+
+    # ---------------------------------------------------------------- internals: storage
+
+    @property
+    def _fs(self) -> pafs.FileSystem:
+        if self._fs_cache is None:
+            if self._local_root is not None:
+                self._fs_cache = pafs.SubTreeFileSystem(self._local_root, pafs.LocalFileSystem())
+            else:
+                from deltalake.fs import DeltaStorageHandler
+
+                self._fs_cache = pafs.PyFileSystem(DeltaStorageHandler(self._table_uri, self._storage_options))
+        return self._fs_cache
+
+    def _open(self, version: int | None = None) -> Any:
+        deltalake = _lazy_deltalake()
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            return deltalake.DeltaTable(self._table_uri, version=version, storage_options=self._storage_options)
+        except TableNotFoundError as exc:
+            raise CommitError(f"no Delta table at {self._table_uri}: {exc}") from exc
+
+    def _open_version(self, version: int) -> Any:
+        from deltalake.exceptions import DeltaError
+
+        try:
+            return self._open(version)
+        except DeltaError as exc:
+            raise CommitConflictError(
+                f"cannot load base version {version} of Delta table {self._table_uri} ({exc}); re-run the change "
+                f"from the current version"
+            ) from exc
+
+    def _live(self, table: Any) -> dict[str, _LiveFile]:
+        actions = pa.table(table.get_add_actions(flatten=True))
+        part_cols = [c for c in actions.column_names if c.startswith("partition.")]
+        live = {}
+        for row in actions.to_pylist():
+            rel = unquote(row["path"])
+            live[rel] = _LiveFile(
+                log_path=row["path"],
+                rel_path=rel,
+                size=int(row["size_bytes"]),
+                num_records=row.get("num_records"),
+                partition_values={c[len("partition.") :]: row[c] for c in part_cols},
+            )
+        return live
+
+    def _read_log_entry(self, version: int) -> list[dict[str, Any]]:
+        path = f"_delta_log/{version:020d}.json"
+        with self._fs.open_input_stream(path) as stream:
+            text = stream.read().decode("utf-8")
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def _read_metadata(self, rel: str) -> pq.FileMetaData:
+        with self._fs.open_input_file(rel) as f:
+            return pq.ParquetFile(f).metadata
+
+    def _read_parquet(self, rel: str, columns: list[str]) -> pa.Table:
+        with self._fs.open_input_file(rel) as f:
+            return pq.ParquetFile(f).read(columns=columns)
+
+    def _relative_added(self, path: str) -> str:
+        rel = self._relative_any(path) if _is_absolute(path) else path.replace(os.sep, "/")
+        parts = rel.split("/")
+        if not rel or ".." in parts or rel.startswith("/") or parts[0] == "_delta_log":
+            raise _KeepFiles(
+                CommitError(
+                    f"new file {path} must be a data file inside Delta table {self._table_uri} (not outside it "
+                    f"or in _delta_log)"
+                )
+            )
+        return rel
+
+    def _relative_any(self, path: str) -> str:
+        """Absolute local path or URI -> path under the table root (decoded)."""
+        if self._local_root is not None:
+            local = _local_root(path) if "://" in path else os.path.abspath(path)
+            rel = os.path.relpath(local or path, self._local_root)
+            if rel.startswith(".."):
+                raise _KeepFiles(CommitError(f"file {path} is outside Delta table {self._table_uri}"))
+            return rel.replace(os.sep, "/")
+        root = self._table_uri.rstrip("/") + "/"
+        if not path.startswith(root):
+            raise _KeepFiles(CommitError(f"file {path} is outside Delta table {self._table_uri}"))
+        return unquote(path[len(root) :])
+
+    def _delete_quietly(self, paths: Iterable[str]) -> None:
+        for rel in paths:
+            try:
+                self._fs.delete_file(rel)
+            except (FileNotFoundError, OSError):
+                pass  # already gone or not ours to fix: it is unreferenced either way
+
+
+class _KeepFiles(Exception):
+    """Internal: an error raised before we may safely delete the caller's files (they may be live or foreign)."""
+
+    def __init__(self, error: CommitError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _no_duplicates(paths: Sequence[str], what: str, table: str) -> None:
+    seen: set[str] = set()
+    for p in paths:
+        if p in seen:
+            raise _KeepFiles(CommitError(f"file {p} is listed twice in {what} files for Delta table {table}"))
+        seen.add(p)
+
+
+def _is_absolute(path: str) -> bool:
+    return os.path.isabs(path) or "://" in path
+
+
+def _local_root(uri: str) -> str | None:
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return os.path.abspath(unquote(parsed.path))
+    if "://" in uri:
+        return None
+    return os.path.abspath(uri)
+
+
+# -------------------------------------------------------------------- table features
+
+
+def _unsupported_features(table: Any, *, removing: bool) -> list[str]:
+    """Everything about ``table`` this writer cannot honour, each named, in a stable order."""
+    protocol = table.protocol()
+    config = {k: (v or "") for k, v in table.metadata().configuration.items()}
+    problems: list[str] = []
+    if protocol.min_reader_version > 3 or protocol.min_writer_version > 7:
+        problems.append(
+            f"protocol version reader {protocol.min_reader_version} / writer {protocol.min_writer_version}"
+        )
+    for feature in sorted(set(protocol.writer_features or []) - _WRITER_FEATURES_OK):
+        problems.append(f"writer feature {feature}" + (" (row tracking)" if feature == "rowTracking" else ""))
+    for feature in sorted(set(protocol.reader_features or []) - _READER_FEATURES_OK):
+        problems.append(f"reader feature {feature}")
+    if config.get("delta.enableRowTracking", "").lower() == "true":
+        problems.append("row tracking (delta.enableRowTracking)")
+    if config.get("delta.enableChangeDataFeed", "").lower() == "true":
+        problems.append("change data feed (delta.enableChangeDataFeed)")
+    if config.get("delta.columnMapping.mode", "none").lower() != "none":
+        problems.append(f"column mapping (delta.columnMapping.mode={config['delta.columnMapping.mode']})")
+    if removing and config.get("delta.appendOnly", "").lower() == "true":
+        problems.append("append-only table (delta.appendOnly) while removing files")
+    problems += [f"check constraint {k}" for k in sorted(config) if k.startswith("delta.constraints.")]
+    problems += _schema_problems(json.loads(table.schema().to_json()), "")
+    return problems
+
+
+def _schema_problems(node: Mapping[str, Any], prefix: str) -> list[str]:
+    problems: list[str] = []
+    for field in node.get("fields", []):
+        name = prefix + field["name"]
+        meta = field.get("metadata") or {}
+        if "delta.invariants" in meta:
+            problems.append(f"invariant on column {name}")
+        if "delta.generationExpression" in meta:
+            problems.append(f"generated column {name}")
+        if any(k.startswith("delta.identity.") for k in meta):
+            problems.append(f"identity column {name}")
+        problems += _nested_problems(field["type"], name + ".")
+    return problems
+
+
+def _nested_problems(dtype: Any, prefix: str) -> list[str]:
+    if not isinstance(dtype, dict):
+        return []
+    kind = dtype.get("type")
+    if kind == "struct":
+        return _schema_problems(dtype, prefix)
+    if kind == "array":
+        return _nested_problems(dtype.get("elementType"), prefix)
+    if kind == "map":
+        return _nested_problems(dtype.get("keyType"), prefix) + _nested_problems(dtype.get("valueType"), prefix)
+    return []
+
+
+# -------------------------------------------------------------------- partition values and stats
+
+
+def _partition_strings(values: Mapping[str, Any]) -> dict[str, str | None]:
+    """Typed partition values (as delta-rs returns them) -> the protocol's string form."""
+    out: dict[str, str | None] = {}
+    for name, value in values.items():
+        if value is None:
+            out[name] = None
+        elif isinstance(value, bool):
+            out[name] = "true" if value else "false"
+        elif isinstance(value, _dt.datetime):
+            naive = value.astimezone(_dt.timezone.utc).replace(tzinfo=None) if value.tzinfo else value
+            out[name] = naive.strftime("%Y-%m-%d %H:%M:%S.%f")
+        elif isinstance(value, _dt.date):
+            out[name] = value.isoformat()
+        elif isinstance(value, bytes):
+            out[name] = value.decode("latin-1")
+        else:
+            out[name] = str(value)
+    return out
+
+
+def _indexed_columns(table: Any, fields: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Top-level columns Delta collects stats for (delta.dataSkippingStatsColumns / NumIndexedCols)."""
+    config = table.metadata().configuration
+    listed = config.get("delta.dataSkippingStatsColumns")
+    if listed:
+        return {c.strip().strip("`") for c in listed.split(",")}
+    limit = int(config.get("delta.dataSkippingNumIndexedCols") or 32)
+    chosen: set[str] = set()
+    leaves = 0
+    for field in fields:
+        if 0 <= limit <= leaves:
+            break
+        chosen.add(field["name"])
+        leaves += _leaf_count(field["type"])
+    return chosen
+
+
+def _leaf_count(dtype: Any) -> int:
+    if not isinstance(dtype, dict):
+        return 1
+    if dtype.get("type") == "struct":
+        return sum(_leaf_count(f["type"]) for f in dtype["fields"])
+    return 1  # arrays and maps are not indexed leaf by leaf
+
+
+def _file_stats(metadata: pq.FileMetaData, table: Any, rel: str, table_uri: str) -> str:
+    """Delta stats JSON for one new file, from its footer; columns whose bounds we cannot prove are left out."""
+    schema_json = json.loads(table.schema().to_json())
+    partition_columns = set(table.metadata().partition_columns)
+    fields = [f for f in schema_json["fields"] if f["name"] not in partition_columns]
+    _check_file_schema(metadata, fields, rel, table_uri)
+    indexed = _indexed_columns(table, fields)
+    leaf_index = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+
+    mins: dict[str, Any] = {}
+    maxes: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for field in fields:
+        name, dtype = field["name"], field["type"]
+        if name not in indexed or isinstance(dtype, dict) or name not in leaf_index:
+            continue  # nested columns: no stats (readers treat missing stats as "unknown")
+        chunks = [metadata.row_group(g).column(leaf_index[name]) for g in range(metadata.num_row_groups)]
+        stats = [c.statistics for c in chunks]
+        if all(s is not None and s.has_null_count for s in stats):
+            nulls[name] = sum(s.null_count for s in stats)
+            if not field.get("nullable", True) and nulls[name]:
+                raise CommitError(
+                    f"new file {rel} has {nulls[name]} nulls in NOT NULL column {name} of Delta table {table_uri}"
+                )
+        if metadata.num_rows == 0 or not all(s is not None and s.has_min_max for s in stats):
+            continue
+        low = [_stat_value(dtype, c, s.min_raw, upper=False) for c, s in zip(chunks, stats)]
+        high = [_stat_value(dtype, c, s.max_raw, upper=True) for c, s in zip(chunks, stats)]
+        if all(v is not None for v in low):
+            mins[name] = min(low)
+        if all(v is not None for v in high):
+            maxes[name] = max(high)
+    doc = {
+        "numRecords": metadata.num_rows,
+        "minValues": {k: _json_value(v) for k, v in mins.items()},
+        "maxValues": {k: _json_value(v) for k, v in maxes.items()},
+        "nullCount": nulls,
+    }
+    return _dumps_with_decimals(doc)
+
+
+def _check_file_schema(metadata: pq.FileMetaData, fields: Sequence[Mapping[str, Any]], rel: str, table: str) -> None:
+    from deltalake import Schema
+
+    arrow_schema = metadata.schema.to_arrow_schema()
+    file_names = set(arrow_schema.names)
+    table_names = {f["name"] for f in fields}
+    missing = sorted(table_names - file_names)
+    if missing:
+        raise CommitError(f"new file {rel} lacks columns {missing} of Delta table {table}; write every table column")
+    for field in fields:
+        arrow_field = arrow_schema.field(field["name"])
+        try:
+            file_type = json.loads(Schema.from_arrow(pa.schema([arrow_field])).to_json())["fields"][0]["type"]
+        except Exception:  # noqa: BLE001 - an Arrow type Delta cannot express
+            file_type = None
+        if file_type == field["type"] or _compatible(file_type, field["type"]):
+            continue
+        if field["type"] == "timestamp" and _physical_type(metadata, field["name"]) == "INT96":
+            continue  # legacy Spark timestamps: INT96 is UTC-adjusted
+        raise CommitError(
+            f"column {field['name']} of new file {rel} has type {file_type or arrow_field.type}, but Delta table "
+            f"{table} declares {json.dumps(field['type'])}; write the file with the table's types"
+        )
+
+
+def _compatible(file_type: Any, table_type: Any) -> bool:
+    """Nested types compare without nullability/metadata details Arrow does not carry the same way."""
+    if isinstance(file_type, dict) and isinstance(table_type, dict):
+        if file_type.get("type") != table_type.get("type"):
+            return False
+        if table_type["type"] == "struct":
+            a, b = file_type["fields"], table_type["fields"]
+            return len(a) == len(b) and all(
+                x["name"] == y["name"] and (x["type"] == y["type"] or _compatible(x["type"], y["type"]))
+                for x, y in zip(a, b)
+            )
+        if table_type["type"] == "array":
+            return _compatible(file_type["elementType"], table_type["elementType"]) or (
+                file_type["elementType"] == table_type["elementType"]
+            )
+        if table_type["type"] == "map":
+            return all(
+                file_type[k] == table_type[k] or _compatible(file_type[k], table_type[k])
+                for k in ("keyType", "valueType")
+            )
+    return False
+
+
+def _physical_type(metadata: pq.FileMetaData, name: str) -> str | None:
+    for i in range(metadata.num_columns):
+        col = metadata.schema.column(i)
+        if col.path == name:
+            return col.physical_type
+    return None
+
+
+def _stat_value(dtype: str, chunk: Any, raw: Any, *, upper: bool) -> Any:
+    """One footer bound as a Delta stats value that is still a bound, or None when that cannot be guaranteed."""
+    logical = json.loads(chunk.statistics.logical_type.to_json()) if chunk.statistics.logical_type else {}
+    physical = chunk.physical_type
+    if dtype in _INTEGER_TYPES:
+        unsigned = logical.get("Type") == "Int" and not logical.get("isSigned", True)
+        return int(raw) if physical in ("INT32", "INT64") and not unsigned else None
+    if dtype == "date":
+        return _EPOCH.date() + _dt.timedelta(days=int(raw)) if physical == "INT32" else None
+    if dtype in ("timestamp", "timestamp_ntz"):
+        if physical != "INT64" or logical.get("Type") != "Timestamp":
+            return None  # INT96 and untyped integers: no trustworthy bound
+        per_second = _TIME_UNITS[logical["timeUnit"]]
+        per_milli = per_second // 1000
+        # Delta keeps milliseconds: round the lower bound down and the upper bound up so both stay bounds.
+        millis = -(-int(raw) // per_milli) if upper else int(raw) // per_milli
+        return ("ts_utc" if dtype == "timestamp" else "ts_ntz", millis)
+    if dtype.startswith("decimal"):
+        if logical.get("Type") != "Decimal":
+            return None
+        value = chunk.statistics.max if upper else chunk.statistics.min
+        return value if isinstance(value, decimal.Decimal) else None
+    if dtype == "string":
+        if physical != "BYTE_ARRAY":
+            return None
+        try:
+            text = bytes(raw).decode("utf-8") if not isinstance(raw, str) else raw
+        except UnicodeDecodeError:
+            return None  # a writer cut the bound inside a character
+        return _truncate_upper(text) if upper else text[:STATS_STRING_PREFIX]
+    # float/double: footers leave NaN out of min/max while Spark orders NaN above every number, so a max
+    # without NaN could skip files a `> x` predicate must read. boolean/binary: Delta does not index them.
+    return None
+
+
+def _truncate_upper(text: str) -> str | None:
+    """A string of at most STATS_STRING_PREFIX characters that is >= ``text`` in code-point (= UTF-8 byte) order."""
+    if len(text) <= STATS_STRING_PREFIX:
+        return text
+    prefix = list(text[:STATS_STRING_PREFIX])
+    while prefix:
+        nxt = ord(prefix[-1]) + 1
+        if 0xD800 <= nxt <= 0xDFFF:
+            nxt = 0xE000  # surrogates are not valid in UTF-8
+        if nxt <= 0x10FFFF:
+            prefix[-1] = chr(nxt)
+            return "".join(prefix)
+        prefix.pop()  # U+10FFFF cannot grow: carry into the previous character
+    return None
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, tuple):
+        kind, millis = value
+        moment = _EPOCH + _dt.timedelta(milliseconds=millis)
+        text = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
+        return text + "Z" if kind == "ts_utc" else text
+    if isinstance(value, _dt.date):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _dumps_with_decimals(doc: Mapping[str, Any]) -> str:
+    """JSON with decimals written as exact numbers (json has no Decimal support; floats would round)."""
+    literals: dict[str, str] = {}
+
+    def encode(value: Any) -> Any:
+        if isinstance(value, decimal.Decimal):
+            token = f"__partialcow_decimal_{len(literals)}__"
+            literals[token] = format(value, "f")
+            return token
+        if isinstance(value, dict):
+            return {k: encode(v) for k, v in value.items()}
+        return value
+
+    text = json.dumps(encode(doc), separators=(",", ":"))
+    for token, literal in literals.items():
+        text = text.replace(f'"{token}"', literal)
+    return text
