@@ -1,0 +1,569 @@
+"""The row-level index: record key -> (data file, row position), kept as bucketed Parquet next to the table data.
+
+Why a folder ``<table location>/_partialcow_index/`` (see ``partialcow.index.storage`` for its layout): it shares
+the table's lifecycle (dropping or moving the table folder takes the index along), needs no catalog entry, and is
+plain Parquet + JSON any engine can read. Iceberg and Delta readers only open files their metadata lists, so the
+folder is invisible to them; their cleanup jobs skip it too because its name starts with an underscore (Iceberg's
+``remove_orphan_files`` filters out hidden ``_``/``.`` paths that are not partition folders, Delta's ``VACUUM`` and
+delta-rs' ``vacuum`` skip hidden paths); ``tests/index`` checks both with dry runs.
+
+Bucketing: each row goes to bucket ``pmod(xxhash64(key...), N)`` (Spark's function, reproduced in
+``partialcow.index.hashing``); a bucket is one immutable Parquet file sorted by key. A lookup reads only the buckets
+its keys hash to. N is chosen at (re)build time from the table's row count (``rows_per_bucket``) and kept by
+incremental maintenance; ``rebuild`` re-chooses it.
+
+Incremental maintenance rewrites only the buckets that hold rows of removed files or rows of added files; a file
+rewritten with the same rows in the same order (a partial copy-on-write update of non-key columns) is re-pointed
+in the state file without touching any bucket.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from partialcow.commit.base import CommitResult, TableCommitter
+from partialcow.exceptions import ConfigurationError, DuplicateKeyError, IndexError_, StaleIndexError
+from partialcow.index.hashing import SUPPORTED_KEY_TYPES
+from partialcow.index.sources import FILE_ID, POS, LiveFile, TableSource, quote_identifier
+from partialcow.index.storage import IndexedFile, IndexState, IndexStore, replace_buckets, unique_names
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+__all__ = ["RowIndex", "IndexMetrics", "LookupResult", "VerifyReport"]
+
+BUCKET = "_bucket"
+_RESERVED = {FILE_ID, POS, BUCKET}
+_MAX_BUCKETS = 4096
+_DUPLICATE_SAMPLE = 5
+
+
+@dataclass
+class IndexMetrics:
+    """What one index operation did. ``files_reindexed`` lists the data files whose rows were (re)read."""
+
+    operation: str
+    table_version: int
+    rows_indexed: int = 0
+    rows_total: int = 0
+    num_buckets: int = 0
+    buckets_rewritten: int = 0
+    files_reindexed: list[str] = field(default_factory=list)
+    files_dropped: list[str] = field(default_factory=list)
+    files_repointed: list[str] = field(default_factory=list)
+    duration_ms: int = 0
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """``found``: ``key..., file, pos`` of keys present in the table; ``missing``: keys absent from it."""
+
+    found: DataFrame
+    missing: DataFrame
+    buckets_read: int
+
+
+@dataclass
+class VerifyReport:
+    """Outcome of comparing the index with a fresh scan of the table. ``ok`` is True only if they agree."""
+
+    table: str
+    index_version: int
+    table_version: int
+    stale_files: list[str] = field(default_factory=list)
+    rows_in_table: int = 0
+    rows_in_index: int = 0
+    missing_from_index: int = 0
+    extra_in_index: int = 0
+    wrong_bucket: int = 0
+    duplicate_keys: int = 0
+    samples: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.index_version == self.table_version
+            and not self.stale_files
+            and self.missing_from_index == 0
+            and self.extra_in_index == 0
+            and self.wrong_bucket == 0
+            and self.duplicate_keys == 0
+        )
+
+
+def _bucket_expr(key_columns: Sequence[str], num_buckets: int) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.pmod(F.xxhash64(*[F.col(quote_identifier(c)) for c in key_columns]), F.lit(num_buckets)).cast("int")
+
+
+def _choose_buckets(total_rows: int, rows_per_bucket: int) -> int:
+    return max(1, min(_MAX_BUCKETS, math.ceil(max(total_rows, 0) / rows_per_bucket)))
+
+
+class RowIndex:
+    """The row-level index of one table.
+
+    Build it once, then keep it fresh after every commit::
+
+        source = IcebergSource(spark, "db.events")
+        index = RowIndex.create(source, key_columns=["id"])
+        found, missing, _ = index.lookup(spark.createDataFrame([(1,), (2,)], "id bigint")).__dict__.values()
+        index.apply_commit(result)          # after one of our commits
+        index.ensure_fresh(committer)       # before serving, if others may have written
+
+    ``RowIndex.open(source)`` loads an existing index.
+    """
+
+    def __init__(self, source: TableSource, state: IndexState, store: IndexStore) -> None:
+        self.source = source
+        self.state = state
+        self._store = store
+        self.last_metrics: IndexMetrics | None = None
+
+    # -- construction -------------------------------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        source: TableSource,
+        *,
+        key_columns: Sequence[str],
+        num_buckets: int | None = None,
+        rows_per_bucket: int = 500_000,
+    ) -> RowIndex:
+        """Build the index of ``source``'s current snapshot (replacing any existing index) and return it.
+
+        ``last_metrics`` holds the build metrics (duration, rows, buckets).
+        """
+        key_columns = tuple(key_columns)
+        if not key_columns:
+            raise ConfigurationError(f"table {source.name}: the index needs at least one key column")
+        clash = sorted(set(key_columns) & _RESERVED)
+        if clash:
+            raise ConfigurationError(f"table {source.name}: key column name(s) {clash} are reserved by the index; rename them")
+        store = IndexStore(source.location)
+        empty = IndexState(
+            table=source.name,
+            table_format=source.table_format,
+            location=source.location,
+            key_columns=key_columns,
+            key_types=(),
+            num_buckets=1,
+            table_version=-1,
+            files=(),
+            buckets=(None,),
+            next_file_id=0,
+            state_version=store.latest_state_version() or 0,
+        )
+        index = cls(source, empty, store)
+        index.rebuild(num_buckets=num_buckets, rows_per_bucket=rows_per_bucket)
+        return index
+
+    @classmethod
+    def open(cls, source: TableSource) -> RowIndex:
+        """Load the index stored next to ``source``'s data; ``IndexError_`` if there is none."""
+        store = IndexStore(source.location)
+        state = store.read_state()
+        if state is None:
+            raise IndexError_(
+                f"table {source.name} has no row index under {store.root}; build one with RowIndex.create(...) or "
+                "`partialcow index rebuild`"
+            )
+        return cls(source, state, store)
+
+    @staticmethod
+    def exists(source: TableSource) -> bool:
+        return IndexStore(source.location).latest_state_version() is not None
+
+    @property
+    def spark(self) -> SparkSession:
+        return self.source.spark
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        return self.state.key_columns
+
+    # -- full build -----------------------------------------------------------------------------------------------
+    def rebuild(self, *, num_buckets: int | None = None, rows_per_bucket: int = 500_000) -> IndexMetrics:
+        """Re-index every live file of the current snapshot into a new generation (bucket count re-chosen)."""
+        started = time.monotonic()
+        version = self.source.current_version()
+        live = self.source.live_files(version)
+        if num_buckets is None:
+            num_buckets = _choose_buckets(sum(max(f.record_count, 0) for f in live), rows_per_bucket)
+        if not 1 <= num_buckets <= _MAX_BUCKETS:
+            raise ConfigurationError(f"table {self.source.name}: num_buckets must be in 1..{_MAX_BUCKETS}, got {num_buckets}")
+        base = replace(
+            self.state,
+            num_buckets=num_buckets,
+            buckets=(None,) * num_buckets,
+            files=(),
+            next_file_id=0,
+            key_types=(),  # re-read from the data: a rebuild adopts the table's current key types
+        )
+        metrics = self._update(base, version=version, drop=(), add=live, full=True, operation="rebuild")
+        metrics.duration_ms = int((time.monotonic() - started) * 1000)
+        self.last_metrics = metrics
+        return metrics
+
+    # -- lookup ---------------------------------------------------------------------------------------------------
+    def lookup(
+        self,
+        keys: DataFrame,
+        *,
+        file_column: str = "file",
+        pos_column: str = "pos",
+        check_duplicates: bool = True,
+    ) -> LookupResult:
+        """Find where ``keys`` (a DataFrame with the key columns) live, without collecting keys to the driver.
+
+        Only the distinct bucket numbers of the keys are collected (at most ``num_buckets`` ints) to choose which
+        bucket files to read. Keys are cast to the index's key types first, so ``1`` finds a ``bigint`` key 1.
+        ``check_duplicates`` runs one extra Spark job over the matched index rows and raises ``DuplicateKeyError``.
+        """
+        from pyspark.sql import functions as F
+
+        missing_columns = [c for c in self.key_columns if c not in keys.columns]
+        if missing_columns:
+            raise ConfigurationError(
+                f"lookup on the index of {self.state.table}: the keys DataFrame lacks key column(s) {missing_columns}"
+            )
+        if self.state.key_types:
+            typed = keys.select(
+                *[F.col(quote_identifier(c)).cast(t).alias(c) for c, t in zip(self.key_columns, self.state.key_types)]
+            )
+        else:  # an index of an empty table has not seen the key types yet
+            typed = keys.select(*[F.col(quote_identifier(c)) for c in self.key_columns])
+        wanted = sorted(
+            r[0] for r in typed.select(_bucket_expr(self.key_columns, self.state.num_buckets).alias(BUCKET)).distinct().collect()
+            if r[0] is not None
+        )
+        names = [self.state.buckets[b] for b in wanted if self.state.buckets[b] is not None]
+        index_rows = self._read_index(names)
+        files = self._files_frame(file_column)
+        found = (
+            typed.join(index_rows, list(self.key_columns), "inner")
+            .join(files, FILE_ID)
+            .select(*[F.col(quote_identifier(c)) for c in self.key_columns], F.col(file_column), F.col(POS).alias(pos_column))
+        )
+        missing = typed.join(index_rows, list(self.key_columns), "left_anti")
+        if check_duplicates:
+            dups = (
+                index_rows.join(typed.distinct(), list(self.key_columns), "left_semi")
+                .groupBy(*self.key_columns)
+                .count()
+                .where("count > 1")
+                .limit(_DUPLICATE_SAMPLE)
+                .collect()
+            )
+            if dups:
+                raise self._duplicate_error(dups)
+        return LookupResult(found=found, missing=missing, buckets_read=len(names))
+
+    # -- maintenance ----------------------------------------------------------------------------------------------
+    def apply_commit(
+        self,
+        result: CommitResult,
+        *,
+        new_file_rows: DataFrame | None = None,
+        same_positions: Mapping[str, str] | None = None,
+    ) -> IndexMetrics:
+        """Bring the index to ``result.version`` after a commit of ours.
+
+        - ``same_positions`` maps removed -> added paths whose files hold the same keys in the same row order (a
+          partial copy-on-write update of non-key columns): these are re-pointed, no bucket is rewritten.
+        - the other removed files are dropped and the other added files are indexed, from ``new_file_rows``
+          (``key..., file, pos`` of the added files, if the writer has them) or by reading the added files.
+
+        If the index was not at ``result.previous_version`` (someone else committed in between) it falls back to
+        ``ensure_fresh``-style repair against the table at ``result.version``.
+        """
+        started = time.monotonic()
+        if result.previous_version != self.state.table_version:
+            metrics = self._refresh_to(result.version, operation="apply_commit(repair)")
+        else:
+            norm = self.source.normalize_path
+            pairs = {norm(a): norm(b) for a, b in (same_positions or {}).items()}
+            removed = [norm(p) for p in result.removed]
+            added = [norm(p) for p in result.added]
+            unknown = sorted((set(removed) | set(pairs)) - set(self.state.by_path()))
+            if unknown:
+                raise StaleIndexError(
+                    f"index of {self.state.table}: commit {result.version} removed file(s) the index does not cover "
+                    f"({unknown[:3]}); rebuild the index"
+                )
+            by_path = self.state.by_path()
+            files = []
+            for f in self.state.files:
+                files.append(replace(f, path=pairs[f.path], deletes=None) if f.path in pairs else f)
+            base = replace(self.state, files=tuple(files))
+            drop = [by_path[p] for p in removed if p not in pairs]
+            add = [LiveFile(p, -1) for p in added if p not in set(pairs.values())]
+            metrics = self._update(
+                base, version=result.version, drop=drop, add=add, full=False, operation="apply_commit",
+                new_rows=new_file_rows, aliases={a: norm(a) for a in result.added}, repointed=sorted(pairs.values()),
+            )
+        metrics.duration_ms = int((time.monotonic() - started) * 1000)
+        self.last_metrics = metrics
+        return metrics
+
+    def ensure_fresh(self, committer: TableCommitter | None = None) -> IndexMetrics:
+        """Make the index reflect the table's current version, re-indexing only the files that changed.
+
+        The current version comes from ``committer`` (the object that writes the table) or the index's source. Files
+        that disappeared are dropped, new files are indexed, and files whose delete files changed (Iceberg
+        merge-on-read deletes by other writers) are re-indexed. A no-op when the version did not move.
+        """
+        started = time.monotonic()
+        version = (committer or self.source).current_version()
+        if version == self.state.table_version:
+            metrics = IndexMetrics("ensure_fresh", version, rows_total=self._rows_total(self.state), num_buckets=self.state.num_buckets)
+        else:
+            metrics = self._refresh_to(version, operation="ensure_fresh", committer=committer)
+        metrics.duration_ms = int((time.monotonic() - started) * 1000)
+        self.last_metrics = metrics
+        return metrics
+
+    def _refresh_to(self, version: int, *, operation: str, committer: TableCommitter | None = None) -> IndexMetrics:
+        live = self.source.live_files(version)
+        if committer is not None:
+            # The committer is the writer's view of the table: both must list the same files.
+            theirs = {self.source.normalize_path(f.path) for f in committer.live_files(version)}
+            ours = {f.path for f in live}
+            if theirs != ours:
+                raise StaleIndexError(
+                    f"index of {self.state.table}: the committer and the index source disagree on the live files of "
+                    f"version {version} ({sorted(theirs ^ ours)[:3]}); check that both point at the same table"
+                )
+        recorded = self.state.by_path()
+        current = {f.path: f for f in live}
+        drop = [f for p, f in recorded.items() if p not in current or current[p].deletes != f.deletes]
+        add = [f for p, f in current.items() if p not in recorded or recorded[p].deletes != f.deletes]
+        return self._update(self.state, version=version, drop=drop, add=add, full=False, operation=operation)
+
+    def _update(
+        self,
+        base: IndexState,
+        *,
+        version: int,
+        drop: Sequence[IndexedFile],
+        add: Sequence[LiveFile],
+        full: bool,
+        operation: str,
+        new_rows: DataFrame | None = None,
+        aliases: Mapping[str, str] | None = None,
+        repointed: Sequence[str] = (),
+    ) -> IndexMetrics:
+        """Drop ``drop``'s entries, index ``add``, rewrite the affected buckets, publish a new state."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        n = base.num_buckets
+        aliases = aliases or {}
+        next_id = base.next_file_id
+        new_ids: dict[str, int] = {}
+        for f in add:
+            new_ids[f.path] = next_id
+            next_id += 1
+        rows = None
+        if add:
+            if new_rows is not None:
+                # the writer may spell paths as its committer reported them: accept both spellings
+                spellings = {**{p: i for p, i in new_ids.items()}, **{a: new_ids[n] for a, n in aliases.items() if n in new_ids}}
+                ids = self.spark.createDataFrame(list(spellings.items()), f"file string, {FILE_ID} int")
+                rows = new_rows.join(F.broadcast(ids), "file").select(
+                    *[F.col(quote_identifier(c)) for c in self.key_columns], FILE_ID, F.col("pos").cast("bigint").alias(POS)
+                )
+            else:
+                rows = self.source.read_rows(self.key_columns, version=version, files=new_ids)
+        key_types = base.key_types
+        if rows is not None:
+            read_types = dict(rows.dtypes)
+            actual = tuple(read_types[c] for c in self.key_columns)
+            unsupported = [f"{c} {t}" for c, t in zip(self.key_columns, actual) if t not in SUPPORTED_KEY_TYPES]
+            if unsupported:
+                raise ConfigurationError(
+                    f"table {base.table}: key column(s) {unsupported} have types the index cannot hash; supported: "
+                    f"{sorted(SUPPORTED_KEY_TYPES)}"
+                )
+            if key_types and key_types != actual:
+                raise StaleIndexError(
+                    f"index of {base.table}: key types changed from {list(key_types)} to {list(actual)}; rebuild the index"
+                )
+            key_types = actual
+            rows = rows.withColumn(BUCKET, _bucket_expr(self.key_columns, n)).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            stats: dict[int, tuple[int, tuple[int, ...] | None]] = {}
+            if rows is not None:
+                per_file = rows.groupBy(FILE_ID).agg(F.count(F.lit(1)).alias("n"), F.collect_set(BUCKET).alias("b"))
+                for r in per_file.select(FILE_ID, "n", F.when(F.size("b") < n, F.col("b")).alias("b")).collect():
+                    stats[r[FILE_ID]] = (int(r["n"]), None if r["b"] is None else tuple(sorted(r["b"])))
+            affected: set[int] = set(range(n)) if full else set()
+            if not full:
+                for f in drop:
+                    affected.update(range(n) if f.buckets is None else f.buckets)
+                for _, buckets in stats.values():
+                    affected.update(range(n) if buckets is None else buckets)
+            affected_list = sorted(affected)
+            drop_ids = [f.file_id for f in drop]
+            parts: list[DataFrame] = []
+            old_names = [base.buckets[b] for b in affected_list if base.buckets[b] is not None]
+            if old_names and not full:
+                old = self._read_index(old_names)
+                if drop_ids:
+                    old = old.where(~F.col(FILE_ID).isin(drop_ids))
+                parts.append(old.withColumn(BUCKET, _bucket_expr(self.key_columns, n)))
+            if rows is not None:
+                parts.append(rows)
+            changes: dict[int, str | None] = {b: None for b in affected_list}
+            if parts:
+                merged = parts[0]
+                for p in parts[1:]:
+                    merged = merged.unionByName(p)
+                dups = merged.groupBy(*self.key_columns).count().where("count > 1").limit(_DUPLICATE_SAMPLE).collect()
+                if dups:
+                    raise self._duplicate_error(dups)
+                changes.update(self._write_buckets(merged, affected_list))
+        finally:
+            if rows is not None:
+                rows.unpersist()
+        dropped = {f.file_id for f in drop}
+        files = [f for f in base.files if f.file_id not in dropped]
+        live_by_path = {f.path: f for f in add}
+        for path, file_id in new_ids.items():
+            indexed, buckets = stats.get(file_id, (0, ()))
+            count = live_by_path[path].record_count
+            files.append(IndexedFile(file_id, path, count if count >= 0 else indexed, indexed, live_by_path[path].deletes, buckets))
+        state = replace(
+            base,
+            key_types=key_types,
+            table_version=version,
+            files=tuple(files),
+            buckets=replace_buckets(base.buckets, changes),
+            next_file_id=next_id,
+            state_version=self.state.state_version + 1,
+        )
+        self._store.write_state(state)
+        self.state = state
+        self._store.garbage_collect()
+        return IndexMetrics(
+            operation,
+            version,
+            rows_indexed=sum(s[0] for s in stats.values()),
+            rows_total=self._rows_total(state),
+            num_buckets=n,
+            buckets_rewritten=len(affected_list),
+            files_reindexed=sorted(new_ids),
+            files_dropped=sorted(f.path for f in drop),
+            files_repointed=list(repointed),
+        )
+
+    def _write_buckets(self, merged: DataFrame, buckets: Sequence[int]) -> dict[int, str]:
+        """Write one sorted Parquet file per bucket of ``merged`` and move it to a fresh immutable name."""
+        tmp = self._store.new_tmp_dir()
+        (
+            merged.repartition(max(1, len(buckets)), BUCKET)
+            .sortWithinPartitions(BUCKET, *self.key_columns)
+            .write.option("maxRecordsPerFile", 0)
+            .partitionBy(BUCKET)
+            .parquet(self._store.uri(tmp))
+        )
+        names = unique_names("b", buckets)
+        written: dict[int, str] = {}
+        for info in self._store.list_dir(tmp, recursive=True):
+            if not info.base_name.endswith(".parquet"):
+                continue
+            folder = info.path.rsplit("/", 2)[-2]
+            bucket = int(folder.split("=", 1)[1])
+            if bucket in written:
+                raise IndexError_(f"index of {self.state.table}: Spark wrote bucket {bucket} as more than one file")
+            self._store.move_in(info.path[len(self._store.root) + 1:], names[bucket])
+            written[bucket] = names[bucket]
+        self._store.delete_dir(tmp)
+        return written
+
+    # -- verification ---------------------------------------------------------------------------------------------
+    def verify(self) -> VerifyReport:
+        """Compare the whole index with a fresh scan of the table (both sides read in full, in Spark)."""
+        from pyspark.sql import functions as F
+
+        state = self.state
+        version = self.source.current_version()
+        live = {f.path: f.deletes for f in self.source.live_files(version)}
+        recorded = {f.path: f.deletes for f in state.files}
+        stale = sorted(p for p in set(live) | set(recorded) if live.get(p, "<absent>") != recorded.get(p, "<absent>"))
+        report = VerifyReport(table=state.table, index_version=state.table_version, table_version=version, stale_files=stale)
+        cols = [*state.key_columns, FILE_ID, POS]
+        if state.files:
+            scan = self.source.read_rows(state.key_columns, version=state.table_version, files={f.path: f.file_id for f in state.files})
+        else:
+            scan = self._empty_rows()
+        names = [b for b in state.buckets if b is not None]
+        index_rows = self._read_index(names, with_bucket=True)
+        scan = scan.select(*cols).persist()
+        try:
+            report.rows_in_table = scan.count()
+            report.rows_in_index = index_rows.count()
+            missing = scan.exceptAll(index_rows.select(*cols))
+            extra = index_rows.select(*cols).exceptAll(scan)
+            report.missing_from_index = missing.count()
+            report.extra_in_index = extra.count()
+            wrong = index_rows.where(F.col(BUCKET) != _bucket_expr(state.key_columns, state.num_buckets))
+            report.wrong_bucket = wrong.count()
+            dups = scan.groupBy(*state.key_columns).count().where("count > 1")
+            report.duplicate_keys = dups.count()
+            for label, frame in (("missing from index", missing), ("extra in index", extra), ("in wrong bucket", wrong)):
+                for row in frame.limit(3).collect():
+                    report.samples.append(f"{label}: {row.asDict()}")
+        finally:
+            scan.unpersist()
+        return report
+
+    # -- helpers ------------------------------------------------------------------------------------------------------
+    def _read_index(self, names: Sequence[str], *, with_bucket: bool = False) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        if not names:
+            frame = self._empty_rows()
+            return frame.withColumn(BUCKET, F.lit(None).cast("int")) if with_bucket else frame
+        frame = self.spark.read.parquet(*[self._store.uri(n) for n in names])
+        if with_bucket:
+            # the bucket a row is stored in comes from its file name (data/b00003-....parquet)
+            frame = frame.withColumn(BUCKET, F.regexp_extract(F.input_file_name(), r"/b(\d{5})-[0-9a-f]+\.parquet$", 1).cast("int"))
+        return frame
+
+    def _empty_rows(self) -> DataFrame:
+        fields = ", ".join(f"{quote_identifier(c)} {t}" for c, t in zip(self.state.key_columns, self.state.key_types))
+        schema = f"{fields}, {FILE_ID} int, {POS} bigint" if fields else f"{FILE_ID} int, {POS} bigint"
+        return self.spark.createDataFrame([], schema)
+
+    def _files_frame(self, file_column: str) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        frame = self.spark.createDataFrame(
+            [(f.file_id, f.path) for f in self.state.files], f"{FILE_ID} int, {quote_identifier(file_column)} string"
+        )
+        return F.broadcast(frame)
+
+    def _duplicate_error(self, rows: Iterable) -> DuplicateKeyError:  # type: ignore[type-arg]
+        sample = [tuple(r[c] for c in self.key_columns) for r in rows]
+        return DuplicateKeyError(
+            f"table {self.state.table} holds key(s) {list(self.key_columns)} more than once, e.g. {sample}; "
+            "deduplicate the table (or choose a unique key) before using the row index"
+        )
+
+    @staticmethod
+    def _rows_total(state: IndexState) -> int:
+        return sum(f.indexed_rows for f in state.files)
+
+    def files_of_bucket(self, bucket: int) -> str | None:
+        """The index data file of ``bucket`` (relative to the index folder), for tools and tests."""
+        return self.state.buckets[bucket]
+
+    @property
+    def store(self) -> IndexStore:
+        return self._store

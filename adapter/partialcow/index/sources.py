@@ -1,0 +1,233 @@
+"""Where the index reads from: a table snapshot's live files, and a way to read ``(key..., file, pos)`` of some of them.
+
+Two implementations share everything else in ``partialcow.index``:
+
+- ``IcebergSource``: reads ``SELECT key..., _file, _pos FROM t VERSION AS OF <snapshot>``, so position deletes and
+  equality deletes are honoured (``_pos`` stays the physical row position in the data file). Live files come from
+  Iceberg's scan planning (``table.newScan().useSnapshot(s).planFiles()`` over py4j): each task names its data file
+  *and the delete files that apply to it*. The index records a signature of those delete files per data file, which is
+  how a data file that gained deletes through someone else's ``DELETE``/merge-on-read ``MERGE`` is noticed even though
+  its path did not change (the snapshot summary only counts delete files, it does not say which data files they hit).
+- ``DeltaSource``: live files from delta-rs (``DeltaTable.get_add_actions``), read with Spark's own Parquet reader and
+  its ``_metadata.file_path`` / ``_metadata.row_index`` columns (no delta-spark jar needed). Files with deletion vectors
+  are refused: Spark's plain Parquet reader would not apply them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from urllib.parse import unquote
+
+from partialcow.exceptions import ConfigurationError, UnsupportedTableFeatureError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["LiveFile", "TableSource", "IcebergSource", "DeltaSource", "read_parquet_positions", "quote_identifier"]
+
+FILE_ID = "_file_id"
+POS = "_pos"
+
+
+@dataclass(frozen=True)
+class LiveFile:
+    """A data file live in a snapshot: its path as the table format names it, its record count, its deletes."""
+
+    path: str
+    record_count: int
+    deletes: str | None = None  # signature of the delete files applied to it (None: no deletes)
+
+
+@runtime_checkable
+class TableSource(Protocol):
+    """What the index needs from a table: identity, location, versions, live files and positional reads."""
+
+    spark: SparkSession
+    name: str
+    table_format: str
+    location: str
+
+    def current_version(self) -> int:
+        """The table's current snapshot id / version (-1 for a table without any snapshot)."""
+        ...
+
+    def live_files(self, version: int | None = None) -> list[LiveFile]:
+        """The data files live at ``version`` (default: current)."""
+        ...
+
+    def normalize_path(self, path: str) -> str:
+        """The path as ``live_files`` spells it (committers may report relative or differently encoded paths)."""
+        ...
+
+    def read_rows(self, key_columns: Sequence[str], *, version: int, files: Mapping[str, int]) -> DataFrame:
+        """Rows of ``files`` (path -> file id) at ``version`` as ``key..., _file_id (int), _pos (bigint)``."""
+        ...
+
+
+def quote_identifier(name: str) -> str:
+    """Backtick-quote each part of a dotted table name (embedded backticks doubled).
+
+    >>> quote_identifier("db.my`table")
+    '`db`.`my``table`'
+    """
+    return ".".join("`" + part.replace("`", "``") + "`" for part in name.split("."))
+
+
+def _files_frame(spark: SparkSession, files: Mapping[str, int], path_column: str) -> DataFrame:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    schema = StructType([StructField(path_column, StringType(), False), StructField(FILE_ID, IntegerType(), False)])
+    return F.broadcast(spark.createDataFrame(list(files.items()), schema))
+
+
+def read_parquet_positions(spark: SparkSession, key_columns: Sequence[str], files: Mapping[str, int]) -> DataFrame:
+    """Read ``key..., _file_id, _pos`` from plain Parquet files with Spark's reader (``_metadata.row_index``).
+
+    ``files`` maps each file's path (local path or URI) to its id in the index.
+    """
+    from pyspark.sql import functions as F
+
+    if not files:
+        raise ValueError("no files to read")
+    # Spark reports _metadata.file_path as the qualified, URL-encoded Hadoop URI; compute the same form to join
+    # back, with local URIs reduced to their path on both sides (Spark prints file:/x where Hadoop says file:///x).
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    by_uri: dict[str, int] = {}
+    for path, file_id in files.items():
+        hpath = jvm.org.apache.hadoop.fs.Path(path)
+        uri = str(hpath.getFileSystem(conf).makeQualified(hpath).toUri().toString())
+        by_uri[re.sub(r"^file:/+", "/", uri)] = file_id
+    rows = spark.read.parquet(*files.keys()).select(
+        *[F.col(quote_identifier(c)) for c in key_columns],
+        F.regexp_replace(F.col("_metadata.file_path"), r"^file:/+", "/").alias("_uri"),
+        F.col("_metadata.row_index").cast("bigint").alias(POS),
+    )
+    return rows.join(_files_frame(spark, by_uri, "_uri"), "_uri").drop("_uri")
+
+
+class IcebergSource:
+    """An Iceberg table of the session's catalog, e.g. ``IcebergSource(spark, "db.events")``."""
+
+    table_format = "iceberg"
+
+    def __init__(self, spark: SparkSession, table_name: str) -> None:
+        self.spark = spark
+        self.name = table_name
+        self._table = self._load()
+        self.location = str(self._table.location())
+
+    def _load(self):  # type: ignore[no-untyped-def]
+        jvm = self.spark.sparkContext._jvm
+        try:
+            return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self.spark._jsparkSession, self.name)
+        except Exception as exc:  # py4j wraps NoSuchTableException and class-not-found alike
+            raise ConfigurationError(
+                f"cannot load Iceberg table {self.name}: {str(exc).splitlines()[0]}; check the table name and that "
+                "the session has the Iceberg catalog (partialcow.spark.session.get_or_create_session)"
+            ) from None
+
+    def current_version(self) -> int:
+        self._table.refresh()
+        snapshot = self._table.currentSnapshot()
+        return -1 if snapshot is None else int(snapshot.snapshotId())
+
+    def live_files(self, version: int | None = None) -> list[LiveFile]:
+        if version is None:
+            version = self.current_version()
+        if version < 0:
+            return []
+        tasks = self._table.newScan().useSnapshot(version).planFiles()
+        out: list[LiveFile] = []
+        try:
+            it = tasks.iterator()
+            while it.hasNext():
+                task = it.next()
+                data_file = task.file()
+                deletes = sorted(str(d.location()) for d in task.deletes())
+                signature = hashlib.sha1("\n".join(deletes).encode()).hexdigest()[:16] if deletes else None
+                out.append(LiveFile(str(data_file.location()), int(data_file.recordCount()), signature))
+        finally:
+            tasks.close()
+        return out
+
+    def normalize_path(self, path: str) -> str:
+        return path
+
+    def read_rows(self, key_columns: Sequence[str], *, version: int, files: Mapping[str, int]) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        keys = ", ".join(quote_identifier(c) for c in key_columns)
+        # VERSION AS OF pins the read to the snapshot the index records; _file/_pos honour delete files.
+        rows = self.spark.sql(f"SELECT {keys}, _file, _pos FROM {quote_identifier(self.name)} VERSION AS OF {int(version)}")
+        rows = rows.where(F.col("_file").isin(list(files.keys())))
+        return rows.join(_files_frame(self.spark, files, "_file"), "_file").drop("_file").withColumn(POS, F.col(POS).cast("bigint"))
+
+
+class DeltaSource:
+    """A Delta table by path, read through delta-rs metadata and Spark's Parquet reader.
+
+    ``DeltaSource(spark, "/data/events")``
+    """
+
+    table_format = "delta"
+
+    def __init__(self, spark: SparkSession, table_uri: str, *, storage_options: Mapping[str, str] | None = None) -> None:
+        try:
+            from deltalake import DeltaTable
+        except ImportError:
+            raise ConfigurationError("Delta tables need delta-rs: pip install 'dbt-partialcow[delta]'") from None
+        self.spark = spark
+        self._DeltaTable = DeltaTable
+        self._storage_options = dict(storage_options or {})
+        self.name = table_uri
+        table = DeltaTable(table_uri, storage_options=self._storage_options or None)
+        self.location = str(table.table_uri).rstrip("/")
+        self._partition_columns = set(table.metadata().partition_columns)
+
+    def current_version(self) -> int:
+        return int(self._DeltaTable(self.location, storage_options=self._storage_options or None).version())
+
+    def normalize_path(self, path: str) -> str:
+        if "://" in path or path.startswith("/") or path.startswith("file:"):
+            return path if not path.startswith("file:") else self._absolute(path)
+        return f"{self._absolute(self.location)}/{unquote(path)}"
+
+    @staticmethod
+    def _absolute(uri: str) -> str:
+        from partialcow.index.storage import local_path
+
+        local = local_path(uri)
+        return local.rstrip("/") if local is not None else uri.rstrip("/")
+
+    def live_files(self, version: int | None = None) -> list[LiveFile]:
+        import pyarrow as pa
+
+        table = self._DeltaTable(self.location, version=version, storage_options=self._storage_options or None)
+        actions = pa.table(table.get_add_actions(flatten=True))
+        dv_columns = [c for c in actions.column_names if c.startswith("deletionVector")]
+        paths = actions.column("path").to_pylist()
+        counts = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else [None] * len(paths)
+        for column in dv_columns:
+            hits = [p for p, v in zip(paths, actions.column(column).to_pylist()) if v is not None]
+            if hits:
+                raise UnsupportedTableFeatureError(
+                    f"Delta table {self.name}: file {hits[0]} has a deletion vector, which the row index cannot read "
+                    "through Spark's Parquet reader; run OPTIMIZE/purge to materialise deletes, then rebuild the index"
+                )
+        return [LiveFile(self.normalize_path(p), -1 if n is None else int(n)) for p, n in zip(paths, counts)]
+
+    def read_rows(self, key_columns: Sequence[str], *, version: int, files: Mapping[str, int]) -> DataFrame:
+        partition_keys = sorted(set(key_columns) & self._partition_columns)
+        if partition_keys:
+            raise ConfigurationError(
+                f"Delta table {self.name}: key column(s) {partition_keys} are partition columns, which are not stored in "
+                "the data files; index a key made of data columns"
+            )
+        # Delta data files are immutable: reading them by path is reading them at ``version``.
+        return read_parquet_positions(self.spark, key_columns, files)

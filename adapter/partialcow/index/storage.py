@@ -1,0 +1,239 @@
+"""Where an index lives and how its state file is switched: ``<table location>/_partialcow_index/``.
+
+Layout::
+
+    _partialcow_index/
+        _state/v00000001.json     one immutable state file per index version; the highest number is current
+        data/b00003-<uuid>.parquet  immutable bucket files (key columns, _file_id, _pos), sorted by key
+        _tmp/<uuid>/               Spark's output before its files are moved into data/
+
+A new index version is written to a temporary name and moved to ``_state/v<n+1>.json`` without overwriting: on a
+local file system the move is an ``os.link`` (fails if the name exists), so two maintainers racing for the same
+version cannot both win; on object stores (pyarrow's S3/GCS file systems) the move is a plain copy and the last
+writer wins, which is safe for the single-writer setups this project targets. Files no longer referenced by the
+last two states are garbage-collected after the switch, so a reader that loaded the previous state keeps working.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow.fs as pafs
+
+from partialcow.exceptions import IndexError_, StaleIndexError
+
+__all__ = [
+    "INDEX_DIR",
+    "IndexedFile",
+    "IndexState",
+    "IndexStore",
+    "local_path",
+]
+
+INDEX_DIR = "_partialcow_index"
+STATE_FORMAT_VERSION = 1
+_STATE_NAME = re.compile(r"^v(\d{8})\.json$")
+
+
+def local_path(uri: str) -> str | None:
+    """The local file-system path of ``uri`` (``file:/x``, ``file:///x`` or ``/x``), or None for remote URIs.
+
+    >>> local_path("file:/tmp/a%20b/t"), local_path("/tmp/t"), local_path("s3://bucket/t")
+    ('/tmp/a b/t', '/tmp/t', None)
+    """
+    if uri.startswith("/"):
+        return uri
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return unquote(parsed.path)
+    return None
+
+
+@dataclass(frozen=True)
+class IndexedFile:
+    """A table data file the index covers.
+
+    ``file_id`` is what the bucket files store (a small int instead of a long path); ``deletes`` is a signature of
+    the delete files (Iceberg) applied to the file, so a data file that gains deletes is noticed; ``buckets`` lists
+    the buckets holding the file's rows, or None when it spans all buckets.
+    """
+
+    file_id: int
+    path: str
+    record_count: int
+    indexed_rows: int
+    deletes: str | None = None
+    buckets: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class IndexState:
+    """The content of one state file: what the index reflects and where its bucket files are."""
+
+    table: str
+    table_format: str
+    location: str
+    key_columns: tuple[str, ...]
+    key_types: tuple[str, ...]
+    num_buckets: int
+    table_version: int
+    files: tuple[IndexedFile, ...]
+    buckets: tuple[str | None, ...]  # bucket -> data file name relative to the index folder (None: empty bucket)
+    next_file_id: int
+    state_version: int = 0
+    hash: str = "spark-xxhash64(seed=42), pmod num_buckets"
+    created_by: str = "partialcow.index"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        body = asdict(self)
+        body["format_version"] = STATE_FORMAT_VERSION
+        return json.dumps(body, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str) -> IndexState:
+        body = json.loads(text)
+        if body.pop("format_version", None) != STATE_FORMAT_VERSION:
+            raise IndexError_(f"index state {source} has an unknown format; rebuild the index with `partialcow index rebuild`")
+        body["files"] = tuple(
+            IndexedFile(**{**f, "buckets": None if f["buckets"] is None else tuple(f["buckets"])}) for f in body["files"]
+        )
+        for name in ("key_columns", "key_types", "buckets"):
+            body[name] = tuple(body[name])
+        return cls(**body)
+
+    def by_path(self) -> dict[str, IndexedFile]:
+        return {f.path: f for f in self.files}
+
+
+class IndexStore:
+    """File operations on one index folder, through pyarrow's file systems (local, S3, GCS, HDFS).
+
+    >>> import tempfile
+    >>> store = IndexStore(tempfile.mkdtemp())
+    >>> store.latest_state_version() is None
+    True
+    """
+
+    def __init__(self, table_location: str) -> None:
+        local = local_path(table_location)
+        if local is not None:
+            self.fs: pafs.FileSystem = pafs.LocalFileSystem()
+            self.root = os.path.join(local, INDEX_DIR)
+        else:
+            self.fs, base = pafs.FileSystem.from_uri(table_location)
+            self.root = f"{base.rstrip('/')}/{INDEX_DIR}"
+        self._local = local is not None
+
+    # -- paths ------------------------------------------------------------------------------------------------
+    def path(self, relative: str) -> str:
+        return f"{self.root}/{relative}"
+
+    def uri(self, relative: str) -> str:
+        """A URI Spark can read (local paths stay plain paths)."""
+        p = self.path(relative)
+        if self._local:
+            return p
+        return f"{self.fs.type_name}://{p}"
+
+    def new_tmp_dir(self) -> str:
+        return f"_tmp/{uuid.uuid4().hex}"
+
+    # -- state files ------------------------------------------------------------------------------------------
+    def _state_versions(self) -> list[int]:
+        info = self.fs.get_file_info(self.path("_state"))
+        if info.type == pafs.FileType.NotFound:
+            return []
+        found = self.fs.get_file_info(pafs.FileSelector(self.path("_state")))
+        return sorted(int(m.group(1)) for f in found if (m := _STATE_NAME.match(f.base_name)))
+
+    def latest_state_version(self) -> int | None:
+        versions = self._state_versions()
+        return versions[-1] if versions else None
+
+    def read_state(self, version: int | None = None) -> IndexState | None:
+        if version is None:
+            version = self.latest_state_version()
+            if version is None:
+                return None
+        name = self.path(f"_state/v{version:08d}.json")
+        with self.fs.open_input_stream(name) as stream:
+            return IndexState.from_json(stream.read().decode("utf-8"), source=name)
+
+    def write_state(self, state: IndexState) -> None:
+        """Publish ``state`` as version ``state.state_version``; refuse if another writer published it first."""
+        self.fs.create_dir(self.path("_state"), recursive=True)
+        final = self.path(f"_state/v{state.state_version:08d}.json")
+        tmp = self.path(f"_state/.tmp-{uuid.uuid4().hex}.json")
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(state.to_json().encode("utf-8"))
+        try:
+            if self._local:
+                os.link(tmp, final)  # atomic, and fails if the version already exists
+                os.unlink(tmp)
+            else:
+                if self.fs.get_file_info(final).type != pafs.FileType.NotFound:
+                    raise FileExistsError(final)
+                self.fs.move(tmp, final)
+        except FileExistsError:
+            self.fs.delete_file(tmp)
+            raise StaleIndexError(
+                f"index of table {state.table} was updated concurrently (state v{state.state_version} exists); "
+                "re-run to refresh from the new state"
+            ) from None
+
+    # -- data files ---------------------------------------------------------------------------------------------
+    def list_dir(self, relative: str, *, recursive: bool = False) -> list[pafs.FileInfo]:
+        info = self.fs.get_file_info(self.path(relative))
+        if info.type == pafs.FileType.NotFound:
+            return []
+        return self.fs.get_file_info(pafs.FileSelector(self.path(relative), recursive=recursive))
+
+    def move_in(self, src_relative: str, dst_relative: str) -> None:
+        self.fs.create_dir(os.path.dirname(self.path(dst_relative)), recursive=True)
+        self.fs.move(self.path(src_relative), self.path(dst_relative))
+
+    def delete_dir(self, relative: str) -> None:
+        if self.fs.get_file_info(self.path(relative)).type != pafs.FileType.NotFound:
+            self.fs.delete_dir(self.path(relative))
+
+    def delete_all(self) -> None:
+        self.delete_dir("")
+
+    def garbage_collect(self, *, keep_states: int = 2) -> list[str]:
+        """Delete state files older than the last ``keep_states`` and data files none of those reference."""
+        versions = self._state_versions()
+        kept = versions[-keep_states:]
+        referenced: set[str] = set()
+        for v in kept:
+            state = self.read_state(v)
+            assert state is not None
+            referenced.update(b for b in state.buckets if b is not None)
+        deleted: list[str] = []
+        for v in versions[: len(versions) - len(kept)]:
+            self.fs.delete_file(self.path(f"_state/v{v:08d}.json"))
+            deleted.append(f"_state/v{v:08d}.json")
+        for info in self.list_dir("data"):
+            rel = f"data/{info.base_name}"
+            if rel not in referenced:
+                self.fs.delete_file(info.path)
+                deleted.append(rel)
+        self.delete_dir("_tmp")
+        return deleted
+
+
+def unique_names(prefix: str, buckets: Iterable[int]) -> dict[int, str]:
+    """A fresh data-file name per bucket (never reused, so files stay immutable)."""
+    tag = uuid.uuid4().hex[:12]
+    return {b: f"data/{prefix}{b:05d}-{tag}.parquet" for b in buckets}
+
+
+def replace_buckets(current: Sequence[str | None], changes: Mapping[int, str | None]) -> tuple[str | None, ...]:
+    return tuple(changes.get(i, name) for i, name in enumerate(current))
