@@ -194,10 +194,11 @@ def test_paths_that_need_encoding_round_trip(tmp_path: Path) -> None:
     c = DeltaCommitter(str(root))
     old = file_with_id(c, 0)
     new = rewrite(root, old, {0: "first"}, name="sub dir/a%b=1.parquet")
-    c.replace_files(FileReplacement(base_version=1, removed=[old], added=[new]))
+    result = c.replace_files(FileReplacement(base_version=1, removed=[old], added=[new]))
     live = {f.path for f in c.live_files()}
     encoded = next(p for p in live if p.startswith("sub"))
     assert encoded != new  # the log holds the URL-encoded form
+    assert result.added == (encoded,)
     assert live_rows(root)[0]["name"] == "first"
     # the log form and the file-system form both name the file to remove next time
     newer = rewrite(root, encoded, {0: "second"})
@@ -324,6 +325,24 @@ def test_schema_mismatch_is_rejected(tmp_path: Path) -> None:
         c.replace_files(FileReplacement(base_version=1, added=["wrongtype.parquet"]))
     assert c.current_version() == 1
     assert not (root / "missing.parquet").exists() and not (root / "wrongtype.parquet").exists()
+
+
+def test_extra_columns_are_rejected(tmp_path: Path) -> None:
+    root = make_table(tmp_path)
+    pq.write_table(batch([50]).append_column("surprise", pa.array([1])), root / "extra.parquet")
+    with pytest.raises(CommitError, match="surprise"):
+        DeltaCommitter(str(root)).replace_files(FileReplacement(base_version=1, added=["extra.parquet"]))
+
+
+def test_nulls_in_a_not_null_column_are_rejected(tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
+    write_deltalake(str(root), pa.table({"id": [1, 2], "v": ["a", "b"]}, schema=schema))
+    c = DeltaCommitter(str(root))
+    pq.write_table(pa.table({"id": [1, None], "v": ["a", "b"]}), root / "n.parquet")
+    with pytest.raises(CommitError, match="NOT NULL column id"):
+        c.replace_files(FileReplacement(base_version=0, removed=[c.live_files()[0].path], added=["n.parquet"]))
+    assert c.current_version() == 0
 
 
 def test_added_file_outside_the_table_is_rejected_and_kept(tmp_path: Path) -> None:
@@ -693,3 +712,22 @@ def test_append_only_allows_pure_inserts(tmp_path: Path) -> None:
     pq.write_table(batch([90]), root / "ins.parquet")
     c.replace_files(FileReplacement(base_version=c.current_version(), added=["ins.parquet"]))
     assert 90 in live_rows(root)
+
+
+# ------------------------------------------------------------------ object-store code path
+
+
+def test_object_store_code_path_on_a_local_table(tmp_path: Path) -> None:
+    """Remote tables go through delta-rs's storage handler for log reads, stats, stat() and cleanup."""
+    root = make_table(tmp_path)
+    a, b = DeltaCommitter(str(root)), DeltaCommitter(str(root))
+    for c in (a, b):
+        c._local_root = None  # what a s3:// or abfss:// URI gets
+    old = file_with_id(a, 3)
+    new_a, new_b = rewrite(root, old, {3: "a"}), rewrite(root, old, {3: "b"})
+    a.replace_files(FileReplacement(base_version=1, removed=[old], added=[new_a]))
+    stats = json.loads(add_action(root, 2, new_a)["stats"])
+    assert stats["numRecords"] == 6 and stats["minValues"]["id"] == 0
+    with pytest.raises(CommitConflictError):
+        b.replace_files(FileReplacement(base_version=1, removed=[old], added=[str(root) + "/" + new_b]))
+    assert not (root / new_b).exists() and live_rows(root)[3]["name"] == "a"

@@ -226,7 +226,7 @@ class DeltaCommitter:
                         version=outcome,
                         previous_version=head_version,
                         removed=tuple(f.log_path for f in removed),
-                        added=tuple(added),
+                        added=self._logged_paths(outcome, added),
                     )
                 head = self._open()  # lost the race for head_version + 1: re-check what landed, then retry
             raise CommitConflictError(
@@ -313,6 +313,15 @@ class DeltaCommitter:
                 f"{self._table_uri} from version {target}; the new files are kept"
             )
         return landed
+
+    def _logged_paths(self, version: int, added: Sequence[str]) -> tuple[str, ...]:
+        """Our added files as the committed log entry spells them (delta-rs URL-encodes on write)."""
+        try:
+            entries = self._read_log_entry(version)
+        except OSError:
+            return tuple(added)  # committed already; the decoded paths name the same files
+        spelled = {unquote(a["add"]["path"]): a["add"]["path"] for a in entries if "add" in a}
+        return tuple(spelled.get(p, p) for p in added)
 
     def _find_commit(self, commit_id: str, first: int, cause: BaseException | None) -> int | None:
         """The version whose commitInfo carries ``commit_id``, searching from ``first`` while versions exist."""
@@ -719,7 +728,7 @@ def _file_stats(metadata: pq.FileMetaData, table: Any, rel: str, table_uri: str)
     schema_json = json.loads(table.schema().to_json())
     partition_columns = set(table.metadata().partition_columns)
     fields = [f for f in schema_json["fields"] if f["name"] not in partition_columns]
-    _check_file_schema(metadata, fields, rel, table_uri)
+    _check_file_schema(metadata, fields, partition_columns, rel, table_uri)
     indexed = _indexed_columns(table, fields)
     leaf_index = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
 
@@ -755,7 +764,13 @@ def _file_stats(metadata: pq.FileMetaData, table: Any, rel: str, table_uri: str)
     return _dumps_with_decimals(doc)
 
 
-def _check_file_schema(metadata: pq.FileMetaData, fields: Sequence[Mapping[str, Any]], rel: str, table: str) -> None:
+def _check_file_schema(
+    metadata: pq.FileMetaData,
+    fields: Sequence[Mapping[str, Any]],
+    partition_columns: set[str],
+    rel: str,
+    table: str,
+) -> None:
     from deltalake import Schema
 
     arrow_schema = metadata.schema.to_arrow_schema()
@@ -764,6 +779,10 @@ def _check_file_schema(metadata: pq.FileMetaData, fields: Sequence[Mapping[str, 
     missing = sorted(table_names - file_names)
     if missing:
         raise CommitError(f"new file {rel} lacks columns {missing} of Delta table {table}; write every table column")
+    extra = sorted(file_names - table_names - partition_columns)
+    if extra:
+        # Readers would silently ignore them: almost certainly a file meant for another table or schema.
+        raise CommitError(f"new file {rel} has columns {extra} that Delta table {table} does not declare")
     for field in fields:
         arrow_field = arrow_schema.field(field["name"])
         try:
