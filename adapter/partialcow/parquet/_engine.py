@@ -1,0 +1,1115 @@
+"""Partial copy-on-write of one Parquet file: re-encode only the pages holding changed or deleted rows.
+
+How a rewrite runs (see ``rewrite_file``):
+
+1. Plan: for every column chunk, find the pages holding a candidate change (a position to update in that column, or a
+   position to delete) from the OffsetIndex or the page headers.
+2. Decode only those pages: they are copied with the chunk's dictionary page into a small in-memory Parquet file
+   (a "sub-file", same schema element, one row group) that pyarrow decodes.
+3. Compare with the new values; pages whose rows really change (or lose rows) are re-encoded by writing the patched
+   rows with pyarrow into another small in-memory file (a "mini file") whose data pages replace them. Runs of
+   untouched pages are copied as single byte ranges.
+4. Rebuild chunk/row-group/file metadata and the page indexes; write ``dst`` through a temporary file and rename.
+
+A per-chunk cost model switches to a full-chunk re-encode (with dictionary) when most of a chunk is touched, and to a
+whole-file pyarrow rewrite when nearly everything is.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from partialcow.exceptions import InvalidChangeError, ParquetRewriteError
+from partialcow.metrics import WriteMetrics
+from partialcow.parquet import _format as F
+from partialcow.parquet._layout import Chunk, Page, ParquetLayout, ThriftClock, TopField, sort_key_fn
+from partialcow.parquet._thrift import T_BINARY, T_I32, T_I64, T_LIST, T_STRUCT, T_TRUE, TList, TStruct
+
+__all__ = ["ROW_POSITION", "RewriteReport", "rewrite_file"]
+
+ROW_POSITION = "_partialcow_row_position"
+
+_CODEC_TO_ARROW = {0: "none", 1: "snappy", 2: "gzip", 4: "brotli", 6: "zstd", 7: "lz4"}
+_PAGE_NAME = {F.DATA_PAGE: "DATA_PAGE", F.DATA_PAGE_V2: "DATA_PAGE_V2"}
+
+
+@dataclass(frozen=True)
+class RewriteReport:
+    """What one :func:`rewrite_file` call did.
+
+    Page counts are data pages of the source: ``pages_rewritten`` were replaced by re-encoded pages,
+    ``pages_copied`` were copied byte for byte. ``thrift_seconds`` is the part of ``elapsed_seconds`` spent
+    (de)serialising Thrift (footer, page headers, page indexes).
+    """
+
+    src: str
+    dst: str
+    rows_before: int
+    rows_after: int
+    rows_updated: int
+    rows_deleted: int
+    pages_total: int
+    pages_rewritten: int
+    pages_copied: int
+    bytes_copied: int
+    bytes_reencoded: int
+    columns_rewritten: tuple[str, ...]
+    full_chunk_rewrites: tuple[tuple[int, str, str], ...]
+    full_file_rewrite: str | None
+    bloom_filters_dropped: tuple[tuple[int, str], ...]
+    elapsed_seconds: float
+    thrift_seconds: float
+
+    def to_metrics(self) -> WriteMetrics:
+        """The counts as :class:`partialcow.metrics.WriteMetrics` (one file rewritten)."""
+        return WriteMetrics(
+            rows_updated=self.rows_updated, rows_deleted=self.rows_deleted, files_rewritten=1,
+            pages_rewritten=self.pages_rewritten, pages_copied=self.pages_copied, bytes_copied=self.bytes_copied,
+            bytes_reencoded=self.bytes_reencoded, duration_ms=int(self.elapsed_seconds * 1000))
+
+
+class _NeedFullFile(Exception):
+    """Raised inside the page path when a page cannot be re-encoded faithfully; the caller rewrites the file."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# change validation
+
+
+@dataclass
+class _Changes:
+    upd_pos: np.ndarray  # sorted global positions
+    upd: dict[str, pa.Array]  # top-level name -> new values, aligned with upd_pos, cast to the file's read type
+    del_pos: np.ndarray  # sorted unique global positions
+
+
+def _positions(values: Any, what: str, path: str) -> np.ndarray:
+    if isinstance(values, (pa.ChunkedArray, pa.Array)):
+        if values.null_count:
+            raise InvalidChangeError(f"{what} for {path} contain nulls; give a row position for every entry")
+        values = values.to_numpy(zero_copy_only=False)
+    arr = np.asarray(values)
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.dtype.kind not in "iu":
+        raise InvalidChangeError(f"{what} for {path} must be integers, got {arr.dtype}")
+    return arr.astype(np.int64, copy=False).ravel()
+
+
+def _check_range(pos: np.ndarray, n: int, what: str, path: str) -> None:
+    if pos.size and (pos.min() < 0 or pos.max() >= n):
+        bad = pos[(pos < 0) | (pos >= n)]
+        raise InvalidChangeError(
+            f"{what} for {path} are out of range: {bad.size} position(s) outside [0, {n}), e.g. {int(bad[0])}")
+
+
+def _prepare(lay: ParquetLayout, read_schema: pa.Schema, updates: pa.Table | None, deletes: Any) -> _Changes:
+    path = lay.path
+    n = lay.num_rows
+    del_pos = np.unique(_positions(deletes if deletes is not None else [], "deletes", path))
+    _check_range(del_pos, n, "deletes", path)
+    upd: dict[str, pa.Array] = {}
+    upd_pos = np.zeros(0, dtype=np.int64)
+    if updates is not None:
+        if isinstance(updates, pa.RecordBatch):
+            updates = pa.Table.from_batches([updates])
+        if not isinstance(updates, pa.Table):
+            raise InvalidChangeError(f"updates for {path} must be a pyarrow.Table, got {type(updates).__name__}")
+        if ROW_POSITION not in updates.column_names:
+            raise InvalidChangeError(f"updates for {path} lack the {ROW_POSITION!r} column (0-based row positions)")
+        pos = _positions(updates.column(ROW_POSITION), "update positions", path)
+        _check_range(pos, n, "update positions", path)
+        order = np.argsort(pos, kind="stable")
+        upd_pos = pos[order]
+        if upd_pos.size > 1 and (dup := upd_pos[1:][upd_pos[1:] == upd_pos[:-1]]).size:
+            raise InvalidChangeError(
+                f"updates for {path} repeat row position(s) {sorted(set(dup.tolist()))[:5]}: give each row once")
+        both = np.intersect1d(upd_pos, del_pos)
+        if both.size:
+            raise InvalidChangeError(f"row position(s) {both[:5].tolist()} of {path} are both updated and deleted; "
+                                     "pass each row to one of them")
+        take = pa.array(order)
+        for name in updates.column_names:
+            if name == ROW_POSITION:
+                continue
+            idx = read_schema.get_field_index(name)
+            if idx < 0:
+                raise InvalidChangeError(f"updates name column {name!r}, which {path} does not have; "
+                                         f"its columns are {read_schema.names}")
+            target = read_schema.field(idx)
+            col = updates.column(name).take(take).combine_chunks()
+            try:
+                col = col.cast(target.type, safe=True) if col.type != target.type else col
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise InvalidChangeError(f"cannot cast the new values of column {name!r} ({col.type}) to the type "
+                                         f"of {path} ({target.type}): {exc}") from exc
+            if not target.nullable and col.null_count:
+                raise InvalidChangeError(f"column {name!r} of {path} is required (non-nullable) but the updates "
+                                         f"set {col.null_count} row(s) to null")
+            upd[name] = col
+    return _Changes(upd_pos, upd, del_pos)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# in-memory Parquet files: decoding pages (sub-files) and encoding pages (mini files)
+
+
+def _page_num_values(lay: ParquetLayout, page: Page) -> int:
+    h = lay.ensure_header(page)
+    if h.val(F.PH_TYPE) == F.DATA_PAGE_V2:
+        return h.val(F.PH_DATA_PAGE_HEADER_V2).val(F.DPH2_NUM_VALUES)
+    return h.val(F.PH_DATA_PAGE_HEADER).val(F.DPH_NUM_VALUES)
+
+
+def _page_encoding(lay: ParquetLayout, page: Page) -> tuple[int, int]:
+    h = lay.ensure_header(page)
+    ptype = h.val(F.PH_TYPE)
+    sub = h.val(F.PH_DATA_PAGE_HEADER_V2 if ptype == F.DATA_PAGE_V2 else F.PH_DATA_PAGE_HEADER)
+    return ptype, sub.val(F.DPH2_ENCODING if ptype == F.DATA_PAGE_V2 else F.DPH_ENCODING)
+
+
+def _decode_pages(lay: ParquetLayout, top: TopField, rg: int, pages: dict[int, list[Page]] | None, nrows: int,
+                  ) -> pa.Array:
+    """Decode rows of one top-level field: ``pages`` maps each leaf to the pages to decode (None: whole chunks)."""
+    buf = bytearray(b"PAR1")
+    ccs = []
+    for leaf in top.leaves:
+        ch = lay.chunk(rg, leaf)
+        start = len(buf)
+        buf += lay.buf[ch.start:ch.prefix_end]
+        data_start = len(buf)
+        cmd = ch.cmd.copy()
+        if pages is None:
+            buf += lay.buf[ch.prefix_end:ch.end]
+        else:
+            nvals = 0
+            for p in pages[leaf]:
+                buf += lay.buf[p.offset:p.offset + p.size]
+                nvals += _page_num_values(lay, p)
+            cmd.put(F.CMD_NUM_VALUES, T_I64, nvals)
+        cmd.drop(F.CMD_INDEX_PAGE_OFFSET, F.CMD_STATISTICS, F.CMD_ENCODING_STATS, F.CMD_BLOOM_FILTER_OFFSET,
+                 F.CMD_BLOOM_FILTER_LENGTH, F.CMD_SIZE_STATISTICS, F.CMD_GEOSPATIAL_STATISTICS,
+                 F.CMD_DICTIONARY_PAGE_OFFSET)
+        if data_start > start:
+            cmd.put(F.CMD_DICTIONARY_PAGE_OFFSET, T_I64, start)
+        cmd.put(F.CMD_DATA_PAGE_OFFSET, T_I64, data_start)
+        cmd.put(F.CMD_TOTAL_COMPRESSED_SIZE, T_I64, len(buf) - start)
+        cmd.put(F.CMD_TOTAL_UNCOMPRESSED_SIZE, T_I64, len(buf) - start)
+        cc = TStruct()
+        cc.put(F.CC_FILE_OFFSET, T_I64, 0)
+        cc.put(F.CC_META_DATA, T_STRUCT, cmd)
+        ccs.append(cc)
+    fmd = _schema_only_footer(lay, top)
+    rgs = TStruct()
+    rgs.put(F.RG_COLUMNS, T_LIST, TList(T_STRUCT, ccs))
+    rgs.put(F.RG_TOTAL_BYTE_SIZE, T_I64, len(buf))
+    rgs.put(F.RG_NUM_ROWS, T_I64, nrows)
+    fmd.put(F.FMD_NUM_ROWS, T_I64, nrows)
+    fmd.put(F.FMD_ROW_GROUPS, T_LIST, TList(T_STRUCT, [rgs]))
+    footer = lay.clock.encode(fmd)
+    buf += footer + len(footer).to_bytes(4, "little") + b"PAR1"
+    table = pq.ParquetFile(pa.BufferReader(bytes(buf))).read_row_group(0)
+    return table.column(0).combine_chunks()
+
+
+def _schema_only_footer(lay: ParquetLayout, top: TopField | None) -> TStruct:
+    """A footer with no row groups; with ``top`` only that top-level field's schema subtree."""
+    root = lay.schema[0].copy()
+    if top is None:
+        schema = lay.schema
+    else:
+        root.put(F.SE_NUM_CHILDREN, T_I32, 1)
+        schema = [root] + lay.schema[top.schema_start:top.schema_end]
+    fmd = TStruct()
+    fmd.put(F.FMD_VERSION, T_I32, lay.fmd.val(F.FMD_VERSION, 1))
+    fmd.put(F.FMD_SCHEMA, T_LIST, TList(T_STRUCT, schema))
+    fmd.put(F.FMD_NUM_ROWS, T_I64, 0)
+    fmd.put(F.FMD_ROW_GROUPS, T_LIST, TList(T_STRUCT, []))
+    if F.FMD_CREATED_BY in lay.fmd:  # readers key per-writer workarounds on it
+        fmd.put(F.FMD_CREATED_BY, T_BINARY, lay.fmd.val(F.FMD_CREATED_BY))
+    return fmd
+
+
+def _read_schema(lay: ParquetLayout) -> pa.Schema:
+    """The Arrow schema pyarrow derives from the Parquet schema alone (what sub-files decode to)."""
+    fmd = _schema_only_footer(lay, None)
+    footer = lay.clock.encode(fmd)
+    buf = b"PAR1" + footer + len(footer).to_bytes(4, "little") + b"PAR1"
+    return pq.ParquetFile(pa.BufferReader(buf)).schema_arrow
+
+
+@dataclass
+class _Mini:
+    lay: ParquetLayout
+    chunks: list[Chunk]
+
+
+def _encode_mini(lay: ParquetLayout, top: TopField, arr: pa.Array, nullable: bool, *, codec: int, dictionary: bool,
+                 v2: bool, crc: bool, rows_per_page: int | None, opts: dict[str, Any]) -> _Mini:
+    leaves = [lay.leaves[i] for i in top.leaves]
+    ptypes = {leaf.physical_type for leaf in leaves}
+    sink = pa.BufferOutputStream()
+    schema = pa.schema([pa.field(top.name, arr.type, nullable=nullable)])
+    kwargs: dict[str, Any] = dict(
+        compression=_CODEC_TO_ARROW.get(codec, "lz4"), use_dictionary=dictionary, write_statistics=True,
+        data_page_version="2.0" if v2 else "1.0", write_page_checksum=crc, write_page_index=True,
+        store_schema=False, version="2.6",
+        store_decimal_as_integer=bool(ptypes & {F.INT32, F.INT64}),
+        use_deprecated_int96_timestamps=F.INT96 in ptypes)
+    if rows_per_page:
+        kwargs["max_rows_per_page"] = max(1, int(rows_per_page))
+    kwargs.update(opts)
+    with pq.ParquetWriter(sink, schema, **kwargs) as writer:
+        writer.write_table(pa.table([arr], schema=schema), row_group_size=max(1, len(arr)))
+    mini = ParquetLayout(sink.getvalue().to_pybytes(), clock=lay.clock, name="<re-encoded pages>")
+    if len(mini.leaves) != len(leaves):
+        raise _NeedFullFile(f"column {top.name!r} re-encodes to {len(mini.leaves)} leaves, not {len(leaves)}")
+    for src, new in zip(leaves, mini.leaves):
+        a = (src.physical_type, src.type_length if src.physical_type == F.FIXED_LEN_BYTE_ARRAY else None,
+             src.max_def, src.max_rep)
+        b = (new.physical_type, new.type_length if new.physical_type == F.FIXED_LEN_BYTE_ARRAY else None,
+             new.max_def, new.max_rep)
+        if a != b:
+            raise _NeedFullFile(f"pyarrow cannot re-encode column {'.'.join(src.path)} with the same physical "
+                                f"layout (type/length/def/rep {a} vs {b})")
+    return _Mini(mini, [mini.chunk(0, i) for i in range(len(leaves))])
+
+
+def _patch(arr: pa.Array, base: int, upd_rows: np.ndarray, upd_vals: pa.Array | None, del_rows: np.ndarray
+           ) -> pa.Array:
+    """Rows ``base .. base+len(arr)`` of a chunk with updates applied and deleted rows removed."""
+    n = len(arr)
+    if not upd_rows.size and not del_rows.size:
+        return arr
+    idx = np.arange(n, dtype=np.int64)
+    if upd_rows.size:
+        idx[upd_rows - base] = n + np.arange(upd_rows.size, dtype=np.int64)
+        arr = pa.concat_arrays([arr, upd_vals])
+    if del_rows.size:
+        keep = np.ones(n, dtype=bool)
+        keep[del_rows - base] = False
+        idx = idx[keep]
+    return arr.take(pa.array(idx))
+
+
+def _changed_mask(old: pa.Array, new: pa.Array) -> np.ndarray:
+    """True where ``new`` differs from ``old`` (nulls equal nulls, NaN equals NaN)."""
+    if not len(old):
+        return np.zeros(0, dtype=bool)
+    t = old.type
+    if pa.types.is_nested(t) or pa.types.is_dictionary(t) or isinstance(t, pa.ExtensionType):
+        return np.array([a != b for a, b in zip(old.to_pylist(), new.to_pylist())], dtype=bool)
+    try:
+        same = pc.fill_null(pc.equal(old, new), False)
+    except pa.ArrowNotImplementedError:
+        return np.array([a != b for a, b in zip(old.to_pylist(), new.to_pylist())], dtype=bool)
+    same = pc.or_(same, pc.and_(pc.is_null(old), pc.is_null(new)))
+    if pa.types.is_floating(t):
+        same = pc.or_(same, pc.fill_null(pc.and_(pc.is_nan(old), pc.is_nan(new)), False))
+    return ~same.to_numpy(zero_copy_only=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# output chunks
+
+
+@dataclass
+class _ChunkOut:
+    """One column chunk of the output: byte pieces plus metadata with offsets relative to the chunk start."""
+
+    leaf: int
+    cc: TStruct
+    cmd: TStruct
+    pieces: list[tuple[str, Any, int]]  # ("copy", src_offset, length) | ("data", bytes, length)
+    length: int
+    rel_offsets: dict[int, int]  # ColumnMetaData field id -> offset relative to chunk start
+    locs: list[tuple[int, int, int]] | None  # (relative offset, size, first row) when an OffsetIndex is written
+    ci: TStruct | bytes | None
+    oi_extra: TStruct | None = None  # source OffsetIndex fields to keep (untouched chunks)
+    bloom: bytes | None = None
+    src_start: int = 0
+
+
+def _copy_chunk(lay: ParquetLayout, rg: int, leaf: int) -> _ChunkOut:
+    """An untouched chunk: one byte range; its OffsetIndex only moves (no page headers are read)."""
+    cc = lay.column_chunk(rg, leaf)
+    cmd = cc.val(F.CC_META_DATA)
+    start, end = lay.chunk_range(rg, leaf)
+    rel = {fid: cmd.val(fid) - start for fid in (F.CMD_DATA_PAGE_OFFSET, F.CMD_DICTIONARY_PAGE_OFFSET,
+                                                F.CMD_INDEX_PAGE_OFFSET) if cmd.val(fid)}
+    oi = locs = None
+    if F.CC_OFFSET_INDEX_OFFSET in cc:
+        oi = lay.offset_index(cc)
+        locs = [(loc.val(F.PL_OFFSET) - start, loc.val(F.PL_COMPRESSED_PAGE_SIZE), loc.val(F.PL_FIRST_ROW_INDEX))
+                for loc in oi.val(F.OI_PAGE_LOCATIONS).items]
+    ci = None
+    if F.CC_COLUMN_INDEX_OFFSET in cc:
+        off = cc.val(F.CC_COLUMN_INDEX_OFFSET)
+        ci = bytes(lay.buf[off:off + cc.val(F.CC_COLUMN_INDEX_LENGTH)])
+    return _ChunkOut(leaf, cc, cmd, [("copy", start, end - start)], end - start, rel, locs, ci, oi,
+                     _bloom_bytes(lay, cmd), start)
+
+
+def _bloom_bytes(lay: ParquetLayout, cmd: TStruct) -> bytes | None:
+    off = cmd.val(F.CMD_BLOOM_FILTER_OFFSET)
+    if off is None:
+        return None
+    length = cmd.val(F.CMD_BLOOM_FILTER_LENGTH)
+    if length is None:  # header (numBytes = field 1) followed by the bitset
+        header, hsize = lay.read_struct(off)
+        length = hsize + header.val(1)
+    return bytes(lay.buf[off:off + length])
+
+
+def _boundary_order(leaf_key, null_pages: list[int], mins: list[bytes], maxs: list[bytes]) -> int:
+    if leaf_key is None:
+        return F.UNORDERED
+    try:
+        pairs = [(leaf_key(lo), leaf_key(hi)) for n, lo, hi in zip(null_pages, mins, maxs) if n != 1]
+    except (ValueError, Exception):
+        return F.UNORDERED
+    if all(a[0] <= b[0] and a[1] <= b[1] for a, b in zip(pairs, pairs[1:])):
+        return F.ASCENDING
+    if all(a[0] >= b[0] and a[1] >= b[1] for a, b in zip(pairs, pairs[1:])):
+        return F.DESCENDING
+    return F.UNORDERED
+
+
+def _combine_bounds(leaf_key, old: TStruct | None, old_all_null: bool, news: list[TStruct | None],
+                    new_all_null: list[bool]) -> tuple[bytes, bytes] | None:
+    """Union of min/max bounds (old chunk statistics and re-encoded pages), or None when unknown."""
+    if leaf_key is None:
+        return None
+    cands = []
+    if not old_all_null:
+        if old is None or F.ST_MIN_VALUE not in old or F.ST_MAX_VALUE not in old:
+            return None
+        cands.append((old.val(F.ST_MIN_VALUE), old.val(F.ST_MAX_VALUE)))
+    for st, empty in zip(news, new_all_null):
+        if empty:
+            continue
+        if st is None or F.ST_MIN_VALUE not in st or F.ST_MAX_VALUE not in st:
+            return None
+        cands.append((st.val(F.ST_MIN_VALUE), st.val(F.ST_MAX_VALUE)))
+    if not cands:
+        return None
+    try:
+        lo = min((c[0] for c in cands), key=leaf_key)
+        hi = max((c[1] for c in cands), key=leaf_key)
+    except ValueError:  # a NaN bound
+        return None
+    return lo, hi
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the rewrite
+
+
+@dataclass
+class _Stats:
+    rows_updated: int = 0
+    pages_total: int = 0
+    pages_rewritten: int = 0
+    pages_copied: int = 0
+    bytes_copied: int = 0
+    bytes_reencoded: int = 0
+    columns: set[str] = field(default_factory=set)
+    full_chunks: list[tuple[int, str, str]] = field(default_factory=list)
+    blooms_dropped: list[tuple[int, str]] = field(default_factory=list)
+    sort_broken: set[int] = field(default_factory=set)  # row groups whose sorting_columns no longer hold
+
+
+class _Rewriter:
+    def __init__(self, lay: ParquetLayout, changes: _Changes, read_schema: pa.Schema, *, full_chunk_threshold: float,
+                 writer_options: dict[str, Any]) -> None:
+        self.lay = lay
+        self.ch = changes
+        self.read_schema = read_schema
+        self.full_chunk_threshold = full_chunk_threshold
+        self.opts = writer_options
+        self.stats = _Stats()
+        self.updated_rows = np.zeros(0, dtype=np.int64)  # global positions whose value really changed
+
+    # -- planning helpers ----------------------------------------------------------------------------------
+    def _page_of(self, ch: Chunk, rows: np.ndarray) -> np.ndarray:
+        firsts = np.fromiter((p.first_row for p in ch.pages), dtype=np.int64, count=len(ch.pages))
+        return np.searchsorted(firsts, rows, side="right") - 1
+
+    def _chunk_setup(self, ch: Chunk) -> dict[str, Any]:
+        first = ch.pages[0]
+        h = self.lay.ensure_header(first)
+        rows_per_page = None
+        if ch.rows_known:
+            bounds = [p.first_row for p in ch.pages] + [ch.num_rows]
+            rows_per_page = max(b - a for a, b in zip(bounds, bounds[1:]))
+        return dict(codec=ch.cmd.val(F.CMD_CODEC), v2=h.val(F.PH_TYPE) == F.DATA_PAGE_V2, crc=F.PH_CRC in h,
+                    rows_per_page=rows_per_page)
+
+    # -- one row group -------------------------------------------------------------------------------------
+    def row_group(self, rg: int, rg_start: int) -> tuple[list[_ChunkOut], int] | None:
+        lay = self.lay
+        nrows = lay.rg_rows(rg)
+        lo, hi = np.searchsorted(self.ch.del_pos, [rg_start, rg_start + nrows])
+        dels = self.ch.del_pos[lo:hi] - rg_start
+        if dels.size == nrows:
+            for leaf in lay.leaves:
+                self.stats.pages_total += lay.page_count(rg, leaf.index)
+                self.stats.pages_rewritten += lay.page_count(rg, leaf.index)
+            return None  # every row deleted: drop the row group
+        ulo, uhi = np.searchsorted(self.ch.upd_pos, [rg_start, rg_start + nrows])
+        ups = self.ch.upd_pos[ulo:uhi] - rg_start
+        outs: list[_ChunkOut] = []
+        for top in lay.tops:
+            vals = self.ch.upd.get(top.name)
+            t_ups = ups if vals is not None else np.zeros(0, dtype=np.int64)
+            t_vals = vals.slice(ulo, uhi - ulo) if vals is not None else None
+            if not t_ups.size and not dels.size:
+                for leaf in top.leaves:
+                    outs.append(_copy_chunk(lay, rg, leaf))
+                    self._count_copy(rg, leaf)
+                continue
+            chunks = [lay.chunk(rg, i) for i in top.leaves]
+            if len(chunks) == 1 and not lay.leaves[top.leaves[0]].nested and chunks[0].rows_known:
+                outs.append(self._flat_chunk(top, chunks[0], t_ups, t_vals, dels, rg_start))
+            else:
+                reason = ("nested column without page row boundaries" if not all(c.rows_known for c in chunks)
+                          else "nested column")
+                outs.extend(self._whole_field(top, chunks, t_ups, t_vals, dels, rg_start, reason))
+        return outs, nrows - dels.size
+
+    def _count_copy(self, rg: int, leaf: int) -> None:
+        pages = self.lay.page_count(rg, leaf)
+        start, end = self.lay.chunk_range(rg, leaf)
+        self.stats.pages_total += pages
+        self.stats.pages_copied += pages
+        self.stats.bytes_copied += end - start
+
+    def _record_changes(self, top: TopField, rg: int, rg_start: int, changed: np.ndarray) -> None:
+        if changed.size:
+            self.stats.columns.add(top.name)
+            self.updated_rows = np.union1d(self.updated_rows, changed + rg_start)
+            for sc in (self.lay.row_groups[rg].val(F.RG_SORTING_COLUMNS) or TList(T_STRUCT, [])).items:
+                if self.lay.leaves[sc.val(F.SC_COLUMN_IDX)].top == top.index:
+                    self.stats.sort_broken.add(rg)
+
+    # -- a top-level field re-encoded as a whole (nested columns, cost model) ---------------------------------
+    def _whole_field(self, top: TopField, chunks: list[Chunk], ups: np.ndarray, vals: pa.Array | None,
+                     dels: np.ndarray, rg_start: int, reason: str) -> list[_ChunkOut]:
+        lay = self.lay
+        rg = chunks[0].rg
+        old = _decode_pages(lay, top, rg, None, chunks[0].num_rows)
+        return self._reencode_field(top, chunks, old, ups, vals, dels, rg_start, reason)
+
+    def _reencode_field(self, top: TopField, chunks: list[Chunk], old: pa.Array, ups: np.ndarray,
+                        vals: pa.Array | None, dels: np.ndarray, rg_start: int, reason: str, *,
+                        compared: bool = False) -> list[_ChunkOut]:
+        """Re-encode whole chunks (all leaves of ``top``); ``compared``: ``ups`` already hold only real changes."""
+        lay = self.lay
+        rg = chunks[0].rg
+        changed = ups
+        if ups.size and not compared:
+            mask = _changed_mask(old.take(pa.array(ups)), vals)
+            changed = ups[mask]
+            vals = vals.filter(pa.array(mask))
+            self._record_changes(top, rg, rg_start, changed)
+        if not changed.size and not dels.size:
+            outs = []
+            for ch in chunks:
+                outs.append(_copy_chunk(lay, ch.rg, ch.leaf))
+                self._count_copy(ch.rg, ch.leaf)
+            return outs
+        new = _patch(old, 0, changed, vals, dels)
+        setup = self._chunk_setup(chunks[0])
+        nullable = lay.schema[top.schema_start].val(F.SE_REPETITION, F.REQUIRED) != F.REQUIRED
+        mini = _encode_mini(lay, top, new, nullable, codec=setup["codec"], dictionary=True, v2=setup["v2"],
+                            crc=setup["crc"], rows_per_page=setup["rows_per_page"], opts=self.opts)
+        outs = []
+        for ch, mch in zip(chunks, mini.chunks):
+            name = ".".join(lay.leaves[ch.leaf].path)
+            self.stats.full_chunks.append((rg, name, reason))
+            self.stats.pages_total += len(ch.pages)
+            self.stats.pages_rewritten += len(ch.pages)
+            self.stats.bytes_reencoded += mch.end - mch.start
+            cmd = mch.cmd.copy()
+            cmd.put(F.CMD_PATH, T_LIST, ch.cmd.val(F.CMD_PATH))
+            cmd.drop(F.CMD_KV, F.CMD_BLOOM_FILTER_OFFSET, F.CMD_BLOOM_FILTER_LENGTH)
+            if F.CMD_KV in ch.cmd:
+                cmd.put(F.CMD_KV, T_LIST, ch.cmd.val(F.CMD_KV))
+            rel = {fid: cmd.val(fid) - mch.start for fid in (F.CMD_DATA_PAGE_OFFSET, F.CMD_DICTIONARY_PAGE_OFFSET)
+                   if cmd.val(fid) is not None}
+            locs = ci = None
+            if F.CC_OFFSET_INDEX_OFFSET in ch.cc:
+                locs = [(p.offset - mch.start, p.size, p.first_row) for p in mch.pages]
+                if F.CC_COLUMN_INDEX_OFFSET in ch.cc:
+                    ci = mini.lay.column_index(mch.cc)
+            bloom = _bloom_bytes(lay, ch.cmd)
+            if bloom is not None and changed.size:
+                self.stats.blooms_dropped.append((rg, name))
+                bloom = None
+            data = bytes(mini.lay.buf[mch.start:mch.end])
+            outs.append(_ChunkOut(ch.leaf, ch.cc, cmd, [("data", data, len(data))], len(data), rel, locs, ci,
+                                  None, bloom, ch.start))
+        return outs
+
+    # -- a flat column chunk patched page by page --------------------------------------------------------------
+    def _flat_chunk(self, top: TopField, ch: Chunk, ups: np.ndarray, vals: pa.Array | None, dels: np.ndarray,
+                    rg_start: int) -> _ChunkOut:
+        lay = self.lay
+        leaf = lay.leaves[ch.leaf]
+        data_bytes = ch.end - ch.prefix_end
+        cand = np.unique(np.concatenate([self._page_of(ch, ups), self._page_of(ch, dels)]))
+        cand_bytes = sum(ch.pages[i].size for i in cand)
+        whole = cand_bytes > self.full_chunk_threshold * data_bytes
+        if whole:
+            runs = [(0, len(ch.pages) - 1)]
+        else:
+            runs = []
+            for i in cand.tolist():
+                if runs and runs[-1][1] == i - 1:
+                    runs[-1] = (runs[-1][0], i)
+                else:
+                    runs.append((i, i))
+        # decode candidate runs, find rows whose value really changes
+        decoded: list[tuple[int, int, int, pa.Array]] = []  # (first page, last page, first row, values)
+        changed_parts, vals_parts = [], []
+        for a, b in runs:
+            r0, r1 = ch.pages[a].first_row, ch.page_rows(b)[1]
+            if whole:
+                arr = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
+            else:
+                arr = _decode_pages(lay, top, ch.rg, {ch.leaf: ch.pages[a:b + 1]}, r1 - r0)
+            decoded.append((a, b, r0, arr))
+            lo, hi = np.searchsorted(ups, [r0, r1])
+            if hi > lo:
+                rows = ups[lo:hi]
+                v = vals.slice(lo, hi - lo)
+                mask = _changed_mask(arr.take(pa.array(rows - r0)), v)
+                changed_parts.append(rows[mask])
+                vals_parts.append(v.filter(pa.array(mask)))
+        changed = np.concatenate(changed_parts) if changed_parts else np.zeros(0, dtype=np.int64)
+        new_vals = (pa.concat_arrays(vals_parts) if vals_parts else None)
+        self._record_changes(top, ch.rg, rg_start, changed)
+        touched = np.unique(np.concatenate([self._page_of(ch, changed), self._page_of(ch, dels)]))
+        if not touched.size:
+            self._count_copy(ch.rg, ch.leaf)
+            return _copy_chunk(lay, ch.rg, ch.leaf)
+        if sum(ch.pages[i].size for i in touched) > self.full_chunk_threshold * data_bytes:
+            old = decoded[0][3] if whole else _decode_pages(lay, top, ch.rg, None, ch.num_rows)
+            # _reencode_field recomputes the change mask against the whole chunk
+            return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start, "most pages touched",
+                                        compared=True)[0]
+        return self._splice(top, ch, leaf, decoded, touched, changed, new_vals, dels, rg_start)
+
+    def _splice(self, top: TopField, ch: Chunk, leaf: Any, decoded: list, touched: np.ndarray, changed: np.ndarray,
+                new_vals: pa.Array | None, dels: np.ndarray, rg_start: int) -> _ChunkOut:
+        lay = self.lay
+        setup = self._chunk_setup(ch)
+        if setup["codec"] not in _CODEC_TO_ARROW:  # pages of a chunk share its codec: re-encode the chunk
+            old = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
+            return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start,
+                                        f"codec {F.CODEC_NAMES[setup['codec']]} cannot be written",
+                                        compared=True)[0]
+        nullable = leaf.element.val(F.SE_REPETITION, F.REQUIRED) != F.REQUIRED
+        key = sort_key_fn(leaf)
+        # sub-runs of consecutive touched pages
+        subruns: list[list[int]] = []
+        for i in touched.tolist():
+            if subruns and subruns[-1][1] == i - 1:
+                subruns[-1][1] = i
+            else:
+                subruns.append([i, i])
+        removed: dict[int, int] = {}  # first page of a sub-run -> index into minis
+        minis: list[tuple[_Mini, int]] = []  # (mini, first new row)
+        removed_nulls = 0
+        deleted_before = np.searchsorted(dels, [p.first_row for p in ch.pages])  # rows deleted before each page
+        for a, b in subruns:
+            r0, r1 = ch.pages[a].first_row, ch.page_rows(b)[1]
+            da, db, dr0, arr = next(d for d in decoded if d[0] <= a and b <= d[1])
+            old = arr.slice(r0 - dr0, r1 - r0)
+            removed_nulls += old.null_count
+            ulo, uhi = np.searchsorted(changed, [r0, r1])
+            dlo, dhi = np.searchsorted(dels, [r0, r1])
+            new = _patch(old, r0, changed[ulo:uhi], new_vals.slice(ulo, uhi - ulo) if uhi > ulo else None,
+                         dels[dlo:dhi])
+            removed[a] = len(minis)
+            if len(new):
+                mini = _encode_mini(lay, top, new, nullable, codec=setup["codec"], dictionary=False, v2=setup["v2"],
+                                    crc=setup["crc"], rows_per_page=setup["rows_per_page"], opts=self.opts)
+                minis.append((mini, r0 - int(deleted_before[a])))
+            else:
+                minis.append((None, 0))  # type: ignore[arg-type]
+        subrun_end = {a: b for a, b in subruns}
+
+        # assemble pieces, page locations and column-index entries
+        src_ci = lay.column_index(ch.cc) if F.CC_COLUMN_INDEX_OFFSET in ch.cc else None
+        want_oi = F.CC_OFFSET_INDEX_OFFSET in ch.cc
+        pieces: list[tuple[str, Any, int]] = [("copy", ch.start, ch.prefix_end - ch.start)] \
+            if ch.prefix_end > ch.start else []
+        pos = ch.prefix_end - ch.start
+        locs: list[tuple[int, int, int]] = []
+        ci_rows: list[tuple[int, bytes, bytes, int | None]] | None = [] if src_ci is not None else None
+        enc_delta: dict[tuple[int, int], int] = {}
+        num_values = ch.cmd.val(F.CMD_NUM_VALUES)
+        unc = ch.cmd.val(F.CMD_TOTAL_UNCOMPRESSED_SIZE)
+        new_stats: list[TStruct | None] = []
+        new_all_null: list[bool] = []
+        added_nulls = 0
+        new_encodings: list[int] = []
+
+        def ci_entry(ci: TStruct, i: int) -> tuple[int, bytes, bytes, int | None]:
+            nc = ci.val(F.CI_NULL_COUNTS)
+            return (ci.val(F.CI_NULL_PAGES).items[i], ci.val(F.CI_MIN_VALUES).items[i],
+                    ci.val(F.CI_MAX_VALUES).items[i], nc.items[i] if nc is not None else None)
+
+        i = 0
+        while i < len(ch.pages):
+            if i in removed:
+                b = subrun_end[i]
+                for j in range(i, b + 1):
+                    p = ch.pages[j]
+                    pt_enc = _page_encoding(lay, p)
+                    enc_delta[pt_enc] = enc_delta.get(pt_enc, 0) - 1
+                    num_values -= _page_num_values(lay, p)
+                    unc -= p.header_size + lay.ensure_header(p).val(F.PH_UNCOMPRESSED_SIZE)
+                    self.stats.pages_rewritten += 1
+                mini, new_first = minis[removed[i]]
+                if mini is not None:
+                    mch = mini.chunks[0]
+                    assert mch.prefix_end == mch.start, "re-encoded pages must not carry a dictionary"
+                    data = bytes(mini.lay.buf[mch.start:mch.end])
+                    pieces.append(("data", data, len(data)))
+                    self.stats.bytes_reencoded += len(data)
+                    for p in mch.pages:
+                        locs.append((pos + p.offset - mch.start, p.size, new_first + p.first_row))
+                    pos += len(data)
+                    mcmd = mch.cmd
+                    num_values += mcmd.val(F.CMD_NUM_VALUES)
+                    unc += mcmd.val(F.CMD_TOTAL_UNCOMPRESSED_SIZE)
+                    for e in mcmd.val(F.CMD_ENCODING_STATS, TList(T_STRUCT, [])).items:
+                        k = (e.val(F.PES_PAGE_TYPE), e.val(F.PES_ENCODING))
+                        enc_delta[k] = enc_delta.get(k, 0) + e.val(F.PES_COUNT)
+                    new_encodings.extend(mcmd.val(F.CMD_ENCODINGS).items)
+                    mst = mcmd.val(F.CMD_STATISTICS)
+                    mrows = mini.lay.num_rows
+                    mnulls = mst.val(F.ST_NULL_COUNT) if mst is not None else None
+                    if mnulls is None:
+                        mnulls = 0
+                    added_nulls += mnulls
+                    new_stats.append(mst)
+                    new_all_null.append(mnulls == mrows)
+                    if ci_rows is not None:
+                        mci = mini.lay.column_index(mch.cc)
+                        if mci is None:
+                            ci_rows = None
+                        else:
+                            ci_rows.extend(ci_entry(mci, k) for k in range(len(mch.pages)))
+                i = b + 1
+                continue
+            # a run of untouched pages: one byte range
+            j = i
+            while j + 1 < len(ch.pages) and (j + 1) not in removed:
+                j += 1
+            start, end = ch.pages[i].offset, ch.pages[j].offset + ch.pages[j].size
+            pieces.append(("copy", start, end - start))
+            for k in range(i, j + 1):
+                p = ch.pages[k]
+                locs.append((pos + p.offset - start, p.size, p.first_row - int(deleted_before[k])))
+                if ci_rows is not None:
+                    ci_rows.append(ci_entry(src_ci, k))
+            self.stats.pages_copied += j - i + 1
+            self.stats.bytes_copied += end - start
+            pos += end - start
+            i = j + 1
+        self.stats.pages_total += len(ch.pages)
+        self.stats.bytes_copied += ch.prefix_end - ch.start
+
+        # column metadata
+        cmd = ch.cmd.copy()
+        cmd.put(F.CMD_NUM_VALUES, T_I64, num_values)
+        cmd.put(F.CMD_TOTAL_COMPRESSED_SIZE, T_I64, pos)
+        cmd.put(F.CMD_TOTAL_UNCOMPRESSED_SIZE, T_I64, unc)
+        encs = list(cmd.val(F.CMD_ENCODINGS).items)
+        encs += [e for e in dict.fromkeys(new_encodings) if e not in encs]
+        cmd.put(F.CMD_ENCODINGS, T_LIST, TList(T_I32, encs))
+        if F.CMD_ENCODING_STATS in cmd:
+            entries = []
+            seen = set()
+            for e in cmd.val(F.CMD_ENCODING_STATS).items:
+                k = (e.val(F.PES_PAGE_TYPE), e.val(F.PES_ENCODING))
+                seen.add(k)
+                count = e.val(F.PES_COUNT) + enc_delta.get(k, 0)
+                if count > 0:
+                    ne = e.copy()
+                    ne.put(F.PES_COUNT, T_I32, count)
+                    entries.append(ne)
+            for k, d in enc_delta.items():
+                if k not in seen and d > 0:
+                    ne = TStruct()
+                    ne.put(F.PES_PAGE_TYPE, T_I32, k[0])
+                    ne.put(F.PES_ENCODING, T_I32, k[1])
+                    ne.put(F.PES_COUNT, T_I32, d)
+                    entries.append(ne)
+            cmd.put(F.CMD_ENCODING_STATS, T_LIST, TList(T_STRUCT, entries))
+        old_st = ch.cmd.val(F.CMD_STATISTICS)
+        if old_st is not None:
+            st = TStruct()
+            old_nulls = old_st.val(F.ST_NULL_COUNT)
+            if old_nulls is not None:
+                st.put(F.ST_NULL_COUNT, T_I64, old_nulls - removed_nulls + added_nulls)
+            old_all_null = old_nulls is not None and old_nulls == ch.num_rows and F.ST_MIN_VALUE not in old_st
+            bounds = _combine_bounds(key, old_st, old_all_null, new_stats, new_all_null)
+            if bounds is not None:
+                st.put(F.ST_MAX_VALUE, T_BINARY, bounds[1])
+                st.put(F.ST_MIN_VALUE, T_BINARY, bounds[0])
+            cmd.put(F.CMD_STATISTICS, T_STRUCT, st)
+        cmd.drop(F.CMD_SIZE_STATISTICS)
+        name = ".".join(leaf.path)
+        bloom = _bloom_bytes(lay, ch.cmd)
+        if changed.size:
+            cmd.drop(F.CMD_GEOSPATIAL_STATISTICS)
+            if bloom is not None:
+                self.stats.blooms_dropped.append((ch.rg, name))
+                bloom = None
+        cmd.drop(F.CMD_BLOOM_FILTER_OFFSET, F.CMD_BLOOM_FILTER_LENGTH)
+        rel = {fid: cmd.val(fid) - ch.start for fid in (F.CMD_DICTIONARY_PAGE_OFFSET, F.CMD_INDEX_PAGE_OFFSET)
+               if cmd.val(fid)}
+        rel[F.CMD_DATA_PAGE_OFFSET] = locs[0][0] if locs else ch.prefix_end - ch.start
+        ci = None
+        if ci_rows is not None and want_oi:
+            ci = TStruct()
+            nulls_pages = [r[0] for r in ci_rows]
+            mins = [r[1] for r in ci_rows]
+            maxs = [r[2] for r in ci_rows]
+            ci.put(F.CI_NULL_PAGES, T_LIST, TList(src_ci.val(F.CI_NULL_PAGES).etype, nulls_pages))
+            ci.put(F.CI_MIN_VALUES, T_LIST, TList(T_BINARY, mins))
+            ci.put(F.CI_MAX_VALUES, T_LIST, TList(T_BINARY, maxs))
+            ci.put(F.CI_BOUNDARY_ORDER, T_I32, _boundary_order(key, nulls_pages, mins, maxs))
+            if all(r[3] is not None for r in ci_rows):
+                ci.put(F.CI_NULL_COUNTS, T_LIST, TList(T_I64, [r[3] for r in ci_rows]))
+        return _ChunkOut(ch.leaf, ch.cc, cmd, pieces, pos, rel, locs if want_oi else None, ci, None, bloom, ch.start)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# writing the output
+
+
+class _Sink:
+    """Sequential output: small writes are buffered; copied ranges go through ``os.copy_file_range`` when it works."""
+
+    def __init__(self, fd: int, src: ParquetLayout) -> None:
+        self.fd = fd
+        self.src = src
+        self.pos = 0
+        self._buf = bytearray()
+        self._cfr = hasattr(os, "copy_file_range")
+
+    def write(self, data: bytes) -> None:
+        self._buf += data
+        self.pos += len(data)
+        if len(self._buf) > 1 << 22:
+            self.flush()
+
+    def flush(self) -> None:
+        view = memoryview(self._buf)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+        self._buf = bytearray()
+
+    def copy(self, offset: int, length: int) -> None:
+        if length <= 0:
+            return
+        self.flush()
+        self.pos += length
+        if self._cfr:
+            done = 0
+            try:
+                while done < length:
+                    n = os.copy_file_range(self.src._fh.fileno(), self.fd, length - done, offset + done)
+                    if n == 0:
+                        break
+                    done += n
+            except OSError:
+                self._cfr = False
+            offset, length = offset + done, length - done
+        step = 1 << 23
+        for o in range(offset, offset + length, step):
+            chunk = self.src.buf[o:min(o + step, offset + length)]
+            view = memoryview(chunk)
+            while view:
+                n = os.write(self.fd, view)
+                view = view[n:]
+
+
+def _write_output(lay: ParquetLayout, fd: int, groups: list[tuple[int, list[_ChunkOut], int]], stats: _Stats) -> int:
+    clock = lay.clock
+    sink = _Sink(fd, lay)
+    sink.write(b"PAR1")
+    placed: list[tuple[TStruct, _ChunkOut, int]] = []  # (new ColumnChunk, chunk out, absolute start)
+    new_rgs = []
+    for ordinal, (rg_idx, outs, rows) in enumerate(groups):
+        src_rg = lay.row_groups[rg_idx]
+        rg = src_rg.copy()
+        ccs = []
+        rg_start = sink.pos
+        total_unc = total_comp = 0
+        for out in outs:
+            start = sink.pos
+            for kind, what, length in out.pieces:
+                if kind == "copy":
+                    sink.copy(what, length)
+                else:
+                    sink.write(what)
+            assert sink.pos - start == out.length, "chunk length mismatch"
+            cmd = out.cmd.copy()
+            for fid, rel in out.rel_offsets.items():
+                cmd.put(fid, T_I64, start + rel)
+            cc = out.cc.copy()
+            old_fo = out.cc.val(F.CC_FILE_OFFSET, 0)
+            cc.put(F.CC_FILE_OFFSET, T_I64, old_fo + (start - out.src_start) if old_fo else 0)
+            cc.drop(F.CC_OFFSET_INDEX_OFFSET, F.CC_OFFSET_INDEX_LENGTH, F.CC_COLUMN_INDEX_OFFSET,
+                    F.CC_COLUMN_INDEX_LENGTH)
+            cc.put(F.CC_META_DATA, T_STRUCT, cmd)
+            ccs.append(cc)
+            placed.append((cc, out, start))
+            total_unc += cmd.val(F.CMD_TOTAL_UNCOMPRESSED_SIZE)
+            total_comp += cmd.val(F.CMD_TOTAL_COMPRESSED_SIZE)
+        rg.put(F.RG_COLUMNS, T_LIST, TList(T_STRUCT, ccs))
+        rg.put(F.RG_NUM_ROWS, T_I64, rows)
+        rg.put(F.RG_TOTAL_BYTE_SIZE, T_I64, total_unc)
+        if F.RG_TOTAL_COMPRESSED_SIZE in rg:
+            rg.put(F.RG_TOTAL_COMPRESSED_SIZE, T_I64, total_comp)
+        if F.RG_FILE_OFFSET in rg:
+            rg.put(F.RG_FILE_OFFSET, T_I64, rg_start)
+        if F.RG_ORDINAL in rg:
+            rg.put(F.RG_ORDINAL, rg[F.RG_ORDINAL][0], ordinal)
+        if rg_idx in stats.sort_broken:
+            rg.drop(F.RG_SORTING_COLUMNS)
+        new_rgs.append(rg)
+    # page indexes: all column indexes, then all offset indexes, then bloom filters
+    for cc, out, _ in placed:
+        if out.ci is None or out.locs is None:
+            continue
+        data = out.ci if isinstance(out.ci, bytes) else clock.encode(out.ci)
+        cc.put(F.CC_COLUMN_INDEX_OFFSET, T_I64, sink.pos)
+        cc.put(F.CC_COLUMN_INDEX_LENGTH, T_I32, len(data))
+        sink.write(data)
+    for cc, out, start in placed:
+        if out.locs is None:
+            continue
+        oi = out.oi_extra.copy() if out.oi_extra is not None else TStruct()
+        if out.oi_extra is None:
+            oi.drop(F.OI_UNENCODED_BYTE_ARRAY_DATA_BYTES)
+        items = []
+        for rel, size, first in out.locs:
+            loc = TStruct()
+            loc.put(F.PL_OFFSET, T_I64, start + rel)
+            loc.put(F.PL_COMPRESSED_PAGE_SIZE, T_I32, size)
+            loc.put(F.PL_FIRST_ROW_INDEX, T_I64, first)
+            items.append(loc)
+        oi.put(F.OI_PAGE_LOCATIONS, T_LIST, TList(T_STRUCT, items))
+        data = clock.encode(oi)
+        cc.put(F.CC_OFFSET_INDEX_OFFSET, T_I64, sink.pos)
+        cc.put(F.CC_OFFSET_INDEX_LENGTH, T_I32, len(data))
+        sink.write(data)
+    for cc, out, _ in placed:
+        if out.bloom is None:
+            continue
+        cmd = cc.val(F.CC_META_DATA)
+        cmd.put(F.CMD_BLOOM_FILTER_OFFSET, T_I64, sink.pos)
+        cmd.put(F.CMD_BLOOM_FILTER_LENGTH, T_I32, len(out.bloom))
+        sink.write(out.bloom)
+    fmd = lay.fmd.copy()
+    fmd.put(F.FMD_ROW_GROUPS, T_LIST, TList(T_STRUCT, new_rgs))
+    fmd.put(F.FMD_NUM_ROWS, T_I64, sum(g[2] for g in groups))
+    footer = clock.encode(fmd)
+    sink.write(footer + len(footer).to_bytes(4, "little") + b"PAR1")
+    sink.flush()
+    return sink.pos
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# whole-file rewrite (the cost model's last resort, and the fallback when pages cannot be re-encoded faithfully)
+
+
+def _rewrite_whole(lay: ParquetLayout, fd: int, changes: _Changes, opts: dict[str, Any]) -> int:
+    table = pq.read_table(lay.path)
+    n = table.num_rows
+    cols = []
+    for name, col in zip(table.column_names, table.columns):
+        arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+        if name in changes.upd:
+            vals = changes.upd[name].cast(arr.type)
+            arr = _patch(arr, 0, changes.upd_pos, vals, changes.del_pos)
+        elif changes.del_pos.size:
+            arr = _patch(arr, 0, np.zeros(0, np.int64), None, changes.del_pos)
+        cols.append(arr)
+    new = pa.table(cols, schema=table.schema)
+    ptypes = {leaf.physical_type for leaf in lay.leaves}
+    first = lay.chunk(0, 0) if lay.row_groups else None
+    h = lay.ensure_header(first.pages[0]) if first else TStruct()
+    has_oi = bool(lay.row_groups) and F.CC_OFFSET_INDEX_OFFSET in lay.column_chunk(0, 0)
+    codec = first.cmd.val(F.CMD_CODEC) if first else 1
+    kwargs: dict[str, Any] = dict(
+        compression=_CODEC_TO_ARROW.get(codec, "lz4"), write_page_index=has_oi,
+        data_page_version="2.0" if h.val(F.PH_TYPE) == F.DATA_PAGE_V2 else "1.0",
+        write_page_checksum=F.PH_CRC in h, use_deprecated_int96_timestamps=F.INT96 in ptypes,
+        store_decimal_as_integer=any(
+            leaf.physical_type in (F.INT32, F.INT64) and pa.types.is_decimal(f.type)
+            for leaf, f in zip(lay.leaves, table.schema)) if len(lay.leaves) == len(table.schema) else False)
+    kwargs.update(opts)
+    rg_size = max((lay.rg_rows(i) for i in range(len(lay.row_groups))), default=n) or 1
+    with os.fdopen(os.dup(fd), "wb") as fh:
+        pq.write_table(new, fh, row_group_size=rg_size, **kwargs)
+    return os.fstat(fd).st_size
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def rewrite_file(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    updates: pa.Table | None = None,
+    deletes: Sequence[int] | np.ndarray | pa.Array | pa.ChunkedArray | None = None,
+    *,
+    full_chunk_threshold: float = 0.6,
+    full_file_threshold: float = 0.85,
+    writer_options: dict[str, Any] | None = None,
+    fsync: bool = True,
+) -> RewriteReport:
+    """Write ``dst``: ``src`` with ``updates`` applied and ``deletes`` removed, re-encoding only touched pages.
+
+    ``updates`` holds an int64 column :data:`ROW_POSITION` (0-based position in ``src``) and the top-level columns
+    to set; values equal to the old ones change nothing. ``deletes`` lists positions to remove.
+
+    Options: ``full_chunk_threshold`` (fraction of a chunk's page bytes touched above which the chunk is re-encoded
+    whole, with a dictionary), ``full_file_threshold`` (fraction of all page bytes holding candidate changes above
+    which the file is rewritten by pyarrow), ``writer_options`` (extra ``pyarrow.parquet.ParquetWriter`` options for
+    re-encoded pages, e.g. ``{"compression_level": 3}``), ``fsync``.
+
+    ``dst`` appears only when the rewrite succeeded (written to a temporary name, fsynced, renamed).
+
+    >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os
+    >>> from partialcow.parquet import write_table
+    >>> d = tempfile.mkdtemp(); src, dst = os.path.join(d, "a.parquet"), os.path.join(d, "b.parquet")
+    >>> write_table(pa.table({"k": list(range(10)), "v": ["x"] * 10}), src)  # doctest: +ELLIPSIS
+    WrittenFile(...)
+    >>> upd = pa.table({ROW_POSITION: pa.array([3], pa.int64()), "v": ["y"]})
+    >>> r = rewrite_file(src, dst, upd, deletes=[0])
+    >>> pq.read_table(dst).column("v").to_pylist()[:3], r.rows_updated, r.rows_deleted
+    (['x', 'x', 'y'], 1, 1)
+    """
+    t0 = time.perf_counter()
+    src, dst = os.fspath(src), os.fspath(dst)
+    clock = ThriftClock()
+    opts = dict(writer_options or {})
+    tmp = f"{dst}.tmp-{secrets.token_hex(6)}"
+    with ParquetLayout(src, clock=clock) as lay:
+        read_schema = _read_schema(lay)
+        changes = _prepare(lay, read_schema, updates, deletes)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            reason = _full_file_reason(lay, changes, full_file_threshold)
+            rw = _Rewriter(lay, changes, read_schema, full_chunk_threshold=full_chunk_threshold,
+                           writer_options=opts)
+            if reason is None:
+                try:
+                    groups = []
+                    row = 0
+                    for rg in range(len(lay.row_groups)):
+                        res = rw.row_group(rg, row)
+                        row += lay.rg_rows(rg)
+                        if res is not None:
+                            groups.append((rg, res[0], res[1]))
+                    size = _write_output(lay, fd, groups, rw.stats)
+                except _NeedFullFile as exc:
+                    reason = str(exc)
+                    os.ftruncate(fd, 0)
+                    os.lseek(fd, 0, os.SEEK_SET)
+            if reason is not None:
+                total_pages = sum(lay.page_count(rg, leaf.index) for rg in range(len(lay.row_groups))
+                                  for leaf in lay.leaves)
+                size = _rewrite_whole(lay, fd, changes, opts)
+            if fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+    try:
+        os.replace(tmp, dst)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    if fsync:
+        _fsync_dir(os.path.dirname(os.path.abspath(dst)))
+    st = rw.stats
+    if reason is not None:
+        pages_total = total_pages
+        upd_rows = changes.upd_pos.size
+        return RewriteReport(src, dst, lay.num_rows, lay.num_rows - changes.del_pos.size, upd_rows,
+                             int(changes.del_pos.size), pages_total, pages_total, 0, 0, size,
+                             tuple(sorted(changes.upd)), (), reason, (), time.perf_counter() - t0, clock.seconds)
+    rows_after = sum(g[2] for g in groups)
+    return RewriteReport(
+        src, dst, lay.num_rows, rows_after, int(rw.updated_rows.size), int(changes.del_pos.size), st.pages_total,
+        st.pages_rewritten, st.pages_copied, st.bytes_copied, st.bytes_reencoded, tuple(sorted(st.columns)),
+        tuple(st.full_chunks), None, tuple(st.blooms_dropped), time.perf_counter() - t0, clock.seconds)
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        dfd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass  # some file systems refuse fsync on directories
+    finally:
+        os.close(dfd)
+
+
+def _full_file_reason(lay: ParquetLayout, changes: _Changes, threshold: float) -> str | None:
+    """Whole-file rewrite when the pages holding candidate changes are nearly all page bytes."""
+    if not changes.upd_pos.size and not changes.del_pos.size:
+        return None
+    total = touched = 0
+    row = 0
+    for rg in range(len(lay.row_groups)):
+        n = lay.rg_rows(rg)
+        dlo, dhi = np.searchsorted(changes.del_pos, [row, row + n])
+        ulo, uhi = np.searchsorted(changes.upd_pos, [row, row + n])
+        dels = changes.del_pos[dlo:dhi] - row
+        ups = changes.upd_pos[ulo:uhi] - row
+        for leaf in lay.leaves:
+            cmd = lay.column_chunk(rg, leaf.index).val(F.CC_META_DATA)
+            size = cmd.val(F.CMD_TOTAL_COMPRESSED_SIZE)
+            total += size
+            name = lay.tops[leaf.top].name
+            rows = np.concatenate([dels, ups]) if name in changes.upd else dels
+            if not rows.size:
+                continue
+            ch = lay.chunk(rg, leaf.index)
+            if not ch.rows_known or leaf.nested:
+                touched += size
+                continue
+            firsts = np.fromiter((p.first_row for p in ch.pages), dtype=np.int64, count=len(ch.pages))
+            pages = np.unique(np.searchsorted(firsts, rows, side="right") - 1)
+            touched += sum(ch.pages[i].size for i in pages.tolist())
+        row += n
+    if total and touched > threshold * total:
+        return f"{touched / total:.0%} of the page bytes hold changes (threshold {threshold:.0%})"
+    return None

@@ -1,0 +1,357 @@
+"""Where things are in a Parquet file: footer, schema leaves, column chunks, pages, page indexes.
+
+Everything here reads raw bytes (an ``mmap`` of the file) and decodes Thrift with :mod:`._thrift`; values are never
+decoded here.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from partialcow.exceptions import ParquetRewriteError, UnsupportedFileError
+from partialcow.parquet import _format as F
+from partialcow.parquet._thrift import TStruct, ThriftError, decode_struct, encode
+
+__all__ = ["ThriftClock", "Leaf", "Page", "Chunk", "ParquetLayout", "sort_key_fn"]
+
+
+class ThriftClock:
+    """Accumulates the time spent (de)serialising Thrift, for the rewrite report."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def decode(self, buf: Any, pos: int = 0) -> tuple[TStruct, int]:
+        t = time.perf_counter()
+        try:
+            return decode_struct(buf, pos)
+        finally:
+            self.seconds += time.perf_counter() - t
+
+    def encode(self, st: TStruct) -> bytes:
+        t = time.perf_counter()
+        try:
+            return encode(st)
+        finally:
+            self.seconds += time.perf_counter() - t
+
+
+@dataclass
+class Leaf:
+    """One primitive column of the schema (a column chunk per row group)."""
+
+    index: int
+    path: tuple[str, ...]
+    top: int  # index of the top-level field this leaf belongs to
+    element: TStruct
+    max_def: int
+    max_rep: int
+    nested: bool
+
+    @property
+    def physical_type(self) -> int:
+        return self.element.val(F.SE_TYPE)
+
+    @property
+    def type_length(self) -> int | None:
+        return self.element.val(F.SE_TYPE_LENGTH)
+
+
+@dataclass
+class TopField:
+    """A top-level field: its schema subtree and its leaves."""
+
+    index: int
+    name: str
+    schema_start: int
+    schema_end: int
+    leaves: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Page:
+    """A data page: absolute offset, size including header, first row within the row group (None if unknown)."""
+
+    offset: int
+    size: int
+    first_row: int | None
+    header: TStruct | None = None
+    header_size: int = 0
+
+
+@dataclass
+class Chunk:
+    """One column chunk with its page list (data pages only; the dictionary page sits in ``prefix``)."""
+
+    rg: int
+    leaf: int
+    cc: TStruct  # ColumnChunk
+    cmd: TStruct  # ColumnMetaData
+    start: int
+    end: int
+    prefix_end: int  # start of the first data page: [start, prefix_end) holds dictionary/index pages
+    pages: list[Page]
+    rows_known: bool  # every page's first row is known (OffsetIndex, v2 pages, or flat v1 pages)
+    num_rows: int
+
+    def page_rows(self, i: int) -> tuple[int, int]:
+        first = self.pages[i].first_row
+        nxt = self.pages[i + 1].first_row if i + 1 < len(self.pages) else self.num_rows
+        return first, nxt  # type: ignore[return-value]
+
+
+def _read_schema(schema: list[TStruct]) -> tuple[list[Leaf], list[TopField]]:
+    leaves: list[Leaf] = []
+    tops: list[TopField] = []
+    pos = 1
+
+    def walk(path: tuple[str, ...], d: int, r: int, top: int, depth: int) -> None:
+        nonlocal pos
+        el = schema[pos]
+        pos += 1
+        rep = el.val(F.SE_REPETITION, F.REQUIRED)
+        d += rep != F.REQUIRED
+        r += rep == F.REPEATED
+        name = el.val(F.SE_NAME).decode("utf-8", "replace")
+        n = el.val(F.SE_NUM_CHILDREN)
+        if n is None or (n == 0 and el.val(F.SE_TYPE) is not None):
+            leaves.append(Leaf(len(leaves), path + (name,), top, el, d, r, depth > 0 or r > 0))
+            tops[top].leaves.append(len(leaves) - 1)
+            return
+        for _ in range(n):
+            walk(path + (name,), d, r, top, depth + 1)
+
+    for t in range(schema[0].val(F.SE_NUM_CHILDREN, 0)):
+        start = pos
+        name = schema[pos].val(F.SE_NAME).decode("utf-8", "replace")
+        tops.append(TopField(t, name, start, start))
+        walk((), 0, 0, t, 0)
+        tops[t].schema_end = pos
+    return leaves, tops
+
+
+def sort_key_fn(leaf: Leaf):
+    """A function mapping an encoded min/max statistic of ``leaf`` to a Python value ordered as Parquet orders it,
+    or None when the type has no usable order here (INT96, INTERVAL, ...)."""
+    el = leaf.element
+    ptype = el.val(F.SE_TYPE)
+    conv = el.val(F.SE_CONVERTED_TYPE)
+    logical = el.val(F.SE_LOGICAL_TYPE)
+    unsigned = conv in (F.CT_UINT_8, F.CT_UINT_16, F.CT_UINT_32, F.CT_UINT_64)
+    if logical is not None and F.LT_INTEGER in logical:
+        unsigned = not logical.val(F.LT_INTEGER).val(F.INTTYPE_IS_SIGNED, True)
+    decimal = conv == F.CT_DECIMAL or (logical is not None and F.LT_DECIMAL in logical)
+    float16 = logical is not None and 15 in logical
+    if ptype == F.BOOLEAN:
+        return lambda b: b[0]
+    if ptype == F.INT32:
+        fmt = struct.Struct("<I" if unsigned else "<i")
+        return lambda b: fmt.unpack(b[:4])[0]
+    if ptype == F.INT64:
+        fmt = struct.Struct("<Q" if unsigned else "<q")
+        return lambda b: fmt.unpack(b[:8])[0]
+    if ptype in (F.FLOAT, F.DOUBLE):
+        fmt = struct.Struct("<f" if ptype == F.FLOAT else "<d")
+
+        def fkey(b: bytes) -> float:
+            v = fmt.unpack(b)[0]
+            if math.isnan(v):
+                raise ValueError("NaN bound")
+            return v
+
+        return fkey
+    if ptype in (F.BYTE_ARRAY, F.FIXED_LEN_BYTE_ARRAY):
+        if decimal:
+            return lambda b: int.from_bytes(b, "big", signed=True)
+        if float16:
+            fmt16 = struct.Struct("<e")
+            return lambda b: fmt16.unpack(b)[0]
+        if ptype == F.FIXED_LEN_BYTE_ARRAY and conv == 21:  # INTERVAL: undefined order
+            return None
+        return bytes
+    return None  # INT96
+
+
+class ParquetLayout:
+    """The decoded footer of one Parquet file, opened read-only through ``mmap``.
+
+    >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.parquet")
+    >>> pq.write_table(pa.table({"a": [1, 2, 3]}), p, write_page_index=True)
+    >>> with ParquetLayout(p) as lay:
+    ...     [pg.first_row for pg in lay.chunk(0, 0).pages]
+    [0]
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | bytes, *, clock: ThriftClock | None = None,
+                 name: str = "<memory>") -> None:
+        self.clock = clock or ThriftClock()
+        self._fh = None
+        self.buf: Any = None
+        if isinstance(path, bytes):  # an in-memory file (the engine's re-encoded mini files)
+            self.path, self.buf, size = name, path, len(path)
+        else:
+            self.path = os.fspath(path)
+            self._fh = open(self.path, "rb")
+            size = os.fstat(self._fh.fileno()).st_size
+        try:
+            if size < 12:
+                raise UnsupportedFileError(f"{self.path} is not a Parquet file (only {size} bytes)")
+            if self.buf is None:
+                self.buf = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ)
+            self.size = size
+            tail = self.buf[size - 8:size]
+            if tail[4:] == b"PARE":
+                raise UnsupportedFileError(
+                    f"{self.path} uses Parquet modular encryption (encrypted footer); the page engine refuses "
+                    "encrypted files because copied pages would break their AAD. Rewrite it with a full writer.")
+            if tail[4:] != b"PAR1" or self.buf[0:4] != b"PAR1":
+                raise UnsupportedFileError(f"{self.path} is not a Parquet file (missing PAR1 magic)")
+            flen = struct.unpack("<I", tail[:4])[0]
+            self.footer_start = size - 8 - flen
+            try:
+                self.fmd, _ = self.clock.decode(self.buf, self.footer_start)
+            except (ThriftError, IndexError) as exc:
+                raise ParquetRewriteError(f"{self.path}: corrupt footer ({exc})") from exc
+            if F.FMD_ENCRYPTION_ALGORITHM in self.fmd:
+                raise UnsupportedFileError(
+                    f"{self.path} uses Parquet modular encryption (plaintext footer); the page engine refuses "
+                    "encrypted files. Rewrite it with a full writer.")
+            self.schema: list[TStruct] = self.fmd.val(F.FMD_SCHEMA).items
+            self.leaves, self.tops = _read_schema(self.schema)
+            self.row_groups: list[TStruct] = self.fmd.val(F.FMD_ROW_GROUPS).items
+            self.num_rows: int = self.fmd.val(F.FMD_NUM_ROWS)
+            for rg in self.row_groups:
+                for cc in rg.val(F.RG_COLUMNS).items:
+                    if F.CC_CRYPTO_METADATA in cc or F.CC_ENCRYPTED_COLUMN_METADATA in cc:
+                        raise UnsupportedFileError(f"{self.path} has encrypted column chunks; the page engine "
+                                                   "refuses encrypted files. Rewrite it with a full writer.")
+                    if cc.val(F.CC_FILE_PATH):
+                        raise UnsupportedFileError(f"{self.path} keeps column data in another file "
+                                                   f"({cc.val(F.CC_FILE_PATH)!r}); only self-contained files "
+                                                   "can be rewritten.")
+        except BaseException:
+            self.close()
+            raise
+        self._chunks: dict[tuple[int, int], Chunk] = {}
+
+    def close(self) -> None:
+        buf = getattr(self, "buf", None)
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+        self.buf = None
+        if self._fh is not None:
+            self._fh.close()
+
+    def __enter__(self) -> ParquetLayout:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- row groups and chunks ---------------------------------------------------------------------------------
+    def rg_rows(self, rg: int) -> int:
+        return self.row_groups[rg].val(F.RG_NUM_ROWS)
+
+    def column_chunk(self, rg: int, leaf: int) -> TStruct:
+        return self.row_groups[rg].val(F.RG_COLUMNS).items[leaf]
+
+    def read_struct(self, offset: int) -> tuple[TStruct, int]:
+        st, end = self.clock.decode(self.buf, offset)
+        return st, end - offset
+
+    def offset_index(self, cc: TStruct) -> TStruct | None:
+        off = cc.val(F.CC_OFFSET_INDEX_OFFSET)
+        return None if off is None else self.read_struct(off)[0]
+
+    def column_index(self, cc: TStruct) -> TStruct | None:
+        off = cc.val(F.CC_COLUMN_INDEX_OFFSET)
+        return None if off is None else self.read_struct(off)[0]
+
+    def page_header(self, offset: int) -> tuple[TStruct, int]:
+        try:
+            return self.read_struct(offset)
+        except (ThriftError, IndexError) as exc:
+            raise ParquetRewriteError(f"{self.path}: corrupt page header at byte {offset} ({exc})") from exc
+
+    def chunk(self, rg: int, leaf: int) -> Chunk:
+        """The pages of one column chunk (cached)."""
+        key = (rg, leaf)
+        if key not in self._chunks:
+            self._chunks[key] = self._discover(rg, leaf)
+        return self._chunks[key]
+
+    def _discover(self, rg: int, leaf_idx: int) -> Chunk:
+        cc = self.column_chunk(rg, leaf_idx)
+        cmd = cc.val(F.CC_META_DATA)
+        leaf = self.leaves[leaf_idx]
+        start, end = self.chunk_range(rg, leaf_idx)
+        nrows = self.rg_rows(rg)
+        oi = self.offset_index(cc)
+        pages: list[Page] = []
+        if oi is not None:
+            for loc in oi.val(F.OI_PAGE_LOCATIONS).items:
+                pages.append(Page(loc.val(F.PL_OFFSET), loc.val(F.PL_COMPRESSED_PAGE_SIZE), loc.val(F.PL_FIRST_ROW_INDEX)))
+            rows_known = True
+        else:
+            # No OffsetIndex: walk the page headers. Rows per page are known for v2 pages and for flat v1 pages.
+            pos, row, rows_known = start, 0, True
+            while pos < end:
+                header, hsize = self.page_header(pos)
+                size = hsize + header.val(F.PH_COMPRESSED_SIZE)
+                ptype = header.val(F.PH_TYPE)
+                if ptype == F.DATA_PAGE_V2:
+                    pages.append(Page(pos, size, row, header, hsize))
+                    row += header.val(F.PH_DATA_PAGE_HEADER_V2).val(F.DPH2_NUM_ROWS)
+                elif ptype == F.DATA_PAGE:
+                    pages.append(Page(pos, size, row if leaf.max_rep == 0 else None, header, hsize))
+                    if leaf.max_rep == 0:
+                        row += header.val(F.PH_DATA_PAGE_HEADER).val(F.DPH_NUM_VALUES)
+                    else:
+                        rows_known = False
+                elif pages:
+                    raise ParquetRewriteError(
+                        f"{self.path}: row group {rg}, column {'.'.join(leaf.path)} has a "
+                        f"{F.PAGE_TYPE_NAMES[ptype] if ptype < 4 else ptype} page after its data pages")
+                pos += size
+            if pos != end:
+                raise ParquetRewriteError(f"{self.path}: pages of row group {rg}, column {'.'.join(leaf.path)} "
+                                          f"overrun the chunk ({pos} != {end})")
+        if not pages:
+            raise ParquetRewriteError(f"{self.path}: row group {rg}, column {'.'.join(leaf.path)} has no data pages")
+        return Chunk(rg, leaf_idx, cc, cmd, start, end, pages[0].offset, pages, rows_known, nrows)
+
+    def chunk_range(self, rg: int, leaf: int) -> tuple[int, int]:
+        """[start, end) of a column chunk's pages (dictionary page included), from the footer alone."""
+        cmd = self.column_chunk(rg, leaf).val(F.CC_META_DATA)
+        data_off = cmd.val(F.CMD_DATA_PAGE_OFFSET)
+        dict_off = cmd.val(F.CMD_DICTIONARY_PAGE_OFFSET)
+        start = data_off if not dict_off or dict_off > data_off else dict_off  # 0 means absent for some writers
+        idx_off = cmd.val(F.CMD_INDEX_PAGE_OFFSET)
+        if idx_off:
+            start = min(start, idx_off)
+        return start, start + cmd.val(F.CMD_TOTAL_COMPRESSED_SIZE)
+
+    def page_count(self, rg: int, leaf: int) -> int:
+        """Number of data pages of a chunk, read as cheaply as possible (OffsetIndex, encoding stats, headers)."""
+        if (rg, leaf) in self._chunks:
+            return len(self._chunks[(rg, leaf)].pages)
+        cc = self.column_chunk(rg, leaf)
+        if F.CC_OFFSET_INDEX_OFFSET in cc:
+            return len(self.chunk(rg, leaf).pages)
+        stats = cc.val(F.CC_META_DATA).val(F.CMD_ENCODING_STATS)
+        if stats is not None:
+            return sum(e.val(F.PES_COUNT) for e in stats.items
+                       if e.val(F.PES_PAGE_TYPE) in (F.DATA_PAGE, F.DATA_PAGE_V2))
+        return len(self.chunk(rg, leaf).pages)
+
+    def ensure_header(self, page: Page) -> TStruct:
+        if page.header is None:
+            page.header, page.header_size = self.page_header(page.offset)
+        return page.header

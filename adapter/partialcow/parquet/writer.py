@@ -1,0 +1,62 @@
+"""How dbt-partialcow writes new Parquet data files: laid out so later partial rewrites touch few pages."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = ["DEFAULT_WRITE_OPTIONS", "ROWS_PER_PAGE", "ROW_GROUP_ROWS", "WrittenFile", "write_table"]
+
+# Rows per data page. A change at random rate p touches a page of k rows with probability 1-(1-p)^k:
+# k=2,000 gives 2% of pages at p=0.001% and 18% at p=0.01%, whereas pyarrow's default 20,000 gives 18% and 86%.
+# Clustered changes (recent rows, a key range) touch ceil(range/k)+1 pages, so small pages also pay off there.
+# Going smaller costs ~30 header bytes + two page-index entries per page and a little compression: 2,000 keeps that
+# overhead under 1% for typical 4-8 byte columns.
+ROWS_PER_PAGE = 2_000
+# Rows per row group. Page skipping works inside a row group, so the row group only bounds the memory and time of a
+# full-chunk re-encode; ~1M rows keeps a chunk at a few MB for typical columns while footers stay small.
+ROW_GROUP_ROWS = 1 << 20
+
+DEFAULT_WRITE_OPTIONS: dict[str, Any] = {
+    "write_page_index": True,  # page locations + per-page bounds: pages are found without reading headers
+    "use_dictionary": True,
+    "max_rows_per_page": ROWS_PER_PAGE,
+    "data_page_size": 256 * 1024,  # wide values: keep pages small in bytes too
+    # zstd: ~30% smaller than snappy at similar decode speed; re-encoding a few pages makes its slower encode cheap
+    "compression": "zstd",
+    "write_page_checksum": True,  # a copied page keeps a valid CRC (it covers the page body only)
+    "write_statistics": True,
+    "row_group_size": ROW_GROUP_ROWS,
+}
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A data file written by :func:`write_table`."""
+
+    path: str
+    num_rows: int
+    size_bytes: int
+    row_groups: int
+
+
+def write_table(table: pa.Table, path: str | os.PathLike[str], **overrides: Any) -> WrittenFile:
+    """Write ``table`` as a new data file with the product's layout (see :data:`DEFAULT_WRITE_OPTIONS`).
+
+    ``overrides`` are ``pyarrow.parquet.write_table`` options that replace the defaults.
+
+    >>> import pyarrow as pa, tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.parquet")
+    >>> w = write_table(pa.table({"a": list(range(5000))}), p)
+    >>> w.num_rows, w.row_groups
+    (5000, 1)
+    """
+    path = os.fspath(path)
+    options = {**DEFAULT_WRITE_OPTIONS, **overrides}
+    pq.write_table(table, path, **options)
+    meta = pq.ParquetFile(path).metadata
+    return WrittenFile(path, meta.num_rows, os.path.getsize(path), meta.num_row_groups)
