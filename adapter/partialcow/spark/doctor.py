@@ -1,0 +1,166 @@
+"""``partialcow doctor``: what this machine offers the embedded Spark (Java, pyspark, Iceberg and Delta runtimes).
+
+Fast by default (no JVM start: only files are looked at and ``java -version`` is run); ``--probe`` starts Spark in a
+temporary warehouse and creates, writes and drops an Iceberg table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Literal
+
+from partialcow.exceptions import PartialCowError
+from partialcow.spark.jars import ensure_jars, pyspark_jars_dir, resolve_delta_jars, resolve_iceberg_runtime
+
+__all__ = ["Check", "add_arguments", "collect", "run"]
+
+Status = Literal["ok", "warn", "fail", "info"]
+# Java versions Spark 3.5 supports.
+_SUPPORTED_JAVA = (8, 11, 17)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report: ``status`` ``fail`` on a check Iceberg needs makes the exit code 1."""
+
+    name: str
+    status: Status
+    detail: str
+    needed_for_iceberg: bool = False
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--iceberg-runtime", default="auto", help="auto|offline|maven|group:artifact:version|/path/to.jar")
+    parser.add_argument("--delta-jar", action="append", default=[], help="delta-spark jar path or Maven coordinates")
+    parser.add_argument("--warehouse", default="warehouse", help="warehouse folder to check (default: ./warehouse)")
+    parser.add_argument("--probe", action="store_true", help="start Spark and create/drop an Iceberg table")
+    parser.add_argument("--output", choices=("text", "json"), default="text")
+
+
+def _java() -> Check:
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        return Check("java", "fail", f"no java found (JAVA_HOME={java_home or 'unset'}): install Java 17", True)
+    try:
+        banner = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("java", "fail", f"{java} -version failed: {exc}", True)
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', banner)
+    if match is None:
+        return Check("java", "fail", f"cannot read the version of {java}: {banner.strip()[:120]}", True)
+    major = int(match.group(2)) if match.group(1) == "1" else int(match.group(1))  # "1.8.0" means Java 8
+    line = banner.strip().splitlines()[0]
+    detail = f"{line} at {java} (JAVA_HOME={java_home or 'unset'})"
+    if major not in _SUPPORTED_JAVA:
+        return Check("java", "warn", f"{detail}: Spark 3.5 supports Java {', '.join(map(str, _SUPPORTED_JAVA))}", True)
+    return Check("java", "ok", detail, True)
+
+
+def _pyspark() -> Check:
+    try:
+        version = metadata.version("pyspark")
+        scala = sorted(p.name for p in pyspark_jars_dir().glob("scala-library-*.jar"))
+    except (metadata.PackageNotFoundError, PartialCowError) as exc:
+        return Check("pyspark", "fail", f"not installed ({exc}): pip install 'pyspark==3.5.*'", True)
+    scala_version = scala[-1][len("scala-library-") : -len(".jar")] if scala else "unknown"
+    status: Status = "ok" if version.startswith("3.5.") else "warn"
+    return Check("pyspark", status, f"{version} (Scala {scala_version})", True)
+
+
+def _iceberg(runtime: str) -> Check:
+    try:
+        jar_set = resolve_iceberg_runtime(runtime)
+    except PartialCowError as exc:
+        return Check("iceberg runtime", "fail", str(exc), True)
+    return Check("iceberg runtime", "ok", jar_set.source, True)
+
+
+def _delta(delta_jars: list[str]) -> list[Check]:
+    checks = []
+    if delta_jars:
+        try:
+            checks.append(Check("delta-spark", "ok", resolve_delta_jars(delta_jars).source))
+        except PartialCowError as exc:
+            checks.append(Check("delta-spark", "fail", str(exc)))
+    else:
+        checks.append(Check("delta-spark", "info", "no jar configured (not on PyPI): set delta_jars to use Delta in Spark"))
+    try:
+        checks.append(Check("delta-rs", "ok", f"deltalake {metadata.version('deltalake')}"))
+    except metadata.PackageNotFoundError:
+        checks.append(Check("delta-rs", "info", "deltalake not installed: pip install 'dbt-partialcow[delta]'"))
+    return checks
+
+
+def _warehouse(warehouse: str) -> Check:
+    folder = Path(warehouse).expanduser().absolute()
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if os.access(existing, os.W_OK):
+        state = "exists" if folder.exists() else "will be created"
+        return Check("warehouse", "ok", f"{folder} ({state})")
+    return Check("warehouse", "warn", f"{folder}: {existing} is not writable; choose another warehouse path")
+
+
+def _probe(runtime: str) -> Check:
+    from partialcow.spark.session import get_or_create_session
+
+    with tempfile.TemporaryDirectory(prefix="partialcow-doctor-") as folder:
+        try:
+            ensure_jars(resolve_iceberg_runtime(runtime))
+            spark = get_or_create_session(
+                table_format="iceberg", warehouse=folder, master="local[1]", iceberg_runtime=runtime
+            )
+            try:
+                spark.sql("CREATE TABLE default.partialcow_doctor (id BIGINT) USING iceberg")
+                spark.sql("INSERT INTO default.partialcow_doctor VALUES (1), (2)")
+                rows = spark.sql("SELECT count(*) FROM default.partialcow_doctor").collect()[0][0]
+                spark.sql("DROP TABLE default.partialcow_doctor PURGE")
+            finally:
+                spark.stop()
+        except Exception as exc:  # report any failure of the probe as a failed check, not a traceback
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return Check("probe", "fail", f"{type(exc).__name__}: {first_line[:300]}", True)
+    if rows != 2:
+        return Check("probe", "fail", f"wrote 2 rows to an Iceberg table but read back {rows}", True)
+    return Check("probe", "ok", "started Spark, created, wrote, read and dropped an Iceberg table", True)
+
+
+def collect(
+    *, iceberg_runtime: str = "auto", delta_jars: list[str] | None = None, warehouse: str = "warehouse", probe: bool = False
+) -> list[Check]:
+    """Run the checks; ``probe=True`` also starts Spark.
+
+    >>> [c.name for c in collect()][:3]
+    ['java', 'pyspark', 'iceberg runtime']
+    """
+    checks = [_java(), _pyspark(), _iceberg(iceberg_runtime), *_delta(list(delta_jars or [])), _warehouse(warehouse)]
+    if probe:
+        checks.append(_probe(iceberg_runtime))
+    return checks
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report; exit code 0 if Iceberg in Spark is usable here."""
+    checks = collect(
+        iceberg_runtime=args.iceberg_runtime, delta_jars=args.delta_jar, warehouse=args.warehouse, probe=args.probe
+    )
+    usable = not any(c.status == "fail" and c.needed_for_iceberg for c in checks)
+    if args.output == "json":
+        print(json.dumps({"iceberg_usable": usable, "checks": [asdict(c) for c in checks]}, indent=2))
+    else:
+        width = max(len(c.name) for c in checks)
+        for c in checks:
+            print(f"{c.name:<{width}}  {c.status:<4}  {c.detail}")
+        print(f"\nIceberg in Spark: {'usable' if usable else 'NOT usable'}")
+    return 0 if usable else 1

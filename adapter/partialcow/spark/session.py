@@ -1,0 +1,206 @@
+"""The embedded SparkSession: one local Spark with Iceberg (or Delta) in ``spark_catalog`` and a Derby metastore.
+
+Static settings (jars, extensions, catalogs, warehouse) only apply to the call that *creates* the session, so
+whoever starts Spark first must pass them: :func:`get_or_create_session` does, and later ``getOrCreate()`` calls
+(dbt-spark's, user code's) reuse that session.
+
+``spark_catalog`` stays Spark's session catalog wrapped by Iceberg's ``SparkSessionCatalog`` (tables and views live
+in one Hive metastore; non-Iceberg tables keep working): a Hadoop catalog as the default catalog breaks dbt-spark's
+relation listing. The metastore is embedded Derby inside the warehouse folder, so nothing lands in the working folder.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from partialcow.exceptions import ConfigurationError
+from partialcow.spark.jars import JarSet, ensure_jars, resolve_delta_jars, resolve_iceberg_runtime
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["TableFormat", "spark_conf", "get_or_create_session", "warehouse_path"]
+
+TableFormat = Literal["iceberg", "delta"]
+_FORMATS = ("iceberg", "delta")
+
+# Settings that must match when a session already runs: otherwise tables would land in another catalog or folder.
+_STATIC_KEYS = ("spark.sql.catalog.spark_catalog", "spark.sql.extensions", "spark.sql.warehouse.dir")
+
+
+def warehouse_path(warehouse: str) -> Path:
+    """The absolute local folder of ``warehouse`` (a path or a ``file:`` URI).
+
+    >>> warehouse_path("file:///tmp/wh").as_posix()
+    '/tmp/wh'
+    """
+    if warehouse.startswith("file:"):
+        warehouse = warehouse[len("file:") :]
+        warehouse = "/" + warehouse.lstrip("/")
+    elif "://" in warehouse:
+        raise ConfigurationError(
+            f"warehouse {warehouse!r}: the embedded session keeps its metastore in a local warehouse folder; use a "
+            "local path, or point spark_config at your own catalog"
+        )
+    return Path(warehouse).expanduser().absolute()
+
+
+def _jars(table_format: str, iceberg_runtime: str, delta_jars: Sequence[str] | None) -> JarSet:
+    if table_format == "iceberg":
+        return resolve_iceberg_runtime(iceberg_runtime)
+    return resolve_delta_jars(delta_jars)
+
+
+def spark_conf(
+    *,
+    table_format: TableFormat,
+    warehouse: str,
+    master: str = "local[*]",
+    extra: Mapping[str, str] | None = None,
+    iceberg_runtime: str = "auto",
+    delta_jars: Sequence[str] | None = None,
+) -> dict[str, str]:
+    """Every static Spark setting of the embedded session (no side effects: nothing is built or started).
+
+    ``extra`` entries win over ours. ``iceberg_runtime`` is ``auto``, ``offline``, ``maven``, Maven coordinates or a
+    jar path (see :func:`partialcow.spark.jars.resolve_iceberg_runtime`); ``delta_jars`` lists jar paths or Maven
+    coordinates (or ``maven``) for delta-spark, which is required for ``table_format="delta"``.
+
+    >>> conf = spark_conf(table_format="iceberg", warehouse="/tmp/wh", master="local[2]",
+    ...                   extra={"spark.sql.shuffle.partitions": "8"})
+    >>> conf["spark.sql.catalog.spark_catalog"], conf["spark.sql.shuffle.partitions"]
+    ('org.apache.iceberg.spark.SparkSessionCatalog', '8')
+    """
+    if table_format not in _FORMATS:
+        raise ConfigurationError(f"table_format {table_format!r} is not supported: use one of {', '.join(_FORMATS)}")
+    folder = warehouse_path(warehouse)
+    jars = _jars(table_format, iceberg_runtime, delta_jars)
+    conf = {
+        "spark.master": master,
+        "spark.app.name": "partialcow",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        # Spark's default of 200 shuffle partitions makes every small local query schedule 200 tasks.
+        "spark.sql.shuffle.partitions": "4",
+        "spark.driver.memory": "2g",
+        # Hive-backed session catalog: dbt's schemas and views and Iceberg's tables share one persistent metastore.
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": str(folder),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true",
+        "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
+        "spark.hadoop.hive.metastore.schema.verification": "false",
+        # derby.log goes next to the metastore instead of the working folder.
+        "spark.driver.extraJavaOptions": f"-Dderby.stream.error.file={folder / 'derby.log'}",
+    }
+    if master.startswith("local"):
+        # A container's hostname often does not resolve; the local driver only needs loopback.
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+        conf["spark.driver.host"] = "127.0.0.1"
+    if table_format == "iceberg":
+        conf.update(
+            {
+                "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+                "spark.sql.catalog.spark_catalog": "org.apache.iceberg.spark.SparkSessionCatalog",
+                "spark.sql.catalog.spark_catalog.type": "hive",
+                # Embedded Derby has no HIVE_LOCKS/NEXT_LOCK_ID tables: Hive locks fail there.
+                "spark.sql.catalog.spark_catalog.lock-enabled": "false",
+                "spark.hadoop.iceberg.engine.hive.lock-enabled": "false",
+                # Pin v2: our partial rewrites refuse v3 row lineage and deletion vectors, so a future runtime
+                # defaulting to v3 must not silently create tables we cannot update.
+                "spark.sql.catalog.spark_catalog.table-default.format-version": "2",
+            }
+        )
+    else:
+        conf.update(
+            {
+                "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+                "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+            }
+        )
+    if jars.jars:
+        conf["spark.jars"] = ",".join(jars.jars)
+    if jars.packages:
+        conf["spark.jars.packages"] = ",".join(jars.packages)
+    conf.update({str(k): str(v) for k, v in (extra or {}).items()})
+    return conf
+
+
+def _normalised(key: str, value: str | None) -> str | None:
+    """Spark reports the warehouse as a ``file:`` URI; compare folders, not spellings."""
+    if key == "spark.sql.warehouse.dir" and value is not None:
+        return warehouse_path(value).as_posix()
+    return value
+
+
+def _check_writable(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ConfigurationError(
+            f"warehouse {str(folder)!r} is not a writable folder ({exc.strerror or exc}): choose another warehouse path"
+        ) from exc
+
+
+def get_or_create_session(
+    *,
+    table_format: TableFormat,
+    warehouse: str,
+    master: str = "local[*]",
+    extra: Mapping[str, str] | None = None,
+    iceberg_runtime: str = "auto",
+    delta_jars: Sequence[str] | None = None,
+) -> SparkSession:
+    """Start the embedded SparkSession (or return the running one if it has the same catalog and warehouse).
+
+    Creates the warehouse folder, builds the relocated Jackson jar on first use of the offline Iceberg runtime, and
+    refuses with ``ConfigurationError`` when a session already runs with another catalog, extensions or warehouse
+    (static settings cannot change in a running JVM).
+
+    >>> spark = get_or_create_session(table_format="iceberg", warehouse="/tmp/partialcow-doc-wh")  # doctest: +SKIP
+    >>> spark.sql("CREATE TABLE t (id BIGINT) USING iceberg")  # doctest: +SKIP
+    """
+    conf = spark_conf(
+        table_format=table_format,
+        warehouse=warehouse,
+        master=master,
+        extra=extra,
+        iceberg_runtime=iceberg_runtime,
+        delta_jars=delta_jars,
+    )
+    _check_writable(Path(conf["spark.sql.warehouse.dir"]))
+
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is not None:  # noqa: SLF001 - pyspark's only handle on a running context
+        session = SparkSession.builder.getOrCreate()
+        running = session.sparkContext.getConf()
+        for key in _STATIC_KEYS:
+            if key in conf and _normalised(key, running.get(key)) != _normalised(key, conf[key]):
+                raise ConfigurationError(
+                    f"a SparkSession already runs with {key}={running.get(key)!r}, not {conf[key]!r}: stop it "
+                    "(spark.stop()) or let partialcow create the session first"
+                )
+        return session
+
+    jars = _jars(table_format, iceberg_runtime, delta_jars)
+    ensure_jars(jars)
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    try:
+        return builder.getOrCreate()
+    except Exception as exc:  # pyspark raises bare RuntimeError/PySparkRuntimeError when the JVM cannot start
+        if "JAVA_GATEWAY_EXITED" in str(exc) or "Java gateway process exited" in str(exc):
+            raise ConfigurationError(
+                f"Spark could not start a JVM (JAVA_HOME={os.environ.get('JAVA_HOME', 'unset')}): install Java 17 "
+                "and set JAVA_HOME; `partialcow doctor` shows what is found"
+            ) from exc
+        raise

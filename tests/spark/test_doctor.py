@@ -1,0 +1,47 @@
+"""``partialcow doctor`` without --probe (fast: no JVM start)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+
+import pytest
+
+from partialcow.spark import doctor
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    doctor.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_missing_runtime_jar_makes_iceberg_unusable(capsys: pytest.CaptureFixture[str]) -> None:
+    assert doctor.run(_args("--iceberg-runtime", "/nonexistent/iceberg.jar", "--output", "json")) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["iceberg_usable"] is False
+    failed = [c for c in report["checks"] if c["status"] == "fail"]
+    assert [c["name"] for c in failed] == ["iceberg runtime"]
+    assert "/nonexistent/iceberg.jar" in failed[0]["detail"]
+
+
+def test_delta_jar_failure_does_not_block_iceberg(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    code = doctor.run(_args("--iceberg-runtime", "maven", "--delta-jar", str(tmp_path / "nope.jar"), "--output", "json"))
+    report = json.loads(capsys.readouterr().out)
+    delta = next(c for c in report["checks"] if c["name"] == "delta-spark")
+    assert delta["status"] == "fail" and "nope.jar" in delta["detail"]
+    assert code == (0 if report["iceberg_usable"] else 1)
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="no java on PATH")
+def test_text_report_is_fast_and_names_each_component(capsys: pytest.CaptureFixture[str]) -> None:
+    start = time.monotonic()
+    doctor.run(_args("--iceberg-runtime", "maven"))
+    elapsed = time.monotonic() - start
+    out = capsys.readouterr().out
+    for name in ("java", "pyspark", "iceberg runtime", "delta-spark", "delta-rs", "warehouse"):
+        assert name in out
+    assert "Iceberg in Spark: usable" in out
+    assert elapsed < 10  # no Spark start without --probe

@@ -1,0 +1,171 @@
+"""The Jackson relocation and the choice of runtime jars (no Spark started here)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from partialcow.exceptions import JarNotFoundError
+from partialcow.spark import jars
+
+NEW = "org/apache/iceberg/shaded/com/fasterxml/jackson/"
+
+
+def _jackson_inputs() -> list[Path]:
+    folder = jars.pyspark_jars_dir()
+    return [next(folder.glob(f"{a}-2*.jar")) for a in ("jackson-core", "jackson-databind", "jackson-annotations")]
+
+
+@pytest.fixture(scope="module")
+def relocated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return jars.relocate_jars(_jackson_inputs(), tmp_path_factory.mktemp("jars") / "relocated.jar")
+
+
+def test_relocated_jar_holds_every_class_under_the_iceberg_package(relocated: Path) -> None:
+    names = set(zipfile.ZipFile(relocated).namelist())
+    assert f"{NEW}databind/ObjectMapper.class" in names
+    assert f"{NEW}core/JsonFactory.class" in names
+    assert f"{NEW}annotation/JsonProperty.class" in names
+    # same number of classes as the inputs, minus module descriptors
+    expected = {
+        n.replace("com/fasterxml/jackson/", NEW)
+        for jar in _jackson_inputs()
+        for n in zipfile.ZipFile(jar).namelist()
+        if n.endswith(".class") and not n.endswith("module-info.class")
+    }
+    assert {n for n in names if n.endswith(".class")} == expected
+    assert not [n for n in names if n.startswith("com/") or "module-info" in n]
+
+
+def test_no_relocated_class_still_references_the_old_package(relocated: Path) -> None:
+    archive = zipfile.ZipFile(relocated)
+    leftovers = []
+    for name in archive.namelist():
+        if name.endswith(".class"):
+            for text in jars.class_references(archive.read(name)):
+                if "com/fasterxml/jackson/" in text.replace(NEW, "") or "com.fasterxml.jackson." in text.replace(
+                    NEW.replace("/", "."), ""
+                ):
+                    leftovers.append((name, text))
+    assert leftovers == []
+
+
+def test_relocation_only_changes_jackson_names() -> None:
+    source = zipfile.ZipFile(_jackson_inputs()[1]).read("com/fasterxml/jackson/databind/ObjectMapper.class")
+    before = jars.class_references(source)
+    after = jars.class_references(jars.relocate_class(source))
+    unchanged = {t for t in before if "com/fasterxml/jackson" not in t and "com.fasterxml.jackson" not in t}
+    assert unchanged <= after
+    assert "com/fasterxml/jackson/databind/ObjectMapper" in before
+    assert f"{NEW}databind/ObjectMapper" in after
+    assert len(after) == len(before)
+
+
+def test_service_files_are_renamed_and_point_at_relocated_classes(relocated: Path) -> None:
+    archive = zipfile.ZipFile(relocated)
+    services = [n for n in archive.namelist() if n.startswith("META-INF/services/")]
+    assert "META-INF/services/org.apache.iceberg.shaded.com.fasterxml.jackson.core.ObjectCodec" in services
+    assert all(n.startswith("META-INF/services/org.apache.iceberg.shaded.") for n in services)
+    codec = archive.read("META-INF/services/org.apache.iceberg.shaded.com.fasterxml.jackson.core.ObjectCodec")
+    assert codec.decode().strip() == "org.apache.iceberg.shaded.com.fasterxml.jackson.databind.ObjectMapper"
+
+
+def test_licenses_are_kept(relocated: Path) -> None:
+    names = zipfile.ZipFile(relocated).namelist()
+    assert any(n.startswith("META-INF/jackson/jackson-databind-") and n.endswith("/LICENSE") for n in names)
+
+
+@pytest.mark.skipif(shutil.which("javap") is None, reason="javap (JDK) not installed: cannot verify class files")
+def test_javap_parses_relocated_classes(relocated: Path, tmp_path: Path) -> None:
+    # An independent class-file parser: javap rejects a broken constant pool.
+    zipfile.ZipFile(relocated).extractall(tmp_path)
+    out = subprocess.run(
+        ["javap", "-v", "-cp", str(tmp_path), "org.apache.iceberg.shaded.com.fasterxml.jackson.databind.ObjectMapper"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    assert "org/apache/iceberg/shaded/com/fasterxml/jackson/core/JsonFactory" in out
+    assert "Lcom/fasterxml/jackson" not in out and " com/fasterxml/jackson" not in out
+
+
+def test_build_is_deterministic_and_atomic(tmp_path: Path) -> None:
+    inputs = _jackson_inputs()[2:]  # annotations only: small
+    a = jars.relocate_jars(inputs, tmp_path / "a.jar")
+    b = jars.relocate_jars(inputs, tmp_path / "b.jar")
+    assert a.read_bytes() == b.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jar", "b.jar"]  # no temporary files left
+
+
+def test_cache_key_follows_the_input_contents(tmp_path: Path) -> None:
+    original = _jackson_inputs()[2]
+    copy = tmp_path / original.name
+    shutil.copy(original, copy)
+    same = jars.relocated_jackson_jar([copy], folder=tmp_path)
+    assert same == jars.relocated_jackson_jar([original], folder=tmp_path)
+    with zipfile.ZipFile(copy, "a") as archive:
+        archive.writestr("extra.txt", "changed")
+    assert jars.relocated_jackson_jar([copy], folder=tmp_path) != same
+
+
+def test_cache_dir_honours_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert jars.cache_dir() == tmp_path / "partialcow"
+    assert jars.relocated_jackson_jar().parent == tmp_path / "partialcow"
+
+
+def test_auto_uses_the_wheel_plus_relocated_jackson_and_builds_it_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    if jars._wheel_runtime_jar() is None:
+        pytest.skip("snowpark-connect-deps-iceberg is not installed")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(jars, "_maven_reachable", lambda timeout=3.0: pytest.fail("auto must not probe Maven"))
+    first = jars.resolve_iceberg_runtime("auto")
+    assert first.packages == () and len(first.jars) == 2 and first.pending == (first.jars[1],)
+    jars.ensure_jars(first)
+    assert Path(first.jars[1]).is_file()
+    again = jars.resolve_iceberg_runtime("offline")
+    assert again.jars == first.jars and again.pending == () and "cached" in again.source
+
+
+def test_offline_without_wheel_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jars, "_wheel_runtime_jar", lambda: None)
+    with pytest.raises(JarNotFoundError, match="snowpark-connect-deps-iceberg"):
+        jars.resolve_iceberg_runtime("offline")
+
+
+def test_auto_without_wheel_and_without_network_refuses_instead_of_hanging(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jars, "_wheel_runtime_jar", lambda: None)
+    monkeypatch.setattr(jars, "_maven_reachable", lambda timeout=3.0: False)
+    with pytest.raises(JarNotFoundError, match="unreachable"):
+        jars.resolve_iceberg_runtime("auto")
+    monkeypatch.setattr(jars, "_maven_reachable", lambda timeout=3.0: True)
+    assert jars.resolve_iceberg_runtime("auto").packages == (jars.ICEBERG_MAVEN,)
+
+
+def test_explicit_runtime_forms(tmp_path: Path) -> None:
+    jar = tmp_path / "iceberg.jar"
+    jar.write_bytes(b"PK")
+    assert jars.resolve_iceberg_runtime(str(jar)).jars == (str(jar),)
+    assert jars.resolve_iceberg_runtime("org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0").packages == (
+        "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0",
+    )
+    with pytest.raises(JarNotFoundError, match="does not exist"):
+        jars.resolve_iceberg_runtime(str(tmp_path / "missing.jar"))
+    with pytest.raises(JarNotFoundError, match="neither"):
+        jars.resolve_iceberg_runtime("sometimes")
+
+
+def test_delta_jars(tmp_path: Path) -> None:
+    with pytest.raises(JarNotFoundError, match="delta_jars"):
+        jars.resolve_delta_jars(None)
+    with pytest.raises(JarNotFoundError, match="delta_jars"):
+        jars.resolve_delta_jars([])
+    assert jars.resolve_delta_jars(["maven"]).packages == (jars.DELTA_MAVEN,)
+    spark_jar, storage_jar = tmp_path / "delta-spark_2.12-3.3.2.jar", tmp_path / "delta-storage-3.3.2.jar"
+    spark_jar.write_bytes(b"PK")
+    storage_jar.write_bytes(b"PK")
+    assert jars.resolve_delta_jars([str(spark_jar), str(storage_jar)]).jars == (str(spark_jar), str(storage_jar))

@@ -1,0 +1,95 @@
+"""spark_conf and the checks get_or_create_session makes before starting Spark (no JVM here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from partialcow.exceptions import ConfigurationError, JarNotFoundError
+from partialcow.spark import jars
+from partialcow.spark.session import get_or_create_session, spark_conf
+
+
+def _conf(**kwargs: object) -> dict[str, str]:
+    options = {"table_format": "iceberg", "warehouse": "/tmp/wh", "master": "local[2]", "iceberg_runtime": "maven"}
+    options.update(kwargs)
+    return spark_conf(**options)  # type: ignore[arg-type]
+
+
+def test_iceberg_defaults() -> None:
+    conf = _conf()
+    assert conf["spark.master"] == "local[2]"
+    assert conf["spark.sql.catalog.spark_catalog"] == "org.apache.iceberg.spark.SparkSessionCatalog"
+    assert conf["spark.sql.catalog.spark_catalog.type"] == "hive"
+    assert conf["spark.sql.extensions"] == "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+    assert conf["spark.sql.catalog.spark_catalog.lock-enabled"] == "false"
+    assert conf["spark.hadoop.iceberg.engine.hive.lock-enabled"] == "false"
+    assert conf["spark.sql.catalog.spark_catalog.table-default.format-version"] == "2"
+    assert conf["spark.sql.warehouse.dir"] == "/tmp/wh"
+    assert conf["spark.hadoop.javax.jdo.option.ConnectionURL"] == "jdbc:derby:;databaseName=/tmp/wh/metastore_db;create=true"
+    assert conf["spark.sql.session.timeZone"] == "UTC"
+    assert conf["spark.ui.enabled"] == "false"
+    assert int(conf["spark.sql.shuffle.partitions"]) <= 8
+    assert conf["spark.jars.packages"] == jars.ICEBERG_MAVEN
+    assert "spark.jars" not in conf
+
+
+def test_user_settings_win() -> None:
+    conf = _conf(extra={"spark.sql.shuffle.partitions": "64", "spark.driver.memory": "6g", "spark.x.custom": "1"})
+    assert conf["spark.sql.shuffle.partitions"] == "64"
+    assert conf["spark.driver.memory"] == "6g"
+    assert conf["spark.x.custom"] == "1"
+
+
+def test_user_can_override_the_format_version() -> None:
+    conf = _conf(extra={"spark.sql.catalog.spark_catalog.table-default.format-version": "1"})
+    assert conf["spark.sql.catalog.spark_catalog.table-default.format-version"] == "1"
+
+
+def test_warehouse_is_made_absolute_and_file_uris_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert _conf(warehouse="wh")["spark.sql.warehouse.dir"] == str(tmp_path / "wh")
+    assert _conf(warehouse=f"file://{tmp_path}/w2")["spark.sql.warehouse.dir"] == str(tmp_path / "w2")
+    with pytest.raises(ConfigurationError, match="s3a://bucket/wh"):
+        _conf(warehouse="s3a://bucket/wh")
+
+
+def test_offline_runtime_goes_to_spark_jars() -> None:
+    if jars._wheel_runtime_jar() is None:
+        pytest.skip("snowpark-connect-deps-iceberg is not installed")
+    conf = _conf(iceberg_runtime="offline")
+    listed = conf["spark.jars"].split(",")
+    assert listed[0].endswith("iceberg-spark-runtime-3.5_2.12-1.10.2.jar")
+    assert Path(listed[1]).name.startswith("iceberg-jackson-")
+    assert "spark.jars.packages" not in conf
+
+
+def test_delta_without_jars_is_refused() -> None:
+    with pytest.raises(JarNotFoundError, match="delta_jars"):
+        _conf(table_format="delta")
+    with pytest.raises(JarNotFoundError, match="delta_jars"):
+        _conf(table_format="delta", delta_jars=[])
+
+
+def test_delta_with_jars(tmp_path: Path) -> None:
+    jar = tmp_path / "delta-spark_2.12-3.3.2.jar"
+    jar.write_bytes(b"PK")
+    conf = _conf(table_format="delta", delta_jars=[str(jar)])
+    assert conf["spark.sql.catalog.spark_catalog"] == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert conf["spark.jars"] == str(jar)
+    assert "iceberg" not in " ".join(conf.values())
+
+
+def test_unknown_format_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="hudi"):
+        _conf(table_format="hudi")
+
+
+def test_unwritable_warehouse_is_refused_before_spark_starts(tmp_path: Path) -> None:
+    # A folder below a regular file can never be created (works as root too, unlike chmod).
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(ConfigurationError, match="a-file/wh"):
+        get_or_create_session(table_format="iceberg", warehouse=str(blocker / "wh"), iceberg_runtime="maven")
