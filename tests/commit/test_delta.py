@@ -731,3 +731,53 @@ def test_object_store_code_path_on_a_local_table(tmp_path: Path) -> None:
     with pytest.raises(CommitConflictError):
         b.replace_files(FileReplacement(base_version=1, removed=[old], added=[str(root) + "/" + new_b]))
     assert not (root / new_b).exists() and live_rows(root)[3]["name"] == "a"
+
+
+# ------------------------------------------------------------------ stats used for skipping by a reader
+
+
+def test_delta_rs_query_finds_boundary_rows(tmp_path: Path) -> None:
+    """delta-rs's SQL engine prunes files by our stats: a bound that is not a bound would lose these rows."""
+    from deltalake import QueryBuilder
+
+    root = make_table(tmp_path)
+    c = DeltaCommitter(str(root))
+    old = file_with_id(c, 0)
+    long_name = "~" * 50  # above every other name; its max gets truncated
+    new = rewrite(root, old, {1: long_name})
+    c.replace_files(FileReplacement(base_version=1, removed=[old], added=[new]))
+    data = pq.read_table(root / new)
+    ts_max = max(data["ts"].to_pylist())
+    assert ts_max.microsecond % 1000  # sub-millisecond: a truncated max would exclude it
+    queries = {
+        f"name = '{long_name}'": [1],
+        f"ts = arrow_cast('{ts_max.isoformat()}', 'Timestamp(Microsecond, Some(\"UTC\"))')": [5],
+        f"ts >= arrow_cast('{ts_max.isoformat()}', 'Timestamp(Microsecond, Some(\"UTC\"))')": list(range(5, 12)),
+        "id = 5": [5],
+        "day = DATE '2024-01-06'": [5],
+    }
+    table = DeltaTable(str(root))
+    for where, expected in queries.items():
+        got = QueryBuilder().register("t", table).execute(f"SELECT id FROM t WHERE {where}").read_all()
+        assert sorted(pa.table(got)["id"].to_pylist()) == expected, where
+
+
+def test_gives_up_after_max_attempts_and_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = make_table(tmp_path)
+    c = DeltaCommitter(str(root), max_attempts=3)
+    old = file_with_id(c, 0)
+    new = rewrite(root, old, {0: "x"})
+    original = DeltaTable.create_write_transaction
+    appended = []
+
+    def always_beaten(self: DeltaTable, *args: Any, **kwargs: Any) -> None:
+        appended.append(600 + len(appended))
+        write_deltalake(str(root), batch([appended[-1]]), mode="append")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", always_beaten)
+    with pytest.raises(CommitConflictError, match="after 3 attempts"):
+        c.replace_files(FileReplacement(base_version=1, removed=[old], added=[new]))
+    assert len(appended) == 3 and not (root / new).exists()
+    rows = live_rows(root)
+    assert set(rows) == set(range(12)) | set(appended) and rows[0]["name"] != "x"

@@ -300,8 +300,8 @@ class DeltaCommitter:
                 return landed
             if isinstance(exc, CommitFailedError) and self._version_exists(target, exc):
                 return None
-            if isinstance(exc, CommitFailedError):
-                raise CommitError(f"delta-rs could not commit to Delta table {self._table_uri}: {exc}") from exc
+            # Anything else may be an object-store error around the put itself: without proof that nothing
+            # landed, keep the files (an orphan file is harmless; a log entry pointing at a deleted one is not).
             raise CommitStateUnknownError(
                 f"commit to Delta table {self._table_uri} failed with an I/O error ({exc!r}) and version {target} "
                 f"cannot be confirmed absent; the new files are kept. Check the table's history before retrying"
