@@ -24,4 +24,6 @@ Plugin = AdapterPlugin(
     credentials=PartialcowCredentials,
     include_path=_include_path(),
     dependencies=["spark"],
+    # dbt names the package "dbt_<folder name>" otherwise; the folder is the repo root in editable installs
+    project_name="dbt_partialcow",
 )
