@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-import os
 import struct
 import uuid
 from pathlib import Path
@@ -327,6 +326,14 @@ def test_schema_mismatch_is_rejected(tmp_path: Path) -> None:
     assert not (root / "missing.parquet").exists() and not (root / "wrongtype.parquet").exists()
 
 
+def test_unreadable_new_file_is_a_typed_error(tmp_path: Path) -> None:
+    root = make_table(tmp_path)
+    (root / "junk.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(CommitError, match="junk.parquet"):
+        DeltaCommitter(str(root)).replace_files(FileReplacement(base_version=1, added=["junk.parquet"]))
+    assert DeltaTable(str(root)).version() == 1
+
+
 def test_extra_columns_are_rejected(tmp_path: Path) -> None:
     root = make_table(tmp_path)
     pq.write_table(batch([50]).append_column("surprise", pa.array([1])), root / "extra.parquet")
@@ -529,7 +536,8 @@ def test_partitioned_table_new_file_inherits_partition(tmp_path: Path) -> None:
     eu = next(f.path for f in c.live_files() if "eu" in f.path)
     t = pq.read_table(root / unquote(eu))
     assert "region" not in t.column_names  # delta-rs keeps partition values out of the files
-    t = t.set_column(t.column_names.index("v"), "v", pa.array(["A" if i == 1 else v for i, v in zip(t["id"].to_pylist(), t["v"].to_pylist())]))
+    values = ["A" if i == 1 else v for i, v in zip(t["id"].to_pylist(), t["v"].to_pylist())]
+    t = t.set_column(t.column_names.index("v"), "v", pa.array(values))
     new_rel = str(Path(unquote(eu)).parent / "pcow-new.parquet")
     pq.write_table(t, root / new_rel)
     c.replace_files(FileReplacement(base_version=0, removed=[eu], added=[new_rel]))
@@ -547,7 +555,8 @@ def test_partitioned_table_refuses_mixed_partitions(tmp_path: Path) -> None:
     c = DeltaCommitter(str(root))
     pq.write_table(pa.table({"id": [1, 2]}), root / "both.parquet")
     with pytest.raises(CommitError, match="one partition"):
-        c.replace_files(FileReplacement(base_version=0, removed=[f.path for f in c.live_files()], added=["both.parquet"]))
+        both = [f.path for f in c.live_files()]
+        c.replace_files(FileReplacement(base_version=0, removed=both, added=["both.parquet"]))
     assert c.current_version() == 0
 
 
@@ -561,7 +570,9 @@ def append_commit(root: Path, *actions: dict[str, Any]) -> None:
     (root / "_delta_log" / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in lines) + "\n")
 
 
-def metadata_with(root: Path, *, configuration: dict[str, str] | None = None, field_meta: dict[str, Any] | None = None) -> dict[str, Any]:
+def metadata_with(
+    root: Path, *, configuration: dict[str, str] | None = None, field_meta: dict[str, Any] | None = None
+) -> dict[str, Any]:
     meta = next(a["metaData"] for a in log_entry(root, 0) if "metaData" in a)
     meta = json.loads(json.dumps(meta))
     meta["configuration"] = {**meta.get("configuration", {}), **(configuration or {})}
@@ -575,7 +586,8 @@ def metadata_with(root: Path, *, configuration: dict[str, str] | None = None, fi
 def protocol_with(writer: list[str], reader: list[str] | None = None) -> dict[str, Any]:
     if reader is None:
         return {"protocol": {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": writer}}
-    return {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": reader, "writerFeatures": writer}}
+    protocol = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": reader, "writerFeatures": writer}
+    return {"protocol": protocol}
 
 
 def _z85(data: bytes) -> str:
@@ -608,7 +620,8 @@ def setup_constraint(root: Path) -> None:
 
 
 def setup_column_mapping(root: Path) -> None:
-    meta = metadata_with(root, configuration={"delta.columnMapping.mode": "name", "delta.columnMapping.maxColumnId": "6"})
+    config = {"delta.columnMapping.mode": "name", "delta.columnMapping.maxColumnId": "6"}
+    meta = metadata_with(root, configuration=config)
     schema = json.loads(meta["metaData"]["schemaString"])
     for i, field in enumerate(schema["fields"], start=1):
         field["metadata"] = {"delta.columnMapping.id": i, "delta.columnMapping.physicalName": f"col-{uuid.uuid4()}"}
@@ -632,7 +645,7 @@ def setup_identity(root: Path) -> None:
     append_commit(
         root,
         protocol_with(["identityColumns"]),
-        metadata_with(root, field_meta={"delta.identity.start": 1, "delta.identity.step": 1, "delta.identity.allowExplicitInsert": True}),
+        metadata_with(root, field_meta={"delta.identity.start": 1, "delta.identity.step": 1}),
     )
 
 
@@ -646,7 +659,9 @@ def setup_invariant(root: Path) -> None:
     append_commit(
         root,
         protocol_with(["invariants"]),
-        metadata_with(root, field_meta={"delta.invariants": json.dumps({"expression": {"expression": "name IS NOT NULL"}})}),
+        metadata_with(
+            root, field_meta={"delta.invariants": json.dumps({"expression": {"expression": "name IS NOT NULL"}})}
+        ),
     )
 
 
@@ -656,7 +671,14 @@ def setup_unknown_writer_feature(root: Path) -> None:
 
 def setup_deletion_vector(root: Path) -> None:
     add = next(a["add"] for a in log_entry(root, 0) if "add" in a)
-    remove = {"path": add["path"], "dataChange": True, "deletionTimestamp": 1, "extendedFileMetadata": True, "size": add["size"], "partitionValues": {}}
+    remove = {
+        "path": add["path"],
+        "dataChange": True,
+        "deletionTimestamp": 1,
+        "extendedFileMetadata": True,
+        "size": add["size"],
+        "partitionValues": {},
+    }
     append_commit(
         root,
         protocol_with(["deletionVectors"], ["deletionVectors"]),

@@ -482,7 +482,12 @@ class DeltaCommitter:
             raise CommitError(
                 f"new file {rel} does not exist under Delta table {self._table_uri}; write it inside the table folder"
             )
-        metadata = self._read_metadata(rel)
+        try:
+            metadata = self._read_metadata(rel)
+        except (pa.ArrowException, OSError) as exc:
+            raise CommitError(
+                f"new file {rel} of Delta table {self._table_uri} is not readable Parquet: {exc}"
+            ) from exc
         stats = _file_stats(metadata, head, rel, self._table_uri)
         mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
         return AddAction(
