@@ -110,6 +110,9 @@ def spark_conf(
                 # Embedded Derby has no HIVE_LOCKS/NEXT_LOCK_ID tables: Hive locks fail there.
                 "spark.sql.catalog.spark_catalog.lock-enabled": "false",
                 "spark.hadoop.iceberg.engine.hive.lock-enabled": "false",
+                # Iceberg's table cache misses DROP SCHEMA ... CASCADE through the session catalog: a re-created
+                # table of the same name would be reported as existing (dbt drops and re-creates schemas often).
+                "spark.sql.catalog.spark_catalog.cache-enabled": "false",
                 # Pin v2: our partial rewrites refuse v3 row lineage and deletion vectors, so a future runtime
                 # defaulting to v3 must not silently create tables we cannot update.
                 "spark.sql.catalog.spark_catalog.table-default.format-version": "2",
