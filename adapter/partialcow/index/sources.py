@@ -121,6 +121,7 @@ class IcebergSource:
         self.name = table_name
         self._table = self._load()
         self.location = str(self._table.location())
+        self._live_cache: dict[int, list[LiveFile]] = {}  # a snapshot's files never change
 
     def _load(self):  # type: ignore[no-untyped-def]
         jvm = self.spark.sparkContext._jvm
@@ -142,6 +143,8 @@ class IcebergSource:
             version = self.current_version()
         if version < 0:
             return []
+        if version in self._live_cache:
+            return list(self._live_cache[version])
         tasks = self._table.newScan().useSnapshot(version).planFiles()
         out: list[LiveFile] = []
         try:
@@ -154,7 +157,8 @@ class IcebergSource:
                 out.append(LiveFile(str(data_file.location()), int(data_file.recordCount()), signature))
         finally:
             tasks.close()
-        return out
+        self._live_cache[version] = out
+        return list(out)
 
     def normalize_path(self, path: str) -> str:
         return path
@@ -165,7 +169,9 @@ class IcebergSource:
         keys = ", ".join(quote_identifier(c) for c in key_columns)
         # VERSION AS OF pins the read to the snapshot the index records; _file/_pos honour delete files.
         rows = self.spark.sql(f"SELECT {keys}, _file, _pos FROM {quote_identifier(self.name)} VERSION AS OF {int(version)}")
-        rows = rows.where(F.col("_file").isin(list(files.keys())))
+        if not {f.path for f in self.live_files(version)} <= set(files):
+            # Iceberg does not prune data files on a _file predicate: this still scans the snapshot's key columns.
+            rows = rows.where(F.col("_file").isin(list(files.keys())))
         return rows.join(_files_frame(self.spark, files, "_file"), "_file").drop("_file").withColumn(POS, F.col(POS).cast("bigint"))
 
 

@@ -1,0 +1,67 @@
+"""The index's state files: round trip, put-if-absent publication, garbage collection (no Spark)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pytest
+
+from partialcow.exceptions import StaleIndexError
+from partialcow.index.storage import INDEX_DIR, IndexedFile, IndexState, IndexStore, local_path
+
+
+def _state(version: int, buckets: tuple[str | None, ...]) -> IndexState:
+    return IndexState(
+        table="db.t",
+        table_format="iceberg",
+        location="/x",
+        key_columns=("id", "name"),
+        key_types=("bigint", "string"),
+        num_buckets=len(buckets),
+        table_version=100 + version,
+        files=(IndexedFile(0, "file:/x/data/a.parquet", 10, 10, None, (0,)), IndexedFile(1, "file:/x/b", 5, 4, "d1", None)),
+        buckets=buckets,
+        next_file_id=2,
+        state_version=version,
+    )
+
+
+def test_round_trip_and_latest(tmp_path) -> None:
+    store = IndexStore(f"file:{tmp_path}")
+    assert store.root == os.path.join(str(tmp_path), INDEX_DIR)
+    assert store.read_state() is None
+    first = _state(1, ("data/b00000-a.parquet", None))
+    store.write_state(first)
+    store.write_state(_state(2, ("data/b00000-b.parquet", "data/b00001-b.parquet")))
+    assert store.read_state(1) == first
+    latest = store.read_state()
+    assert latest is not None and latest.state_version == 2 and latest.files[1].buckets is None
+
+
+def test_second_writer_of_a_version_loses(tmp_path) -> None:
+    store = IndexStore(str(tmp_path))
+    store.write_state(_state(1, (None,)))
+    with pytest.raises(StaleIndexError, match="db.t"):
+        store.write_state(replace(_state(1, (None,)), table_version=999))
+    assert store.read_state().table_version == 101  # the first publication stands
+    assert [f.base_name for f in store.list_dir("_state")] == ["v00000001.json"]  # no temp file left behind
+
+
+def test_garbage_collection_keeps_files_of_the_last_two_states(tmp_path) -> None:
+    store = IndexStore(str(tmp_path))
+    data = tmp_path / INDEX_DIR / "data"
+    data.mkdir(parents=True)
+    for name in ("b00000-a", "b00000-b", "b00000-c", "b00001-a"):
+        (data / f"{name}.parquet").write_bytes(b"x")
+    store.write_state(_state(1, ("data/b00000-a.parquet", "data/b00001-a.parquet")))
+    store.write_state(_state(2, ("data/b00000-b.parquet", "data/b00001-a.parquet")))
+    store.write_state(_state(3, ("data/b00000-c.parquet", "data/b00001-a.parquet")))
+    deleted = store.garbage_collect()
+    assert sorted(deleted) == ["_state/v00000001.json", "data/b00000-a.parquet"]
+    assert sorted(p.name for p in data.iterdir()) == ["b00000-b.parquet", "b00000-c.parquet", "b00001-a.parquet"]
+
+
+def test_local_path() -> None:
+    assert local_path("file:///tmp/a%20b") == "/tmp/a b"
+    assert local_path("s3a://bucket/t") is None
