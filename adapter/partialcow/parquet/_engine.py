@@ -171,6 +171,17 @@ def _page_num_values(lay: ParquetLayout, page: Page) -> int:
     return h.val(F.PH_DATA_PAGE_HEADER).val(F.DPH_NUM_VALUES)
 
 
+def _stats_key(page_type: int, encoding: int) -> tuple[int, int]:
+    # Writers disagree on the page type of v2 pages in encoding_stats (pyarrow declares DATA_PAGE): match both.
+    return (F.DATA_PAGE if page_type == F.DATA_PAGE_V2 else page_type), encoding
+
+
+def _page_type_for_stats(kind: int, ch: Chunk, lay: ParquetLayout) -> int:
+    if kind != F.DATA_PAGE:
+        return kind
+    return lay.ensure_header(ch.pages[0]).val(F.PH_TYPE)
+
+
 def _page_encoding(lay: ParquetLayout, page: Page) -> tuple[int, int]:
     h = lay.ensure_header(page)
     ptype = h.val(F.PH_TYPE)
@@ -677,7 +688,7 @@ class _Rewriter:
                 b = subrun_end[i]
                 for j in range(i, b + 1):
                     p = ch.pages[j]
-                    pt_enc = _page_encoding(lay, p)
+                    pt_enc = _stats_key(*_page_encoding(lay, p))
                     enc_delta[pt_enc] = enc_delta.get(pt_enc, 0) - 1
                     num_values -= _page_num_values(lay, p)
                     unc -= p.header_size + lay.ensure_header(p).val(F.PH_UNCOMPRESSED_SIZE)
@@ -696,7 +707,7 @@ class _Rewriter:
                     num_values += mcmd.val(F.CMD_NUM_VALUES)
                     unc += mcmd.val(F.CMD_TOTAL_UNCOMPRESSED_SIZE)
                     for e in mcmd.val(F.CMD_ENCODING_STATS, TList(T_STRUCT, [])).items:
-                        k = (e.val(F.PES_PAGE_TYPE), e.val(F.PES_ENCODING))
+                        k = _stats_key(e.val(F.PES_PAGE_TYPE), e.val(F.PES_ENCODING))
                         enc_delta[k] = enc_delta.get(k, 0) + e.val(F.PES_COUNT)
                     new_encodings.extend(mcmd.val(F.CMD_ENCODINGS).items)
                     mst = mcmd.val(F.CMD_STATISTICS)
@@ -744,8 +755,11 @@ class _Rewriter:
         if F.CMD_ENCODING_STATS in cmd:
             entries = []
             seen = set()
+            data_type = None
             for e in cmd.val(F.CMD_ENCODING_STATS).items:
-                k = (e.val(F.PES_PAGE_TYPE), e.val(F.PES_ENCODING))
+                k = _stats_key(e.val(F.PES_PAGE_TYPE), e.val(F.PES_ENCODING))
+                if k[0] == F.DATA_PAGE:
+                    data_type = e.val(F.PES_PAGE_TYPE)
                 seen.add(k)
                 count = e.val(F.PES_COUNT) + enc_delta.get(k, 0)
                 if count > 0:
@@ -755,7 +769,8 @@ class _Rewriter:
             for k, d in enc_delta.items():
                 if k not in seen and d > 0:
                     ne = TStruct()
-                    ne.put(F.PES_PAGE_TYPE, T_I32, k[0])
+                    ne.put(F.PES_PAGE_TYPE, T_I32, data_type if k[0] == F.DATA_PAGE and data_type is not None
+                           else _page_type_for_stats(k[0], ch, lay))
                     ne.put(F.PES_ENCODING, T_I32, k[1])
                     ne.put(F.PES_COUNT, T_I32, d)
                     entries.append(ne)
@@ -967,6 +982,10 @@ def _rewrite_whole(lay: ParquetLayout, fd: int, changes: _Changes, opts: dict[st
         store_decimal_as_integer=any(
             leaf.physical_type in (F.INT32, F.INT64) and pa.types.is_decimal(f.type)
             for leaf, f in zip(lay.leaves, table.schema)) if len(lay.leaves) == len(table.schema) else False)
+    if lay.row_groups:
+        sorting = pq.ParquetFile(lay.path).metadata.row_group(0).sorting_columns
+        if sorting and not {lay.tops[lay.leaves[c.column_index].top].name for c in sorting} & set(changes.upd):
+            kwargs["sorting_columns"] = sorting  # deletes keep the order; updated sort keys may not
     kwargs.update(opts)
     rg_size = max((lay.rg_rows(i) for i in range(len(lay.row_groups))), default=n) or 1
     with os.fdopen(os.dup(fd), "wb") as fh:
@@ -1020,7 +1039,7 @@ def rewrite_file(
         changes = _prepare(lay, read_schema, updates, deletes)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            reason = _full_file_reason(lay, changes, full_file_threshold)
+            reason = _full_file_reason(lay, changes, full_file_threshold, full_chunk_threshold)
             rw = _Rewriter(lay, changes, read_schema, full_chunk_threshold=full_chunk_threshold,
                            writer_options=opts)
             if reason is None:
@@ -1082,7 +1101,8 @@ def _fsync_dir(path: str) -> None:
         os.close(dfd)
 
 
-def _full_file_reason(lay: ParquetLayout, changes: _Changes, threshold: float) -> str | None:
+def _full_file_reason(lay: ParquetLayout, changes: _Changes, threshold: float, chunk_threshold: float
+                      ) -> str | None:
     """Whole-file rewrite when the pages holding candidate changes are nearly all page bytes."""
     if not changes.upd_pos.size and not changes.del_pos.size:
         return None
@@ -1108,7 +1128,9 @@ def _full_file_reason(lay: ParquetLayout, changes: _Changes, threshold: float) -
                 continue
             firsts = np.fromiter((p.first_row for p in ch.pages), dtype=np.int64, count=len(ch.pages))
             pages = np.unique(np.searchsorted(firsts, rows, side="right") - 1)
-            touched += sum(ch.pages[i].size for i in pages.tolist())
+            cand = sum(ch.pages[i].size for i in pages.tolist())
+            # above the chunk threshold the chunk is re-encoded whole, dictionary page included
+            touched += size if cand > chunk_threshold * (ch.end - ch.prefix_end) else cand
         row += n
     if total and touched > threshold * total:
         return f"{touched / total:.0%} of the page bytes hold changes (threshold {threshold:.0%})"
