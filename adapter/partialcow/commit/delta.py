@@ -752,10 +752,12 @@ def _file_stats(metadata: pq.FileMetaData, table: Any, rel: str, table_uri: str)
                 raise CommitError(
                     f"new file {rel} has {nulls[name]} nulls in NOT NULL column {name} of Delta table {table_uri}"
                 )
-        if metadata.num_rows == 0 or not all(s is not None and s.has_min_max for s in stats):
+        # A row group holding only nulls has no bounds and needs none; any other one without bounds is unknown.
+        bounded = [(c, s) for c, s in zip(chunks, stats) if not (s is not None and _all_null(c, s))]
+        if not bounded or not all(s is not None and s.has_min_max for _, s in bounded):
             continue
-        low = [_stat_value(dtype, c, s.min_raw, upper=False) for c, s in zip(chunks, stats)]
-        high = [_stat_value(dtype, c, s.max_raw, upper=True) for c, s in zip(chunks, stats)]
+        low = [_stat_value(dtype, c, s.min_raw, upper=False) for c, s in bounded]
+        high = [_stat_value(dtype, c, s.max_raw, upper=True) for c, s in bounded]
         if all(v is not None for v in low):
             mins[name] = min(low)
         if all(v is not None for v in high):
@@ -767,6 +769,10 @@ def _file_stats(metadata: pq.FileMetaData, table: Any, rel: str, table_uri: str)
         "nullCount": nulls,
     }
     return _dumps_with_decimals(doc)
+
+
+def _all_null(chunk: Any, stats: Any) -> bool:
+    return bool(stats.has_null_count and stats.null_count == chunk.num_values)
 
 
 def _check_file_schema(
