@@ -1,0 +1,477 @@
+"""Iceberg commits through Iceberg's own Java API, driven from the Spark driver over py4j.
+
+A partial rewrite replaces data files by rewritten copies; :class:`IcebergCommitter` commits that as one Iceberg
+``overwrite`` snapshot validated from the snapshot the rewrite read: a concurrent change that added data, deleted
+files or attached delete files matching the touched keys fails the commit (``CommitConflictError``), while unrelated
+concurrent appends are rebased by Iceberg. The Java API (not Spark SQL) is used because only it commits a chosen
+file set atomically with these validations.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from partialcow.commit.base import CommitResult, DataFile, FileReplacement
+from partialcow.exceptions import (
+    CommitConflictError,
+    CommitError,
+    CommitStateUnknownError,
+    UnsupportedTableFeatureError,
+)
+
+__all__ = ["IcebergCommitter", "NO_SNAPSHOT"]
+
+#: ``current_version()`` of a table without any snapshot yet.
+NO_SNAPSHOT = -1
+# Above this many keys the conflict filter becomes a min..max range: a superset (never misses a conflict) that
+# keeps the expression small and avoids one py4j round trip per key.
+_MAX_IN_KEYS = 1000
+_COMMIT_ID = "partialcow.commit-id"
+
+
+class _KeyTypeUnsupported(Exception):
+    """A key value has no Iceberg literal form here: fall back to a filter that matches everything."""
+
+
+class IcebergCommitter:
+    """Replace data files of one Iceberg table (in the Spark session's catalog) in single overwrite snapshots.
+
+    Args:
+        spark: the SparkSession whose catalog holds the table (see ``partialcow.spark.session``).
+        table_name: the table as Spark names it (``schema.table`` or ``catalog.schema.table``).
+
+    >>> committer = IcebergCommitter(spark, "db.events")  # doctest: +SKIP
+    >>> base = committer.current_version()  # doctest: +SKIP
+    >>> old = committer.live_files(base)[0].path  # doctest: +SKIP
+    >>> committer.replace_files(FileReplacement(base_version=base, removed=[old], added=["/wh/db/events/data/new.parquet"],
+    ...                                         conflict_keys={"id": [7]}))  # doctest: +SKIP
+    """
+
+    def __init__(self, spark: Any, table_name: str) -> None:
+        self._spark = spark
+        self._jvm = spark._jvm  # noqa: SLF001 - py4j handle, pyspark's only way to the JVM
+        self._name = table_name
+
+    @property
+    def table_name(self) -> str:
+        return self._name
+
+    # ---------------------------------------------------------------- reading
+
+    def _table(self) -> Any:
+        from py4j.protocol import Py4JJavaError
+
+        try:
+            table = self._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+                self._spark._jsparkSession, self._name  # noqa: SLF001
+            )
+        except Py4JJavaError as exc:
+            message = _java_message(exc)
+            if "not an Iceberg table" in message or "ClassCastException" in _java_class(exc):
+                raise UnsupportedTableFeatureError(
+                    f"table {self._name} is not an Iceberg table: partialcow's Iceberg commits need USING iceberg"
+                ) from exc
+            raise CommitError(f"cannot load Iceberg table {self._name}: {message}") from exc
+        # The session catalog caches table objects: read the latest metadata, not the cached one.
+        table.refresh()
+        return table
+
+    def current_version(self) -> int:
+        """The table's current snapshot id, or ``NO_SNAPSHOT`` (-1) for a table without snapshots."""
+        snapshot = self._table().currentSnapshot()
+        return NO_SNAPSHOT if snapshot is None else int(snapshot.snapshotId())
+
+    def live_files(self, version: int | None = None) -> list[DataFile]:
+        """The data files live at snapshot ``version`` (default: current), paths as the table's metadata holds them."""
+        return [
+            DataFile(path=str(f.location()), record_count=int(f.recordCount()), file_size_bytes=int(f.fileSizeInBytes()))
+            for f, _ in self._scan(self._table(), version)
+        ]
+
+    def _scan(self, table: Any, version: int | None) -> list[tuple[Any, Any]]:
+        """(data file, attached delete files) of every live data file at ``version``."""
+        from py4j.protocol import Py4JJavaError
+
+        if version == NO_SNAPSHOT or (version is None and table.currentSnapshot() is None):
+            return []
+        scan = table.newScan()
+        try:
+            if version is not None:
+                scan = scan.useSnapshot(int(version))
+            tasks = scan.planFiles()
+        except Py4JJavaError as exc:
+            raise CommitConflictError(
+                f"snapshot {version} of Iceberg table {self._name} cannot be read ({_java_message(exc)}); it may "
+                "have expired: re-run the change from the current snapshot"
+            ) from exc
+        out = []
+        iterator = tasks.iterator()
+        try:
+            while iterator.hasNext():
+                task = iterator.next()
+                out.append((task.file(), task.deletes()))
+        finally:
+            tasks.close()
+        return out
+
+    # ---------------------------------------------------------------- committing
+
+    def replace_files(self, change: FileReplacement) -> CommitResult:
+        """Commit ``change`` as one Iceberg overwrite snapshot: delete ``change.removed``, add ``change.added``.
+
+        ``removed`` are data file paths live at ``change.base_version`` (as :meth:`live_files` returns them).
+        ``added`` are Parquet files already written with the table's field ids (absolute paths or URIs, or paths
+        relative to the table's ``data/`` folder). On a conflict or refusal nothing is committed and the added
+        files are deleted; when the outcome is unknown they are kept and ``CommitStateUnknownError`` is raised.
+        """
+        from py4j.protocol import Py4JJavaError
+
+        table = self._table()
+        added = [self._location(table, p) for p in change.added]
+        try:
+            if not change.removed and not added:
+                raise CommitError(f"nothing to commit to Iceberg table {self._name}: no file removed or added")
+            self._check_table(table)
+            removed = self._removed_files(table, change)
+            spec, partition = self._target_partition(table, removed)
+            new_files = [self._data_file(table, spec, partition, path) for path in added]
+            commit_id = str(uuid.uuid4())
+            overwrite = table.newOverwrite()
+            for old in removed:
+                overwrite = overwrite.deleteFile(old)
+            for new in new_files:
+                overwrite = overwrite.addFile(new)
+            if change.base_version != NO_SNAPSHOT:
+                overwrite = overwrite.validateFromSnapshot(int(change.base_version))
+            overwrite = (
+                overwrite.caseSensitive(False)  # Spark resolves column names case-insensitively
+                .conflictDetectionFilter(self._conflict_filter(table, change.conflict_keys))
+                .validateNoConflictingData()
+                .validateNoConflictingDeletes()
+            )
+            for key, value in {**change.metrics.as_commit_summary(), "partialcow.operation": change.operation}.items():
+                overwrite = overwrite.set(key, value)
+            overwrite = overwrite.set(_COMMIT_ID, commit_id)
+        except CommitError:
+            self._delete_quietly(table, added)
+            raise
+
+        try:
+            overwrite.commit()
+        except Py4JJavaError as exc:
+            java_class = _java_class(exc)
+            if java_class.endswith("CommitStateUnknownException"):
+                raise CommitStateUnknownError(
+                    f"commit to Iceberg table {self._name} (base snapshot {change.base_version}) may or may not have "
+                    f"landed: {_java_message(exc)}; the new files are kept. Check the table's snapshots before retrying"
+                ) from exc
+            self._delete_quietly(table, added)
+            if java_class.endswith(("ValidationException", "CommitFailedException")):
+                raise CommitConflictError(
+                    f"concurrent change to Iceberg table {self._name} since base snapshot {change.base_version}: "
+                    f"{_java_message(exc)}. Nothing was committed; re-run the change"
+                ) from exc
+            raise CommitError(
+                f"Iceberg refused the commit to table {self._name} (base snapshot {change.base_version}): "
+                f"{_java_message(exc)}"
+            ) from exc
+
+        snapshot = self._find_snapshot(table, commit_id)
+        self._spark.catalog.refreshTable(self._name)
+        parent = snapshot.parentId()
+        return CommitResult(
+            version=int(snapshot.snapshotId()),
+            previous_version=NO_SNAPSHOT if parent is None else int(parent),
+            removed=tuple(str(f.location()) for f in removed),
+            added=tuple(added),
+        )
+
+    # ---------------------------------------------------------------- internals
+
+    def _check_table(self, table: Any) -> None:
+        version = int(table.operations().current().formatVersion())
+        if version >= 3:
+            raise UnsupportedTableFeatureError(
+                f"Iceberg table {self._name} is format v{version} (row lineage, deletion vectors), which partial "
+                "rewrites do not maintain: use a format-version 2 table"
+            )
+
+    def _removed_files(self, table: Any, change: FileReplacement) -> list[Any]:
+        live = {str(f.location()): (f, deletes) for f, deletes in self._scan(table, change.base_version)}
+        by_plain = {_plain(p): p for p in live}
+        removed = []
+        for path in change.removed:
+            key = path if path in live else by_plain.get(_plain(path))
+            if key is None:
+                raise CommitError(
+                    f"file {path} is not a live data file of Iceberg table {self._name} at snapshot "
+                    f"{change.base_version}: pass paths from live_files() of that snapshot"
+                )
+            data_file, deletes = live[key]
+            if deletes.size() > 0:
+                kinds = sorted({_delete_kind(d) for d in deletes})
+                raise UnsupportedTableFeatureError(
+                    f"data file {key} of Iceberg table {self._name} has {', '.join(kinds)} attached; partial rewrites "
+                    "would bring deleted rows back. Compact the table first (CALL system.rewrite_data_files) or use "
+                    "copy-on-write deletes ('write.delete.mode'='copy-on-write')"
+                )
+            if any(str(f.location()) == key for f in removed):
+                raise CommitError(f"file {key} is listed twice in the files to remove from Iceberg table {self._name}")
+            removed.append(data_file)
+        return removed
+
+    def _target_partition(self, table: Any, removed: Sequence[Any]) -> tuple[Any, Any]:
+        """The spec and partition the new files get: the replaced files' own (all must share one)."""
+        if not removed:
+            spec = table.spec()
+            if not spec.isUnpartitioned():
+                raise UnsupportedTableFeatureError(
+                    f"adding files to partitioned Iceberg table {self._name} without replacing one: partialcow only "
+                    "carries a replaced file's partition over; write appends through Spark"
+                )
+            return spec, None
+        spec_id = int(removed[0].specId())
+        spec = table.specs().get(spec_id)
+        if spec.isUnpartitioned():
+            if any(int(f.specId()) != spec_id for f in removed):
+                raise UnsupportedTableFeatureError(
+                    f"the files replaced in Iceberg table {self._name} belong to different partition specs: replace "
+                    "them in separate changes"
+                )
+            return spec, None
+        partition = removed[0].partition()
+        for f in removed[1:]:
+            if int(f.specId()) != spec_id or not partition.equals(f.partition()):
+                raise UnsupportedTableFeatureError(
+                    f"the files replaced in Iceberg table {self._name} lie in different partitions "
+                    f"({removed[0].location()} and {f.location()}): replace each partition's files in its own change"
+                )
+        fields = spec.fields()
+        for i in range(fields.size()):
+            field = fields.get(i)
+            if not field.transform().isIdentity():
+                raise UnsupportedTableFeatureError(
+                    f"Iceberg table {self._name} is partitioned by {field.transform()}({field.name()}): partialcow "
+                    "carries only identity partitions over to rewritten files"
+                )
+        return spec, partition
+
+    def _location(self, table: Any, path: str) -> str:
+        if "://" in path or path.startswith("file:"):
+            return path
+        if path.startswith("/"):
+            # Match how Spark writes local locations, so paths compare equal in metadata tables.
+            return f"file:{path}" if str(table.location()).startswith("file:") else path
+        return f"{str(table.location()).rstrip('/')}/data/{path}"
+
+    def _data_file(self, table: Any, spec: Any, partition: Any, path: str) -> Any:
+        from py4j.protocol import Py4JJavaError
+
+        self._check_field_ids(table, path)
+        jvm = self._jvm
+        try:
+            input_file = table.io().newInputFile(path)
+            metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(
+                input_file, jvm.org.apache.iceberg.MetricsConfig.forTable(table)
+            )
+            builder = (
+                jvm.org.apache.iceberg.DataFiles.builder(spec)
+                .withPath(path)
+                .withFileSizeInBytes(input_file.getLength())
+                .withFormat("PARQUET")
+                .withMetrics(metrics)
+            )
+            if partition is not None:
+                self._check_partition_values(table, spec, partition, input_file, path)
+                builder = builder.withPartition(partition)
+            return builder.build()
+        except Py4JJavaError as exc:
+            raise CommitError(
+                f"cannot read new data file {path} for Iceberg table {self._name}: {_java_message(exc)}"
+            ) from exc
+
+    def _check_field_ids(self, table: Any, path: str) -> None:
+        """Iceberg resolves Parquet columns by field id: a file without them would read back as nulls."""
+        try:
+            filesystem, inner = pafs.FileSystem.from_uri(path)
+            with filesystem.open_input_file(inner) as handle:
+                schema = pq.read_schema(handle)
+        except (OSError, ValueError) as exc:
+            raise CommitError(f"cannot read new data file {path} for Iceberg table {self._name}: {exc}") from exc
+        known = {int(f.fieldId()) for f in _iterable(table.schema().columns())}
+        ids = []
+        for field in schema:
+            raw = (field.metadata or {}).get(b"PARQUET:field_id")
+            if raw is None:
+                raise CommitError(
+                    f"new data file {path} has no Parquet field id on column {field.name!r}, so Iceberg table "
+                    f"{self._name} would read it as nulls: write it with the source file's schema (field ids kept)"
+                )
+            ids.append(int(raw))
+        if not known & set(ids):
+            raise CommitError(
+                f"new data file {path}: none of its field ids {ids} belongs to Iceberg table {self._name}'s schema; "
+                "write it with the replaced file's schema"
+            )
+
+    def _check_partition_values(self, table: Any, spec: Any, partition: Any, input_file: Any, path: str) -> None:
+        """Every row of a new file must lie in the partition it inherits: check exact min/max of identity columns."""
+        jvm = self._jvm
+        exact = jvm.org.apache.iceberg.MetricsConfig.fromProperties(
+            _java_map(jvm, {"write.metadata.metrics.default": "full"})
+        )
+        metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(input_file, exact)
+        fields = spec.fields()
+        for i in range(fields.size()):
+            source_id = int(fields.get(i).sourceId())
+            source_type = table.schema().findType(source_id)
+            value = partition.get(i, source_type.typeId().javaClass())
+            nulls = metrics.nullValueCounts().get(source_id)
+            values = metrics.valueCounts().get(source_id)
+            column = table.schema().findColumnName(source_id)
+            if value is None:
+                ok = nulls is not None and values is not None and int(nulls) == int(values)
+            else:
+                expected = jvm.org.apache.iceberg.types.Conversions.toByteBuffer(source_type, value)
+                lower = metrics.lowerBounds().get(source_id)
+                upper = metrics.upperBounds().get(source_id)
+                ok = (nulls is None or int(nulls) == 0) and lower is not None and upper is not None
+                ok = ok and expected.equals(lower) and expected.equals(upper)
+            if not ok:
+                raise CommitError(
+                    f"new data file {path} holds rows whose {column} differs from its partition's value {value} in "
+                    f"Iceberg table {self._name}: a partial rewrite cannot move rows between partitions"
+                )
+
+    def _conflict_filter(self, table: Any, keys: Mapping[str, Sequence[object]]) -> Any:
+        expressions = self._jvm.org.apache.iceberg.expressions.Expressions
+        if not keys:
+            return expressions.alwaysTrue()  # unknown keys: any concurrent change of the data conflicts
+        schema = table.schema()
+        result = expressions.alwaysTrue()
+        for column, values in keys.items():
+            field = schema.caseInsensitiveFindField(column)
+            if field is None:
+                raise CommitError(
+                    f"conflict key column {column!r} is not a column of Iceberg table {self._name}: pass the table's "
+                    "key columns"
+                )
+            present = [v for v in values if v is not None]
+            key_type = field.type()
+            try:
+                if not present:
+                    term = expressions.isNull(column)
+                elif len(present) > _MAX_IN_KEYS:
+                    term = getattr(expressions, "and")(
+                        expressions.greaterThanOrEqual(column, _key_literal(min(present), key_type)),  # type: ignore[type-var]
+                        expressions.lessThanOrEqual(column, _key_literal(max(present), key_type)),  # type: ignore[type-var]
+                    )
+                else:
+                    literals = self._jvm.java.util.ArrayList()
+                    for value in present:
+                        literals.add(_key_literal(value, key_type))
+                    term = getattr(expressions, "in")(column, literals)
+            except (_KeyTypeUnsupported, TypeError, decimal.InvalidOperation):
+                return expressions.alwaysTrue()
+            result = getattr(expressions, "and")(result, term)
+        return result
+
+    def _find_snapshot(self, table: Any, commit_id: str) -> Any:
+        """Our snapshot (found by the commit id in its summary), walking back from the current one."""
+        table.refresh()
+        snapshot = table.currentSnapshot()
+        while snapshot is not None:
+            if snapshot.summary().get(_COMMIT_ID) == commit_id:
+                return snapshot
+            parent = snapshot.parentId()
+            snapshot = None if parent is None else table.snapshot(parent)
+        raise CommitStateUnknownError(
+            f"Iceberg reported the commit to table {self._name} as done but no snapshot carries {_COMMIT_ID}="
+            f"{commit_id}; the new files are kept. Check the table's snapshots"
+        )
+
+    def _delete_quietly(self, table: Any, paths: Sequence[str]) -> None:
+        io = table.io()
+        for path in paths:
+            try:
+                io.deleteFile(path)
+            except Exception:  # noqa: BLE001 - cleanup of our own unreferenced files is best effort
+                pass
+
+
+def _key_literal(value: object, iceberg_type: Any) -> object:
+    """A Python key value as what py4j passes and Iceberg's literal binding converts to the column's type."""
+    type_id = str(iceberg_type.typeId().name())
+    if isinstance(value, bool) or type_id == "BOOLEAN":
+        if not isinstance(value, bool):
+            raise _KeyTypeUnsupported(type(value).__name__)
+        return value
+    if type_id == "TIMESTAMP" and isinstance(value, _dt.datetime):
+        # Iceberg parses ISO strings into microseconds; naive values are UTC, as in our sessions.
+        utc = value.astimezone(_dt.timezone.utc) if value.tzinfo is not None else value.replace(tzinfo=_dt.timezone.utc)
+        if bool(iceberg_type.shouldAdjustToUTC()):
+            return utc.isoformat()
+        return utc.replace(tzinfo=None).isoformat()
+    if type_id == "DATE" and isinstance(value, _dt.date) and not isinstance(value, _dt.datetime):
+        return value.isoformat()
+    if type_id == "DECIMAL" and isinstance(value, (decimal.Decimal, int, str)):
+        # Iceberg binds a decimal literal only at the column's exact scale.
+        return decimal.Decimal(value).quantize(decimal.Decimal(1).scaleb(-int(iceberg_type.scale())))
+    if type_id == "UUID" and isinstance(value, (uuid.UUID, str)):
+        return str(value)
+    if type_id in ("INTEGER", "LONG") and isinstance(value, int):
+        return value
+    if type_id in ("FLOAT", "DOUBLE") and isinstance(value, (int, float)):
+        return float(value)
+    if type_id == "STRING" and isinstance(value, str):
+        return value
+    raise _KeyTypeUnsupported(f"{type(value).__name__} for {type_id}")
+
+
+def _java_map(jvm: Any, values: Mapping[str, str]) -> Any:
+    result = jvm.java.util.HashMap()
+    for key, value in values.items():
+        result.put(key, value)
+    return result
+
+
+def _iterable(java_list: Any) -> list[Any]:
+    return [java_list.get(i) for i in range(java_list.size())]
+
+
+def _plain(path: str) -> str:
+    """A local location without its ``file:`` scheme, for comparing ``file:/x`` with ``file:///x`` and ``/x``."""
+    if path.startswith("file:"):
+        return "/" + path[len("file:") :].lstrip("/")
+    return path
+
+
+def _delete_kind(delete_file: Any) -> str:
+    content = str(delete_file.content().name())
+    if str(delete_file.format().name()) == "PUFFIN":
+        return "deletion vectors"
+    return {"POSITION_DELETES": "position delete files", "EQUALITY_DELETES": "equality delete files"}.get(
+        content, content.lower()
+    )
+
+
+def _java_class(exc: Any) -> str:
+    try:
+        return str(exc.java_exception.getClass().getName())
+    except Exception:  # noqa: BLE001 - a broken gateway must not hide the original error
+        return ""
+
+
+def _java_message(exc: Any) -> str:
+    try:
+        java = exc.java_exception
+        return f"{java.getClass().getSimpleName()}: {java.getMessage()}"
+    except Exception:  # noqa: BLE001
+        return str(exc).strip().splitlines()[0]

@@ -1,0 +1,335 @@
+"""IcebergCommitter against real Iceberg tables in the embedded Spark session.
+
+Replacement files are written with pyarrow from the live file (keeping its schema and Parquet field ids), and every
+result is read back through Spark, an independent reader of the committed metadata.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import itertools
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from partialcow.commit.base import FileReplacement, TableCommitter
+from partialcow.commit.iceberg import IcebergCommitter
+from partialcow.exceptions import CommitConflictError, CommitError, UnsupportedTableFeatureError
+from partialcow.metrics import WriteMetrics
+
+pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
+
+_counter = itertools.count()
+
+
+def _local(path: str) -> str:
+    return "/" + path[len("file:") :].lstrip("/") if path.startswith("file:") else path
+
+
+@pytest.fixture()
+def table(spark) -> str:
+    """A fresh two-file table: file one holds ids 1-3, file two ids 4-6."""
+    name = f"commit_test.t{next(_counter)}"
+    spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
+    spark.sql(f"CREATE TABLE {name} (id BIGINT, v STRING) USING iceberg")
+    # one file per INSERT (local[2] would otherwise split each insert in two)
+    spark.sql(f"INSERT INTO {name} SELECT /*+ COALESCE(1) */ * FROM VALUES (1, 'a'), (2, 'b'), (3, 'c') AS s(id, v)")
+    spark.sql(f"INSERT INTO {name} SELECT /*+ COALESCE(1) */ * FROM VALUES (4, 'd'), (5, 'e'), (6, 'f') AS s(id, v)")
+    assert len(IcebergCommitter(spark, name).live_files()) == 2
+    yield name
+    spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+
+
+def _rows(spark, sql: str) -> dict[int, str]:
+    rows = spark.sql(sql).collect()
+    result = {r.id: r.v for r in rows}
+    assert len(result) == len(rows), f"duplicate ids in {sorted(r.id for r in rows)}"
+    return result
+
+
+def _file_with(committer: IcebergCommitter, key: int, version: int | None = None) -> str:
+    for f in committer.live_files(version):
+        if key in pq.read_table(_local(f.path), columns=["id"]).column("id").to_pylist():
+            return f.path
+    raise AssertionError(f"no live file holds id {key}")
+
+
+def _rewrite(path: str, updates: dict[int, str], *, tag: str, keep_field_ids: bool = True) -> str:
+    """Copy a live data file with some values changed, next to it, like the page engine would."""
+    source = pq.read_table(_local(path))
+    values = [updates.get(i, v) for i, v in zip(source["id"].to_pylist(), source["v"].to_pylist())]
+    patched = source.set_column(source.schema.get_field_index("v"), source.schema.field("v"), pa.array(values))
+    if not keep_field_ids:
+        patched = pa.table({c: patched[c] for c in patched.column_names})
+    assert (patched.schema.field("id").metadata or {}).get(b"PARQUET:field_id") == (b"1" if keep_field_ids else None)
+    target = _local(path).replace(".parquet", f"-{tag}.parquet")
+    pq.write_table(patched, target)
+    return target
+
+
+def test_implements_the_protocol(spark, table: str) -> None:
+    assert isinstance(IcebergCommitter(spark, table), TableCommitter)
+
+
+def test_replace_one_file(spark, table: str) -> None:
+    committer = IcebergCommitter(spark, table)
+    before = _rows(spark, f"SELECT id, v FROM {table}")
+    base = committer.current_version()
+    old = _file_with(committer, 2)
+    new = _rewrite(old, {2: "B"}, tag="one")
+
+    result = committer.replace_files(
+        FileReplacement(
+            base_version=base, removed=[old], added=[new], conflict_keys={"id": [2]},
+            metrics=WriteMetrics(rows_updated=1, pages_rewritten=1, pages_copied=3),
+        )
+    )
+
+    assert _rows(spark, f"SELECT id, v FROM {table}") == {**before, 2: "B"}
+    assert _rows(spark, f"SELECT id, v FROM {table} VERSION AS OF {base}") == before
+    assert result.previous_version == base and result.version == committer.current_version()
+    assert result.removed == (old,)
+    live = {f.path for f in committer.live_files()}
+    assert old not in live and any(_local(p) == new for p in live) and len(live) == 2
+    snapshot = spark.sql(f"SELECT * FROM {table}.snapshots WHERE snapshot_id = {result.version}").collect()[0]
+    assert snapshot.operation == "overwrite" and snapshot.parent_id == base
+    assert snapshot.summary["partialcow.operation"] == "partial_cow_upsert"
+    assert snapshot.summary["partialcow.rows_updated"] == "1"
+    assert snapshot.summary["partialcow.pages_copied"] == "3"
+    assert snapshot.summary["deleted-data-files"] == "1" and snapshot.summary["added-data-files"] == "1"
+    # the new file's metrics came from its footer: Spark prunes on them
+    files = spark.sql(f"SELECT file_path, record_count, lower_bounds FROM {table}.files").collect()
+    mine = next(f for f in files if _local(f.file_path) == new)
+    assert mine.record_count == 3 and mine.lower_bounds[1] is not None
+
+
+def test_same_key_on_same_base_conflicts_and_loses_nothing(spark, table: str) -> None:
+    first, second = IcebergCommitter(spark, table), IcebergCommitter(spark, table)
+    base = first.current_version()
+    old = _file_with(first, 2)
+    new_a, new_b = _rewrite(old, {2: "A"}, tag="a"), _rewrite(old, {2: "Z"}, tag="b")
+    first.replace_files(FileReplacement(base_version=base, removed=[old], added=[new_a], conflict_keys={"id": [2]}))
+    after_first = _rows(spark, f"SELECT id, v FROM {table}")
+    head = first.current_version()
+
+    with pytest.raises(CommitConflictError, match=rf"{table}.*base snapshot {base}"):
+        second.replace_files(FileReplacement(base_version=base, removed=[old], added=[new_b], conflict_keys={"id": [2]}))
+
+    assert after_first[2] == "A"
+    assert _rows(spark, f"SELECT id, v FROM {table}") == after_first
+    assert second.current_version() == head
+    assert not os.path.exists(new_b), "the loser's new file must be cleaned up"
+    assert os.path.exists(new_a)
+
+
+def test_other_keys_of_the_same_file_conflict_too(spark, table: str) -> None:
+    # Both writers replace the same file: letting the second in would duplicate all of the file's rows.
+    first, second = IcebergCommitter(spark, table), IcebergCommitter(spark, table)
+    base = first.current_version()
+    old = _file_with(first, 1)
+    new_a, new_b = _rewrite(old, {1: "A"}, tag="a"), _rewrite(old, {3: "C"}, tag="b")
+    first.replace_files(FileReplacement(base_version=base, removed=[old], added=[new_a], conflict_keys={"id": [1]}))
+    with pytest.raises(CommitConflictError):
+        second.replace_files(FileReplacement(base_version=base, removed=[old], added=[new_b], conflict_keys={"id": [3]}))
+    assert _rows(spark, f"SELECT id, v FROM {table}") == {1: "A", 2: "b", 3: "c", 4: "d", 5: "e", 6: "f"}
+
+
+def test_different_files_on_same_base_both_commit(spark, table: str) -> None:
+    first, second = IcebergCommitter(spark, table), IcebergCommitter(spark, table)
+    base = first.current_version()
+    old_a, old_b = _file_with(first, 2), _file_with(first, 5)
+    assert old_a != old_b
+    new_a, new_b = _rewrite(old_a, {2: "B"}, tag="a"), _rewrite(old_b, {5: "E"}, tag="b")
+    r1 = first.replace_files(FileReplacement(base_version=base, removed=[old_a], added=[new_a], conflict_keys={"id": [2]}))
+    r2 = second.replace_files(FileReplacement(base_version=base, removed=[old_b], added=[new_b], conflict_keys={"id": [5]}))
+    assert r2.previous_version == r1.version  # rebased on the first commit
+    assert _rows(spark, f"SELECT id, v FROM {table}") == {1: "a", 2: "B", 3: "c", 4: "d", 5: "E", 6: "f"}
+
+
+def test_unrelated_concurrent_insert_is_rebased(spark, table: str) -> None:
+    committer = IcebergCommitter(spark, table)
+    base = committer.current_version()
+    old = _file_with(committer, 2)
+    new = _rewrite(old, {2: "B"}, tag="x")
+    spark.sql(f"INSERT INTO {table} VALUES (100, 'z')")
+    committer.replace_files(FileReplacement(base_version=base, removed=[old], added=[new], conflict_keys={"id": [2]}))
+    assert _rows(spark, f"SELECT id, v FROM {table}") == {1: "a", 2: "B", 3: "c", 4: "d", 5: "e", 6: "f", 100: "z"}
+
+
+def test_concurrent_insert_of_a_touched_key_conflicts(spark, table: str) -> None:
+    committer = IcebergCommitter(spark, table)
+    base = committer.current_version()
+    old = _file_with(committer, 2)
+    new = _rewrite(old, {2: "B"}, tag="x")
+    spark.sql(f"INSERT INTO {table} VALUES (2, 'other writer')")
+    expected = spark.sql(f"SELECT id, v FROM {table}").collect()
+    with pytest.raises(CommitConflictError):
+        committer.replace_files(FileReplacement(base_version=base, removed=[old], added=[new], conflict_keys={"id": [2]}))
+    assert sorted(spark.sql(f"SELECT id, v FROM {table}").collect()) == sorted(expected)
+
+
+def test_many_keys_become_a_range_filter(spark, table: str) -> None:
+    # > 1000 keys: the filter is min..max, a superset, so a concurrent insert inside the range still conflicts.
+    committer = IcebergCommitter(spark, table)
+    many = {"id": [2, *range(10_000, 11_500)]}
+    base = committer.current_version()
+    old = _file_with(committer, 2)
+    spark.sql(f"INSERT INTO {table} VALUES (20000, 'outside')")
+    committer.replace_files(
+        FileReplacement(base_version=base, removed=[old], added=[_rewrite(old, {2: "B"}, tag="r1")], conflict_keys=many)
+    )
+    base = committer.current_version()
+    old = _file_with(committer, 5)
+    spark.sql(f"INSERT INTO {table} VALUES (10500, 'inside')")
+    with pytest.raises(CommitConflictError):
+        committer.replace_files(
+            FileReplacement(base_version=base, removed=[old], added=[_rewrite(old, {5: "E"}, tag="r2")], conflict_keys=many)
+        )
+    assert _rows(spark, f"SELECT id, v FROM {table}")[2] == "B"
+
+
+def test_file_without_field_ids_is_refused(spark, table: str) -> None:
+    committer = IcebergCommitter(spark, table)
+    base = committer.current_version()
+    old = _file_with(committer, 2)
+    new = _rewrite(old, {2: "B"}, tag="noids", keep_field_ids=False)
+    with pytest.raises(CommitError, match="field id"):
+        committer.replace_files(FileReplacement(base_version=base, removed=[old], added=[new]))
+    assert committer.current_version() == base
+    assert not os.path.exists(new)
+
+
+def test_file_not_live_at_base_is_refused(spark, table: str, tmp_path: Path) -> None:
+    committer = IcebergCommitter(spark, table)
+    base = committer.current_version()
+    old = _file_with(committer, 2)
+    new = _rewrite(old, {2: "B"}, tag="x")
+    with pytest.raises(CommitError, match="not a live data file"):
+        committer.replace_files(FileReplacement(base_version=base, removed=[old + ".missing"], added=[new]))
+    assert committer.current_version() == base
+
+
+def test_unknown_conflict_key_column_is_refused(spark, table: str) -> None:
+    committer = IcebergCommitter(spark, table)
+    base = committer.current_version()
+    old = _file_with(committer, 2)
+    with pytest.raises(CommitError, match="'nope'"):
+        committer.replace_files(
+            FileReplacement(base_version=base, removed=[old], added=[_rewrite(old, {}, tag="x")], conflict_keys={"nope": [1]})
+        )
+
+
+def test_file_with_position_deletes_is_refused(spark) -> None:
+    name = f"commit_test.mor{next(_counter)}"
+    spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
+    spark.sql(
+        f"CREATE TABLE {name} (id BIGINT, v STRING) USING iceberg "
+        "TBLPROPERTIES ('write.delete.mode'='merge-on-read')"
+    )
+    try:
+        spark.sql(f"INSERT INTO {name} SELECT /*+ COALESCE(1) */ * FROM VALUES (1, 'a'), (2, 'b'), (3, 'c') AS s(id, v)")
+        spark.sql(f"DELETE FROM {name} WHERE id = 2")
+        assert spark.sql(f"SELECT count(*) FROM {name}.delete_files").collect()[0][0] == 1
+        committer = IcebergCommitter(spark, name)
+        base = committer.current_version()
+        old = committer.live_files()[0].path
+        with pytest.raises(UnsupportedTableFeatureError, match="position delete"):
+            committer.replace_files(FileReplacement(base_version=base, removed=[old], added=[_rewrite(old, {}, tag="x")]))
+        assert committer.current_version() == base
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+
+
+def test_format_v3_is_refused(spark) -> None:
+    name = f"commit_test.v3_{next(_counter)}"
+    spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
+    spark.sql(f"CREATE TABLE {name} (id BIGINT, v STRING) USING iceberg TBLPROPERTIES ('format-version'='3')")
+    try:
+        spark.sql(f"INSERT INTO {name} VALUES (1, 'a')")
+        committer = IcebergCommitter(spark, name)
+        old = committer.live_files()[0].path
+        with pytest.raises(UnsupportedTableFeatureError, match="v3"):
+            committer.replace_files(
+                FileReplacement(base_version=committer.current_version(), removed=[old], added=[_rewrite(old, {}, tag="x")])
+            )
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+
+
+def test_identity_partition_is_carried_over(spark) -> None:
+    name = f"commit_test.part{next(_counter)}"
+    spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
+    spark.sql(f"CREATE TABLE {name} (id BIGINT, v STRING, region STRING) USING iceberg PARTITIONED BY (region)")
+    try:
+        spark.sql(f"INSERT INTO {name} VALUES (1, 'a', 'eu'), (2, 'b', 'eu'), (3, 'c', 'us')")
+        committer = IcebergCommitter(spark, name)
+        base = committer.current_version()
+        old = _file_with(committer, 2)
+        new = _rewrite(old, {2: "B"}, tag="p")
+        committer.replace_files(FileReplacement(base_version=base, removed=[old], added=[new], conflict_keys={"id": [2]}))
+        assert _rows(spark, f"SELECT id, v FROM {name} WHERE region = 'eu'") == {1: "a", 2: "B"}
+        files = spark.sql(f"SELECT file_path, partition FROM {name}.files").collect()
+        partitions = {_local(r.file_path): r.partition.region for r in files}
+        assert partitions[new] == "eu"
+
+        # a file whose rows belong to another partition must not inherit this one
+        base = committer.current_version()
+        source = pq.read_table(new)
+        moved = source.set_column(
+            source.schema.get_field_index("region"), source.schema.field("region"), pa.array(["us"] * source.num_rows)
+        )
+        wrong = new.replace(".parquet", "-moved.parquet")
+        pq.write_table(moved, wrong)
+        with pytest.raises(CommitError, match="region"):
+            current = next(f.path for f in committer.live_files() if _local(f.path) == new)
+            committer.replace_files(FileReplacement(base_version=base, removed=[current], added=[wrong]))
+        assert committer.current_version() == base
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+
+
+def test_bucket_partition_is_refused(spark) -> None:
+    name = f"commit_test.bucket{next(_counter)}"
+    spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
+    spark.sql(f"CREATE TABLE {name} (id BIGINT, v STRING) USING iceberg PARTITIONED BY (bucket(4, id))")
+    try:
+        spark.sql(f"INSERT INTO {name} VALUES (1, 'a')")
+        committer = IcebergCommitter(spark, name)
+        old = committer.live_files()[0].path
+        with pytest.raises(UnsupportedTableFeatureError, match="bucket"):
+            committer.replace_files(
+                FileReplacement(base_version=committer.current_version(), removed=[old], added=[_rewrite(old, {}, tag="x")])
+            )
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+
+
+def test_conflict_filters_bind_for_common_key_types(spark) -> None:
+    # Each key type must become a literal Iceberg can bind to the column, else the filter would be useless.
+    name = f"commit_test.types{next(_counter)}"
+    spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
+    spark.sql(
+        f"CREATE TABLE {name} (i INT, l BIGINT, s STRING, d DATE, ts TIMESTAMP, ntz TIMESTAMP_NTZ, "
+        "dec DECIMAL(10, 2), f DOUBLE) USING iceberg"
+    )
+    try:
+        committer = IcebergCommitter(spark, name)
+        table = committer._table()
+        keys = {
+            "i": [1, 2], "l": [2**40], "s": ["x"], "d": [dt.date(2024, 1, 2)],
+            "ts": [dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)], "ntz": [dt.datetime(2024, 1, 2, 3, 4, 5)],
+            "dec": [decimal.Decimal("1.5")], "f": [0.5],
+        }
+        jvm = spark._jvm
+        for column, values in keys.items():
+            expression = committer._conflict_filter(table, {column: values})
+            assert "true" != str(expression), f"{column} fell back to alwaysTrue"
+            bound = jvm.org.apache.iceberg.expressions.Binder.bind(table.schema().asStruct(), expression, False)
+            assert f"ref(id={table.schema().findField(column).fieldId()}," in str(bound)
+        assert str(committer._conflict_filter(table, {"s": [b"raw"]})) == "true"  # unsupported: conservative
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
