@@ -419,6 +419,19 @@ def test_concurrent_append_of_a_key_we_write_conflicts(tmp_path: Path) -> None:
     assert [r["name"] for r in live_rows(root).values() if r["id"] == 300] == ["theirs-name-300"]
 
 
+def test_key_appended_then_removed_concurrently_is_no_conflict(tmp_path: Path) -> None:
+    root = make_table(tmp_path)
+    c, other = DeltaCommitter(str(root)), DeltaCommitter(str(root))
+    write_deltalake(str(root), batch([300], tag="theirs"), mode="append")  # version 2
+    gone = file_with_id(other, 300)
+    other.replace_files(FileReplacement(base_version=2, removed=[gone]))  # version 3
+    (root / gone).unlink()  # as a vacuum would: the key check must not need it
+    pq.write_table(batch([300], tag="mine"), root / "ins.parquet")
+    result = c.replace_files(FileReplacement(base_version=1, added=["ins.parquet"], conflict_keys={"id": [300]}))
+    assert result.version == 4
+    assert [r["name"] for r in live_rows(root).values() if r["id"] == 300] == ["mine-name-300"]
+
+
 def test_composite_conflict_keys_match_as_tuples(tmp_path: Path) -> None:
     root = make_table(tmp_path)
     c = DeltaCommitter(str(root))

@@ -217,6 +217,10 @@ class DeltaCommitter:
         commit_id = str(uuid.uuid4())
         referenced_by_others: set[str] = set()
         try:
+            # Check-then-commit is atomic because delta-rs creates log file head+1 with put-if-absent (rename
+            # without replace locally, conditional put on object stores) and we disable its own retries: every
+            # version <= head has been checked, so a commit we have not seen can only be head+1, which makes our
+            # put fail; we then reload, check the newcomer, and try head+2.
             for _attempt in range(self._max_attempts):
                 head_version = int(head.version())
                 self._check_concurrent(change, removed, added, head_version, referenced_by_others)
@@ -303,7 +307,7 @@ class DeltaCommitter:
             # Anything else may be an object-store error around the put itself: without proof that nothing
             # landed, keep the files (an orphan file is harmless; a log entry pointing at a deleted one is not).
             raise CommitStateUnknownError(
-                f"commit to Delta table {self._table_uri} failed with an I/O error ({exc!r}) and version {target} "
+                f"commit to Delta table {self._table_uri} failed ({exc!r}) and version {target} "
                 f"cannot be confirmed absent; the new files are kept. Check the table's history before retrying"
             ) from exc
         landed = self._find_commit(commit_id, target, None)
@@ -366,6 +370,7 @@ class DeltaCommitter:
         """Apply Delta's conflict rules to versions (base, head]; record in ``referenced`` our files others use."""
         ours_removed = {f.rel_path for f in removed}
         ours_added = set(added)
+        appended: dict[str, int] = {}  # concurrently added data files still live at head -> their version
         for version in range(change.base_version + 1, head_version + 1):
             try:
                 entries = self._read_log_entry(version)
@@ -396,15 +401,20 @@ class DeltaCommitter:
                         f"new file {path} was also added to Delta table {self._table_uri} by concurrent version "
                         f"{version}; it is kept (the table references it). Write new files under unique names"
                     )
-                if kind == "add" and body.get("dataChange", True) and change.conflict_keys:
-                    self._check_keys(change, path, version)
+                if kind == "remove":
+                    appended.pop(path, None)
+                elif body.get("dataChange", True):
+                    appended[path] = version
+        if change.conflict_keys:
+            for path, version in appended.items():
+                self._check_keys(change, path, version)
 
     def _check_keys(self, change: FileReplacement, path: str, version: int) -> None:
         """A concurrently added file holding any key we touch is a conflict (the row would exist twice)."""
         columns = list(change.conflict_keys)
         try:
             found = self._read_parquet(path, columns)
-        except (KeyError, pa.ArrowInvalid) as exc:
+        except (KeyError, pa.ArrowException, OSError) as exc:
             raise CommitConflictError(
                 f"concurrent version {version} of Delta table {self._table_uri} added {path}, whose key columns "
                 f"{columns} cannot be read to rule out a key conflict ({exc}); re-run the change"
