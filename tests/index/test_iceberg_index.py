@@ -1,0 +1,135 @@
+"""Row index over Iceberg tables in the embedded catalog; Spark SQL writes as the "other" writer, pyarrow checks."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+import time
+import uuid
+
+import pyarrow.parquet as pq
+import pytest
+from index_oracle import keys_of, row_at
+
+from partialcow.exceptions import DuplicateKeyError
+from partialcow.index import INDEX_DIR, IcebergSource, RowIndex
+from partialcow.index.storage import local_path
+
+pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
+
+KEYS = ["id", "code"]  # bigint + string
+
+
+@pytest.fixture()
+def table(spark):
+    """An Iceberg v2 table with merge-on-read deletes/updates, 3 files of 700 rows."""
+    name = f"default.idx_{uuid.uuid4().hex[:8]}"
+    spark.sql(
+        f"CREATE TABLE {name} (id bigint, code string, amount double) USING iceberg TBLPROPERTIES ("
+        "'format-version'='2', 'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read', "
+        "'write.merge.mode'='merge-on-read')"
+    )
+    for f in range(3):
+        spark.range(f * 700, (f + 1) * 700).selectExpr("id", "concat('c', cast(id % 11 as string)) AS code", "1.0D AS amount") \
+            .coalesce(1).writeTo(name).append()
+    yield name
+    spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+
+
+def _data_files(spark, name: str) -> set[str]:
+    return {r[0] for r in spark.sql(f"SELECT file_path FROM {name}.files WHERE content = 0").collect()}
+
+
+def _file_of(spark, name: str, key_id: int) -> str:
+    return spark.sql(f"SELECT _file FROM {name} WHERE id = {key_id}").first()[0]
+
+
+def _lookup(spark, index: RowIndex, keys: list[tuple]) -> tuple[dict, set]:
+    result = index.lookup(spark.createDataFrame(keys, "id bigint, code string"))
+    found = {(r["id"], r["code"]): (r["file"], r["pos"]) for r in result.found.collect()}
+    return found, {(r["id"], r["code"]) for r in result.missing.collect()}
+
+
+def _key(i: int) -> tuple:
+    return (i, f"c{i % 11}")
+
+
+def test_build_lookup_and_position_deletes(spark, table) -> None:
+    source = IcebergSource(spark, table)
+    index = RowIndex.create(source, key_columns=KEYS, num_buckets=4)
+    assert index.last_metrics.rows_total == 2100
+    oracle = keys_of(_data_files(spark, table), KEYS)
+    present = random.Random(3).sample(sorted(oracle), 40)
+    found, missing = _lookup(spark, index, present + [(5, "c6"), (99_999, "c0")])
+    assert set(found) == set(present) and missing == {(5, "c6"), (99_999, "c0")}
+    for key, (path, pos) in found.items():
+        assert row_at(path, pos, KEYS) == key
+
+    # a merge-on-read DELETE keeps the data file and adds a delete file: only that data file is re-indexed
+    hit = _file_of(spark, table, 800)
+    spark.sql(f"DELETE FROM {table} WHERE id = 800")
+    metrics = index.ensure_fresh()
+    assert metrics.files_reindexed == [hit] and metrics.files_dropped == [hit]
+    assert index.state.by_path()[hit].deletes is not None
+    found, missing = _lookup(spark, index, [_key(800), _key(801)])
+    assert missing == {_key(800)} and row_at(*found[_key(801)], KEYS) == _key(801)  # _pos keeps the physical row
+    assert index.verify().ok
+
+
+def test_merge_and_compaction_by_other_writers(spark, table) -> None:
+    index = RowIndex.create(IcebergSource(spark, table), key_columns=KEYS, num_buckets=3)
+    before = _data_files(spark, table)
+    touched = {_file_of(spark, table, 5), _file_of(spark, table, 1500)}
+    spark.createDataFrame([_key(5) + (9.0,), _key(1500) + (9.0,), (5000, "new", 1.0)], "id bigint, code string, amount double") \
+        .createOrReplaceTempView("changes")
+    spark.sql(
+        f"MERGE INTO {table} t USING changes s ON t.id = s.id AND t.code = s.code "
+        "WHEN MATCHED THEN UPDATE SET t.amount = s.amount WHEN NOT MATCHED THEN INSERT *"
+    )
+    added = _data_files(spark, table) - before
+    metrics = index.ensure_fresh()
+    # merge-on-read: new rows land in new files, the old rows of 5 and 1500 get position deletes in their files
+    assert set(metrics.files_reindexed) == added | touched
+    assert set(metrics.files_dropped) == touched
+    found, _ = _lookup(spark, index, [_key(5), (5000, "new")])
+    assert found[_key(5)][0] in added and row_at(*found[(5000, "new")], KEYS) == (5000, "new")
+    assert index.verify().ok
+
+    before = _data_files(spark, table)
+    spark.sql(f"CALL spark_catalog.system.rewrite_data_files(table => '{table}', options => map('rewrite-all', 'true'))")
+    after = _data_files(spark, table)
+    metrics = index.ensure_fresh()
+    assert set(metrics.files_reindexed) == after - before and set(metrics.files_dropped) == before - after
+    assert metrics.rows_total == 2101
+    report = index.verify()
+    assert report.ok, report
+
+
+def test_insert_overwrite_and_duplicates(spark, table) -> None:
+    index = RowIndex.create(IcebergSource(spark, table), key_columns=KEYS, num_buckets=2)
+    spark.sql(f"INSERT INTO {table} VALUES (7, 'c7', 2.0)")  # a second row with key (7, 'c7')
+    with pytest.raises(DuplicateKeyError, match=table):
+        index.ensure_fresh()
+    assert index.state.table_version != IcebergSource(spark, table).current_version()  # nothing was published
+    spark.sql(f"INSERT OVERWRITE {table} SELECT * FROM {table} WHERE NOT (id = 7 AND amount = 2.0)")
+    metrics = index.ensure_fresh()
+    assert metrics.rows_total == 2100 and index.verify().ok
+
+
+def test_index_folder_survives_remove_orphan_files(spark, table) -> None:
+    index = RowIndex.create(IcebergSource(spark, table), key_columns=KEYS, num_buckets=2)
+    root = local_path(index.source.location)
+    control = os.path.join(root, "data", "orphan-control.parquet")  # a file no metadata lists
+    pq.write_table(pq.read_table(local_path(next(iter(_data_files(spark, table))))), control)
+    week_ago = time.time() - 7 * 86400
+    for folder, _, files in os.walk(root):
+        for name in files:
+            os.utime(os.path.join(folder, name), (week_ago, week_ago))
+    cutoff = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=2)).strftime("%Y-%m-%d %H:%M:%S")
+    listed = [r[0] for r in spark.sql(
+        f"CALL spark_catalog.system.remove_orphan_files(table => '{table}', older_than => TIMESTAMP '{cutoff}', dry_run => true)"
+    ).collect()]
+    assert any(p.endswith("orphan-control.parquet") for p in listed)  # the procedure does see unlisted files
+    assert not [p for p in listed if INDEX_DIR in p]
+    assert index.verify().ok
