@@ -145,6 +145,8 @@ class IcebergSource:
             return []
         if version in self._live_cache:
             return list(self._live_cache[version])
+        if self._table.snapshot(version) is None:  # committed after we loaded the table (e.g. by our committer)
+            self._table.refresh()
         tasks = self._table.newScan().useSnapshot(version).planFiles()
         out: list[LiveFile] = []
         try:

@@ -1,0 +1,359 @@
+"""Apply a batch of CDC changes to a lakehouse table with partial copy-on-write.
+
+The pipeline, on the driver unless said otherwise:
+
+1. **Stage**: validate the batch (key columns present and non-null, op codes known, values castable) and collapse it to
+   the last change per key (by ``sequence_column``; without one, a key may appear once).
+2. **Locate**: look the keys up in the row index (a narrow join, no table scan): keys found are updates or deletes of
+   (file, position); keys not found are inserts (or no-op deletes).
+3. **Rewrite** (executors, one task per touched file): the Parquet page engine re-encodes only the pages holding
+   changed values and copies every other page; inserts become new files written with the product's layout.
+4. **Commit** once: old files replaced by new ones in one optimistic-concurrency commit of the table format.
+5. **Maintain** the index for the new version.
+
+A failure before the commit deletes the files written for it: the table never sees them.
+
+>>> spec = ChangeSpec(key_columns=("id",), op_column="_op", sequence_column="_ts")
+>>> spec.control_columns
+('_op', '_ts')
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Literal
+
+from partialcow.commit.base import FileReplacement
+from partialcow.exceptions import ChangeFeedError, CommitStateUnknownError, ConfigurationError
+from partialcow.index import RowIndex
+from partialcow.index.sources import quote_identifier
+from partialcow.metrics import WriteMetrics
+from partialcow.spark.rewrite_job import (
+    DELETE,
+    FILE,
+    INSERT_RESULT_SCHEMA,
+    POS,
+    REWRITE_RESULT_SCHEMA,
+    rewrite_partition,
+    write_partition,
+)
+from partialcow.spark.tables import LakehouseTable, local_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["ChangeSpec", "apply_changes", "create_table", "stage_changes", "OnSchemaChange"]
+
+OnSchemaChange = Literal["ignore", "fail", "append_new_columns", "sync_all_columns"]
+_SAMPLE = 5
+# Above this many changed keys the commit's conflict filter would be larger than the work it guards; the commit then
+# relies on file-level validation (a concurrent change of any file we replace still fails).
+_MAX_CONFLICT_KEYS = 10_000
+_ROWS_PER_INSERT_FILE = 1_000_000
+
+
+@dataclass(frozen=True)
+class ChangeSpec:
+    """How to read a batch of changes (the model contract of ``partial_cow_incremental``)."""
+
+    key_columns: tuple[str, ...]
+    op_column: str | None = None
+    insert_ops: tuple[str, ...] = ("I",)
+    update_ops: tuple[str, ...] = ("U",)
+    delete_ops: tuple[str, ...] = ("D",)
+    sequence_column: str | None = None
+    update_columns: tuple[str, ...] | None = None  # None: every non-key column of the table
+    exclude_columns: tuple[str, ...] = ()
+    on_schema_change: OnSchemaChange = "ignore"
+    model: str = "changes"  # named in every error message
+    extra_table_properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def control_columns(self) -> tuple[str, ...]:
+        """Columns that steer the change but are not stored: the op code and the sequence."""
+        return tuple(c for c in (self.op_column, self.sequence_column) if c)
+
+
+def _keys_text(rows: Sequence[object], key_columns: Sequence[str]) -> str:
+    return ", ".join("(" + ", ".join(f"{c}={r[c]!r}" for c in key_columns) + ")" for r in rows)  # type: ignore[index]
+
+
+def stage_changes(changes: DataFrame, spec: ChangeSpec, *, table_columns: Sequence[str] | None = None) -> DataFrame:
+    """Validate a batch and collapse it to one change per key: the value columns plus ``_pcow_delete``.
+
+    Raises ``ChangeFeedError`` naming the model, the column and sample keys for: a missing key column, null keys,
+    op codes outside the configured ones, several changes of one key without a sequence column, or two changes of
+    one key with the same (latest) sequence value.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    model = spec.model
+    columns = list(changes.columns)
+    for column in (*spec.key_columns, *spec.control_columns):
+        if column not in columns:
+            raise ChangeFeedError(f"model {model}: column {column!r} is missing from the changes (columns: {columns})")
+    keys = [F.col(quote_identifier(c)) for c in spec.key_columns]
+
+    null_keys = changes.where(" OR ".join(f"{quote_identifier(c)} IS NULL" for c in spec.key_columns))
+    sample = null_keys.select(*spec.key_columns).limit(_SAMPLE).collect()
+    if sample:
+        raise ChangeFeedError(
+            f"model {model}: key column(s) {list(spec.key_columns)} must not be null; rows with null keys: "
+            f"{_keys_text(sample, spec.key_columns)}"
+        )
+
+    if spec.op_column:
+        known = [*spec.insert_ops, *spec.update_ops, *spec.delete_ops]
+        op = F.col(quote_identifier(spec.op_column))
+        bad = changes.where(op.isNull() | ~op.isin(known)).select(*spec.key_columns, spec.op_column).limit(_SAMPLE).collect()
+        if bad:
+            found = sorted({str(r[spec.op_column]) for r in bad})
+            raise ChangeFeedError(
+                f"model {model}: column {spec.op_column!r} has op code(s) {found} outside the configured "
+                f"{known} (keys {_keys_text(bad, spec.key_columns)}); set op_codes in the model config"
+            )
+        is_delete = op.isin(list(spec.delete_ops))
+    else:
+        is_delete = F.lit(False)
+
+    if spec.sequence_column:
+        seq = F.col(quote_identifier(spec.sequence_column))
+        by_key = Window.partitionBy(*keys)
+        ranked = changes.withColumn("_pcow_latest", F.max(seq).over(by_key)).where(seq == F.col("_pcow_latest"))
+        ties = ranked.groupBy(*keys).count().where("count > 1").limit(_SAMPLE).collect()
+        if ties:
+            raise ChangeFeedError(
+                f"model {model}: several changes share the latest {spec.sequence_column!r} for key(s) "
+                f"{_keys_text(ties, spec.key_columns)}; make the sequence unique per key"
+            )
+        latest = ranked.drop("_pcow_latest")
+    else:
+        dups = changes.groupBy(*keys).count().where("count > 1").limit(_SAMPLE).collect()
+        if dups:
+            raise ChangeFeedError(
+                f"model {model}: key(s) {_keys_text(dups, spec.key_columns)} appear more than once in one batch; "
+                "set sequence_column so the latest change wins"
+            )
+        latest = changes
+
+    staged = latest.withColumn(DELETE, is_delete).drop(*([spec.op_column] if spec.op_column else []))
+    if table_columns is not None:
+        staged = _conform_schema(staged, spec, table_columns)
+    return staged
+
+
+def _conform_schema(staged: DataFrame, spec: ChangeSpec, table_columns: Sequence[str]) -> DataFrame:
+    extra = [c for c in staged.columns if c not in table_columns and c != DELETE]
+    missing = [c for c in table_columns if c not in staged.columns]
+    if (extra or missing) and spec.on_schema_change == "fail":
+        raise ChangeFeedError(
+            f"model {spec.model}: the changes' columns differ from the table's (new: {extra}, missing: {missing}) "
+            "and on_schema_change='fail'"
+        )
+    if extra and spec.on_schema_change in ("append_new_columns", "sync_all_columns"):
+        raise ChangeFeedError(
+            f"model {spec.model}: on_schema_change={spec.on_schema_change!r} with new column(s) {extra} is not "
+            "supported by partial copy-on-write yet; run with --full-refresh to rebuild the table with them"
+        )
+    return staged.drop(*extra)
+
+
+def _value_columns(spec: ChangeSpec, table_columns: Sequence[str], staged_columns: Sequence[str]) -> list[str]:
+    candidates = [c for c in table_columns if c not in spec.key_columns and c in staged_columns]
+    if spec.update_columns is not None:
+        unknown = [c for c in spec.update_columns if c not in table_columns]
+        if unknown:
+            raise ChangeFeedError(f"model {spec.model}: merge_update_columns {unknown} are not columns of the table")
+        candidates = [c for c in candidates if c in spec.update_columns]
+    return [c for c in candidates if c not in spec.exclude_columns]
+
+
+def _cast_to_table(staged: DataFrame, table_schema, spec: ChangeSpec) -> DataFrame:  # type: ignore[no-untyped-def]
+    """Cast every column to the table's type; a value that does not fit is an error naming column and keys."""
+    from pyspark.sql import functions as F
+
+    types = {f.name: f.dataType for f in table_schema.fields}
+    casts = []
+    checks = []
+    for name in staged.columns:
+        column = F.col(quote_identifier(name))
+        if name in types and staged.schema[name].dataType != types[name]:
+            casts.append(column.cast(types[name]).alias(name))
+            checks.append((name, column.isNotNull() & column.cast(types[name]).isNull()))
+        else:
+            casts.append(column)
+    for name, lost in checks:
+        bad = staged.where(lost).select(*spec.key_columns, name).limit(_SAMPLE).collect()
+        if bad:
+            raise ChangeFeedError(
+                f"model {spec.model}: column {name!r} has value(s) {[r[name] for r in bad]} that cannot be cast to "
+                f"the table's type {types[name].simpleString()} (keys {_keys_text(bad, spec.key_columns)})"
+            )
+    return staged.select(*casts)
+
+
+def _open_index(table: LakehouseTable, spec: ChangeSpec) -> RowIndex:
+    if RowIndex.exists(table.source):
+        index = RowIndex.open(table.source)
+        if tuple(index.key_columns) == tuple(spec.key_columns):
+            index.ensure_fresh(table.committer)
+            return index
+    return RowIndex.create(table.source, key_columns=spec.key_columns)
+
+
+def _discard(paths: Sequence[str]) -> None:
+    for path in paths:
+        try:
+            os.remove(local_path(path))
+        except FileNotFoundError:
+            pass
+
+
+def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec: ChangeSpec) -> WriteMetrics:
+    """Upsert and delete ``changes`` into ``table`` in one commit; returns what was written.
+
+    ``changes`` holds the key columns, value columns and, per ``spec``, an op code and a sequence column.
+    Keys present in the table are updated in place (only changed pages re-encoded) or deleted; keys absent are
+    inserted; deletes of absent keys are no-ops.
+    """
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    table_df = spark.table(quote_identifier(table.name)) if table.table_format == "iceberg" else None
+    table_schema = table_df.schema if table_df is not None else _delta_schema(spark, table)
+    table_columns = [f.name for f in table_schema.fields]
+    staged = stage_changes(changes, spec, table_columns=table_columns)
+    staged = _cast_to_table(staged, table_schema, spec).persist()
+    try:
+        value_columns = _value_columns(spec, table_columns, staged.columns)
+        index = _open_index(table, spec)
+        base_version = index.state.table_version
+        keys = staged.select(*spec.key_columns)
+        if index.state.files:
+            located = index.lookup(keys, file_column=FILE, pos_column=POS).found
+        else:  # an empty table: every key is new
+            located = keys.limit(0).withColumn(FILE, F.lit(None).cast("string")).withColumn(POS, F.lit(None).cast("long"))
+        joined = staged.join(located, list(spec.key_columns), "left")
+        in_table = joined.where(F.col(FILE).isNotNull())
+        inserts = joined.where(F.col(FILE).isNull() & ~F.col(DELETE)).select(*table_columns)
+
+        touched = in_table.select(FILE, POS, DELETE, *value_columns)
+        file_count = touched.select(FILE).distinct().count()
+        rewritten = []
+        if file_count:
+            job = partial(rewrite_partition, update_columns=value_columns)
+            rewritten = (
+                touched.repartition(file_count, FILE).mapInArrow(job, REWRITE_RESULT_SCHEMA).collect()
+            )
+        new_files = [r["dst"] for r in rewritten]
+        try:
+            insert_rows = inserts.count()
+            if insert_rows:
+                schema = table.file_schema(table_schema)
+                parts = max(1, math.ceil(insert_rows / _ROWS_PER_INSERT_FILE))
+                job = partial(write_partition, schema=schema, data_dir=table.data_dir)
+                written = inserts.repartition(parts).mapInArrow(job, INSERT_RESULT_SCHEMA).collect()
+                new_files += [r["dst"] for r in written]
+            metrics = WriteMetrics(rows_inserted=insert_rows, files_added=len(new_files), files_removed=len(rewritten))
+            for r in rewritten:
+                metrics += WriteMetrics(
+                    rows_updated=r["rows_updated"], rows_deleted=r["rows_deleted"], files_rewritten=1,
+                    pages_rewritten=r["pages_rewritten"], pages_copied=r["pages_copied"],
+                    bytes_copied=r["bytes_copied"], bytes_reencoded=r["bytes_reencoded"],
+                )
+            if not new_files:
+                metrics.duration_ms = int((time.monotonic() - started) * 1000)
+                return metrics
+            change = FileReplacement(
+                base_version=base_version,
+                removed=[r["src"] for r in rewritten],
+                added=[_table_path(p, like=[r["src"] for r in rewritten]) for p in new_files],
+                conflict_keys=_conflict_keys(staged, spec),
+                metrics=metrics,
+            )
+            result = table.committer.replace_files(change)
+        except CommitStateUnknownError:
+            raise  # the files may be referenced now: never delete them
+        except BaseException:
+            _discard(new_files)
+            raise
+        same_positions = {r["src"]: r["dst"] for r in rewritten if r["rows_deleted"] == 0}
+        index.apply_commit(result, same_positions=same_positions)
+        metrics.duration_ms = int((time.monotonic() - started) * 1000)
+        return metrics
+    finally:
+        staged.unpersist()
+
+
+def _table_path(local: str, *, like: Sequence[str]) -> str:
+    """Spell a new file the way the table spells its files (Iceberg's local tables use ``file:`` URIs)."""
+    if like and like[0].startswith("file:"):
+        return "file:" + local
+    return local
+
+
+def _conflict_keys(staged: DataFrame, spec: ChangeSpec) -> dict[str, list[object]]:
+    keys = staged.select(*spec.key_columns).limit(_MAX_CONFLICT_KEYS + 1).collect()
+    if len(keys) > _MAX_CONFLICT_KEYS:
+        return {}
+    return {c: sorted({r[c] for r in keys}, key=repr) for c in spec.key_columns}
+
+
+def _delta_schema(spark: SparkSession, table: LakehouseTable):  # type: ignore[no-untyped-def]
+    from deltalake import DeltaTable
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    arrow = DeltaTable(table.name).schema().to_arrow()
+    import pyarrow as pa
+
+    return from_arrow_schema(pa.schema(arrow))
+
+
+# Writer settings of tables we create: small pages so a change touches few of them (see partialcow.parquet.writer).
+ICEBERG_TABLE_PROPERTIES = {
+    "format-version": "2",
+    "write.parquet.page-row-limit": "2000",
+    "write.parquet.page-size-bytes": str(256 * 1024),
+    "write.parquet.compression-codec": "zstd",
+    "write.parquet.row-group-size-bytes": str(128 * 1024 * 1024),
+    "write.delete.mode": "copy-on-write",
+    "write.update.mode": "copy-on-write",
+    "write.merge.mode": "copy-on-write",
+}
+
+
+def create_table(
+    spark: SparkSession,
+    name: str,
+    changes: DataFrame,
+    spec: ChangeSpec,
+    *,
+    table_format: Literal["iceberg", "delta"] = "iceberg",
+) -> WriteMetrics:
+    """Create (or replace) ``name`` from a first batch of changes and build its row index.
+
+    The batch is staged like any other (latest change per key; deletes dropped); the rows are written by the
+    Parquet engine's writer (page index, small pages) and committed as the table's first snapshot.
+    """
+    staged = stage_changes(changes, spec)
+    columns = [c for c in staged.columns if c != DELETE]
+    if table_format == "iceberg":
+        writer = staged.select(*columns).limit(0).writeTo(quote_identifier(name)).using("iceberg")
+        for key, value in {**ICEBERG_TABLE_PROPERTIES, **spec.extra_table_properties}.items():
+            writer = writer.tableProperty(key, value)
+        writer.createOrReplace()
+    else:
+        raise ConfigurationError(
+            f"model {spec.model}: creating Delta tables needs Delta inside Spark (delta-spark jars); "
+            "create the table first, then apply changes with apply_changes()"
+        )
+    from partialcow.spark.tables import open_table
+
+    # A replaced table keeps its location: a leftover index is repaired against the new (empty) snapshot.
+    return apply_changes(spark, open_table(spark, name, table_format=table_format), changes, spec)

@@ -1,0 +1,99 @@
+"""The executor side of a partial copy-on-write: one rewrite per touched file, new files for inserts.
+
+These functions run inside Spark's Python workers (``mapInArrow``); they see Arrow batches and local files and
+return one small row per file, so only file-level results ever reach the driver.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from partialcow.parquet import ROW_POSITION, rewrite_file, write_table
+
+__all__ = ["REWRITE_RESULT_SCHEMA", "INSERT_RESULT_SCHEMA", "rewrite_partition", "write_partition", "new_file_name"]
+
+FILE = "_pcow_file"
+POS = "_pcow_pos"
+DELETE = "_pcow_delete"
+
+REWRITE_RESULT_SCHEMA = (
+    "src string, dst string, rows_before long, rows_after long, rows_updated long, rows_deleted long, "
+    "pages_rewritten long, pages_copied long, bytes_copied long, bytes_reencoded long, duration_ms long"
+)
+INSERT_RESULT_SCHEMA = "dst string, rows long"
+
+
+def new_file_name() -> str:
+    """A fresh data file name (never reused, so an aborted attempt cannot clash with a later one)."""
+    return f"pcow-{uuid.uuid4().hex}.parquet"
+
+
+def _local(uri: str) -> str:
+    from partialcow.spark.tables import local_path
+
+    return local_path(uri)
+
+
+def rewrite_partition(batches: Iterator[pa.RecordBatch], *, update_columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    """Rewrite every file named in this partition's rows (``_pcow_file``, ``_pcow_pos``, ``_pcow_delete``, values).
+
+    The new file goes next to the old one; it is not yet part of the table (the driver commits all files at once).
+    """
+    batch_list = list(batches)
+    if not batch_list:
+        return
+    rows = pa.Table.from_batches(batch_list)
+    for src in pc.unique(rows[FILE]).to_pylist():
+        mine = rows.filter(pc.equal(rows[FILE], src))
+        is_delete = mine[DELETE].combine_chunks().fill_null(False)
+        deletes = mine.filter(is_delete)[POS]
+        upserts = mine.filter(pc.invert(is_delete))
+        updates = None
+        if upserts.num_rows and update_columns:
+            updates = upserts.select([POS, *update_columns]).rename_columns([ROW_POSITION, *update_columns])
+        local_src = _local(src)
+        dst = os.path.join(os.path.dirname(local_src), new_file_name())
+        report = rewrite_file(local_src, dst, updates=updates, deletes=deletes if len(deletes) else None)
+        yield pa.RecordBatch.from_pylist(
+            [
+                {
+                    "src": src,
+                    "dst": dst,
+                    "rows_before": report.rows_before,
+                    "rows_after": report.rows_after,
+                    "rows_updated": report.rows_updated,
+                    "rows_deleted": report.rows_deleted,
+                    "pages_rewritten": report.pages_rewritten,
+                    "pages_copied": report.pages_copied,
+                    "bytes_copied": report.bytes_copied,
+                    "bytes_reencoded": report.bytes_reencoded,
+                    "duration_ms": int(report.elapsed_seconds * 1000),
+                }
+            ],
+            schema=_REWRITE_ARROW,
+        )
+
+
+def write_partition(batches: Iterator[pa.RecordBatch], *, schema: pa.Schema, data_dir: str) -> Iterator[pa.RecordBatch]:
+    """Write this partition's inserted rows as one new data file with the product's layout."""
+    batch_list = [b for b in batches if b.num_rows]
+    if not batch_list:
+        return
+    table = pa.Table.from_batches(batch_list).select(schema.names).cast(schema)
+    written = write_table(table, os.path.join(data_dir, new_file_name()))
+    yield pa.RecordBatch.from_pylist([{"dst": written.path, "rows": written.num_rows}], schema=_INSERT_ARROW)
+
+
+_REWRITE_ARROW = pa.schema(
+    [("src", pa.string()), ("dst", pa.string())]
+    + [(name, pa.int64()) for name in (
+        "rows_before", "rows_after", "rows_updated", "rows_deleted", "pages_rewritten", "pages_copied",
+        "bytes_copied", "bytes_reencoded", "duration_ms",
+    )]
+)
+_INSERT_ARROW = pa.schema([("dst", pa.string()), ("rows", pa.int64())])

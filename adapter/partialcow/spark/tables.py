@@ -1,0 +1,103 @@
+"""A lakehouse table as the write path sees it: its commit path, its index source, where new files go.
+
+One small interface over both formats, chosen once from the table format:
+
+- Iceberg: a table name in the session catalog; commits through Iceberg's Java API (``IcebergCommitter``).
+- Delta: a table root folder; commits through delta-rs (``DeltaCommitter``), read by Spark as plain Parquet.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+
+from partialcow.commit.base import TableCommitter
+from partialcow.exceptions import ConfigurationError
+from partialcow.index import DeltaSource, IcebergSource, TableSource
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["LakehouseTable", "open_table", "local_path"]
+
+TableFormat = Literal["iceberg", "delta"]
+
+
+def local_path(uri: str) -> str:
+    """The local file system path of a ``file:`` URI or plain path (the embedded warehouse is local).
+
+    >>> local_path("file:/tmp/t/data/a.parquet"), local_path("file:///tmp/x%20y.parquet"), local_path("/tmp/z")
+    ('/tmp/t/data/a.parquet', '/tmp/x y.parquet', '/tmp/z')
+    """
+    if "://" not in uri and not uri.startswith("file:"):
+        return uri
+    parsed = urlparse(uri)
+    if parsed.scheme != "file":
+        raise ConfigurationError(
+            f"{uri}: partial copy-on-write rewrites files on a local or mounted file system; "
+            f"the {parsed.scheme!r} scheme is not supported yet"
+        )
+    return unquote(parsed.path)
+
+
+@dataclass
+class LakehouseTable:
+    """Everything the change pipeline needs about one table."""
+
+    spark: SparkSession
+    name: str
+    table_format: TableFormat
+    committer: TableCommitter
+    source: TableSource
+    data_dir: str  # local folder for new data files
+
+    def file_schema(self, spark_schema: Any) -> pa.Schema:
+        """The Arrow schema new data files are written with (Iceberg: with the table's Parquet field ids)."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        schema = to_arrow_schema(spark_schema)
+        if self.table_format != "iceberg":
+            return schema
+        ids = _iceberg_field_ids(self.spark, self.name)
+        fields = []
+        for field in schema:
+            if field.name not in ids:
+                raise ConfigurationError(f"Iceberg table {self.name} has no column {field.name!r}")
+            fields.append(field.with_metadata({b"PARQUET:field_id": str(ids[field.name]).encode()}))
+        return pa.schema(fields)
+
+
+def _iceberg_field_ids(spark: SparkSession, name: str) -> dict[str, int]:
+    jvm = spark.sparkContext._jvm  # noqa: SLF001 - py4j is the way to Iceberg's Java API
+    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)  # noqa: SLF001
+    return {str(c.name()): int(c.fieldId()) for c in table.schema().columns()}
+
+
+def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> LakehouseTable:
+    """Open ``name`` (Iceberg: ``schema.table``; Delta: the table's root folder) for partial copy-on-write.
+
+    >>> open_table(None, "t", table_format="hudi")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    partialcow.exceptions.ConfigurationError: table t: table format 'hudi' is not supported ...
+    """
+    if table_format == "iceberg":
+        from partialcow.commit.iceberg import IcebergCommitter
+
+        source: TableSource = IcebergSource(spark, name)
+        committer: TableCommitter = IcebergCommitter(spark, name)
+        data_dir = os.path.join(local_path(source.location), "data")
+    elif table_format == "delta":
+        from partialcow.commit.delta import DeltaCommitter
+
+        source = DeltaSource(spark, name)
+        committer = DeltaCommitter(name)
+        data_dir = local_path(source.location)
+    else:
+        raise ConfigurationError(f"table {name}: table format {table_format!r} is not supported (iceberg or delta)")
+    os.makedirs(data_dir, exist_ok=True)
+    return LakehouseTable(spark=spark, name=name, table_format=table_format, committer=committer, source=source, data_dir=data_dir)
