@@ -333,3 +333,78 @@ def test_conflict_filters_bind_for_common_key_types(spark) -> None:
         assert str(committer._conflict_filter(table, {"s": [b"raw"]})) == "true"  # unsupported: conservative
     finally:
         spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+
+
+def test_added_file_already_in_the_table_is_refused_and_kept(spark, table: str) -> None:
+    committer = IcebergCommitter(spark, table)
+    base = committer.current_version()
+    live = _file_with(committer, 2)
+    with pytest.raises(CommitError, match="already a data file"):
+        committer.replace_files(FileReplacement(base_version=base, removed=[live], added=[_local(live)]))
+    assert os.path.exists(_local(live))
+    assert committer.current_version() == base
+
+
+class _FailingCommit:
+    """Wraps the real table so that the overwrite's commit() raises ``exception`` (a real Java exception object)."""
+
+    def __init__(self, table, exception) -> None:
+        self._table, self._exception = table, exception
+
+    def __getattr__(self, name: str):
+        attribute = getattr(self._table, name)
+        if name != "newOverwrite":
+            return attribute
+        return lambda: _FailingOverwrite(attribute(), self._exception)
+
+
+class _FailingOverwrite:
+    def __init__(self, overwrite, exception) -> None:
+        self._overwrite, self._exception = overwrite, exception
+
+    def __getattr__(self, name: str):
+        from py4j.protocol import Py4JJavaError
+
+        if name == "commit":
+            def fail() -> None:
+                raise Py4JJavaError("simulated", self._exception)
+            return fail
+        method = getattr(self._overwrite, name)
+
+        def chained(*args):
+            method(*args)
+            return self
+        return chained
+
+
+@pytest.mark.parametrize(
+    ("java_exception", "error", "kept"),
+    [
+        ("CommitStateUnknownException", "CommitStateUnknownError", True),
+        ("CommitFailedException", "CommitConflictError", False),
+        ("IllegalStateException", "CommitError", False),
+    ],
+)
+def test_failed_commit_outcomes(spark, table: str, monkeypatch: pytest.MonkeyPatch, java_exception, error, kept) -> None:
+    import partialcow.exceptions as exceptions
+
+    jvm = spark._jvm
+    no_args = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 0)
+    exception = {
+        "CommitStateUnknownException": lambda: jvm.org.apache.iceberg.exceptions.CommitStateUnknownException(
+            jvm.java.lang.RuntimeException("simulated")
+        ),
+        "CommitFailedException": lambda: jvm.org.apache.iceberg.exceptions.CommitFailedException("simulated", no_args),
+        "IllegalStateException": lambda: jvm.java.lang.IllegalStateException("simulated"),
+    }[java_exception]()
+    committer = IcebergCommitter(spark, table)
+    real_table = committer._table
+    monkeypatch.setattr(committer, "_table", lambda: _FailingCommit(real_table(), exception))
+    base = committer.current_version()
+    old = _file_with(committer, 2)
+    new = _rewrite(old, {2: "B"}, tag="unknown")
+    with pytest.raises(getattr(exceptions, error)) as raised:
+        committer.replace_files(FileReplacement(base_version=base, removed=[old], added=[new], conflict_keys={"id": [2]}))
+    assert type(raised.value).__name__ == error and table in str(raised.value)
+    assert os.path.exists(new) is kept  # an unknown outcome never deletes files the table may reference
+    assert committer.current_version() == base

@@ -135,6 +135,7 @@ class IcebergCommitter:
 
         table = self._table()
         added = [self._location(table, p) for p in change.added]
+        self._refuse_live_added(table, change, added)
         try:
             if not change.removed and not added:
                 raise CommitError(f"nothing to commit to Iceberg table {self._name}: no file removed or added")
@@ -162,6 +163,11 @@ class IcebergCommitter:
         except CommitError:
             self._delete_quietly(table, added)
             raise
+        except Py4JJavaError as exc:
+            self._delete_quietly(table, added)
+            raise CommitError(
+                f"cannot prepare the commit to Iceberg table {self._name}: {_java_message(exc)}; nothing was committed"
+            ) from exc
 
         try:
             overwrite.commit()
@@ -194,6 +200,20 @@ class IcebergCommitter:
         )
 
     # ---------------------------------------------------------------- internals
+
+    def _refuse_live_added(self, table: Any, change: FileReplacement, added: Sequence[str]) -> None:
+        """An added path that the table already references must never reach our failure cleanup."""
+        if len({_plain(p) for p in added}) != len(added):
+            raise CommitError(f"a new file is listed twice in the files to add to Iceberg table {self._name}")
+        live = {_plain(str(f.location())) for f, _ in self._scan(table, None)}
+        if change.base_version != NO_SNAPSHOT:
+            live |= {_plain(str(f.location())) for f, _ in self._scan(table, change.base_version)}
+        for path in added:
+            if _plain(path) in live:
+                raise CommitError(
+                    f"new file {path} is already a data file of Iceberg table {self._name}: write each new file "
+                    "under a fresh name (nothing was committed or deleted)"
+                )
 
     def _check_table(self, table: Any) -> None:
         version = int(table.operations().current().formatVersion())

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from partialcow.exceptions import PartialCowError
-from partialcow.spark.jars import ensure_jars, pyspark_jars_dir, resolve_delta_jars, resolve_iceberg_runtime
+from partialcow.spark.jars import pyspark_jars_dir, resolve_delta_jars, resolve_iceberg_runtime
 
 __all__ = ["Check", "add_arguments", "collect", "run"]
 
@@ -117,7 +117,6 @@ def _probe(runtime: str) -> Check:
 
     with tempfile.TemporaryDirectory(prefix="partialcow-doctor-") as folder:
         try:
-            ensure_jars(resolve_iceberg_runtime(runtime))
             spark = get_or_create_session(
                 table_format="iceberg", warehouse=folder, master="local[1]", iceberg_runtime=runtime
             )

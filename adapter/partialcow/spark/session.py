@@ -77,8 +77,12 @@ def spark_conf(
     """
     if table_format not in _FORMATS:
         raise ConfigurationError(f"table_format {table_format!r} is not supported: use one of {', '.join(_FORMATS)}")
-    folder = warehouse_path(warehouse)
-    jars = _jars(table_format, iceberg_runtime, delta_jars)
+    return _conf(table_format, warehouse_path(warehouse), master, extra, _jars(table_format, iceberg_runtime, delta_jars))
+
+
+def _conf(
+    table_format: str, folder: Path, master: str, extra: Mapping[str, str] | None, jars: JarSet
+) -> dict[str, str]:
     conf = {
         "spark.master": master,
         "spark.app.name": "partialcow",
@@ -177,7 +181,8 @@ def get_or_create_session(
         iceberg_runtime=iceberg_runtime,
         delta_jars=delta_jars,
     )
-    _check_writable(Path(conf["spark.sql.warehouse.dir"]))
+    folder = Path(conf["spark.sql.warehouse.dir"])
+    _check_writable(folder)
 
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
@@ -193,8 +198,7 @@ def get_or_create_session(
                 )
         return session
 
-    jars = _jars(table_format, iceberg_runtime, delta_jars)
-    ensure_jars(jars)
+    ensure_jars(_jars(table_format, iceberg_runtime, delta_jars))
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
