@@ -133,3 +133,39 @@ def test_index_folder_survives_remove_orphan_files(spark, table) -> None:
     assert any(p.endswith("orphan-control.parquet") for p in listed)  # the procedure does see unlisted files
     assert not [p for p in listed if INDEX_DIR in p]
     assert index.verify().ok
+
+
+def test_apply_commit_with_the_iceberg_committer(spark, table) -> None:
+    import pyarrow as pa
+
+    from partialcow.commit.base import FileReplacement
+    from partialcow.commit.iceberg import IcebergCommitter
+
+    committer = IcebergCommitter(spark, table)
+    index = RowIndex.create(IcebergSource(spark, table), key_columns=KEYS, num_buckets=2)
+    data_dir = os.path.join(local_path(index.source.location), "data")
+
+    # update of a non-key column, rows kept in place: the entries are re-pointed, no bucket rewritten
+    old = committer.live_files()[0].path
+    source = pq.read_table(local_path(old))  # keeps the PARQUET:field_id metadata Iceberg reads by
+    patched = source.set_column(2, source.schema.field(2), pa.array([7.0] * source.num_rows))
+    new = os.path.join(data_dir, f"pcow-{uuid.uuid4().hex}.parquet")
+    pq.write_table(patched, new)
+    result = committer.replace_files(FileReplacement(base_version=committer.current_version(), removed=[old], added=[new]))
+    metrics = index.apply_commit(result, same_positions={old: result.added[0]})
+    assert metrics.buckets_rewritten == 0 and metrics.files_repointed == [result.added[0]]
+    assert index.verify().ok
+
+    # a delete inside a file shifts positions: that file is re-indexed, others untouched
+    old = result.added[0]
+    gone = keys_of([old], KEYS)
+    first_keys = sorted(gone, key=lambda k: gone[k][1])[:3]
+    new = os.path.join(data_dir, f"pcow-{uuid.uuid4().hex}.parquet")
+    pq.write_table(patched.slice(3), new)
+    result = committer.replace_files(FileReplacement(base_version=committer.current_version(), removed=[old], added=[new]))
+    metrics = index.apply_commit(result)
+    assert metrics.files_reindexed == list(result.added) and metrics.files_dropped == [old]
+    found, missing = _lookup(spark, index, first_keys + [sorted(gone, key=lambda k: gone[k][1])[3]])
+    assert missing == set(first_keys) and list(found.values())[0][1] == 0  # the 4th row moved to position 0
+    assert index.ensure_fresh(committer).files_reindexed == []
+    assert index.verify().ok

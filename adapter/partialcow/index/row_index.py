@@ -110,11 +110,15 @@ class RowIndex:
 
     Build it once, then keep it fresh after every commit::
 
-        source = IcebergSource(spark, "db.events")
+        source = IcebergSource(spark, "db.events")           # or DeltaSource(spark, "/data/events")
         index = RowIndex.create(source, key_columns=["id"])
-        found, missing, _ = index.lookup(spark.createDataFrame([(1,), (2,)], "id bigint")).__dict__.values()
-        index.apply_commit(result)          # after one of our commits
-        index.ensure_fresh(committer)       # before serving, if others may have written
+        hits = index.lookup(spark.createDataFrame([(1,), (2,)], "id bigint"))
+        hits.found.show(); hits.missing.show()              # id, file, pos / id
+        index.apply_commit(result)                          # after one of our commits
+        index.ensure_fresh(committer)                       # before serving, if others may have written
+        assert index.verify().ok
+
+    The same calls run in ``tests/index`` against Spark, with pyarrow reading the data files as the oracle.
 
     ``RowIndex.open(source)`` loads an existing index.
     """
@@ -560,10 +564,7 @@ class RowIndex:
     def _rows_total(state: IndexState) -> int:
         return sum(f.indexed_rows for f in state.files)
 
-    def files_of_bucket(self, bucket: int) -> str | None:
-        """The index data file of ``bucket`` (relative to the index folder), for tools and tests."""
-        return self.state.buckets[bucket]
-
     @property
     def store(self) -> IndexStore:
+        """The index folder (``store.root``) and its file operations."""
         return self._store

@@ -1,0 +1,58 @@
+"""``partialcow index verify|rebuild``: a Delta table by path, an Iceberg table by name with --warehouse."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from index_oracle import corrupt_bucket
+
+from partialcow.cli import main
+from partialcow.index import DeltaSource, IcebergSource, RowIndex
+
+deltalake = pytest.importorskip("deltalake")
+
+pytestmark = pytest.mark.spark
+
+
+def test_delta_rebuild_verify_and_corruption(spark, tmp_path, capsys) -> None:
+    root = str(tmp_path / "events")
+    for f in range(2):
+        deltalake.write_deltalake(root, pa.table({"k": list(range(f * 300, f * 300 + 300)), "v": ["x"] * 300}), mode="append")
+    assert main(["index", "verify", root]) == 1  # no index yet: a typed error, exit 1
+    assert "no row index" in capsys.readouterr().err
+    assert main(["index", "rebuild", root]) == 1  # first build needs --key
+    assert "--key" in capsys.readouterr().err
+    assert main(["index", "rebuild", root, "--key", "k", "--buckets", "3", "--output", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows_total"] == 600
+    assert main(["index", "verify", root]) == 0
+    assert "OK" in capsys.readouterr().out
+
+    index = RowIndex.open(DeltaSource(spark, root))
+    corrupt_bucket(index.store.root, index.state.buckets[0], shift_first_pos=5)
+    assert main(["index", "verify", root, "--output", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and report["extra_in_index"] == 1
+
+    assert main(["index", "rebuild", root]) == 0  # keys come from the existing index
+    assert main(["index", "verify", root]) == 0
+
+
+@pytest.mark.iceberg
+def test_iceberg_by_name_with_warehouse(spark, spark_warehouse, capsys) -> None:
+    spark.sql("CREATE TABLE default.cli_idx (id bigint, s string) USING iceberg")
+    try:
+        spark.sql("INSERT INTO default.cli_idx VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+        warehouse = str(spark_warehouse)  # the fixture session's warehouse: the CLI reuses that session
+        assert main(["index", "verify", "default.cli_idx"]) == 1
+        assert "--warehouse" in capsys.readouterr().err
+        assert main(["index", "rebuild", "default.cli_idx", "--warehouse", warehouse, "--key", "id"]) == 0
+        assert main(["index", "verify", "default.cli_idx", "--warehouse", warehouse]) == 0
+        spark.sql("INSERT INTO default.cli_idx VALUES (4, 'd')")  # the index is now behind the table
+        assert main(["index", "verify", "default.cli_idx", "--warehouse", warehouse]) == 1
+        assert "FAILED" in capsys.readouterr().out
+        assert RowIndex.open(IcebergSource(spark, "default.cli_idx")).ensure_fresh().rows_total == 4
+        assert main(["index", "verify", "default.cli_idx", "--warehouse", warehouse]) == 0
+    finally:
+        spark.sql("DROP TABLE IF EXISTS default.cli_idx PURGE")
