@@ -93,6 +93,14 @@ class _Changes:
     del_pos: np.ndarray  # sorted unique global positions
 
 
+def _unique(a: np.ndarray) -> np.ndarray:
+    """Sorted unique values (numpy 2's hash-based np.unique is far slower on large int arrays)."""
+    a = np.sort(a)
+    if a.size < 2:
+        return a
+    return a[np.concatenate(([True], a[1:] != a[:-1]))]
+
+
 def _positions(values: Any, what: str, path: str) -> np.ndarray:
     if isinstance(values, (pa.ChunkedArray, pa.Array)):
         if values.null_count:
@@ -116,7 +124,7 @@ def _check_range(pos: np.ndarray, n: int, what: str, path: str) -> None:
 def _prepare(lay: ParquetLayout, read_schema: pa.Schema, updates: pa.Table | None, deletes: Any) -> _Changes:
     path = lay.path
     n = lay.num_rows
-    del_pos = np.unique(_positions(deletes if deletes is not None else [], "deletes", path))
+    del_pos = _unique(_positions(deletes if deletes is not None else [], "deletes", path))
     _check_range(del_pos, n, "deletes", path)
     upd: dict[str, pa.Array] = {}
     upd_pos = np.zeros(0, dtype=np.int64)
@@ -134,7 +142,7 @@ def _prepare(lay: ParquetLayout, read_schema: pa.Schema, updates: pa.Table | Non
         if upd_pos.size > 1 and (dup := upd_pos[1:][upd_pos[1:] == upd_pos[:-1]]).size:
             raise InvalidChangeError(
                 f"updates for {path} repeat row position(s) {sorted(set(dup.tolist()))[:5]}: give each row once")
-        both = np.intersect1d(upd_pos, del_pos)
+        both = upd_pos[np.isin(upd_pos, del_pos, kind="sort")] if del_pos.size else upd_pos[:0]
         if both.size:
             raise InvalidChangeError(f"row position(s) {both[:5].tolist()} of {path} are both updated and deleted; "
                                      "pass each row to one of them")
@@ -449,7 +457,7 @@ class _Rewriter:
         self.full_chunk_threshold = full_chunk_threshold
         self.opts = writer_options
         self.stats = _Stats()
-        self.updated_rows = np.zeros(0, dtype=np.int64)  # global positions whose value really changed
+        self.changed_parts: list[np.ndarray] = []  # global positions whose value really changed (per chunk)
 
     # -- planning helpers ----------------------------------------------------------------------------------
     def _page_of(self, ch: Chunk, rows: np.ndarray) -> np.ndarray:
@@ -508,7 +516,7 @@ class _Rewriter:
     def _record_changes(self, top: TopField, rg: int, rg_start: int, changed: np.ndarray) -> None:
         if changed.size:
             self.stats.columns.add(top.name)
-            self.updated_rows = np.union1d(self.updated_rows, changed + rg_start)
+            self.changed_parts.append(changed + rg_start)
             for sc in (self.lay.row_groups[rg].val(F.RG_SORTING_COLUMNS) or TList(T_STRUCT, [])).items:
                 if self.lay.leaves[sc.val(F.SC_COLUMN_IDX)].top == top.index:
                     self.stats.sort_broken.add(rg)
@@ -578,7 +586,7 @@ class _Rewriter:
         lay = self.lay
         leaf = lay.leaves[ch.leaf]
         data_bytes = ch.end - ch.prefix_end
-        cand = np.unique(np.concatenate([self._page_of(ch, ups), self._page_of(ch, dels)]))
+        cand = _unique(np.concatenate([self._page_of(ch, ups), self._page_of(ch, dels)]))
         cand_bytes = sum(ch.pages[i].size for i in cand)
         whole = cand_bytes > self.full_chunk_threshold * data_bytes
         if whole:
@@ -610,7 +618,7 @@ class _Rewriter:
         changed = np.concatenate(changed_parts) if changed_parts else np.zeros(0, dtype=np.int64)
         new_vals = (pa.concat_arrays(vals_parts) if vals_parts else None)
         self._record_changes(top, ch.rg, rg_start, changed)
-        touched = np.unique(np.concatenate([self._page_of(ch, changed), self._page_of(ch, dels)]))
+        touched = _unique(np.concatenate([self._page_of(ch, changed), self._page_of(ch, dels)]))
         if not touched.size:
             self._count_copy(ch.rg, ch.leaf)
             return _copy_chunk(lay, ch.rg, ch.leaf)
@@ -1083,7 +1091,7 @@ def rewrite_file(
                              tuple(sorted(changes.upd)), (), reason, (), time.perf_counter() - t0, clock.seconds)
     rows_after = sum(g[2] for g in groups)
     return RewriteReport(
-        src, dst, lay.num_rows, rows_after, int(rw.updated_rows.size), int(changes.del_pos.size), st.pages_total,
+        src, dst, lay.num_rows, rows_after, _unique(np.concatenate(rw.changed_parts)).size if rw.changed_parts else 0, int(changes.del_pos.size), st.pages_total,
         st.pages_rewritten, st.pages_copied, st.bytes_copied, st.bytes_reencoded, tuple(sorted(st.columns)),
         tuple(st.full_chunks), None, tuple(st.blooms_dropped), time.perf_counter() - t0, clock.seconds)
 
@@ -1127,7 +1135,7 @@ def _full_file_reason(lay: ParquetLayout, changes: _Changes, threshold: float, c
                 touched += size
                 continue
             firsts = np.fromiter((p.first_row for p in ch.pages), dtype=np.int64, count=len(ch.pages))
-            pages = np.unique(np.searchsorted(firsts, rows, side="right") - 1)
+            pages = _unique(np.searchsorted(firsts, rows, side="right") - 1)
             cand = sum(ch.pages[i].size for i in pages.tolist())
             # above the chunk threshold the chunk is re-encoded whole, dictionary page included
             touched += size if cand > chunk_threshold * (ch.end - ch.prefix_end) else cand

@@ -240,6 +240,7 @@ class ParquetLayout:
             self.close()
             raise
         self._chunks: dict[tuple[int, int], Chunk] = {}
+        self._offset_indexes: dict[int, TStruct] = {}
 
     def close(self) -> None:
         buf = getattr(self, "buf", None)
@@ -268,7 +269,11 @@ class ParquetLayout:
 
     def offset_index(self, cc: TStruct) -> TStruct | None:
         off = cc.val(F.CC_OFFSET_INDEX_OFFSET)
-        return None if off is None else self.read_struct(off)[0]
+        if off is None:
+            return None
+        if off not in self._offset_indexes:  # read once: page discovery and the output both need it
+            self._offset_indexes[off] = self.read_struct(off)[0]
+        return self._offset_indexes[off]
 
     def column_index(self, cc: TStruct) -> TStruct | None:
         off = cc.val(F.CC_COLUMN_INDEX_OFFSET)
