@@ -135,12 +135,14 @@ class IcebergCommitter:
 
         table = self._table()
         added = [self._location(table, p) for p in change.added]
-        self._refuse_live_added(table, change, added)
+        # One listing of the base snapshot serves both checks (each file costs py4j round trips).
+        base_files = self._scan(table, change.base_version)
+        self._refuse_live_added(table, change, base_files, added)
         try:
             if not change.removed and not added:
                 raise CommitError(f"nothing to commit to Iceberg table {self._name}: no file removed or added")
             self._check_table(table)
-            removed = self._removed_files(table, change)
+            removed = self._removed_files(change, base_files)
             spec, partition = self._target_partition(table, removed)
             new_files = [self._data_file(table, spec, partition, path) for path in added]
             commit_id = str(uuid.uuid4())
@@ -201,13 +203,16 @@ class IcebergCommitter:
 
     # ---------------------------------------------------------------- internals
 
-    def _refuse_live_added(self, table: Any, change: FileReplacement, added: Sequence[str]) -> None:
+    def _refuse_live_added(
+        self, table: Any, change: FileReplacement, base_files: Sequence[tuple[Any, Any]], added: Sequence[str]
+    ) -> None:
         """An added path that the table already references must never reach our failure cleanup."""
         if len({_plain(p) for p in added}) != len(added):
             raise CommitError(f"a new file is listed twice in the files to add to Iceberg table {self._name}")
-        live = {_plain(str(f.location())) for f, _ in self._scan(table, None)}
-        if change.base_version != NO_SNAPSHOT:
-            live |= {_plain(str(f.location())) for f, _ in self._scan(table, change.base_version)}
+        current = table.currentSnapshot()
+        moved_on = current is not None and int(current.snapshotId()) != change.base_version
+        head_files = self._scan(table, None) if moved_on else []
+        live = {_plain(str(f.location())) for f, _ in [*base_files, *head_files]}
         for path in added:
             if _plain(path) in live:
                 raise CommitError(
@@ -223,8 +228,8 @@ class IcebergCommitter:
                 "rewrites do not maintain: use a format-version 2 table"
             )
 
-    def _removed_files(self, table: Any, change: FileReplacement) -> list[Any]:
-        live = {str(f.location()): (f, deletes) for f, deletes in self._scan(table, change.base_version)}
+    def _removed_files(self, change: FileReplacement, base_files: Sequence[tuple[Any, Any]]) -> list[Any]:
+        live = {str(f.location()): (f, deletes) for f, deletes in base_files}
         by_plain = {_plain(p): p for p in live}
         removed = []
         for path in change.removed:
