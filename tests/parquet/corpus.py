@@ -149,18 +149,18 @@ def _values(typ: pa.DataType, n: int, rng: np.random.Generator, low_card: bool) 
     if pa.types.is_list(typ):
         child = typ.value_type
         lens = rng.integers(0, 5, n).tolist()
-        flat = random_array(child, int(sum(lens)), rng, null_density=0.15).to_pylist()
+        flat = random_array(child, int(sum(lens)), rng, null_density=0.15 if typ.value_field.nullable else 0.0).to_pylist()
         out, pos = [], 0
         for ln in lens:
             out.append(flat[pos : pos + ln])
             pos += ln
         return out
     if pa.types.is_struct(typ):
-        cols = [random_array(f.type, n, rng, null_density=0.15).to_pylist() for f in typ]
+        cols = [random_array(f.type, n, rng, null_density=0.15 if f.nullable else 0.0).to_pylist() for f in typ]
         return [{f.name: c[i] for f, c in zip(typ, cols)} for i in range(n)]
     if pa.types.is_map(typ):
         lens = rng.integers(0, 4, n).tolist()
-        vals = random_array(typ.item_type, int(sum(lens)), rng, null_density=0.15).to_pylist()
+        vals = random_array(typ.item_type, int(sum(lens)), rng, null_density=0.15 if typ.item_field.nullable else 0.0).to_pylist()
         out, pos = [], 0
         for ln in lens:
             out.append([(f"k{j}", vals[pos + j]) for j in range(ln)])  # keys unique within a map
@@ -322,7 +322,7 @@ def spark_write_cases(spark: object, folder: Path) -> dict[str, Path]:
         "IF(id % 8 = 0, NULL, unhex(hex(hash(id)))) AS bin",
         "IF(id % 6 = 0, NULL, id % 2 = 0) AS bool",
         "IF(id % 12 = 0, NULL, date_add(DATE'2000-01-01', CAST(hash(id) % 20000 AS INT))) AS date",
-        "IF(id % 14 = 0, NULL, timestamp_micros(xxhash64(id) % 4000000000000000)) AS ts",
+        "IF(id % 14 = 0, NULL, timestamp_micros(abs(xxhash64(id)) % 4000000000000000)) AS ts",
     ]
     nested = [
         "id",

@@ -88,10 +88,10 @@ def canon_value(v: Any) -> Any:
         return bytes(v)
     if isinstance(v, dict):
         return {k: canon_value(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return type(v)(canon_value(x) for x in v) if isinstance(v, tuple) else [canon_value(x) for x in v]
-    if hasattr(v, "asDict"):  # a Spark Row (struct)
+    if hasattr(v, "asDict"):  # a Spark Row (struct); Row is a tuple, so test it first
         return {k: canon_value(x) for k, x in v.asDict().items()}
+    if isinstance(v, (list, tuple)):
+        return tuple(canon_value(x) for x in v) if isinstance(v, tuple) else [canon_value(x) for x in v]
     return v
 
 
@@ -404,6 +404,15 @@ def check_metadata(src: Path, dst: Path, expected: pa.Table, *, same_writer: boo
     if same_writer:
         assert dv.created_by == sv.created_by, "created_by changed (readers key writer-specific workarounds on it)"
     assert dpf.schema_arrow.equals(spf.schema_arrow, check_metadata=True), f"Arrow schema changed:\n{dpf.schema_arrow}\nvs source\n{spf.schema_arrow}"
+    src_mixed = {c.path for rg in sv.chunks for c in rg if _dictionary_after_plain(c)}
+    for i, rg in enumerate(dv.chunks):
+        for chunk in rg:
+            # parquet-mr and Spark's vectorized reader assume dictionary fallback is one-way: once a chunk has a
+            # non-dictionary page, no dictionary page follows (Spark returns wrong values otherwise).
+            assert chunk.path in src_mixed or not _dictionary_after_plain(chunk), (
+                f"{dst}: row group {i} column {chunk.path}: dictionary-encoded data page after a non-dictionary page "
+                f"(encodings {[p.encoding for p in chunk.data_pages]})"
+            )
     src_has_oi = {c.path for rg in sv.chunks for c in rg if c.offset_index is not None}
     src_has_ci = {c.path for rg in sv.chunks for c in rg if c.column_index is not None}
     for i, rg in enumerate(dv.chunks):
@@ -427,6 +436,20 @@ def check_metadata(src: Path, dst: Path, expected: pa.Table, *, same_writer: boo
                     assert _bounds_ok(lo, hi, _arrow_keys(arr, leaf), leaf), f"{dst}: row group {i} column {name}: statistics [{lo!r}, {hi!r}] do not bound the data"
             if chunk.column_index is not None and leaf.phys != "INT96":
                 _check_column_index(dst, i, chunk, arr, leaf)
+
+
+_DICTIONARY_ENCODINGS = (2, 8)  # PLAIN_DICTIONARY, RLE_DICTIONARY
+
+
+def _dictionary_after_plain(chunk: Any) -> bool:
+    seen_plain = False
+    for page in chunk.data_pages:
+        if page.encoding in _DICTIONARY_ENCODINGS:
+            if seen_plain:
+                return True
+        else:
+            seen_plain = True
+    return False
 
 
 def _check_offset_index(dst: Path, i: int, chunk: Any) -> None:

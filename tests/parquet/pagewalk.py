@@ -218,9 +218,10 @@ def read_file_view(path: str | Path) -> FileView:
         chunks = []
         for col_i, cc in enumerate(rg[1]):
             md = cc[3]
-            start = md[9]
-            if md.get(11) is not None and 0 < md[11] < start:
-                start = md[11]
+            # The chunk starts at its dictionary page if any. Offsets of 0 mean "absent" in practice (pyarrow
+            # writes data_page_offset 0 for an empty chunk that only holds a dictionary page).
+            starts = [o for o in (md.get(11), md[9]) if o]
+            start = min(starts) if starts else md[9]
             end = start + md[7]
             pages = []
             pos = start
