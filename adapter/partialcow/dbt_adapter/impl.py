@@ -9,11 +9,13 @@ from dbt.adapters.base import PythonJobHelper
 from dbt.adapters.contracts.connection import AdapterResponse
 from dbt.adapters.spark.impl import SparkAdapter
 
+from partialcow.dbt_adapter.branching import BranchingMixin
 from partialcow.dbt_adapter.connections import PartialcowConnectionManager
+from partialcow.dbt_adapter.materialization import PartialCowMixin
 from partialcow.dbt_adapter.python_submission import SessionPythonJobHelper
 
 
-class PartialcowAdapter(SparkAdapter):
+class PartialcowAdapter(PartialCowMixin, BranchingMixin, SparkAdapter):
     ConnectionManager = PartialcowConnectionManager  # type: ignore[assignment]
 
     def __init__(self, config: Any, mp_context: Any) -> None:

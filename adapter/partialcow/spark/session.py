@@ -211,3 +211,14 @@ def get_or_create_session(
                 "and set JAVA_HOME; `partialcow doctor` shows what is found"
             ) from exc
         raise
+
+
+def bind_to_current_thread(spark: SparkSession) -> SparkSession:
+    """Make ``spark`` the JVM's active session for the calling thread and return it.
+
+    PySpark pins each Python thread to its own JVM thread, whose thread-local active session starts empty; Iceberg's
+    ``Spark3Util.loadIcebergTable`` then resolves tables through a catalog that hands back a V1 table. dbt runs
+    models on worker threads, so every entry point that calls Iceberg's Java API binds the session first.
+    """
+    spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # noqa: SLF001
+    return spark

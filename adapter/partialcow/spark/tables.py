@@ -85,6 +85,9 @@ def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> 
     ...
     partialcow.exceptions.ConfigurationError: table t: table format 'hudi' is not supported ...
     """
+    from partialcow.spark.session import bind_to_current_thread
+
+    bind_to_current_thread(spark)
     if table_format == "iceberg":
         from partialcow.commit.iceberg import IcebergCommitter
 
