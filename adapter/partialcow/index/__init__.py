@@ -7,7 +7,7 @@ True
 
 from partialcow.index.hashing import bucket_of, spark_xxhash64
 from partialcow.index.row_index import IndexMetrics, LookupResult, RowIndex, VerifyReport
-from partialcow.index.sources import DeltaSource, IcebergSource, LiveFile, TableSource
+from partialcow.index.sources import DeltaSource, IcebergSource, LiveFile, ParquetFilesSource, TableSource
 from partialcow.index.storage import INDEX_DIR, IndexState
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "IndexState",
     "LiveFile",
     "LookupResult",
+    "ParquetFilesSource",
     "RowIndex",
     "TableSource",
     "VerifyReport",

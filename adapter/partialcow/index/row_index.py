@@ -60,11 +60,21 @@ class IndexMetrics:
 
 @dataclass(frozen=True)
 class LookupResult:
-    """``found``: ``key..., file, pos`` of keys present in the table; ``missing``: keys absent from it."""
+    """``found``: ``key..., file, pos`` of keys present in the table; ``missing``: keys absent from it.
+
+    Both are lazy DataFrames. With the duplicate check on, they read the matched index rows Spark cached during
+    the check: call ``release()`` once both have been consumed to free that cache.
+    """
 
     found: DataFrame
     missing: DataFrame
     buckets_read: int
+    _cached: DataFrame | None = field(default=None, repr=False)
+
+    def release(self) -> None:
+        """Drop the cached index rows of this lookup (safe to call more than once)."""
+        if self._cached is not None:
+            self._cached.unpersist()
 
 
 @dataclass
@@ -198,7 +208,11 @@ class RowIndex:
         version = self.source.current_version()
         live = self.source.live_files(version)
         if num_buckets is None:
-            num_buckets = _choose_buckets(sum(max(f.record_count, 0) for f in live), rows_per_bucket)
+            total = sum(max(f.record_count, 0) for f in live)
+            unknown = [f.path for f in live if f.record_count < 0]
+            if unknown:  # e.g. Delta files written without stats: Spark counts them from the Parquet footers
+                total += self.spark.read.parquet(*unknown).count()
+            num_buckets = _choose_buckets(total, rows_per_bucket)
         if not 1 <= num_buckets <= _MAX_BUCKETS:
             raise ConfigurationError(f"table {self.source.name}: num_buckets must be in 1..{_MAX_BUCKETS}, got {num_buckets}")
         base = replace(
@@ -227,7 +241,9 @@ class RowIndex:
 
         Only the distinct bucket numbers of the keys are collected (at most ``num_buckets`` ints) to choose which
         bucket files to read. Keys are cast to the index's key types first, so ``1`` finds a ``bigint`` key 1.
-        ``check_duplicates`` runs one extra Spark job over the matched index rows and raises ``DuplicateKeyError``.
+        ``check_duplicates`` reads the matched index rows in one Spark job, raises ``DuplicateKeyError`` if a key
+        appears twice, and caches those rows for ``found``/``missing`` (free them with ``LookupResult.release()``).
+        Without it the index is trusted: builds and maintenance already refuse duplicates.
         """
         from pyspark.sql import functions as F
 
@@ -242,31 +258,32 @@ class RowIndex:
             )
         else:  # an index of an empty table has not seen the key types yet
             typed = keys.select(*[F.col(quote_identifier(c)) for c in self.key_columns])
-        wanted = sorted(
-            r[0] for r in typed.select(_bucket_expr(self.key_columns, self.state.num_buckets).alias(BUCKET)).distinct().collect()
-            if r[0] is not None
-        )
+        if self.state.num_buckets == 1:
+            wanted = [0]  # nothing to prune: skip the Spark job that finds the keys' buckets
+        else:
+            bucket = _bucket_expr(self.key_columns, self.state.num_buckets).alias(BUCKET)
+            wanted = sorted(r[0] for r in typed.select(bucket).distinct().collect() if r[0] is not None)
         names = [self.state.buckets[b] for b in wanted if self.state.buckets[b] is not None]
         index_rows = self._read_index(names)
+        keys_list = list(self.key_columns)
+        cached = None
+        if check_duplicates:
+            # The index rows of the wanted keys are few (about one per key): materialise them once for the
+            # duplicate check and let found/missing reuse them instead of scanning the buckets again.
+            cached = index_rows.join(typed.distinct(), keys_list, "left_semi").persist()
+            dups = cached.groupBy(*keys_list).count().where("count > 1").limit(_DUPLICATE_SAMPLE).collect()
+            if dups:
+                cached.unpersist()
+                raise self._duplicate_error(dups)
+            index_rows = cached
         files = self._files_frame(file_column)
         found = (
-            typed.join(index_rows, list(self.key_columns), "inner")
+            typed.join(index_rows, keys_list, "inner")
             .join(files, FILE_ID)
             .select(*[F.col(quote_identifier(c)) for c in self.key_columns], F.col(file_column), F.col(POS).alias(pos_column))
         )
-        missing = typed.join(index_rows, list(self.key_columns), "left_anti")
-        if check_duplicates:
-            dups = (
-                index_rows.join(typed.distinct(), list(self.key_columns), "left_semi")
-                .groupBy(*self.key_columns)
-                .count()
-                .where("count > 1")
-                .limit(_DUPLICATE_SAMPLE)
-                .collect()
-            )
-            if dups:
-                raise self._duplicate_error(dups)
-        return LookupResult(found=found, missing=missing, buckets_read=len(names))
+        missing = typed.join(index_rows, keys_list, "left_anti")
+        return LookupResult(found=found, missing=missing, buckets_read=len(names), _cached=cached)
 
     # -- maintenance ----------------------------------------------------------------------------------------------
     def apply_commit(

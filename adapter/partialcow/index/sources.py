@@ -8,6 +8,7 @@ Two implementations share everything else in ``partialcow.index``:
   *and the delete files that apply to it*. The index records a signature of those delete files per data file, which is
   how a data file that gained deletes through someone else's ``DELETE``/merge-on-read ``MERGE`` is noticed even though
   its path did not change (the snapshot summary only counts delete files, it does not say which data files they hit).
+- ``ParquetFilesSource``: a fixed set of plain Parquet files (no table format), e.g. for benchmarks.
 - ``DeltaSource``: live files from delta-rs (``DeltaTable.get_add_actions``), read with Spark's own Parquet reader and
   its ``_metadata.file_path`` / ``_metadata.row_index`` columns (no delta-spark jar needed). Files with deletion vectors
   are refused: Spark's plain Parquet reader would not apply them.
@@ -27,7 +28,15 @@ from partialcow.exceptions import ConfigurationError, UnsupportedTableFeatureErr
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["LiveFile", "TableSource", "IcebergSource", "DeltaSource", "read_parquet_positions", "quote_identifier"]
+__all__ = [
+    "LiveFile",
+    "TableSource",
+    "IcebergSource",
+    "DeltaSource",
+    "ParquetFilesSource",
+    "read_parquet_positions",
+    "quote_identifier",
+]
 
 FILE_ID = "_file_id"
 POS = "_pos"
@@ -238,4 +247,42 @@ class DeltaSource:
                 "the data files; index a key made of data columns"
             )
         # Delta data files are immutable: reading them by path is reading them at ``version``.
+        return read_parquet_positions(self.spark, key_columns, files)
+
+
+class ParquetFilesSource:
+    """A fixed set of plain Parquet files as one version-0 "table"; the index lives under ``location``.
+
+    ``ParquetFilesSource(spark, ["/data/a.parquet", "/data/b.parquet"], location="/data")``
+    """
+
+    table_format = "parquet"
+
+    def __init__(self, spark: SparkSession, files: Sequence[str], *, location: str, name: str | None = None) -> None:
+        if not files:
+            raise ConfigurationError(f"ParquetFilesSource at {location}: pass at least one Parquet file")
+        self.spark = spark
+        self.location = location
+        self.name = name or location
+        self._files = list(files)
+
+    def current_version(self) -> int:
+        return 0
+
+    def live_files(self, version: int | None = None) -> list[LiveFile]:
+        import pyarrow.parquet as pq
+
+        from partialcow.index.storage import local_path
+
+        out = []
+        for path in self._files:
+            local = local_path(path)
+            # the footer's row count sizes the buckets; remote files stay unknown (-1) and are counted by Spark
+            out.append(LiveFile(path, pq.ParquetFile(local).metadata.num_rows if local else -1))
+        return out
+
+    def normalize_path(self, path: str) -> str:
+        return path
+
+    def read_rows(self, key_columns: Sequence[str], *, version: int, files: Mapping[str, int]) -> DataFrame:
         return read_parquet_positions(self.spark, key_columns, files)
