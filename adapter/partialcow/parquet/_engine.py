@@ -338,6 +338,158 @@ def _changed_mask(old: pa.Array, new: pa.Array) -> np.ndarray:
     return ~same.to_numpy(zero_copy_only=False)
 
 
+def _ci_entry(ci: TStruct, i: int) -> tuple[int, bytes, bytes, int | None]:
+    nc = ci.val(F.CI_NULL_COUNTS)
+    return (ci.val(F.CI_NULL_PAGES).items[i], ci.val(F.CI_MIN_VALUES).items[i], ci.val(F.CI_MAX_VALUES).items[i],
+            nc.items[i] if nc is not None else None)
+
+
+def _dictionary_encoded_pages(lay: ParquetLayout, ch: Chunk) -> list[bool]:
+    """Per data page: is it dictionary-encoded? (encoding_stats answer without reading headers when uniform)"""
+    if ch.prefix_end == ch.start:
+        return [False] * len(ch.pages)
+    stats = ch.cmd.val(F.CMD_ENCODING_STATS)
+    if stats is not None:
+        data = {e.val(F.PES_ENCODING) for e in stats.items if e.val(F.PES_PAGE_TYPE) != F.DICTIONARY_PAGE}
+        if data and data <= {F.PLAIN_DICTIONARY, F.RLE_DICTIONARY}:
+            return [True] * len(ch.pages)
+    return [_page_encoding(lay, p)[1] in (F.PLAIN_DICTIONARY, F.RLE_DICTIONARY) for p in ch.pages]
+
+
+def _dictionary_size(lay: ParquetLayout, ch: Chunk) -> int:
+    h, _ = lay.page_header(ch.start)
+    return h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_NUM_VALUES)
+
+
+def _dictionary_values(lay: ParquetLayout, top: TopField, ch: Chunk) -> pa.Array:
+    """The values of a chunk's dictionary page, in dictionary order.
+
+    A dictionary page body is PLAIN-encoded values, exactly like the body of a v1 data page of a REQUIRED column
+    (no levels); pyarrow decodes it when wrapped as such a page in an in-memory file with the same codec.
+    """
+    h, hs = lay.page_header(ch.start)
+    if h.val(F.PH_TYPE) != F.DICTIONARY_PAGE:
+        raise ParquetRewriteError(f"{lay.path}: the chunk of column {top.name!r} in row group {ch.rg} does not "
+                                  "start with its dictionary page")
+    n = h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_NUM_VALUES)
+    body = lay.buf[ch.start + hs:ch.start + hs + h.val(F.PH_COMPRESSED_SIZE)]
+    dph = TStruct()
+    dph.put(F.DPH_NUM_VALUES, T_I32, n)
+    dph.put(F.DPH_ENCODING, T_I32, F.PLAIN)
+    dph.put(F.DPH_DEF_ENCODING, T_I32, F.RLE)
+    dph.put(F.DPH_REP_ENCODING, T_I32, F.RLE)
+    page = TStruct()
+    page.put(F.PH_TYPE, T_I32, F.DATA_PAGE)
+    page.put(F.PH_UNCOMPRESSED_SIZE, T_I32, h.val(F.PH_UNCOMPRESSED_SIZE))
+    page.put(F.PH_COMPRESSED_SIZE, T_I32, h.val(F.PH_COMPRESSED_SIZE))
+    page.put(F.PH_DATA_PAGE_HEADER, T_STRUCT, dph)
+    buf = bytearray(b"PAR1")
+    buf += lay.clock.encode(page)
+    buf += body
+    el = lay.schema[top.schema_start].copy()
+    el.put(F.SE_REPETITION, T_I32, F.REQUIRED)
+    cmd = ch.cmd.copy()
+    cmd.drop(F.CMD_INDEX_PAGE_OFFSET, F.CMD_STATISTICS, F.CMD_ENCODING_STATS, F.CMD_BLOOM_FILTER_OFFSET,
+             F.CMD_BLOOM_FILTER_LENGTH, F.CMD_SIZE_STATISTICS, F.CMD_GEOSPATIAL_STATISTICS,
+             F.CMD_DICTIONARY_PAGE_OFFSET)
+    cmd.put(F.CMD_ENCODINGS, T_LIST, TList(T_I32, [F.PLAIN, F.RLE]))
+    cmd.put(F.CMD_NUM_VALUES, T_I64, n)
+    cmd.put(F.CMD_DATA_PAGE_OFFSET, T_I64, 4)
+    cmd.put(F.CMD_TOTAL_COMPRESSED_SIZE, T_I64, len(buf) - 4)
+    cmd.put(F.CMD_TOTAL_UNCOMPRESSED_SIZE, T_I64, len(buf) - 4)
+    return _read_single_chunk(lay, [el], cmd, n, buf)
+
+
+def _read_single_chunk(lay: ParquetLayout, elements: list[TStruct], cmd: TStruct, nrows: int, buf: bytearray
+                       ) -> pa.Array:
+    root = lay.schema[0].copy()
+    root.put(F.SE_NUM_CHILDREN, T_I32, 1)
+    cc = TStruct()
+    cc.put(F.CC_FILE_OFFSET, T_I64, 0)
+    cc.put(F.CC_META_DATA, T_STRUCT, cmd)
+    rg = TStruct()
+    rg.put(F.RG_COLUMNS, T_LIST, TList(T_STRUCT, [cc]))
+    rg.put(F.RG_TOTAL_BYTE_SIZE, T_I64, len(buf))
+    rg.put(F.RG_NUM_ROWS, T_I64, nrows)
+    fmd = TStruct()
+    fmd.put(F.FMD_VERSION, T_I32, lay.fmd.val(F.FMD_VERSION, 1))
+    fmd.put(F.FMD_SCHEMA, T_LIST, TList(T_STRUCT, [root] + elements))
+    fmd.put(F.FMD_NUM_ROWS, T_I64, nrows)
+    fmd.put(F.FMD_ROW_GROUPS, T_LIST, TList(T_STRUCT, [rg]))
+    footer = lay.clock.encode(fmd)
+    buf += footer + len(footer).to_bytes(4, "little") + b"PAR1"
+    return pq.ParquetFile(pa.BufferReader(bytes(buf))).read_row_group(0).column(0).combine_chunks()
+
+
+@dataclass
+class _Encoded:
+    """Re-encoded data pages for one run of rows, ready to splice (offsets relative to ``data``)."""
+
+    data: bytes
+    pages: list[tuple[int, int, int]]  # (offset in data, size, first row within the run)
+    rows: int
+    num_values: int
+    uncompressed: int
+    null_count: int
+    stats: TStruct | None  # bounds of the new values (possibly wider: see _encode_run)
+    page_encodings: dict[tuple[int, int], int]
+    encodings: list[int]
+    ci_rows: list[tuple[int, bytes, bytes, int | None]] | None
+    dict_page: tuple[bytes, int] | None  # (dictionary page bytes, its uncompressed size incl. header)
+
+
+def _encode_run(lay: ParquetLayout, top: TopField, values: pa.Array, nullable: bool, setup: dict[str, Any],
+                opts: dict[str, Any], dictionary: pa.Array | None) -> _Encoded | None:
+    """Encode ``values`` as data pages like the chunk's: PLAIN, or indices into ``dictionary`` when given.
+
+    pyarrow numbers dictionary entries in order of first appearance, so the dictionary's values are written first
+    (padded to whole pages by repeating its first value) and those leading pages are dropped: the remaining pages
+    then index ``dictionary`` in its own order. Returns None if pyarrow did not lay the pages out that way.
+    """
+    skip = 0
+    extra: dict[str, Any] = {}
+    rows_per_page = setup["rows_per_page"]
+    if dictionary is not None:
+        k = rows_per_page
+        skip = -(-len(dictionary) // k) * k
+        pad = dictionary.take(pa.array(np.zeros(skip - len(dictionary), dtype=np.int64)))
+        values = pa.concat_arrays([dictionary.cast(values.type), pad.cast(values.type), values])
+        extra = {"dictionary_pagesize_limit": 1 << 62, "data_page_size": 1 << 62}
+    mini = _encode_mini(lay, top, values, nullable, codec=setup["codec"], dictionary=dictionary is not None,
+                        v2=setup["v2"], crc=setup["crc"], rows_per_page=rows_per_page, opts={**opts, **extra})
+    mch = mini.chunks[0]
+    first = next((i for i, p in enumerate(mch.pages) if p.first_row >= skip), None)
+    if first is None or mch.pages[first].first_row != skip:
+        return None
+    real = mch.pages[first:]
+    counts: dict[tuple[int, int], int] = {}
+    num_values = unc = 0
+    for p in real:
+        key = _stats_key(*_page_encoding(mini.lay, p))
+        counts[key] = counts.get(key, 0) + 1
+        num_values += _page_num_values(mini.lay, p)
+        unc += p.header_size + p.header.val(F.PH_UNCOMPRESSED_SIZE)
+    dict_page = None
+    if dictionary is not None:
+        if any(k[1] not in (F.PLAIN_DICTIONARY, F.RLE_DICTIONARY) for k in counts) or mch.prefix_end == mch.start:
+            return None  # pyarrow fell back to PLAIN
+        if not _dictionary_values(mini.lay, mini.lay.tops[0], mch).equals(dictionary.cast(values.type)):
+            return None
+        h, hs = mini.lay.page_header(mch.start)
+        dict_page = (bytes(mini.lay.buf[mch.start:mch.prefix_end]), hs + h.val(F.PH_UNCOMPRESSED_SIZE))
+    base = real[0].offset
+    mci = mini.lay.column_index(mch.cc)
+    mst = mch.cmd.val(F.CMD_STATISTICS)
+    nulls = values.null_count
+    return _Encoded(
+        data=bytes(mini.lay.buf[base:mch.end]),
+        pages=[(p.offset - base, p.size, p.first_row - skip) for p in real],
+        rows=len(values) - skip, num_values=num_values, uncompressed=unc, null_count=nulls, stats=mst,
+        page_encodings=counts, encodings=list(mch.cmd.val(F.CMD_ENCODINGS).items),
+        ci_rows=None if mci is None else [_ci_entry(mci, i) for i in range(first, len(mch.pages))],
+        dict_page=dict_page)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # output chunks
 
@@ -640,17 +792,17 @@ class _Rewriter:
                                         compared=True)[0]
         nullable = leaf.element.val(F.SE_REPETITION, F.REQUIRED) != F.REQUIRED
         key = sort_key_fn(leaf)
-        # sub-runs of consecutive touched pages
+        dict_pages = _dictionary_encoded_pages(lay, ch)
+        # sub-runs of consecutive touched pages of the same kind (dictionary-encoded or not)
         subruns: list[list[int]] = []
         for i in touched.tolist():
-            if subruns and subruns[-1][1] == i - 1:
+            if subruns and subruns[-1][1] == i - 1 and dict_pages[i] == dict_pages[i - 1]:
                 subruns[-1][1] = i
             else:
                 subruns.append([i, i])
-        removed: dict[int, int] = {}  # first page of a sub-run -> index into minis
-        minis: list[tuple[_Mini, int]] = []  # (mini, first new row)
-        removed_nulls = 0
         deleted_before = np.searchsorted(dels, [p.first_row for p in ch.pages])  # rows deleted before each page
+        patched: list[pa.Array] = []
+        removed_nulls = 0
         for a, b in subruns:
             r0, r1 = ch.pages[a].first_row, ch.page_rows(b)[1]
             da, db, dr0, arr = next(d for d in decoded if d[0] <= a and b <= d[1])
@@ -658,41 +810,64 @@ class _Rewriter:
             removed_nulls += old.null_count
             ulo, uhi = np.searchsorted(changed, [r0, r1])
             dlo, dhi = np.searchsorted(dels, [r0, r1])
-            new = _patch(old, r0, changed[ulo:uhi], new_vals.slice(ulo, uhi - ulo) if uhi > ulo else None,
-                         dels[dlo:dhi])
-            removed[a] = len(minis)
-            if len(new):
-                mini = _encode_mini(lay, top, new, nullable, codec=setup["codec"], dictionary=False, v2=setup["v2"],
-                                    crc=setup["crc"], rows_per_page=setup["rows_per_page"], opts=self.opts)
-                minis.append((mini, r0 - int(deleted_before[a])))
-            else:
-                minis.append((None, 0))  # type: ignore[arg-type]
+            patched.append(_patch(old, r0, changed[ulo:uhi], new_vals.slice(ulo, uhi - ulo) if uhi > ulo else None,
+                                  dels[dlo:dhi]))
+        # Dictionary-encoded pages are replaced by dictionary-encoded pages over the same dictionary, extended with
+        # new values at its end (old pages' indices stay valid): Spark's vectorized reader cannot read a PLAIN page
+        # followed by a dictionary-encoded one, the pattern a PLAIN patch in the middle of a chunk would create.
+        dictionary = new_dict_page = None
+        if any(dict_pages[a] for a, _ in subruns):
+            dictionary = _dictionary_values(lay, top, ch)
+            added = [p for (a, _), p in zip(subruns, patched) if dict_pages[a] and len(p)]
+            if added:
+                fresh = pa.concat_arrays(added).drop_null()
+                fresh = pc.unique(fresh.filter(pc.invert(pc.is_in(fresh, value_set=dictionary))))
+                if len(fresh):
+                    dictionary = pa.concat_arrays([dictionary, fresh.cast(dictionary.type)])
+        encoded: dict[int, _Encoded | None] = {}
+        for (a, b), new in zip(subruns, patched):
+            if not len(new):
+                encoded[a] = None
+                continue
+            enc = _encode_run(lay, top, new, nullable, setup, self.opts, dictionary if dict_pages[a] else None)
+            if enc is None:  # pyarrow did not reproduce the dictionary order: re-encode the chunk
+                old = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
+                return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start,
+                                            "dictionary could not be extended", compared=True)[0]
+            if enc.dict_page is not None:
+                new_dict_page = new_dict_page or enc.dict_page
+            encoded[a] = enc
         subrun_end = {a: b for a, b in subruns}
 
         # assemble pieces, page locations and column-index entries
         src_ci = lay.column_index(ch.cc) if F.CC_COLUMN_INDEX_OFFSET in ch.cc else None
         want_oi = F.CC_OFFSET_INDEX_OFFSET in ch.cc
-        pieces: list[tuple[str, Any, int]] = [("copy", ch.start, ch.prefix_end - ch.start)] \
-            if ch.prefix_end > ch.start else []
-        pos = ch.prefix_end - ch.start
+        unc = ch.cmd.val(F.CMD_TOTAL_UNCOMPRESSED_SIZE)
+        pieces: list[tuple[str, Any, int]] = []
+        if new_dict_page is not None and len(dictionary) > _dictionary_size(lay, ch):
+            h, hs = lay.page_header(ch.start)
+            unc += new_dict_page[1] - hs - h.val(F.PH_UNCOMPRESSED_SIZE)
+            pieces.append(("data", new_dict_page[0], len(new_dict_page[0])))
+            if ch.prefix_end > ch.start + hs + h.val(F.PH_COMPRESSED_SIZE):  # keep anything after the dictionary
+                rest = ch.start + hs + h.val(F.PH_COMPRESSED_SIZE)
+                pieces.append(("copy", rest, ch.prefix_end - rest))
+            self.stats.bytes_reencoded += len(new_dict_page[0])
+        elif ch.prefix_end > ch.start:
+            pieces.append(("copy", ch.start, ch.prefix_end - ch.start))
+            self.stats.bytes_copied += ch.prefix_end - ch.start
+        pos = sum(p[2] for p in pieces)
         locs: list[tuple[int, int, int]] = []
         ci_rows: list[tuple[int, bytes, bytes, int | None]] | None = [] if src_ci is not None else None
         enc_delta: dict[tuple[int, int], int] = {}
         num_values = ch.cmd.val(F.CMD_NUM_VALUES)
-        unc = ch.cmd.val(F.CMD_TOTAL_UNCOMPRESSED_SIZE)
         new_stats: list[TStruct | None] = []
         new_all_null: list[bool] = []
         added_nulls = 0
         new_encodings: list[int] = []
 
-        def ci_entry(ci: TStruct, i: int) -> tuple[int, bytes, bytes, int | None]:
-            nc = ci.val(F.CI_NULL_COUNTS)
-            return (ci.val(F.CI_NULL_PAGES).items[i], ci.val(F.CI_MIN_VALUES).items[i],
-                    ci.val(F.CI_MAX_VALUES).items[i], nc.items[i] if nc is not None else None)
-
         i = 0
         while i < len(ch.pages):
-            if i in removed:
+            if i in subrun_end:
                 b = subrun_end[i]
                 for j in range(i, b + 1):
                     p = ch.pages[j]
@@ -701,42 +876,28 @@ class _Rewriter:
                     num_values -= _page_num_values(lay, p)
                     unc -= p.header_size + lay.ensure_header(p).val(F.PH_UNCOMPRESSED_SIZE)
                     self.stats.pages_rewritten += 1
-                mini, new_first = minis[removed[i]]
-                if mini is not None:
-                    mch = mini.chunks[0]
-                    assert mch.prefix_end == mch.start, "re-encoded pages must not carry a dictionary"
-                    data = bytes(mini.lay.buf[mch.start:mch.end])
-                    pieces.append(("data", data, len(data)))
-                    self.stats.bytes_reencoded += len(data)
-                    for p in mch.pages:
-                        locs.append((pos + p.offset - mch.start, p.size, new_first + p.first_row))
-                    pos += len(data)
-                    mcmd = mch.cmd
-                    num_values += mcmd.val(F.CMD_NUM_VALUES)
-                    unc += mcmd.val(F.CMD_TOTAL_UNCOMPRESSED_SIZE)
-                    for e in mcmd.val(F.CMD_ENCODING_STATS, TList(T_STRUCT, [])).items:
-                        k = _stats_key(e.val(F.PES_PAGE_TYPE), e.val(F.PES_ENCODING))
-                        enc_delta[k] = enc_delta.get(k, 0) + e.val(F.PES_COUNT)
-                    new_encodings.extend(mcmd.val(F.CMD_ENCODINGS).items)
-                    mst = mcmd.val(F.CMD_STATISTICS)
-                    mrows = mini.lay.num_rows
-                    mnulls = mst.val(F.ST_NULL_COUNT) if mst is not None else None
-                    if mnulls is None:
-                        mnulls = 0
-                    added_nulls += mnulls
-                    new_stats.append(mst)
-                    new_all_null.append(mnulls == mrows)
+                enc = encoded[i]
+                if enc is not None:
+                    new_first = ch.pages[i].first_row - int(deleted_before[i])
+                    pieces.append(("data", enc.data, len(enc.data)))
+                    self.stats.bytes_reencoded += len(enc.data)
+                    locs.extend((pos + off, size, new_first + first) for off, size, first in enc.pages)
+                    pos += len(enc.data)
+                    num_values += enc.num_values
+                    unc += enc.uncompressed
+                    for k, count in enc.page_encodings.items():
+                        enc_delta[k] = enc_delta.get(k, 0) + count
+                    new_encodings.extend(enc.encodings)
+                    added_nulls += enc.null_count
+                    new_stats.append(enc.stats)
+                    new_all_null.append(enc.null_count == enc.rows)
                     if ci_rows is not None:
-                        mci = mini.lay.column_index(mch.cc)
-                        if mci is None:
-                            ci_rows = None
-                        else:
-                            ci_rows.extend(ci_entry(mci, k) for k in range(len(mch.pages)))
+                        ci_rows = None if enc.ci_rows is None else ci_rows + enc.ci_rows
                 i = b + 1
                 continue
             # a run of untouched pages: one byte range
             j = i
-            while j + 1 < len(ch.pages) and (j + 1) not in removed:
+            while j + 1 < len(ch.pages) and (j + 1) not in subrun_end:
                 j += 1
             start, end = ch.pages[i].offset, ch.pages[j].offset + ch.pages[j].size
             pieces.append(("copy", start, end - start))
@@ -744,13 +905,12 @@ class _Rewriter:
                 p = ch.pages[k]
                 locs.append((pos + p.offset - start, p.size, p.first_row - int(deleted_before[k])))
                 if ci_rows is not None:
-                    ci_rows.append(ci_entry(src_ci, k))
+                    ci_rows.append(_ci_entry(src_ci, k))
             self.stats.pages_copied += j - i + 1
             self.stats.bytes_copied += end - start
             pos += end - start
             i = j + 1
         self.stats.pages_total += len(ch.pages)
-        self.stats.bytes_copied += ch.prefix_end - ch.start
 
         # column metadata
         cmd = ch.cmd.copy()
