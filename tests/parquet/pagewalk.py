@@ -276,3 +276,89 @@ def read_file_view(path: str | Path) -> FileView:
             )
         groups.append(tuple(chunks))
     return FileView(path=path, footer=footer, chunks=tuple(groups))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Split-block Bloom filters (parquet-format BloomFilter.md): XXH64 of the PLAIN-encoded value, seed 0.
+
+_M64 = (1 << 64) - 1
+_P1, _P2, _P3, _P4, _P5 = (
+    0x9E3779B185EBCA87,
+    0xC2B2AE3D27D4EB4F,
+    0x165667B19E3779F9,
+    0x85EBCA77C2B2AE63,
+    0x27D4EB2F165667C5,
+)
+_SALT = (0x47B6137B, 0x44974D91, 0x8824AD5B, 0xA2B7289D, 0x705495C7, 0x2DF1424B, 0x9EFC4947, 0x5C6BFB31)
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (64 - r))) & _M64
+
+
+def _round(acc: int, lane: int) -> int:
+    return (_rotl((acc + lane * _P2) & _M64, 31) * _P1) & _M64
+
+
+def xxh64(data: bytes, seed: int = 0) -> int:
+    """XXH64 in pure Python (slow; test-sized inputs only)."""
+    n, i = len(data), 0
+    if n >= 32:
+        v = [(seed + _P1 + _P2) & _M64, (seed + _P2) & _M64, seed, (seed - _P1) & _M64]
+        while i + 32 <= n:
+            for j in range(4):
+                v[j] = _round(v[j], int.from_bytes(data[i + 8 * j : i + 8 * j + 8], "little"))
+            i += 32
+        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _M64
+        for lane in v:
+            h = ((h ^ _round(0, lane)) * _P1 + _P4) & _M64
+    else:
+        h = (seed + _P5) & _M64
+    h = (h + n) & _M64
+    while i + 8 <= n:
+        h ^= _round(0, int.from_bytes(data[i : i + 8], "little"))
+        h = (_rotl(h, 27) * _P1 + _P4) & _M64
+        i += 8
+    if i + 4 <= n:
+        h ^= (int.from_bytes(data[i : i + 4], "little") * _P1) & _M64
+        h = (_rotl(h, 23) * _P2 + _P3) & _M64
+        i += 4
+    while i < n:
+        h ^= (data[i] * _P5) & _M64
+        h = (_rotl(h, 11) * _P1) & _M64
+        i += 1
+    h ^= h >> 33
+    h = (h * _P2) & _M64
+    h ^= h >> 29
+    h = (h * _P3) & _M64
+    return h ^ (h >> 32)
+
+
+@dataclass(frozen=True)
+class BloomFilter:
+    bitset: bytes
+
+    def might_contain(self, plain_value: bytes) -> bool:
+        """Whether the PLAIN encoding of a value (raw bytes for BYTE_ARRAY, little-endian for numbers) may be in."""
+        h = xxh64(plain_value)
+        blocks = len(self.bitset) // 32
+        b = ((h >> 32) * blocks) >> 32
+        key = h & 0xFFFFFFFF
+        for i, salt in enumerate(_SALT):
+            word = int.from_bytes(self.bitset[32 * b + 4 * i : 32 * b + 4 * i + 4], "little")
+            if not word >> (((key * salt) & 0xFFFFFFFF) >> 27) & 1:
+                return False
+        return True
+
+
+def read_bloom_filter(path: str | Path, chunk: ChunkView) -> BloomFilter | None:
+    """The chunk's Bloom filter, or None if it has none."""
+    offset = chunk.meta.get(14)
+    if offset is None:
+        return None
+    with open(path, "rb") as f:
+        f.seek(offset)
+        head = f.read(256)
+        header, pos = decode_struct(head)
+        f.seek(offset + pos)
+        return BloomFilter(f.read(header[1]))
