@@ -203,6 +203,69 @@ def test_file_without_field_ids_is_refused(spark, table: str) -> None:
     assert not os.path.exists(new)
 
 
+def test_file_without_field_ids_is_read_through_the_name_mapping(spark, table: str) -> None:
+    mapping = '[{"field-id": 1, "names": ["id"]}, {"field-id": 2, "names": ["v"]}]'
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('schema.name-mapping.default'='{mapping}')")
+    committer = IcebergCommitter(spark, table)
+    base = committer.current_version()
+    old = _file_with(committer, 2)
+    new = _rewrite(old, {2: "B"}, tag="mapped", keep_field_ids=False)
+    # columns in another order than the field ids: only the mapping (not position) pairs them correctly
+    plain = pq.read_table(new)
+    pq.write_table(plain.select(["v", "id"]), new)
+    committer.replace_files(FileReplacement(base_version=base, removed=[old], added=[new], conflict_keys={"id": [2]}))
+    assert _rows(spark, f"SELECT id, v FROM {table}") == {1: "a", 2: "B", 3: "c", 4: "d", 5: "e", 6: "f"}
+    # metrics came through the mapping too (without it the footer's columns have no ids and no bounds)
+    files = spark.sql(f"SELECT file_path, lower_bounds, upper_bounds FROM {table}.files").collect()
+    mine = next(f for f in files if _local(f.file_path) == new)
+    assert mine.lower_bounds[1] == (1).to_bytes(8, "little") and mine.upper_bounds[1] == (3).to_bytes(8, "little")
+
+
+def test_committer_works_from_a_worker_thread(spark, table: str) -> None:
+    # dbt runs models on worker threads, whose JVM thread has no active SparkSession of its own.
+    import threading
+
+    outcome: dict[str, object] = {}
+
+    def work() -> None:
+        try:
+            committer = IcebergCommitter(spark, table)
+            base = committer.current_version()
+            old = _file_with(committer, 2)
+            new = _rewrite(old, {2: "T"}, tag="thread")
+            outcome["result"] = committer.replace_files(
+                FileReplacement(base_version=base, removed=[old], added=[new], conflict_keys={"id": [2]})
+            )
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join(timeout=300)
+    assert "error" not in outcome, outcome.get("error")
+    assert _rows(spark, f"SELECT id, v FROM {table}")[2] == "T"
+
+
+def test_non_iceberg_table_is_refused(spark) -> None:
+    name = f"commit_test.plain{next(_counter)}"
+    spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
+    spark.sql(f"CREATE TABLE {name} (id BIGINT) USING parquet")
+    try:
+        with pytest.raises(UnsupportedTableFeatureError, match=f"{name} is not an Iceberg table"):
+            IcebergCommitter(spark, name).current_version()
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
+def test_unknown_base_snapshot_is_a_conflict(spark, table: str) -> None:
+    committer = IcebergCommitter(spark, table)
+    old = _file_with(committer, 2)
+    new = _rewrite(old, {2: "B"}, tag="x")
+    with pytest.raises(CommitConflictError, match="snapshot 12345"):
+        committer.replace_files(FileReplacement(base_version=12345, removed=[old], added=[new]))
+    assert os.path.exists(new)  # kept: without the base snapshot we cannot prove nothing references it
+
+
 def test_file_not_live_at_base_is_refused(spark, table: str, tmp_path: Path) -> None:
     committer = IcebergCommitter(spark, table)
     base = committer.current_version()

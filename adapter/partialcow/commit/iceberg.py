@@ -66,13 +66,14 @@ class IcebergCommitter:
     # ---------------------------------------------------------------- reading
 
     def _table(self) -> Any:
-        from py4j.protocol import Py4JJavaError
-
+        # Each Python thread drives its own JVM thread, whose active session starts empty (dbt runs models on
+        # worker threads); without it Iceberg resolves the name through a catalog that returns a non-Iceberg table.
+        self._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self._spark._jsparkSession)  # noqa: SLF001
         try:
             table = self._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
                 self._spark._jsparkSession, self._name  # noqa: SLF001
             )
-        except Py4JJavaError as exc:
+        except _java_errors() as exc:
             message = _java_message(exc)
             if "not an Iceberg table" in message or "ClassCastException" in _java_class(exc):
                 raise UnsupportedTableFeatureError(
@@ -97,8 +98,6 @@ class IcebergCommitter:
 
     def _scan(self, table: Any, version: int | None) -> list[tuple[Any, Any]]:
         """(data file, attached delete files) of every live data file at ``version``."""
-        from py4j.protocol import Py4JJavaError
-
         if version == NO_SNAPSHOT or (version is None and table.currentSnapshot() is None):
             return []
         scan = table.newScan()
@@ -106,7 +105,7 @@ class IcebergCommitter:
             if version is not None:
                 scan = scan.useSnapshot(int(version))
             tasks = scan.planFiles()
-        except Py4JJavaError as exc:
+        except _java_errors() as exc:
             raise CommitConflictError(
                 f"snapshot {version} of Iceberg table {self._name} cannot be read ({_java_message(exc)}); it may "
                 "have expired: re-run the change from the current snapshot"
@@ -130,9 +129,9 @@ class IcebergCommitter:
         ``added`` are Parquet files already written with the table's field ids (absolute paths or URIs, or paths
         relative to the table's ``data/`` folder). On a conflict or refusal nothing is committed and the added
         files are deleted; when the outcome is unknown they are kept and ``CommitStateUnknownError`` is raised.
+        They are also kept when the base snapshot cannot be read (expired): without it we cannot prove that no
+        snapshot references them.
         """
-        from py4j.protocol import Py4JJavaError
-
         table = self._table()
         added = [self._location(table, p) for p in change.added]
         # One listing of the base snapshot serves both checks (each file costs py4j round trips).
@@ -165,7 +164,7 @@ class IcebergCommitter:
         except CommitError:
             self._delete_quietly(table, added)
             raise
-        except Py4JJavaError as exc:
+        except _java_errors() as exc:
             self._delete_quietly(table, added)
             raise CommitError(
                 f"cannot prepare the commit to Iceberg table {self._name}: {_java_message(exc)}; nothing was committed"
@@ -173,7 +172,7 @@ class IcebergCommitter:
 
         try:
             overwrite.commit()
-        except Py4JJavaError as exc:
+        except _java_errors() as exc:
             java_class = _java_class(exc)
             if java_class.endswith("CommitStateUnknownException"):
                 raise CommitStateUnknownError(
@@ -297,14 +296,16 @@ class IcebergCommitter:
         return f"{str(table.location()).rstrip('/')}/data/{path}"
 
     def _data_file(self, table: Any, spec: Any, partition: Any, path: str) -> Any:
-        from py4j.protocol import Py4JJavaError
-
-        self._check_field_ids(table, path)
         jvm = self._jvm
+        mapping_json = table.properties().get("schema.name-mapping.default")
+        # Tables imported from plain Parquet read files without field ids through their name mapping.
+        mapping = None if mapping_json is None else jvm.org.apache.iceberg.mapping.NameMappingParser.fromJson(mapping_json)
+        if mapping is None:
+            self._check_field_ids(table, path)
         try:
             input_file = table.io().newInputFile(path)
             metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(
-                input_file, jvm.org.apache.iceberg.MetricsConfig.forTable(table)
+                input_file, jvm.org.apache.iceberg.MetricsConfig.forTable(table), mapping
             )
             builder = (
                 jvm.org.apache.iceberg.DataFiles.builder(spec)
@@ -314,10 +315,10 @@ class IcebergCommitter:
                 .withMetrics(metrics)
             )
             if partition is not None:
-                self._check_partition_values(table, spec, partition, input_file, path)
+                self._check_partition_values(table, spec, partition, input_file, mapping, path)
                 builder = builder.withPartition(partition)
             return builder.build()
-        except Py4JJavaError as exc:
+        except _java_errors() as exc:
             raise CommitError(
                 f"cannot read new data file {path} for Iceberg table {self._name}: {_java_message(exc)}"
             ) from exc
@@ -346,13 +347,15 @@ class IcebergCommitter:
                 "write it with the replaced file's schema"
             )
 
-    def _check_partition_values(self, table: Any, spec: Any, partition: Any, input_file: Any, path: str) -> None:
+    def _check_partition_values(
+        self, table: Any, spec: Any, partition: Any, input_file: Any, mapping: Any, path: str
+    ) -> None:
         """Every row of a new file must lie in the partition it inherits: check exact min/max of identity columns."""
         jvm = self._jvm
         exact = jvm.org.apache.iceberg.MetricsConfig.fromProperties(
             _java_map(jvm, {"write.metadata.metrics.default": "full"})
         )
-        metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(input_file, exact)
+        metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(input_file, exact, mapping)
         fields = spec.fields()
         for i in range(fields.size()):
             source_id = int(fields.get(i).sourceId())
@@ -487,16 +490,29 @@ def _delete_kind(delete_file: Any) -> str:
     )
 
 
-def _java_class(exc: Any) -> str:
+def _java_errors() -> tuple[type[BaseException], ...]:
+    """What a failing py4j call raises: pyspark converts some Java exceptions (IllegalArgumentException, ...)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    return (Py4JJavaError, CapturedException)
+
+
+def _throwable(exc: BaseException) -> Any:
+    return getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+
+
+def _java_class(exc: BaseException) -> str:
     try:
-        return str(exc.java_exception.getClass().getName())
+        return str(_throwable(exc).getClass().getName())
     except Exception:  # noqa: BLE001 - a broken gateway must not hide the original error
-        return ""
+        return type(exc).__name__
 
 
-def _java_message(exc: Any) -> str:
+def _java_message(exc: BaseException) -> str:
     try:
-        java = exc.java_exception
+        java = _throwable(exc)
         return f"{java.getClass().getSimpleName()}: {java.getMessage()}"
     except Exception:  # noqa: BLE001
-        return str(exc).strip().splitlines()[0]
+        text = str(exc).strip()
+        return text.splitlines()[0] if text else type(exc).__name__
