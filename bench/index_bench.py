@@ -9,6 +9,7 @@ with Spark's ``noop`` writer and both producing found (key, file, pos) and missi
 
 - index lookup: ``RowIndex.lookup`` (bucket pruning + join against the narrow index, duplicate check included);
 - index lookup without the duplicate check (one Spark job less);
+- ``RowIndex.lookup_local``: the same lookup on the driver with pyarrow (reads the buckets, Arrow hash join);
 - full-table join: the 1% keys left-joined with (key, _metadata.file_path, _metadata.row_index) of the whole
   table, which is the join a MERGE performs to find its target rows; once reading only the key columns (the best
   a merge-on-read MERGE can do), once reading whole rows (what a copy-on-write MERGE reads).
@@ -108,6 +109,11 @@ def main() -> None:
         _noop(result.missing)
         result.release()
 
+    def lookup_local() -> None:
+        import pyarrow.parquet as pq
+
+        index.lookup_local(pq.read_table(keys_path))
+
     def merge_join(all_columns: bool) -> None:
         meta = [F.col("_metadata.file_path").alias("file"), F.col("_metadata.row_index").alias("pos")]
         full = table.select("*", *meta) if all_columns else table.select(*KEYS, *meta)
@@ -116,6 +122,7 @@ def main() -> None:
     contenders = {
         "index lookup": lambda: lookup(True),
         "index lookup (no duplicate check)": lambda: lookup(False),
+        "index lookup on the driver (pyarrow, no Spark job)": lookup_local,
         "full-table join, key columns only": lambda: merge_join(False),
         "full-table join, whole rows (copy-on-write MERGE)": lambda: merge_join(True),
     }
@@ -168,7 +175,7 @@ def main() -> None:
     labels = ["index build", *times]
     values = [summary["build_s"], *[statistics.median(v) for v in times.values()]]
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    ax.barh(labels, values, color=["#888", "#2a7", "#6c9", "#c55", "#a33"])
+    ax.barh(labels, values, color=["#888", "#2a7", "#6c9", "#4a8", "#c55", "#a33"])
     for y, v in enumerate(values):
         ax.text(v, y, f" {v:.2f} s", va="center")
     ax.invert_yaxis()

@@ -246,3 +246,21 @@ def test_index_folder_is_invisible_to_delta_vacuum(spark, tmp_path) -> None:
     assert not [p for p in listed if INDEX_DIR in p]
     DeltaTable(root).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
     assert RowIndex.open(DeltaSource(spark, root)).ensure_fresh().rows_total == 190
+
+
+@pytest.mark.parametrize("n_keys", [5, 400])  # few keys: hashed to their buckets; many: every bucket read
+def test_lookup_local_agrees_with_spark_lookup(spark, tmp_path, n_keys) -> None:
+    root = _table(str(tmp_path / "t"), files=2, rows=400)
+    index = RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=8)
+    present = random.Random(n_keys).sample(sorted(keys_of(_live_paths(root), KEYS)), n_keys)
+    absent = [(70_000, "n0", dt.date(2024, 2, 1))]
+    keys = pa.Table.from_pylist([dict(zip(KEYS, k)) for k in present + absent])  # int64 ids: cast to the key type
+    found, missing = index.lookup_local(keys)
+    local = {tuple(r[c] for c in KEYS): (r["file"], r["pos"]) for r in found.to_pylist()}
+    assert [tuple(r[c] for c in KEYS) for r in missing.to_pylist()] == absent
+    assert set(local) == set(present)
+    for key, (path, pos) in local.items():
+        assert row_at(path, pos, KEYS) == key
+    result = index.lookup(spark.createDataFrame(present, "id int, name string, day date"))
+    assert {tuple(r[c] for c in KEYS): (r["file"], r["pos"]) for r in result.found.collect()} == local
+    result.release()

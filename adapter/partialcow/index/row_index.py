@@ -32,6 +32,7 @@ from partialcow.index.sources import FILE_ID, POS, LiveFile, TableSource, quote_
 from partialcow.index.storage import IndexedFile, IndexState, IndexStore, replace_buckets, unique_names
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
 __all__ = ["RowIndex", "IndexMetrics", "LookupResult", "VerifyReport"]
@@ -284,6 +285,70 @@ class RowIndex:
         )
         missing = typed.join(index_rows, keys_list, "left_anti")
         return LookupResult(found=found, missing=missing, buckets_read=len(names), _cached=cached)
+
+    def lookup_local(self, keys: pa.Table, *, file_column: str = "file", pos_column: str = "pos") -> tuple[pa.Table, pa.Table]:
+        """Like ``lookup`` but on the driver with pyarrow, no Spark job: for small key sets (a few thousand keys).
+
+        Returns ``(found, missing)`` Arrow tables. Buckets are chosen with the Python port of Spark's hash; when
+        there are many keys per bucket every bucket is read anyway, so hashing is skipped.
+
+        ``found, missing = index.lookup_local(pa.table({"id": [1, 2]}))``
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        from partialcow.index.hashing import bucket_of
+
+        state = self.state
+        missing_columns = [c for c in state.key_columns if c not in keys.column_names]
+        if missing_columns:
+            raise ConfigurationError(f"lookup on the index of {state.table}: the keys lack key column(s) {missing_columns}")
+        if not state.key_types:  # an index of an empty table
+            return keys.select(list(state.key_columns)).slice(0, 0), keys.select(list(state.key_columns))
+        schema = self._arrow_key_schema()
+        typed = pa.table([keys.column(c).cast(schema.field(c).type) for c in state.key_columns], schema=schema)
+        if typed.num_rows < 4 * state.num_buckets:
+            rows = zip(*[typed.column(c).to_pylist() for c in state.key_columns])
+            wanted = sorted({bucket_of(k, state.key_types, state.num_buckets) for k in rows})
+        else:
+            wanted = list(range(state.num_buckets))
+        parts = []
+        for b in wanted:
+            name = state.buckets[b]
+            if name is not None:
+                with self._store.fs.open_input_file(self._store.path(name)) as handle:
+                    parts.append(pq.read_table(handle))
+        if not parts:
+            return typed.slice(0, 0).append_column(file_column, pa.array([], pa.string())).append_column(
+                pos_column, pa.array([], pa.int64())), typed
+        index_rows = pa.concat_tables(parts)
+        # Spark may store keys with another physical type (e.g. INT96 timestamps): align before joining
+        for c in state.key_columns:
+            i = index_rows.schema.get_field_index(c)
+            index_rows = index_rows.set_column(i, c, index_rows.column(c).cast(schema.field(c).type))
+        paths = {f.file_id: f.path for f in state.files}
+        ids = pa.table({FILE_ID: pa.array(list(paths), pa.int32()), file_column: pa.array(list(paths.values()), pa.string())})
+        joined = typed.join(index_rows, list(state.key_columns), join_type="left outer")
+        hit = pc.is_valid(joined.column(FILE_ID))
+        found = joined.filter(hit).join(ids, FILE_ID, join_type="inner")
+        found = found.select([*state.key_columns, file_column, POS]).rename_columns([*state.key_columns, file_column, pos_column])
+        missing = joined.filter(pc.invert(hit)).select(list(state.key_columns))
+        counts = found.group_by(list(state.key_columns)).aggregate([(file_column, "count")])
+        dups = counts.filter(pc.greater(counts.column(f"{file_column}_count"), 1))
+        if dups.num_rows:
+            raise self._duplicate_error(dups.slice(0, _DUPLICATE_SAMPLE).to_pylist())
+        return found, missing
+
+    def _arrow_key_schema(self) -> pa.Schema:
+        import pyarrow as pa
+
+        arrow = {
+            "tinyint": pa.int8(), "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64(), "boolean": pa.bool_(),
+            "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"),
+            "float": pa.float32(), "double": pa.float64(), "string": pa.string(), "binary": pa.binary(),
+        }
+        return pa.schema([(c, arrow[t]) for c, t in zip(self.state.key_columns, self.state.key_types)])
 
     # -- maintenance ----------------------------------------------------------------------------------------------
     def apply_commit(
