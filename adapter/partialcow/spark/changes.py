@@ -100,27 +100,42 @@ def stage_changes(changes: DataFrame, spec: ChangeSpec, *, table_columns: Sequen
             raise ChangeFeedError(f"model {model}: column {column!r} is missing from the changes (columns: {columns})")
     keys = [F.col(quote_identifier(c)) for c in spec.key_columns]
 
-    null_keys = changes.where(" OR ".join(f"{quote_identifier(c)} IS NULL" for c in spec.key_columns))
-    sample = null_keys.select(*spec.key_columns).limit(_SAMPLE).collect()
-    if sample:
-        raise ChangeFeedError(
-            f"model {model}: key column(s) {list(spec.key_columns)} must not be null; rows with null keys: "
-            f"{_keys_text(sample, spec.key_columns)}"
-        )
-
+    null_key = F.lit(False)
+    for key in keys:
+        null_key = null_key | key.isNull()
     if spec.op_column:
         known = [*spec.insert_ops, *spec.update_ops, *spec.delete_ops]
         op = F.col(quote_identifier(spec.op_column))
-        bad = changes.where(op.isNull() | ~op.isin(known)).select(*spec.key_columns, spec.op_column).limit(_SAMPLE).collect()
-        if bad:
-            found = sorted({str(r[spec.op_column]) for r in bad})
-            raise ChangeFeedError(
-                f"model {model}: column {spec.op_column!r} has op code(s) {found} outside the configured "
-                f"{known} (keys {_keys_text(bad, spec.key_columns)}); set op_codes in the model config"
-            )
+        bad_op = op.isNull() | ~op.isin(known)
         is_delete = op.isin(list(spec.delete_ops))
     else:
-        is_delete = F.lit(False)
+        known, bad_op, is_delete = [], F.lit(False), F.lit(False)
+    # one pass counts every problem; the samples for the message are only fetched when there is one
+    null_seq = F.col(quote_identifier(spec.sequence_column)).isNull() if spec.sequence_column else F.lit(False)
+    counts = changes.select(
+        F.sum(null_key.cast("int")).alias("null_keys"),
+        F.sum(bad_op.cast("int")).alias("bad_ops"),
+        F.sum(null_seq.cast("int")).alias("null_seqs"),
+    ).first()
+    if counts["null_keys"]:
+        sample = changes.where(null_key).select(*spec.key_columns).limit(_SAMPLE).collect()
+        raise ChangeFeedError(
+            f"model {model}: key column(s) {list(spec.key_columns)} must not be null; {counts['null_keys']} row(s) "
+            f"with null keys, e.g. {_keys_text(sample, spec.key_columns)}"
+        )
+    if counts["null_seqs"]:
+        sample = changes.where(null_seq).select(*spec.key_columns).limit(_SAMPLE).collect()
+        raise ChangeFeedError(
+            f"model {model}: sequence column {spec.sequence_column!r} is null for key(s) "
+            f"{_keys_text(sample, spec.key_columns)}; every change needs a sequence value"
+        )
+    if counts["bad_ops"]:
+        bad = changes.where(bad_op).select(*spec.key_columns, spec.op_column).limit(_SAMPLE).collect()
+        found = sorted({str(r[spec.op_column]) for r in bad})
+        raise ChangeFeedError(
+            f"model {model}: column {spec.op_column!r} has op code(s) {found} outside the configured "
+            f"{known} (keys {_keys_text(bad, spec.key_columns)}); set op_codes in the model config"
+        )
 
     if spec.sequence_column:
         seq = F.col(quote_identifier(spec.sequence_column))
