@@ -264,3 +264,17 @@ def test_lookup_local_agrees_with_spark_lookup(spark, tmp_path, n_keys) -> None:
     result = index.lookup(spark.createDataFrame(present, "id int, name string, day date"))
     assert {tuple(r[c] for c in KEYS): (r["file"], r["pos"]) for r in result.found.collect()} == local
     result.release()
+
+
+def test_two_maintainers_racing_for_the_same_state(spark, tmp_path) -> None:
+    from partialcow.exceptions import StaleIndexError
+
+    root = _table(str(tmp_path / "t"), files=2, rows=200)
+    first = RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=2)
+    second = RowIndex.open(DeltaSource(spark, root))
+    write_deltalake(root, _batch(1_000, 10), mode="append")
+    first.ensure_fresh()
+    with pytest.raises(StaleIndexError, match="concurrently"):
+        second.ensure_fresh()  # built on the same state version: loses, publishes nothing
+    reopened = RowIndex.open(DeltaSource(spark, root))
+    assert reopened.state == first.state and reopened.verify().ok

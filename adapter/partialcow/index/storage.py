@@ -9,9 +9,11 @@ Layout::
 
 A new index version is written to a temporary name and moved to ``_state/v<n+1>.json`` without overwriting: on a
 local file system the move is an ``os.link`` (fails if the name exists), so two maintainers racing for the same
-version cannot both win; on object stores (pyarrow's S3/GCS file systems) the move is a plain copy and the last
-writer wins, which is safe for the single-writer setups this project targets. Files no longer referenced by the
-last two states are garbage-collected after the switch, so a reader that loaded the previous state keeps working.
+version cannot both win; on object stores (pyarrow's S3/GCS file systems) the move is a check-then-copy and the
+last writer wins, which is safe for the single-writer setups this project targets (only local file systems are
+tested here). Files no longer referenced by the last two states are garbage-collected after the switch, so a
+reader that loaded the previous state keeps working; unreferenced files younger than an hour are kept, since they
+may belong to a maintainer that has not yet published.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -207,8 +210,12 @@ class IndexStore:
     def delete_all(self) -> None:
         self.delete_dir("")
 
-    def garbage_collect(self, *, keep_states: int = 2) -> list[str]:
-        """Delete state files older than the last ``keep_states`` and data files none of those reference."""
+    def garbage_collect(self, *, keep_states: int = 2, min_age_seconds: float = 3600.0) -> list[str]:
+        """Delete state files older than the last ``keep_states``, and data files none of those reference.
+
+        Unreferenced data files and leftover temporary folders younger than ``min_age_seconds`` are kept: they may
+        belong to another maintainer that has written its buckets but not yet published its state.
+        """
         versions = self._state_versions()
         kept = versions[-keep_states:]
         referenced: set[str] = set()
@@ -216,17 +223,25 @@ class IndexStore:
             state = self.read_state(v)
             assert state is not None
             referenced.update(b for b in state.buckets if b is not None)
+        cutoff = time.time() - min_age_seconds
         deleted: list[str] = []
         for v in versions[: len(versions) - len(kept)]:
             self.fs.delete_file(self.path(f"_state/v{v:08d}.json"))
             deleted.append(f"_state/v{v:08d}.json")
         for info in self.list_dir("data"):
             rel = f"data/{info.base_name}"
-            if rel not in referenced:
+            if rel not in referenced and _older(info, cutoff):
                 self.fs.delete_file(info.path)
                 deleted.append(rel)
-        self.delete_dir("_tmp")
+        for info in self.list_dir("_tmp"):
+            if _older(info, cutoff):
+                self.fs.delete_dir(info.path)
+                deleted.append(f"_tmp/{info.base_name}")
         return deleted
+
+
+def _older(info: pafs.FileInfo, cutoff: float) -> bool:
+    return info.mtime is None or info.mtime.timestamp() < cutoff
 
 
 def unique_names(prefix: str, buckets: Iterable[int]) -> dict[int, str]:
