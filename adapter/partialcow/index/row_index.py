@@ -3,9 +3,10 @@
 Why a folder ``<table location>/_partialcow_index/`` (see ``partialcow.index.storage`` for its layout): it shares
 the table's lifecycle (dropping or moving the table folder takes the index along), needs no catalog entry, and is
 plain Parquet + JSON any engine can read. Iceberg and Delta readers only open files their metadata lists, so the
-folder is invisible to them; their cleanup jobs skip it too because its name starts with an underscore (Iceberg's
-``remove_orphan_files`` filters out hidden ``_``/``.`` paths that are not partition folders, Delta's ``VACUUM`` and
-delta-rs' ``vacuum`` skip hidden paths); ``tests/index`` checks both with dry runs.
+folder is invisible to them; their cleanup jobs skip it too because its name starts with an underscore: Iceberg's
+``remove_orphan_files`` and delta-rs' full ``vacuum`` leave it alone (``tests/index`` checks both with dry runs
+that do list a planted orphan file), and Delta's own ``VACUUM`` is documented to skip every folder starting with
+``_`` except partition folders (``name=value``, which ours is not).
 
 Bucketing: each row goes to bucket ``pmod(xxhash64(key...), N)`` (Spark's function, reproduced in
 ``partialcow.index.hashing``); a bucket is one immutable Parquet file sorted by key. A lookup reads only the buckets
