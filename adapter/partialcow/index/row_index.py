@@ -245,7 +245,8 @@ class RowIndex:
         bucket files to read. Keys are cast to the index's key types first, so ``1`` finds a ``bigint`` key 1.
         ``check_duplicates`` reads the matched index rows in one Spark job, raises ``DuplicateKeyError`` if a key
         appears twice, and caches those rows for ``found``/``missing`` (free them with ``LookupResult.release()``).
-        Without it the index is trusted: builds and maintenance already refuse duplicates.
+        Without it the index is trusted: builds and maintenance already refuse duplicates. Keys are not
+        deduplicated: a key given twice is found twice.
         """
         from pyspark.sql import functions as F
 
