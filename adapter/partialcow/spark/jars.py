@@ -23,7 +23,6 @@ import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from partialcow.exceptions import JarNotFoundError
 
@@ -31,7 +30,6 @@ __all__ = [
     "ICEBERG_VERSION",
     "ICEBERG_MAVEN",
     "DELTA_MAVEN",
-    "IcebergRuntime",
     "JarSet",
     "cache_dir",
     "pyspark_jars_dir",
@@ -51,8 +49,6 @@ ICEBERG_MAVEN = f"org.apache.iceberg:{ICEBERG_ARTIFACT}:{ICEBERG_VERSION}"
 # delta-spark 3.x is the line built for Spark 3.5; it pulls delta-storage transitively.
 DELTA_MAVEN = "io.delta:delta-spark_2.12:3.3.2"
 MAVEN_HOST = ("repo1.maven.org", 443)
-
-IcebergRuntime = Literal["auto", "offline", "maven"]
 
 _WHEEL_MODULE = "snowpark_connect_deps_iceberg"
 _JACKSON_JARS = ("jackson-core", "jackson-databind", "jackson-annotations", "jackson-datatype-jsr310")
