@@ -85,9 +85,7 @@ def test_bug_full_file_fallback_adds_arrow_schema(tmp_path: Path) -> None:
     check_metadata(src, dst, expected, same_writer=report.full_file_rewrite is None)
 
 
-@pytest.mark.parametrize(("old", "new"), [(0.0, -0.0), (-0.0, 0.0), (float("nan"), 1.5), (1.5, float("nan"))])
-def test_float_edge_updates_are_applied(tmp_path: Path, old: float, new: float) -> None:
-    """-0.0 and 0.0 compare equal but are different values; NaN never equals anything: all must be written."""
+def _float_update(tmp_path: Path, old: float, new: float) -> None:
     values = np.linspace(-5, 5, 300)
     values[123] = old
     src = _write(pa.table({"f": pa.array(values)}), tmp_path / "src.parquet")
@@ -97,3 +95,26 @@ def test_float_edge_updates_are_applied(tmp_path: Path, old: float, new: float) 
     got = pq.read_table(dst).column("f").to_numpy()[123]
     assert (np.isnan(got) and np.isnan(new)) or (got == new and np.signbit(got) == np.signbit(new))
     assert report.rows_updated == 1
+
+
+@pytest.mark.parametrize(("old", "new"), [(0.0, -0.0), (-0.0, 0.0)])
+def test_bug_signed_zero_update_dropped(tmp_path: Path, old: float, new: float) -> None:
+    """-0.0 and 0.0 compare equal but are different values (sign bit; 1/x differs): the update must be written."""
+    _float_update(tmp_path, old, new)
+
+
+@pytest.mark.parametrize(("old", "new"), [(float("nan"), 1.5), (1.5, float("nan"))])
+def test_nan_updates_are_applied(tmp_path: Path, old: float, new: float) -> None:
+    _float_update(tmp_path, old, new)
+
+
+def test_bug_plain_page_between_dictionary_pages(tmp_path: Path) -> None:
+    """Layout twin of the Spark vectorized-reader bug (test_readers_spark.py), checkable without Spark: after an
+    update of a middle page, no dictionary-encoded page may follow a non-dictionary page in the chunk."""
+    src = _write(pa.table({"id": pa.array(range(1000), pa.int64())}), tmp_path / "src.parquet")
+    dst = tmp_path / "out.parquet"
+    upd = pa.table({ROW_POSITION: pa.array([450], pa.int64()), "id": pa.array([-1], pa.int64())})
+    rewrite_file(src, dst, updates=upd)
+    expected = apply_changes(pq.read_table(src), upd, None, ROW_POSITION)
+    assert_same_rows(pq.read_table(dst), expected, "pyarrow")
+    check_metadata(src, dst, expected)
