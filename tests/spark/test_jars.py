@@ -169,3 +169,89 @@ def test_delta_jars(tmp_path: Path) -> None:
     spark_jar.write_bytes(b"PK")
     storage_jar.write_bytes(b"PK")
     assert jars.resolve_delta_jars([str(spark_jar), str(storage_jar)]).jars == (str(spark_jar), str(storage_jar))
+
+
+def _u2(data: bytes, pos: int) -> int:
+    return int.from_bytes(data[pos : pos + 2], "big")
+
+
+def _class_structure(data: bytes) -> tuple[str, list[str], set[tuple[str, str]], set[tuple[str, str | None, str]]]:
+    """(this class, supertypes, own members, member references) of a class file: a linker's view, for the test."""
+    constants: dict[int, tuple[int, bytes]] = {}
+    index, pos, count = 1, 10, _u2(data, 8)
+    while index < count:
+        tag = data[pos]
+        size = 2 + _u2(data, pos + 1) if tag == 1 else jars._CP_SIZES[tag]
+        constants[index] = (tag, data[pos + 1 : pos + 1 + size])
+        pos += 1 + size
+        index += 2 if tag in (5, 6) else 1
+
+    def utf8(i: int) -> str:
+        return constants[i][1][2:].decode("utf-8", "replace")
+
+    def class_name(i: int) -> str:
+        return utf8(_u2(constants[i][1], 0))
+
+    this = class_name(_u2(data, pos + 2))
+    supers = [class_name(_u2(data, pos + 4))] if _u2(data, pos + 4) else []
+    interfaces = _u2(data, pos + 6)
+    supers += [class_name(_u2(data, pos + 8 + 2 * j)) for j in range(interfaces)]
+    pos += 8 + 2 * interfaces
+    members = set()
+    for _ in ("fields", "methods"):
+        n, pos = _u2(data, pos), pos + 2
+        for _ in range(n):
+            members.add((utf8(_u2(data, pos + 2)), utf8(_u2(data, pos + 4))))
+            attributes, pos = _u2(data, pos + 6), pos + 8
+            for _ in range(attributes):
+                pos += 6 + int.from_bytes(data[pos + 2 : pos + 6], "big")
+    references: set[tuple[str, str | None, str]] = set()
+    for tag, body in constants.values():
+        if tag in (9, 10, 11):  # field, method and interface method references
+            name_and_type = constants[_u2(body, 2)][1]
+            references.add((class_name(_u2(body, 0)), utf8(_u2(name_and_type, 0)), utf8(_u2(name_and_type, 2))))
+        elif tag == 7:
+            references.add((utf8(_u2(body, 0)).lstrip("[").removeprefix("L").removesuffix(";"), None, ""))
+    return this, supers, members, references
+
+
+def test_iceberg_runtime_links_against_the_relocated_jackson(tmp_path: Path) -> None:
+    # Iceberg was built against a newer Jackson than pyspark's: every class and member it uses must exist in ours,
+    # or a code path would fail at run time with NoClassDefFoundError / NoSuchMethodError. (Without
+    # jackson-datatype-jsr310 among the inputs, Arrow's ObjectMapperFactory in the runtime would not link.)
+    wheel = jars._wheel_runtime_jar()
+    if wheel is None:
+        pytest.skip("snowpark-connect-deps-iceberg is not installed")
+    production = jars.relocate_jars(jars._jackson_inputs(), tmp_path / "production.jar")
+    available: dict[str, tuple[list[str], set[tuple[str, str]]]] = {}
+    archive = zipfile.ZipFile(production)
+    for name in archive.namelist():
+        if name.endswith(".class") and not name.startswith("META-INF/"):
+            this, supers, members, _ = _class_structure(archive.read(name))
+            available[this] = (supers, members)
+
+    def resolves(owner: str, member: tuple[str, str]) -> bool | None:
+        """True/False when decided inside the jar; None when the hierarchy leaves it (JDK types)."""
+        if owner not in available:
+            return None
+        supers, members = available[owner]
+        if member in members:
+            return True
+        outcomes = [resolves(s, member) for s in supers]
+        return True if True in outcomes else (None if None in outcomes else False)
+
+    unresolved = set()
+    with zipfile.ZipFile(wheel) as runtime:
+        for name in runtime.namelist():
+            data = runtime.read(name) if name.endswith(".class") else b""
+            if NEW.encode() not in data:
+                continue
+            for owner, member, descriptor in _class_structure(data)[3]:
+                if not owner.startswith(NEW):
+                    continue
+                if member is None:
+                    if owner not in available:
+                        unresolved.add((owner, name))
+                elif resolves(owner, (member, descriptor)) is False:
+                    unresolved.add((f"{owner}.{member}{descriptor}", name))
+    assert sorted(unresolved) == []
