@@ -131,6 +131,16 @@ def test_auto_uses_the_wheel_plus_relocated_jackson_and_builds_it_once(
     assert again.jars == first.jars and again.pending == () and "cached" in again.source
 
 
+def test_unwritable_cache_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    if jars._wheel_runtime_jar() is None:
+        pytest.skip("snowpark-connect-deps-iceberg is not installed")
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    with pytest.raises(JarNotFoundError, match="XDG_CACHE_HOME"):
+        jars.ensure_jars(jars.resolve_iceberg_runtime("offline"))
+
+
 def test_offline_without_wheel_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jars, "_wheel_runtime_jar", lambda: None)
     with pytest.raises(JarNotFoundError, match="snowpark-connect-deps-iceberg"):

@@ -241,7 +241,13 @@ def ensure_jars(jar_set: JarSet) -> JarSet:
     ()
     """
     for pending in jar_set.pending:
-        relocate_jars(_jackson_inputs(), Path(pending))
+        try:
+            relocate_jars(_jackson_inputs(), Path(pending))
+        except OSError as exc:
+            raise JarNotFoundError(
+                f"cannot write the relocated Jackson jar {pending} ({exc.strerror or exc}): set XDG_CACHE_HOME to a "
+                "writable folder, or set iceberg_runtime to a complete Iceberg runtime jar"
+            ) from exc
     return JarSet(jars=jar_set.jars, packages=jar_set.packages, source=jar_set.source.replace("(to build", "(built"))
 
 
