@@ -1,0 +1,62 @@
+"""Small catalog look-ups the branch operations need: existence, columns, Iceberg snapshots."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from partialcow.branch.naming import quote
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["table_exists", "list_tables", "schema_exists", "iceberg_snapshot", "iceberg_total_records"]
+
+
+def table_exists(spark: SparkSession, schema: str, table: str) -> bool:
+    """True if ``schema.table`` exists as a table or a view (False when the schema does not exist)."""
+    return bool(spark.catalog.tableExists(f"{schema}.{table}"))
+
+
+def schema_exists(spark: SparkSession, schema: str) -> bool:
+    return bool(spark.catalog.databaseExists(schema))
+
+
+def list_tables(spark: SparkSession, schema: str) -> list[str]:
+    """Names of the tables and views of ``schema`` (empty when the schema does not exist)."""
+    if not schema_exists(spark, schema):
+        return []
+    rows = spark.sql(f"SHOW TABLES IN {quote(schema)}").collect()
+    return [row.tableName for row in rows if not row.isTemporary]  # SHOW TABLES also lists temp views
+
+
+def _load_iceberg(spark: SparkSession, schema: str, table: str):  # -> Java org.apache.iceberg.Table | None
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    try:
+        loaded = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(  # type: ignore[union-attr]
+            spark._jsparkSession, f"{schema}.{table}"
+        )
+    except (Py4JJavaError, CapturedException):
+        return None  # missing, a view, or not an Iceberg table
+    loaded.refresh()  # the catalog may hand out a cached table object
+    return loaded
+
+
+def iceberg_snapshot(spark: SparkSession, schema: str, table: str) -> int | None:
+    """Current snapshot id of an Iceberg table; ``-1`` if it has none yet; None if it is not an Iceberg table."""
+    loaded = _load_iceberg(spark, schema, table)
+    if loaded is None:
+        return None
+    snapshot = loaded.currentSnapshot()
+    return -1 if snapshot is None else int(snapshot.snapshotId())
+
+
+def iceberg_total_records(spark: SparkSession, schema: str, table: str) -> int | None:
+    """Row count from the current snapshot's summary (metadata only, no scan); None if unknown."""
+    loaded = _load_iceberg(spark, schema, table)
+    snapshot = None if loaded is None else loaded.currentSnapshot()
+    if snapshot is None:
+        return None if loaded is None else 0
+    value = snapshot.summary().get("total-records")
+    return None if value is None else int(value)

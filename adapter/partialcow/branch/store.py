@@ -1,0 +1,135 @@
+"""Branch metadata: one row per branch in the Iceberg table ``<target schema>.partialcow_branches``.
+
+Columns: ``name``, ``parent`` (``main`` or another branch), ``created_at``, ``merged_at`` (last merge into the
+parent) and ``base_snapshots``: ``schema.table -> snapshot id`` of every parent-chain table (root tables, ancestor
+overlays) when the branch was created or last merged; ``-1`` means the table existed without a snapshot. These
+snapshots are the merge base of the three-way merge (Iceberg time travel, ``VERSION AS OF``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from partialcow.branch.catalog import table_exists
+from partialcow.branch.naming import MAIN, METADATA_TABLE, qualified, quote, validate_branch_name
+from partialcow.exceptions import BranchError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["BranchRecord", "BranchStore"]
+
+
+@dataclass(frozen=True)
+class BranchRecord:
+    """One branch as stored in the metadata table."""
+
+    name: str
+    parent: str
+    created_at: _dt.datetime
+    base_snapshots: dict[str, int] = field(default_factory=dict)
+    merged_at: _dt.datetime | None = None
+
+
+class BranchStore:
+    """Reads and writes branch records (one small Iceberg table per target schema).
+
+    >>> store = BranchStore(spark, meta_schema="shop")   # doctest: +SKIP
+    >>> store.chain("feature")                           # doctest: +SKIP
+    ['feature', 'dev', 'main']
+    """
+
+    def __init__(self, spark: SparkSession, *, meta_schema: str) -> None:
+        self.spark = spark
+        self.meta_schema = meta_schema
+        self.table = qualified(meta_schema, METADATA_TABLE)
+
+    def _exists(self) -> bool:
+        return table_exists(self.spark, self.meta_schema, METADATA_TABLE)
+
+    def _ensure(self) -> None:
+        self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(self.meta_schema)}")
+        self.spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {self.table} (name STRING, parent STRING, created_at TIMESTAMP, "
+            "merged_at TIMESTAMP, base_snapshots MAP<STRING, BIGINT>) USING iceberg"
+        )
+
+    def all(self) -> list[BranchRecord]:
+        if not self._exists():
+            return []
+        rows = self.spark.sql(f"SELECT * FROM {self.table} ORDER BY name").collect()
+        return [
+            BranchRecord(
+                name=r["name"],
+                parent=r["parent"],
+                created_at=r["created_at"],
+                base_snapshots=dict(r["base_snapshots"] or {}),
+                merged_at=r["merged_at"],
+            )
+            for r in rows
+        ]
+
+    def get(self, name: str) -> BranchRecord | None:
+        for record in self.all():
+            if record.name == name:
+                return record
+        return None
+
+    def require(self, name: str) -> BranchRecord:
+        validate_branch_name(name)
+        record = self.get(name)
+        if record is None:
+            raise BranchError(
+                f"branch {name!r} does not exist in {self.meta_schema}.{METADATA_TABLE}: create it with "
+                f"`dbt run-operation branch_create --args '{{name: {name}}}'`"
+            )
+        return record
+
+    def chain(self, name: str) -> list[str]:
+        """``name``, its parent, ... up to ``main`` (``['main']`` for main itself)."""
+        records = {r.name: r for r in self.all()}
+        chain = [name]
+        while chain[-1] != MAIN:
+            record = records.get(chain[-1])
+            if record is None:
+                self.require(chain[-1])  # raises the "does not exist" error
+            assert record is not None
+            if record.parent in chain:
+                raise BranchError(f"branch {name!r}: its parent chain loops through {record.parent!r}")
+            chain.append(record.parent)
+        return chain
+
+    def children(self, name: str) -> list[str]:
+        return [r.name for r in self.all() if r.parent == name]
+
+    def put(self, record: BranchRecord) -> None:
+        """Insert or replace ``record`` (one Iceberg commit)."""
+        from pyspark.sql.types import MapType, LongType, StringType, StructField, StructType, TimestampType
+
+        self._ensure()
+        schema = StructType(
+            [
+                StructField("name", StringType()),
+                StructField("parent", StringType()),
+                StructField("created_at", TimestampType()),
+                StructField("merged_at", TimestampType()),
+                StructField("base_snapshots", MapType(StringType(), LongType())),
+            ]
+        )
+        row = (record.name, record.parent, record.created_at, record.merged_at, dict(record.base_snapshots))
+        view = f"_pcow_branch_record_{uuid.uuid4().hex}"  # dbt runs models in threads: no shared temp names
+        self.spark.createDataFrame([row], schema).createOrReplaceTempView(view)
+        try:
+            self.spark.sql(
+                f"MERGE INTO {self.table} t USING {view} s ON t.name = s.name "
+                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            )
+        finally:
+            self.spark.catalog.dropTempView(view)
+
+    def delete(self, name: str) -> None:
+        if self._exists():
+            self.spark.sql(f"DELETE FROM {self.table} WHERE name = '{validate_branch_name(name)}'")

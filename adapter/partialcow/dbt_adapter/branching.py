@@ -1,0 +1,152 @@
+"""Branch environments in dbt: the ``@available`` adapter methods the macros in ``macros/branch/`` call.
+
+Jinja stays thin: every macro passes its arguments here, these methods turn them into typed calls of
+:mod:`partialcow.branch` on the process's SparkSession, and branch errors become one-line dbt errors.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Dict, List, Optional, TypeVar
+
+from dbt.adapters.base import available
+from dbt.adapters.base.meta import AdapterMeta
+from dbt_common.exceptions import DbtRuntimeError
+
+from partialcow.exceptions import PartialCowError
+
+__all__ = ["BranchingMixin", "build_python_model_on_branch"]
+
+_T = TypeVar("_T")
+
+_OPERATIONS = ("create", "diff", "merge", "drop", "list", "materialize")
+
+
+def _spark() -> Any:
+    from pyspark.sql import SparkSession
+
+    # dbt-spark's session method and our connection manager already created it
+    return SparkSession.builder.getOrCreate()
+
+
+def _dbt_errors(call: Callable[[], _T]) -> _T:
+    try:
+        return call()
+    except PartialCowError as exc:
+        raise DbtRuntimeError(str(exc)) from None
+
+
+def _key_columns(unique_key: Any) -> List[str]:
+    if unique_key is None or unique_key == "":
+        return []
+    if isinstance(unique_key, str):
+        return [unique_key]
+    return [str(k) for k in unique_key]
+
+
+def _build(df: Any, *, schema: str, identifier: str, unique_key: Any, branch: str, meta_schema: str) -> str:
+    from partialcow.branch import base_schema_of, build_model, overlay_schema, validate_branch_name
+
+    validate_branch_name(branch)
+    base_schema = base_schema_of(schema)
+    if overlay_schema(base_schema, branch) != schema:
+        raise PartialCowError(f"model {identifier}: schema {schema} is not an overlay schema of branch {branch}")
+    summary = build_model(
+        _spark() if df is None else df.sparkSession,
+        df,
+        branch=branch,
+        base_schema=base_schema,
+        identifier=identifier,
+        key_columns=_key_columns(unique_key),
+        meta_schema=meta_schema,
+    )
+    return summary.describe()
+
+
+def build_python_model_on_branch(spark: Any, df: Any, spec_json: str) -> str:
+    """Called by the code a Python model compiles to on a branch: store ``df`` as the model's overlay.
+
+    ``spec_json`` carries ``schema``, ``identifier``, ``unique_key``, ``branch`` and ``meta_schema``.
+    """
+    spec = json.loads(spec_json)
+    return _dbt_errors(lambda: _build(df, **spec))
+
+
+class BranchingMixin(metaclass=AdapterMeta):
+    """Adapter methods for branch environments (mixed into ``PartialcowAdapter``).
+
+    ``AdapterMeta`` collects the ``@available`` names into ``_available_``, which the adapter class merges from
+    its bases.
+    """
+
+    @available
+    def partialcow_branch_name(self, value: Any) -> Optional[str]:
+        """The validated branch selected by ``--vars '{branch: ...}'`` / ``DBT_PARTIALCOW_BRANCH``; None for main."""
+        from partialcow.branch import MAIN, validate_branch_name
+
+        if value is None or value == "" or value == MAIN:
+            return None
+        return _dbt_errors(lambda: validate_branch_name(value))
+
+    @available
+    def partialcow_overlay_schema(self, base_schema: str, branch: str) -> str:
+        from partialcow.branch import overlay_schema
+
+        return _dbt_errors(lambda: overlay_schema(base_schema, branch))
+
+    @available
+    def partialcow_branch_resolve(self, relation: Any, branch: str, meta_schema: str) -> Any:
+        """Where ``ref()`` reads inside ``branch``: the branch's view if the model was built on the branch, else
+        the nearest ancestor's (parent branch views, then the table built without a branch)."""
+        from partialcow.branch import BranchStore, base_schema_of, overlay_schema, resolve_parent
+
+        schema = getattr(relation, "schema", None)
+        identifier = getattr(relation, "identifier", None)
+        if not schema or not identifier or base_schema_of(schema) == schema:
+            return relation  # ephemeral CTEs and relations outside the branch pass through
+        base_schema = base_schema_of(schema)
+        if overlay_schema(base_schema, branch) != schema:
+            return relation
+
+        def resolve() -> Any:
+            spark = _spark()
+            levels = BranchStore(spark, meta_schema=meta_schema).chain(branch)
+            found = resolve_parent(spark, levels, base_schema, identifier)
+            return relation.incorporate(path={"schema": found[0] if found else base_schema})
+
+        return _dbt_errors(resolve)
+
+    @available
+    def partialcow_branch_build(
+        self, relation: Any, compiled_code: str, unique_key: Any, branch: str, meta_schema: str
+    ) -> str:
+        """Build a SQL model on ``branch``: its result is diffed against the parent into the overlay table."""
+        return _dbt_errors(
+            lambda: _build(
+                _spark().sql(compiled_code),
+                schema=relation.schema,
+                identifier=relation.identifier,
+                unique_key=unique_key,
+                branch=branch,
+                meta_schema=meta_schema,
+            )
+        )
+
+    @available
+    def partialcow_branch_operation(self, operation: str, options: Dict[str, Any], meta_schema: str) -> str:
+        """Run one branch operation (create, diff, merge, drop, list, materialize); returns its log summary."""
+        from partialcow.branch import operations
+
+        if operation not in _OPERATIONS:
+            raise DbtRuntimeError(f"unknown branch operation {operation!r}: use one of {', '.join(_OPERATIONS)}")
+        spark = _spark()
+        options = {k: v for k, v in (options or {}).items() if v is not None}
+        calls: Dict[str, Callable[[], Any]] = {
+            "create": lambda: operations.create_branch(spark, meta_schema=meta_schema, **options),
+            "diff": lambda: operations.diff_branch(spark, meta_schema=meta_schema, **options),
+            "merge": lambda: operations.merge_branch(spark, meta_schema=meta_schema, **options),
+            "drop": lambda: operations.drop_branch(spark, meta_schema=meta_schema, **options),
+            "list": lambda: operations.list_branches(spark, meta_schema=meta_schema),
+            "materialize": lambda: operations.materialize_branch(spark, meta_schema=meta_schema, **options),
+        }
+        return _dbt_errors(lambda: calls[operation]().describe())

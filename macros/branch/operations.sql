@@ -1,0 +1,87 @@
+{#- Branch operations, run as `dbt run-operation <name> --args '{...}'`. Each logs a summary.
+
+    branch_create       {name, parent?}       new branch (parent: the selected branch, else main); copies nothing
+    branch_diff         {name}                per model inserted/updated/deleted keys and changed columns, also
+                                              written to <target schema>__br_<name>.partialcow_branch_diff
+    branch_merge        {name, on_conflict?}  three-way merge into the parent; conflicts go to
+                                              <target schema>__br_<name>.partialcow_merge_conflicts and nothing
+                                              is applied unless on_conflict is ours or theirs
+    branch_drop         {name}                drops the overlay schemas and the branch's metadata
+    branch_list         {}                    branches, parents, age, overlay rows/tombstones/ratio per model
+    branch_materialize  {name, models?}       collapses the branch's models into full tables on the branch
+    Branch metadata lives in <target schema>.partialcow_branches (Iceberg).
+    Each operation dispatches to partialcow__<operation>: define that macro in your project to override it
+    (dispatch namespace 'dbt': adapter plugin packages cannot be dispatch namespaces of their own). -#}
+
+{% macro partialcow_branch_graph_models() -%}
+  {%- set found = [] -%}
+  {%- for node in graph.nodes.values() if node.resource_type in ['model', 'seed', 'snapshot'] -%}
+    {%- do found.append([node.schema, node.alias or node.name]) -%}
+  {%- endfor -%}
+  {{ return(found) }}
+{%- endmacro %}
+
+
+{% macro partialcow_branch_run(operation, options) -%}
+  {%- set summary = adapter.partialcow_branch_operation(operation, options, target.schema) -%}
+  {%- do log(summary, info=True) -%}
+  {{ return(summary) }}
+{%- endmacro %}
+
+
+{% macro branch_create(name, parent=none) -%}
+  {{ return(adapter.dispatch('branch_create', 'dbt')(name, parent)) }}
+{%- endmacro %}
+
+{% macro partialcow__branch_create(name, parent) -%}
+  {%- set options = {'name': name, 'parent': parent or partialcow_active_branch() or 'main',
+                     'models': partialcow_branch_graph_models()} -%}
+  {{ return(partialcow_branch_run('create', options)) }}
+{%- endmacro %}
+
+
+{% macro branch_diff(name) -%}
+  {{ return(adapter.dispatch('branch_diff', 'dbt')(name)) }}
+{%- endmacro %}
+
+{% macro partialcow__branch_diff(name) -%}
+  {{ return(partialcow_branch_run('diff', {'name': name})) }}
+{%- endmacro %}
+
+
+{% macro branch_merge(name, on_conflict=none) -%}
+  {{ return(adapter.dispatch('branch_merge', 'dbt')(name, on_conflict)) }}
+{%- endmacro %}
+
+{% macro partialcow__branch_merge(name, on_conflict) -%}
+  {%- set options = {'name': name, 'on_conflict': on_conflict, 'models': partialcow_branch_graph_models()} -%}
+  {{ return(partialcow_branch_run('merge', options)) }}
+{%- endmacro %}
+
+
+{% macro branch_drop(name) -%}
+  {{ return(adapter.dispatch('branch_drop', 'dbt')(name)) }}
+{%- endmacro %}
+
+{% macro partialcow__branch_drop(name) -%}
+  {{ return(partialcow_branch_run('drop', {'name': name})) }}
+{%- endmacro %}
+
+
+{% macro branch_list() -%}
+  {{ return(adapter.dispatch('branch_list', 'dbt')()) }}
+{%- endmacro %}
+
+{% macro partialcow__branch_list() -%}
+  {{ return(partialcow_branch_run('list', {})) }}
+{%- endmacro %}
+
+
+{% macro branch_materialize(name, models=none) -%}
+  {{ return(adapter.dispatch('branch_materialize', 'dbt')(name, models)) }}
+{%- endmacro %}
+
+{% macro partialcow__branch_materialize(name, models) -%}
+  {%- set selected = [models] if models is string else models -%}
+  {{ return(partialcow_branch_run('materialize', {'name': name, 'models': selected})) }}
+{%- endmacro %}

@@ -1,0 +1,78 @@
+{#- Branch environments: which branch a run builds, where its models go, what ref() reads.
+
+    Select a branch with `--vars '{branch: dev}'` or the environment variable DBT_PARTIALCOW_BRANCH
+    (the var wins; `main` or empty means no branch). Without one, nothing below changes dbt's behaviour.
+    On branch `dev`, a model of schema `shop` is built into the overlay schema `shop__br_dev`: table and
+    incremental models as an overlay table `<model>__pcow_overlay` (rows differing from the parent by
+    unique_key) plus the view `<model>`; views and seeds as usual, in the overlay schema.
+    ref() reads the branch's view when the model was built on the branch, else the nearest ancestor's.
+    A project's own generate_schema_name or ref macro takes precedence over these and disables branching. -#}
+
+{% macro partialcow_active_branch() -%}
+  {%- set selected = var('branch', none) -%}
+  {%- if selected is none -%}
+    {%- set selected = env_var('DBT_PARTIALCOW_BRANCH', '') -%}
+  {%- endif -%}
+  {{ return(adapter.partialcow_branch_name(selected)) }}
+{%- endmacro %}
+
+
+{% macro partialcow__generate_schema_name(custom_schema_name, node) -%}
+  {%- set base_schema = default__generate_schema_name(custom_schema_name, node) | trim -%}
+  {%- set branch = partialcow_active_branch() -%}
+  {%- if branch is none -%}
+    {{ base_schema }}
+  {%- else -%}
+    {{ adapter.partialcow_overlay_schema(base_schema, branch) }}
+  {%- endif -%}
+{%- endmacro %}
+
+
+{#- dbt lets the adapter's package override ref(); builtins.ref still records the dependency. -#}
+{% macro ref() -%}
+  {%- set relation = builtins.ref(*varargs, **kwargs) -%}
+  {%- if execute -%}
+    {%- set branch = partialcow_active_branch() -%}
+    {%- if branch is not none -%}
+      {%- set relation = adapter.partialcow_branch_resolve(relation, branch, target.schema) -%}
+    {%- endif -%}
+  {%- endif -%}
+  {{ return(relation) }}
+{%- endmacro %}
+
+
+{#- Every materialization builds its table through create_table_as: on a branch, building the model's own
+    relation becomes an overlay build (table and incremental models alike: on a branch `this` is a view, so
+    is_incremental() is false and the model's full result is diffed against the parent). -#}
+{% macro create_table_as(temporary, relation, compiled_code, language='sql') -%}
+  {%- set branch = none if temporary else partialcow_active_branch() -%}
+  {%- if branch is not none and model.resource_type == 'model'
+        and relation.schema == this.schema and relation.identifier == this.identifier -%}
+    {{ partialcow_branch_build_sql(branch, relation, compiled_code, language) }}
+  {%- elif language == 'sql' -%}
+    {{ adapter.dispatch('create_table_as', 'dbt')(temporary, relation, compiled_code) }}
+  {%- else -%}
+    {{ adapter.dispatch('create_table_as', 'dbt')(temporary, relation, compiled_code, language) }}
+  {%- endif -%}
+{%- endmacro %}
+
+
+{% macro partialcow_branch_build_sql(branch, relation, compiled_code, language) -%}
+  {%- set unique_key = config.get('unique_key', none) -%}
+  {%- if language == 'python' -%}
+    {%- set spec = {'schema': relation.schema, 'identifier': relation.identifier, 'unique_key': unique_key,
+                    'branch': branch, 'meta_schema': target.schema} -%}
+{{ compiled_code }}
+# --- dbt-partialcow: build on branch {{ branch }} --- #
+from partialcow.dbt_adapter.branching import build_python_model_on_branch
+from partialcow.dbt_adapter.python_models import to_spark_dataframe
+dbt = dbtObj(spark.table)
+df = to_spark_dataframe(model(dbt, spark), spark, model_name={{ tojson(model.name) }})
+print(build_python_model_on_branch(spark, df, {{ tojson(tojson(spec)) }}))
+  {%- else -%}
+    {%- set summary = adapter.partialcow_branch_build(relation, compiled_code, unique_key, branch, target.schema) -%}
+    {%- do log(summary, info=True) -%}
+    {#- the overlay and the view exist now; the materialization's `main` statement runs this no-op -#}
+    select {{ "'" ~ (summary | replace("'", "")) ~ "'" }} as partialcow_branch_build
+  {%- endif -%}
+{%- endmacro %}

@@ -1,0 +1,249 @@
+"""Branch environments end to end through dbt (in-process, embedded Spark + Iceberg).
+
+The expected rows are computed here in plain Python from the seed and from the same edit specs the model SQL is
+generated from; the three-way merge oracle below is independent of the Spark implementation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
+
+pytestmark = [pytest.mark.dbt, pytest.mark.spark, pytest.mark.iceberg, pytest.mark.slow]
+
+SEED = [
+    (1, "apple", 10),
+    (2, "banana", 20),
+    (3, "cherry", 30),
+    (4, "date", 40),
+    (5, "elder", 50),
+    (6, "fig", 60),
+]
+SEED_CSV = "id,name,qty\n" + "".join(f"{i},{n},{q}\n" for i, n, q in SEED)
+
+# Edit specs: updates {id: {column: value}}, deletes {ids}, inserts [rows].
+DEV_V1 = {"updates": {2: {"qty": 25}}, "deletes": {3, 4}, "inserts": [(7, "grape", 70)]}
+# second build on dev: 3 comes back (re-insert after delete) with a new qty; 4 stays deleted
+DEV_V2 = {"updates": {2: {"qty": 25}, 3: {"qty": 33}}, "deletes": {4}, "inserts": [(7, "grape", 70)]}
+# feature branches off dev and renames 5
+FEAT = {"updates": {2: {"qty": 25}, 3: {"qty": 33}, 5: {"name": "elderberry"}}, "deletes": {4},
+        "inserts": [(7, "grape", 70)]}
+# meanwhile main changes 2 (conflicts with dev), 6 and deletes 1
+MAIN_V1 = {"updates": {2: {"qty": 99}, 6: {"qty": 61}}, "deletes": {1}, "inserts": []}
+
+COLUMNS = ("id", "name", "qty")
+
+
+def apply_spec(rows, spec):
+    """The oracle for a model built from ``spec``: plain dict edits of the seed rows."""
+    out = {}
+    for row in rows:
+        if row[0] in spec["deletes"]:
+            continue
+        values = dict(zip(COLUMNS, row))
+        values.update(spec["updates"].get(row[0], {}))
+        out[row[0]] = tuple(values[c] for c in COLUMNS)
+    for row in spec["inserts"]:
+        out[row[0]] = row
+    return out
+
+
+def model_sql(spec) -> str:
+    """The same edits as SQL over the seed (what dbt runs)."""
+    def case(column: str) -> str:
+        whens = [
+            f"when id = {key} then {repr(values[column]) if isinstance(values[column], str) else values[column]}"
+            for key, values in spec["updates"].items()
+            if column in values
+        ]
+        return f"case {' '.join(whens)} else {column} end" if whens else column
+
+    where = f"where id not in ({', '.join(str(k) for k in sorted(spec['deletes']))})" if spec["deletes"] else ""
+    inserts = "".join(
+        f"\nunion all select cast({i} as bigint) as id, '{n}' as name, cast({q} as bigint) as qty"
+        for i, n, q in spec["inserts"]
+    )
+    return (
+        "{{ config(materialized='table', unique_key='id') }}\n"
+        f"select id, {case('name')} as name, cast({case('qty')} as bigint) as qty\n"
+        f"from {{{{ ref('base_items') }}}} {where}{inserts}"
+    )
+
+
+def three_way(base, ours, theirs, *, policy):
+    """Row-level three-way merge by key, written from the definition (not from the implementation)."""
+    merged, conflicts = {}, set()
+    for key in set(base) | set(ours) | set(theirs):
+        b, o, t = base.get(key), ours.get(key), theirs.get(key)
+        if o == t or o == b:
+            value = t
+        elif t == b:
+            value = o
+        else:
+            conflicts.add(key)
+            value = o if policy == "ours" else t
+        if value is not None:
+            merged[key] = value
+    return merged, conflicts
+
+
+ITEM_TOTALS = """
+{{ config(materialized='table', unique_key='id') }}
+select id, qty * 2 as double_qty from {{ ref('items') }}
+"""
+ITEM_COUNT = """
+{{ config(materialized='table') }}
+select count(*) as n, sum(qty) as total from {{ ref('items') }}
+"""
+ITEM_NAMES = "{{ config(materialized='view') }}\nselect id, upper(name) as uname from {{ ref('items') }}\n"
+
+
+def rows(spark, relation: str) -> dict:
+    return {r[0]: tuple(r) for r in spark.table(relation).collect()}
+
+
+def branch_args(name: str, **extra) -> str:
+    return "{" + ", ".join([f"name: {name}"] + [f"{k}: {v}" for k, v in extra.items()]) + "}"
+
+
+class TestBranchLifecycle:
+    @pytest.fixture(scope="class")
+    def seeds(self):
+        return {"base_items.csv": SEED_CSV}
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "items.sql": model_sql({"updates": {}, "deletes": set(), "inserts": []}),
+            "item_totals.sql": ITEM_TOTALS,
+            "item_count.sql": ITEM_COUNT,
+            "item_names.sql": ITEM_NAMES,
+        }
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {"seeds": {"+column_types": {"id": "bigint", "qty": "bigint", "name": "string"}}}
+
+    def test_lifecycle(self, project, spark, spark_warehouse):
+        schema = project.test_schema
+        dev, feat = f"{schema}__br_dev", f"{schema}__br_feat"
+        base = {r[0]: r for r in SEED}
+        run_dbt(["seed"])
+        run_dbt(["run"])
+        assert rows(spark, f"{schema}.items") == base
+
+        # invalid names never reach SQL
+        _, out = run_dbt_and_capture(["run-operation", "branch_create", "--args", "{name: Bad-Name}"],
+                                     expect_pass=False)
+        assert "invalid branch name 'Bad-Name'" in out
+        with pytest.raises(Exception, match="invalid branch name"):
+            run_dbt(["run", "--vars", "{branch: 'x`; drop table y'}"])
+        _, out = run_dbt_and_capture(["run-operation", "branch_merge", "--args", "{name: nosuch}"], expect_pass=False)
+        assert "branch 'nosuch' does not exist" in out
+
+        run_dbt(["run-operation", "branch_create", "--args", branch_args("dev")])
+        assert not spark.catalog.tableExists(f"{dev}.items")  # O(1): nothing copied or created
+
+        # a model never built on the branch is read from the parent
+        run_dbt(["run", "--vars", "{branch: dev}", "-s", "item_totals"])
+        assert rows(spark, f"{dev}.item_totals") == {k: (k, v[2] * 2) for k, v in base.items()}
+        assert spark.table(f"{dev}.item_totals__pcow_overlay").count() == 0
+
+        # updates, deletes and an insert on dev; main stays as it was
+        write_file(model_sql(DEV_V1), project.project_root, "models", "items.sql")
+        run_dbt(["run", "--vars", "{branch: dev}"])
+        ours_v1 = apply_spec(SEED, DEV_V1)
+        assert rows(spark, f"{dev}.items") == ours_v1
+        assert rows(spark, f"{schema}.items") == base
+        overlay = {(r["id"], r["_pcow_op"]) for r in spark.table(f"{dev}.items__pcow_overlay").collect()}
+        assert overlay == {(2, "U"), (7, "U"), (3, "D"), (4, "D")}  # only the differences are stored
+        assert rows(spark, f"{dev}.item_totals") == {k: (k, v[2] * 2) for k, v in ours_v1.items()}
+        assert spark.table(f"{dev}.item_count").collect()[0][0] == len(ours_v1)  # keyless: detached overlay
+        assert {r[0]: r[1] for r in spark.table(f"{dev}.item_names").collect()} == {
+            k: v[1].upper() for k, v in ours_v1.items()
+        }
+
+        # re-insert of a deleted key
+        write_file(model_sql(DEV_V2), project.project_root, "models", "items.sql")
+        run_dbt(["run", "--vars", "{branch: dev}", "-s", "items+"])
+        ours = apply_spec(SEED, DEV_V2)
+        assert rows(spark, f"{dev}.items") == ours
+
+        # diff: per key and column, against the parent's current rows
+        run_dbt(["run-operation", "branch_diff", "--args", branch_args("dev")])
+        diff = spark.table(f"{dev}.partialcow_branch_diff").where(f"model = '{schema}.items'").collect()
+        changes = {(r["key"], r["change"], r["column_name"], r["old_value"], r["new_value"]) for r in diff}
+        expected = set()
+        for key in set(base) | set(ours):
+            if key not in base:
+                expected.add((str(key), "insert", None, None, None))
+            elif key not in ours:
+                expected.add((str(key), "delete", None, None, None))
+            else:
+                for i, column in enumerate(COLUMNS[1:], start=1):
+                    if base[key][i] != ours[key][i]:
+                        expected.add((str(key), "update", column, str(base[key][i]), str(ours[key][i])))
+        assert changes == expected
+
+        # nested: feat branches off dev and reads dev's views
+        run_dbt(["run-operation", "branch_create", "--args", branch_args("feat", parent="dev")])
+        write_file(model_sql(FEAT), project.project_root, "models", "items.sql")
+        run_dbt(["run", "--vars", "{branch: feat}", "-s", "items"])
+        ours_feat = apply_spec(SEED, FEAT)
+        assert rows(spark, f"{feat}.items") == ours_feat
+        assert {(r["id"], r["_pcow_op"]) for r in spark.table(f"{feat}.items__pcow_overlay").collect()} == {(5, "U")}
+        assert rows(spark, f"{feat}.items") == rows(spark, f"{dev}.items") | {5: (5, "elderberry", 50)}
+        # materialize collapses the two-level chain into one table without changing what the view shows
+        run_dbt(["run-operation", "branch_materialize", "--args", branch_args("feat")])
+        assert rows(spark, f"{feat}.items") == ours_feat
+        assert "items__pcow_full" in spark.sql(f"SHOW CREATE TABLE {feat}.items").collect()[0][0]
+
+        # dev did not change since feat was created: fast-forward into dev's overlay
+        _, out = run_dbt_and_capture(["run-operation", "branch_merge", "--args", branch_args("feat")])
+        assert "fast-forward" in out
+        assert rows(spark, f"{dev}.items") == ours_feat
+        assert rows(spark, f"{feat}.items") == ours_feat  # feat continues from the merge result
+        run_dbt(["run-operation", "branch_drop", "--args", branch_args("feat")])
+        assert not spark.catalog.databaseExists(feat)
+        assert not (Path(spark_warehouse) / f"{feat}.db").exists()
+        ours = ours_feat
+
+        # a conflicting change on main (2 changed on both sides)
+        write_file(model_sql(MAIN_V1), project.project_root, "models", "items.sql")
+        run_dbt(["run", "-s", "items"])
+        theirs = apply_spec(SEED, MAIN_V1)
+        assert rows(spark, f"{schema}.items") == theirs
+        # the branch view: dev's rows for the keys it changed, main's current rows for every other key
+        changed_on_dev = {r["id"] for r in spark.table(f"{dev}.items__pcow_overlay").collect()}
+        assert changed_on_dev == {2, 3, 4, 5, 7}
+        expected_view = {k: v for k, v in theirs.items() if k not in changed_on_dev}
+        expected_view |= {k: v for k, v in ours.items() if k in changed_on_dev}
+        assert rows(spark, f"{dev}.items") == expected_view
+
+        _, out = run_dbt_and_capture(["run-operation", "branch_merge", "--args", branch_args("dev")],
+                                     expect_pass=False)
+        assert "nothing was applied" in out
+        assert rows(spark, f"{schema}.items") == theirs  # nothing applied
+        merged, conflict_keys = three_way(base, ours, theirs, policy="ours")
+        conflicts = spark.table(f"{dev}.partialcow_merge_conflicts").where(f"model = '{schema}.items'").collect()
+        assert {int(r["key"]) for r in conflicts} == conflict_keys == {2}
+        assert {(r["column_name"], r["base_value"], r["ours_value"], r["theirs_value"]) for r in conflicts} == {
+            ("qty", str(base[2][2]), str(ours[2][2]), str(theirs[2][2]))
+        }
+
+        run_dbt_and_capture(["run-operation", "branch_list"])
+        _, out = run_dbt_and_capture(["run-operation", "branch_merge", "--args", branch_args("dev", on_conflict="ours")])
+        assert rows(spark, f"{schema}.items") == merged
+        # the keyless model: main's copy was not rebuilt since the branch, so dev's result replaces it
+        dev_v2 = apply_spec(SEED, DEV_V2)
+        assert tuple(spark.table(f"{schema}.item_count").collect()[0]) == (
+            len(dev_v2), sum(v[2] for v in dev_v2.values())
+        )
+        assert rows(spark, f"{dev}.items") == merged
+
+        run_dbt(["run-operation", "branch_drop", "--args", branch_args("dev")])
+        assert not [d.name for d in spark.catalog.listDatabases() if d.name.startswith(f"{schema}__br_")]
+        assert not list(Path(spark_warehouse).glob(f"{schema}__br_*"))
+        assert spark.table(f"{schema}.partialcow_branches").count() == 0
