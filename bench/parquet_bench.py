@@ -244,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
 
     command = "PYTHONPATH=adapter python bench/parquet_bench.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     sizes = QUICK_SIZES if args.quick else SIZES
+    load_before = os.getloadavg()[0]
     generated = generate(args.scale, args.data_dir)
     product = generated.with_name("store_sales_partialcow.parquet")
     if not product.exists():
@@ -272,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Command: `{command.strip()}`",
         "",
-        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores (shared). Engine time is wall "
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores (shared; load average "
+        f"{load_before:.1f} at start, {os.getloadavg()[0]:.1f} at end). Engine time is wall "
         "time of `rewrite_file` (fsync included); the full rewrite is pyarrow `read_table` + `write_table` with the "
         "source's codec (fsynced), best of the baseline runs. Changes: integers +1, decimals +0.01 (every value "
         f"really changes); `one_column_random` = `{ONE_COLUMN}`; `non_key_columns_random` = all but {', '.join(KEY_COLUMNS)}. "

@@ -416,6 +416,7 @@ def check_metadata(src: Path, dst: Path, expected: pa.Table, *, same_writer: boo
     src_has_oi = {c.path for rg in sv.chunks for c in rg if c.offset_index is not None}
     src_has_ci = {c.path for rg in sv.chunks for c in rg if c.column_index is not None}
     for i, rg in enumerate(dv.chunks):
+        assert md.row_group(i).num_rows > 0, f"{dst}: row group {i} has no rows (an all-deleted row group is dropped)"
         for chunk in rg:
             name = chunk.path
             if name in src_has_oi:

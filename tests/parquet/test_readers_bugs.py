@@ -118,3 +118,15 @@ def test_bug_plain_page_between_dictionary_pages(tmp_path: Path) -> None:
     expected = apply_changes(pq.read_table(src), upd, None, ROW_POSITION)
     assert_same_rows(pq.read_table(dst), expected, "pyarrow")
     check_metadata(src, dst, expected)
+
+
+def test_bug_delete_all_rows_leaves_empty_row_group(tmp_path: Path) -> None:
+    """Deleting every row gives a readable file with no rows and no (empty) row group."""
+    src = _write(make_table(300, columns=("i8", "str"), seed=15), tmp_path / "src.parquet", row_group_size=100)
+    dst = tmp_path / "out.parquet"
+    report = rewrite_file(src, dst, deletes=np.arange(300))
+    assert report.rows_after == 0
+    expected = apply_changes(pq.read_table(src), None, np.arange(300), ROW_POSITION)
+    assert_same_rows(pq.read_table(dst), expected, "pyarrow")
+    assert_same_rows(read_duckdb(dst), expected, "duckdb")
+    check_metadata(src, dst, expected, same_writer=report.full_file_rewrite is None)
