@@ -155,7 +155,10 @@ def _prepare(lay: ParquetLayout, read_schema: pa.Schema, updates: pa.Table | Non
                 raise InvalidChangeError(f"updates name column {name!r}, which {path} does not have; "
                                          f"its columns are {read_schema.names}")
             target = read_schema.field(idx)
-            col = updates.column(name).take(take).combine_chunks()
+            col = updates.column(name)
+            if col.type in _VIEW_TYPES:  # no take kernel for view types
+                col = col.cast(_VIEW_TYPES[col.type])
+            col = col.take(take).combine_chunks()
             try:
                 col = col.cast(target.type, safe=True) if col.type != target.type else col
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
@@ -304,12 +307,18 @@ def _encode_mini(lay: ParquetLayout, top: TopField, arr: pa.Array, nullable: boo
     return _Mini(mini, [mini.chunk(0, i) for i in range(len(leaves))])
 
 
+_VIEW_TYPES = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}
+
+
 def _patch(arr: pa.Array, base: int, upd_rows: np.ndarray, upd_vals: pa.Array | None, del_rows: np.ndarray
            ) -> pa.Array:
     """Rows ``base .. base+len(arr)`` of a chunk with updates applied and deleted rows removed."""
     n = len(arr)
     if not upd_rows.size and not del_rows.size:
         return arr
+    if arr.type in _VIEW_TYPES:  # pyarrow has no take kernel for view types
+        vals = upd_vals.cast(_VIEW_TYPES[arr.type]) if upd_vals is not None else None
+        return _patch(arr.cast(_VIEW_TYPES[arr.type]), base, upd_rows, vals, del_rows).cast(arr.type)
     idx = np.arange(n, dtype=np.int64)
     if upd_rows.size:
         idx[upd_rows - base] = n + np.arange(upd_rows.size, dtype=np.int64)
@@ -321,11 +330,31 @@ def _patch(arr: pa.Array, base: int, upd_rows: np.ndarray, upd_vals: pa.Array | 
     return arr.take(pa.array(idx))
 
 
+def _float_bits(arr: pa.Array) -> np.ndarray:
+    width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[arr.type.byte_width]
+    return arr.fill_null(0).to_numpy(zero_copy_only=False).view(width)
+
+
+def _same_values(a: pa.Array, b: pa.Array) -> bool:
+    """Exact equality, floats compared bit for bit (NaN equals NaN, -0.0 differs from 0.0)."""
+    if a.type != b.type or len(a) != len(b):
+        return False
+    if pa.types.is_floating(a.type):
+        return a.is_null().equals(b.is_null()) and bool((_float_bits(a) == _float_bits(b)).all())
+    return a.equals(b)
+
+
 def _changed_mask(old: pa.Array, new: pa.Array) -> np.ndarray:
-    """True where ``new`` differs from ``old`` (nulls equal nulls, NaN equals NaN)."""
+    """True where ``new`` differs from ``old`` (nulls equal nulls; floats bit for bit, except any NaN equals NaN)."""
     if not len(old):
         return np.zeros(0, dtype=bool)
     t = old.type
+    if pa.types.is_floating(t):
+        o_null = old.is_null().to_numpy(zero_copy_only=False)
+        n_null = new.is_null().to_numpy(zero_copy_only=False)
+        o, n = old.fill_null(0).to_numpy(zero_copy_only=False), new.fill_null(0).to_numpy(zero_copy_only=False)
+        same = (_float_bits(old) == _float_bits(new)) | (np.isnan(o) & np.isnan(n))
+        return np.where(o_null | n_null, o_null != n_null, ~same)
     if pa.types.is_nested(t) or pa.types.is_dictionary(t) or isinstance(t, pa.ExtensionType):
         return np.array([a != b for a, b in zip(old.to_pylist(), new.to_pylist())], dtype=bool)
     try:
@@ -333,8 +362,6 @@ def _changed_mask(old: pa.Array, new: pa.Array) -> np.ndarray:
     except pa.ArrowNotImplementedError:
         return np.array([a != b for a, b in zip(old.to_pylist(), new.to_pylist())], dtype=bool)
     same = pc.or_(same, pc.and_(pc.is_null(old), pc.is_null(new)))
-    if pa.types.is_floating(t):
-        same = pc.or_(same, pc.fill_null(pc.and_(pc.is_nan(old), pc.is_nan(new)), False))
     return ~same.to_numpy(zero_copy_only=False)
 
 
@@ -473,7 +500,7 @@ def _encode_run(lay: ParquetLayout, top: TopField, values: pa.Array, nullable: b
     if dictionary is not None:
         if any(k[1] not in (F.PLAIN_DICTIONARY, F.RLE_DICTIONARY) for k in counts) or mch.prefix_end == mch.start:
             return None  # pyarrow fell back to PLAIN
-        if not _dictionary_values(mini.lay, mini.lay.tops[0], mch).equals(dictionary.cast(values.type)):
+        if not _same_values(_dictionary_values(mini.lay, mini.lay.tops[0], mch), dictionary.cast(values.type)):
             return None
         h, hs = mini.lay.page_header(mch.start)
         dict_page = (bytes(mini.lay.buf[mch.start:mch.prefix_end]), hs + h.val(F.PH_UNCOMPRESSED_SIZE))
@@ -1125,8 +1152,25 @@ def _write_output(lay: ParquetLayout, fd: int, groups: list[tuple[int, list[_Chu
 # whole-file rewrite (the cost model's last resort, and the fallback when pages cannot be re-encoded faithfully)
 
 
-def _rewrite_whole(lay: ParquetLayout, fd: int, changes: _Changes, opts: dict[str, Any]) -> int:
-    table = pq.read_table(lay.path)
+def _real_changes(table: pa.Table, changes: _Changes) -> _Changes:
+    """``changes`` without the updates that set values equal to the current ones (``table``: the whole file)."""
+    if not changes.upd_pos.size:
+        return changes
+    idx = pa.array(changes.upd_pos)
+    changed = np.zeros(changes.upd_pos.size, dtype=bool)
+    for name, vals in changes.upd.items():
+        col = table.column(name)
+        col = col.cast(_VIEW_TYPES[col.type]) if col.type in _VIEW_TYPES else col
+        old = col.take(idx).combine_chunks()
+        changed |= _changed_mask(old, vals.cast(old.type))
+    keep = pa.array(changed)
+    return _Changes(changes.upd_pos[changed], {k: v.filter(keep) for k, v in changes.upd.items()},
+                    changes.del_pos)
+
+
+def _rewrite_whole(lay: ParquetLayout, table: pa.Table, fd: int, written_path: str, changes: _Changes,
+                   opts: dict[str, Any]) -> tuple[int, list[tuple[int, str]]]:
+    """Rewrite everything with pyarrow; returns the size and the bloom filters that could not be rebuilt."""
     n = table.num_rows
     cols = []
     for name, col in zip(table.column_names, table.columns):
@@ -1147,6 +1191,8 @@ def _rewrite_whole(lay: ParquetLayout, fd: int, changes: _Changes, opts: dict[st
         compression=_CODEC_TO_ARROW.get(codec, "lz4"), write_page_index=has_oi,
         data_page_version="2.0" if h.val(F.PH_TYPE) == F.DATA_PAGE_V2 else "1.0",
         write_page_checksum=F.PH_CRC in h, use_deprecated_int96_timestamps=F.INT96 in ptypes,
+        # list element names as read from the source ("item" from parquet-rs, "element" from compliant writers)
+        use_compliant_nested_type=False,
         store_decimal_as_integer=any(
             leaf.physical_type in (F.INT32, F.INT64) and pa.types.is_decimal(f.type)
             for leaf, f in zip(lay.leaves, table.schema)) if len(lay.leaves) == len(table.schema) else False)
@@ -1156,9 +1202,34 @@ def _rewrite_whole(lay: ParquetLayout, fd: int, changes: _Changes, opts: dict[st
             kwargs["sorting_columns"] = sorting  # deletes keep the order; updated sort keys may not
     kwargs.update(opts)
     rg_size = max((lay.rg_rows(i) for i in range(len(lay.row_groups))), default=n) or 1
-    with os.fdopen(os.dup(fd), "wb") as fh:
-        pq.write_table(new, fh, row_group_size=rg_size, **kwargs)
-    return os.fstat(fd).st_size
+    # bloom filters are rebuilt for the columns that had them (sized for a row group of distinct values)
+    blooms = {(rg, ".".join(leaf.path)) for rg in range(len(lay.row_groups)) for leaf in lay.leaves
+              if F.CMD_BLOOM_FILTER_OFFSET in lay.column_chunk(rg, leaf.index).val(F.CC_META_DATA)}
+    if blooms and "bloom_filter_options" not in kwargs:
+        kwargs["bloom_filter_options"] = {path: {"ndv": rg_size} for _, path in blooms}
+    with os.fdopen(os.dup(fd), "wb") as fh, pq.ParquetWriter(fh, new.schema, **kwargs) as writer:
+        if new.num_rows:  # no empty row group when every row is deleted
+            writer.write_table(new, row_group_size=rg_size)
+    kept = set()
+    with ParquetLayout(written_path, clock=lay.clock) as written:
+        for rg in range(len(written.row_groups)):  # report the filters pyarrow did not write back
+            for leaf in written.leaves:
+                if F.CMD_BLOOM_FILTER_OFFSET in written.column_chunk(rg, leaf.index).val(F.CC_META_DATA):
+                    kept.add((rg, ".".join(leaf.path)))
+        # key-value metadata (ARROW:schema, Spark's schema, ...) exactly as in the source
+        fmd = written.fmd.copy()
+        fmd.drop(F.FMD_KV)
+        if F.FMD_KV in lay.fmd:
+            fmd.put(F.FMD_KV, T_LIST, lay.fmd.val(F.FMD_KV))
+        footer_start = written.footer_start
+    footer = lay.clock.encode(fmd)
+    os.ftruncate(fd, footer_start)
+    os.lseek(fd, footer_start, os.SEEK_SET)
+    tail = footer + len(footer).to_bytes(4, "little") + b"PAR1"
+    while tail:
+        tail = tail[os.write(fd, tail):]
+    dropped = sorted(b for b in blooms if b not in kept)
+    return os.fstat(fd).st_size, dropped
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1208,8 +1279,16 @@ def rewrite_file(
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             reason = _full_file_reason(lay, changes, full_file_threshold, full_chunk_threshold)
+            table = None
+            if reason is not None and changes.upd:
+                # decide on the values that really change (equal-value updates must not force a rewrite)
+                table = pq.read_table(src)
+                changes = _real_changes(table, changes)
+                reason = _full_file_reason(lay, changes, full_file_threshold, full_chunk_threshold)
             rw = _Rewriter(lay, changes, read_schema, full_chunk_threshold=full_chunk_threshold,
                            writer_options=opts)
+            if reason is None:
+                table = None  # the page path reads only the pages it needs
             if reason is None:
                 try:
                     groups = []
@@ -1227,7 +1306,9 @@ def rewrite_file(
             if reason is not None:
                 total_pages = sum(lay.page_count(rg, leaf.index) for rg in range(len(lay.row_groups))
                                   for leaf in lay.leaves)
-                size = _rewrite_whole(lay, fd, changes, opts)
+                if table is None:
+                    table = pq.read_table(src)
+                size, whole_blooms_dropped = _rewrite_whole(lay, table, fd, tmp, changes, opts)
             if fsync:
                 os.fsync(fd)
         except BaseException:
@@ -1248,7 +1329,8 @@ def rewrite_file(
         upd_rows = changes.upd_pos.size
         return RewriteReport(src, dst, lay.num_rows, lay.num_rows - changes.del_pos.size, upd_rows,
                              int(changes.del_pos.size), pages_total, pages_total, 0, 0, size,
-                             tuple(sorted(changes.upd)), (), reason, (), time.perf_counter() - t0, clock.seconds)
+                             tuple(sorted(changes.upd)), (), reason, tuple(whole_blooms_dropped),
+                             time.perf_counter() - t0, clock.seconds)
     rows_after = sum(g[2] for g in groups)
     return RewriteReport(
         src, dst, lay.num_rows, rows_after, _unique(np.concatenate(rw.changed_parts)).size if rw.changed_parts else 0, int(changes.del_pos.size), st.pages_total,
