@@ -123,6 +123,10 @@ def check_metadata(path: Path) -> None:
                     pos += hs + h.val(F.PH_COMPRESSED_SIZE)
                 assert pos == end
                 assert nvals == cmd.val(F.CMD_NUM_VALUES)
+                # regression (Spark vectorized reader, "Index out of bounds" in PlainIntegerDictionary): once a
+                # chunk has a non-dictionary data page, no dictionary-encoded page may follow
+                kinds = [_page_kind(lay, off) for off, _ in data_pages]
+                assert "dict" not in kinds[kinds.index("plain"):] if "plain" in kinds else True, leaf.path
                 if F.CMD_ENCODING_STATS in cmd:
                     declared: dict = {}
                     for e in cmd.val(F.CMD_ENCODING_STATS).items:
@@ -171,6 +175,13 @@ def check_metadata(path: Path) -> None:
                 assert rgs.val(F.RG_TOTAL_COMPRESSED_SIZE) == comp
         assert total == lay.num_rows
     assert data[:4] == b"PAR1" and data[-4:] == b"PAR1"
+
+
+def _page_kind(lay: ParquetLayout, offset: int) -> str:
+    h, _ = lay.page_header(offset)
+    v2 = h.val(F.PH_TYPE) == F.DATA_PAGE_V2
+    enc = h.val(F.PH_DATA_PAGE_HEADER_V2 if v2 else F.PH_DATA_PAGE_HEADER).val(4 if v2 else 2)
+    return "dict" if enc in (F.PLAIN_DICTIONARY, F.RLE_DICTIONARY) else "plain"
 
 
 def page_bytes(path: Path) -> dict[tuple[int, int], list[bytes]]:
@@ -448,3 +459,28 @@ def test_whole_file_rewrite_when_nearly_everything_changes(tmp_path: Path, table
     report = rewrite_file(src, dst, upd, dels)
     assert report.full_file_rewrite is not None
     assert_same_rows(dst, expected(table, pos, new, dels))
+
+
+def test_bug_spark_plain_page_before_dictionary_page(tmp_path: Path) -> None:
+    """New values in the middle of a dictionary-encoded chunk extend its dictionary: pages stay dictionary-encoded,
+    the dictionary page grows, untouched pages (whose indices stay valid) are copied."""
+    n = 10_000
+    t = pa.table({"v": pa.array([i % 50 for i in range(n)], pa.int32()),
+                  "s": pa.array([f"s{i % 40}" for i in range(n)])})
+    src, dst = tmp_path / "src.parquet", tmp_path / "dst.parquet"
+    pq.write_table(t, src, write_page_index=True, max_rows_per_page=1000)
+    pos = np.array([4500, 4600])
+    new = {"v": pa.array([123456, 7], pa.int32()), "s": pa.array(["brand-new", "s3"])}
+    report = rewrite_file(src, dst, pa.table({ROW_POSITION: pa.array(pos, pa.int64()), **new}))
+    assert_same_rows(dst, expected(t, pos, new, np.zeros(0, int)))
+    check_metadata(dst)
+    assert report.full_chunk_rewrites == () and report.pages_rewritten == 2
+    with ParquetLayout(dst) as lay:
+        for leaf in (0, 1):
+            ch = lay.chunk(0, leaf)
+            assert {_page_kind(lay, p.offset) for p in ch.pages} == {"dict"}
+            h, _ = lay.page_header(ch.start)
+            assert h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_NUM_VALUES) == (51 if leaf == 0 else 41)
+    before, after = page_bytes(src), page_bytes(dst)
+    for key in before:
+        assert [i for i, p in enumerate(before[key]) if p != after[key][i]] == [4]
