@@ -42,6 +42,7 @@ BUCKET = "_bucket"
 _RESERVED = {FILE_ID, POS, BUCKET}
 _MAX_BUCKETS = 4096
 _DUPLICATE_SAMPLE = 5
+_DUP_MARKER = "partialcow-duplicate-key: "
 
 
 @dataclass
@@ -512,10 +513,7 @@ class RowIndex:
                 merged = parts[0]
                 for p in parts[1:]:
                     merged = merged.unionByName(p)
-                dups = merged.groupBy(*self.key_columns).count().where("count > 1").limit(_DUPLICATE_SAMPLE).collect()
-                if dups:
-                    raise self._duplicate_error(dups)
-                changes.update(self._write_buckets(merged, affected_list))
+                changes.update(self._write_buckets(merged, affected_list, key_types))
         finally:
             if rows is not None:
                 rows.unpersist()
@@ -550,16 +548,40 @@ class RowIndex:
             files_repointed=list(repointed),
         )
 
-    def _write_buckets(self, merged: DataFrame, buckets: Sequence[int]) -> dict[int, str]:
-        """Write one sorted Parquet file per bucket of ``merged`` and move it to a fresh immutable name."""
-        tmp = self._store.new_tmp_dir()
-        (
+    def _write_buckets(self, merged: DataFrame, buckets: Sequence[int], key_types: Sequence[str]) -> dict[int, str]:
+        """Write one key-sorted Parquet file per bucket of ``merged`` under a fresh name; refuse duplicate keys.
+
+        One shuffle serves both: rows clustered by bucket and sorted by key put duplicates next to each other, so a
+        ``lag`` over the same partitioning and order (no further exchange) finds them inside the write job, which
+        then fails with a marked error that becomes ``DuplicateKeyError``.
+        """
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        keys = [F.col(quote_identifier(c)) for c in self.key_columns]
+        shown = [
+            F.concat(F.lit("'"), k, F.lit("'")) if t == "string" else F.coalesce(k.cast("string"), F.lit("None"))
+            for k, t in zip(keys, key_types)
+        ]
+        message = F.concat(F.lit(_DUP_MARKER + "("), F.concat_ws(", ", *shown), F.lit(")"))
+        previous = F.lag(F.struct(*keys)).over(Window.partitionBy(BUCKET).orderBy(*keys))
+        laid_out = (
             merged.repartition(max(1, len(buckets)), BUCKET)
-            .sortWithinPartitions(BUCKET, *self.key_columns)
-            .write.option("maxRecordsPerFile", 0)
-            .partitionBy(BUCKET)
-            .parquet(self._store.uri(tmp))
+            .sortWithinPartitions(BUCKET, *keys)
+            .withColumn("_previous", previous)
+            .where(F.when(F.struct(*keys).eqNullSafe(F.col("_previous")), F.raise_error(message)).isNull())
+            .drop("_previous")
         )
+        tmp = self._store.new_tmp_dir()
+        try:
+            laid_out.write.option("maxRecordsPerFile", 0).partitionBy(BUCKET).parquet(self._store.uri(tmp))
+        except Exception as exc:
+            self._store.delete_dir(tmp)
+            if _DUP_MARKER not in str(exc):
+                raise
+            # error path only: one more pass to name a sample of the duplicated keys
+            sample = merged.groupBy(*self.key_columns).count().where("count > 1").limit(_DUPLICATE_SAMPLE).collect()
+            raise self._duplicate_error(sample) from None
         names = unique_names("b", buckets)
         written: dict[int, str] = {}
         for info in self._store.list_dir(tmp, recursive=True):
