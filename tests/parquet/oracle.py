@@ -404,6 +404,9 @@ def check_metadata(src: Path, dst: Path, expected: pa.Table, *, same_writer: boo
     if same_writer:
         assert dv.created_by == sv.created_by, "created_by changed (readers key writer-specific workarounds on it)"
     assert dpf.schema_arrow.equals(spf.schema_arrow, check_metadata=True), f"Arrow schema changed:\n{dpf.schema_arrow}\nvs source\n{spf.schema_arrow}"
+    if all(p.has_crc for rg in sv.chunks for c in rg for p in c.pages) and sv.chunks:
+        no_crc = [(i, c.path) for i, rg in enumerate(dv.chunks) for c in rg if not all(p.has_crc for p in c.pages)]
+        assert not no_crc, f"{dst}: the source had page CRCs everywhere, these chunks have pages without: {no_crc[:5]}"
     src_mixed = {c.path for rg in sv.chunks for c in rg if _dictionary_after_plain(c)}
     for i, rg in enumerate(dv.chunks):
         for chunk in rg:

@@ -35,7 +35,7 @@ def run_case(src: Path, dst: Path, pattern: str, seed: int, *, flat_page_level: 
     report = rewrite_file(src, dst, updates=changes.updates, deletes=changes.deletes)
     expected = apply_changes(original, changes.updates, changes.deletes, ROW_POSITION)
 
-    actual = pq.read_table(dst)
+    actual = pq.read_table(dst, page_checksum_verification=True)  # re-encoded pages need valid CRCs too
     assert actual.schema.equals(expected.schema), f"{changes.description}: schema changed"
     assert_same_rows(actual, expected, f"pyarrow [{changes.description}]")
     assert_same_rows(read_duckdb(dst), expected, f"duckdb [{changes.description}]")

@@ -98,7 +98,7 @@ def test_three_readers_agree(utc_spark, sources: dict[str, Path], source: str, p
     report = rewrite_file(src, dst, updates=updates, deletes=changes.deletes)
     expected = apply_changes(original, updates, changes.deletes, ROW_POSITION)
 
-    assert_same_rows(pq.read_table(dst), expected, f"pyarrow [{changes.description}]")
+    assert_same_rows(pq.read_table(dst, page_checksum_verification=True), expected, f"pyarrow [{changes.description}]")
     assert_same_rows(read_duckdb(dst), expected, f"duckdb [{changes.description}]")
     names, columns = read_spark(utc_spark, dst)
     assert names == expected.column_names
