@@ -216,7 +216,7 @@ class ParquetLayout:
             flen = struct.unpack("<I", tail[:4])[0]
             self.footer_start = size - 8 - flen
             try:
-                self.fmd, _ = self.clock.decode(self.buf, self.footer_start)
+                self.fmd, _ = self.clock.decode(bytes(self.buf[self.footer_start:size - 8]), 0)
             except (ThriftError, IndexError) as exc:
                 raise ParquetRewriteError(f"{self.path}: corrupt footer ({exc})") from exc
             if F.FMD_ENCRYPTION_ALGORITHM in self.fmd:
@@ -263,21 +263,31 @@ class ParquetLayout:
     def column_chunk(self, rg: int, leaf: int) -> TStruct:
         return self.row_groups[rg].val(F.RG_COLUMNS).items[leaf]
 
-    def read_struct(self, offset: int) -> tuple[TStruct, int]:
-        st, end = self.clock.decode(self.buf, offset)
-        return st, end - offset
+    def read_struct(self, offset: int, length: int | None = None) -> tuple[TStruct, int]:
+        """Decode the struct at ``offset``; ``length`` (when known) lets it decode from a bytes copy (faster)."""
+        if length is None:  # page headers: try a small window first, an mmap index is slow per byte
+            window = bytes(self.buf[offset:min(offset + 512, self.size)])
+            try:
+                st, end = self.clock.decode(window, 0)
+                return st, end
+            except (ThriftError, IndexError):
+                pass
+            st, end = self.clock.decode(self.buf, offset)
+            return st, end - offset
+        st, end = self.clock.decode(bytes(self.buf[offset:offset + length]), 0)
+        return st, end
 
     def offset_index(self, cc: TStruct) -> TStruct | None:
         off = cc.val(F.CC_OFFSET_INDEX_OFFSET)
         if off is None:
             return None
         if off not in self._offset_indexes:  # read once: page discovery and the output both need it
-            self._offset_indexes[off] = self.read_struct(off)[0]
+            self._offset_indexes[off] = self.read_struct(off, cc.val(F.CC_OFFSET_INDEX_LENGTH))[0]
         return self._offset_indexes[off]
 
     def column_index(self, cc: TStruct) -> TStruct | None:
         off = cc.val(F.CC_COLUMN_INDEX_OFFSET)
-        return None if off is None else self.read_struct(off)[0]
+        return None if off is None else self.read_struct(off, cc.val(F.CC_COLUMN_INDEX_LENGTH))[0]
 
     def page_header(self, offset: int) -> tuple[TStruct, int]:
         try:

@@ -103,7 +103,10 @@ def _zigzag(n: int) -> int:
 
 
 def _read_value(buf: bytes, pos: int, ttype: int) -> tuple[Any, int]:
-    if ttype in (T_I16, T_I32, T_I64):
+    if ttype == T_I32 or ttype == T_I64 or ttype == T_I16:
+        raw = buf[pos]
+        if raw < 0x80:  # one-byte varint: the common case
+            return (raw >> 1) ^ -(raw & 1), pos + 1
         raw, pos = _varint(buf, pos)
         return _zigzag(raw), pos
     if ttype == T_BINARY:
@@ -162,7 +165,15 @@ def _read_struct(buf: bytes, pos: int) -> tuple[TStruct, int]:
         else:
             raw, pos = _varint(buf, pos)
             fid = _zigzag(raw)
-        if ttype == T_TRUE:
+        if ttype == T_I32 or ttype == T_I64:
+            raw = buf[pos]
+            if raw < 0x80:
+                out[fid] = (ttype, (raw >> 1) ^ -(raw & 1))
+                pos += 1
+            else:
+                raw, pos = _varint(buf, pos)
+                out[fid] = (ttype, (raw >> 1) ^ -(raw & 1))
+        elif ttype == T_TRUE:
             out[fid] = (T_TRUE, True)
         elif ttype == T_FALSE:
             out[fid] = (T_FALSE, False)
@@ -239,16 +250,28 @@ def _write_value(out: bytearray, ttype: int, value: Any) -> None:
 def _write_struct(out: bytearray, st: TStruct) -> None:
     last = 0
     for fid, (ttype, value) in st.items():
+        if ttype == T_TRUE or ttype == T_FALSE:
+            ttype = T_TRUE if value else T_FALSE
         delta = fid - last
-        wire_type = ttype if ttype not in (T_TRUE, T_FALSE) else (T_TRUE if value else T_FALSE)
         if 0 < delta <= 15:
-            out.append((delta << 4) | wire_type)
+            out.append((delta << 4) | ttype)
         else:
-            out.append(wire_type)
+            out.append(ttype)
             _put_varint(out, _zz(fid, 16))
-        if wire_type not in (T_TRUE, T_FALSE):
-            _write_value(out, ttype, value)
         last = fid
+        if ttype == T_I32 or ttype == T_I64 or ttype == T_I16:
+            z = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF  # zigzag; same bytes for i16/i32 in range
+            if z < 0x80:
+                out.append(z)
+            else:
+                _put_varint(out, z)
+        elif ttype == T_BINARY:
+            _put_varint(out, len(value))
+            out += value
+        elif ttype == T_STRUCT:
+            _write_struct(out, value)
+        elif ttype != T_TRUE and ttype != T_FALSE:
+            _write_value(out, ttype, value)
     out.append(0)
 
 
