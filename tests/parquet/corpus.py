@@ -39,10 +39,15 @@ __all__ = [
     "SPARK_READABLE_FLAT",
     "Changes",
     "SourceCase",
+    "delta_case",
+    "duckdb_case",
+    "fresh_column",
     "make_changes",
     "make_table",
+    "pyarrow_case",
     "random_array",
     "spark_write_cases",
+    "tpch_case",
 ]
 
 FLAT_TYPES: dict[str, pa.DataType] = {
@@ -205,7 +210,7 @@ class SourceCase:
     layout_fallback_ok: bool = False
 
 
-def _pyarrow_case(cid: str, n: int, columns: Sequence[str], *, seed: int = 1, **opts: object) -> SourceCase:
+def pyarrow_case(cid: str, n: int, columns: Sequence[str], *, seed: int = 1, **opts: object) -> SourceCase:
     def build(folder: Path) -> Path:
         path = folder / f"{cid}.parquet"
         pq.write_table(make_table(n, columns=columns, seed=seed), path, **opts)
@@ -222,23 +227,23 @@ def _pyarrow_case(cid: str, n: int, columns: Sequence[str], *, seed: int = 1, **
 
 
 PYARROW_CASES: list[SourceCase] = [
-    _pyarrow_case("pa_v1_index_snappy", 2000, ALL_FLAT, compression="snappy", data_page_version="1.0", write_page_index=True, max_rows_per_page=100),
-    _pyarrow_case("pa_v2_index_zstd", 2000, ALL_FLAT, compression="zstd", data_page_version="2.0", write_page_index=True, max_rows_per_page=128),
-    _pyarrow_case("pa_v1_noindex_gzip", 1500, ALL_FLAT, compression="gzip", data_page_version="1.0", max_rows_per_page=100),
-    _pyarrow_case("pa_v2_noindex_lz4raw", 1500, ALL_FLAT, compression="lz4_raw", data_page_version="2.0", max_rows_per_page=90),
-    _pyarrow_case("pa_plain_brotli", 1200, ALL_FLAT, compression="brotli", use_dictionary=False, write_page_index=True, max_rows_per_page=64),
+    pyarrow_case("pa_v1_index_snappy", 2000, ALL_FLAT, compression="snappy", data_page_version="1.0", write_page_index=True, max_rows_per_page=100),
+    pyarrow_case("pa_v2_index_zstd", 2000, ALL_FLAT, compression="zstd", data_page_version="2.0", write_page_index=True, max_rows_per_page=128),
+    pyarrow_case("pa_v1_noindex_gzip", 1500, ALL_FLAT, compression="gzip", data_page_version="1.0", max_rows_per_page=100),
+    pyarrow_case("pa_v2_noindex_lz4raw", 1500, ALL_FLAT, compression="lz4_raw", data_page_version="2.0", max_rows_per_page=90),
+    pyarrow_case("pa_plain_brotli", 1200, ALL_FLAT, compression="brotli", use_dictionary=False, write_page_index=True, max_rows_per_page=64),
     # A tiny dictionary page limit forces dictionary fallback: dictionary pages followed by PLAIN pages in one chunk.
-    _pyarrow_case("pa_dict_fallback_none", 2000, ("str", "bin", "i64", "f64", "dec30_5", "str_lowcard"), compression="none", dictionary_pagesize_limit=600, write_page_index=True, max_rows_per_page=100),
-    _pyarrow_case("pa_multi_rg_crc", 2400, ALL_FLAT, compression="snappy", row_group_size=700, write_page_index=True, write_page_checksum=True, max_rows_per_page=100),
+    pyarrow_case("pa_dict_fallback_none", 2000, ("str", "bin", "i64", "f64", "dec30_5", "str_lowcard"), compression="none", dictionary_pagesize_limit=600, write_page_index=True, max_rows_per_page=100),
+    pyarrow_case("pa_multi_rg_crc", 2400, ALL_FLAT, compression="snappy", row_group_size=700, write_page_index=True, write_page_checksum=True, max_rows_per_page=100),
     # Byte-size pages (no row limit): page boundaries fall wherever data_page_size says.
-    _pyarrow_case("pa_small_bytes_pages", 2000, ("i32", "str", "f64", "dec15_3", "ts_ns_utc"), data_page_size=700, write_batch_size=50, write_page_index=True),
-    _pyarrow_case("pa_nested_v2_index", 1500, ("i32", "str") + NESTED, compression="zstd", data_page_version="2.0", write_page_index=True, max_rows_per_page=100),
-    _pyarrow_case("pa_nested_v1_noindex", 1500, ("i32", "str") + NESTED, compression="snappy", data_page_version="1.0", max_rows_per_page=100),
-    _pyarrow_case("pa_nested_v1_index", 1500, ("i32",) + NESTED, compression="snappy", data_page_version="1.0", write_page_index=True, max_rows_per_page=100),
+    pyarrow_case("pa_small_bytes_pages", 2000, ("i32", "str", "f64", "dec15_3", "ts_ns_utc"), data_page_size=700, write_batch_size=50, write_page_index=True),
+    pyarrow_case("pa_nested_v2_index", 1500, ("i32", "str") + NESTED, compression="zstd", data_page_version="2.0", write_page_index=True, max_rows_per_page=100),
+    pyarrow_case("pa_nested_v1_noindex", 1500, ("i32", "str") + NESTED, compression="snappy", data_page_version="1.0", max_rows_per_page=100),
+    pyarrow_case("pa_nested_v1_index", 1500, ("i32",) + NESTED, compression="snappy", data_page_version="1.0", write_page_index=True, max_rows_per_page=100),
 ]
 
 
-def _duckdb_case(cid: str, n: int, columns: Sequence[str], copy_options: str, *, layout_fallback_ok: bool = False) -> SourceCase:
+def duckdb_case(cid: str, n: int, columns: Sequence[str], copy_options: str, *, layout_fallback_ok: bool = False) -> SourceCase:
     def build(folder: Path) -> Path:
         import duckdb
 
@@ -256,16 +261,16 @@ def _duckdb_case(cid: str, n: int, columns: Sequence[str], copy_options: str, *,
 
 _NO_WIDE_DECIMAL = tuple(c for c in ALL_FLAT if c != "dec30_5")
 DUCKDB_CASES: list[SourceCase] = [
-    _duckdb_case("duckdb_zstd", 5000, _NO_WIDE_DECIMAL, "CODEC 'zstd', ROW_GROUP_SIZE 2048"),
+    duckdb_case("duckdb_zstd", 5000, _NO_WIDE_DECIMAL, "CODEC 'zstd', ROW_GROUP_SIZE 2048"),
     # DuckDB 2.0's V2 DELTA_BINARY_PACKED for full-range 32-bit ints is unreadable by pyarrow 26 ("InitBlock EOF")
     # even before any rewrite, so those two columns are left out of this case.
-    _duckdb_case("duckdb_snappy_v2", 5000, tuple(c for c in _NO_WIDE_DECIMAL if c not in ("i32", "u32")), "CODEC 'snappy', ROW_GROUP_SIZE 2048, PARQUET_VERSION v2"),
-    _duckdb_case("duckdb_uncompressed_nested", 4200, ("i64", "str") + NESTED, "CODEC 'uncompressed', ROW_GROUP_SIZE 2048"),
-    _duckdb_case("duckdb_wide_decimal", 3000, ("i32", "dec30_5", "str"), "CODEC 'zstd', ROW_GROUP_SIZE 2048", layout_fallback_ok=True),
+    duckdb_case("duckdb_snappy_v2", 5000, tuple(c for c in _NO_WIDE_DECIMAL if c not in ("i32", "u32")), "CODEC 'snappy', ROW_GROUP_SIZE 2048, PARQUET_VERSION v2"),
+    duckdb_case("duckdb_uncompressed_nested", 4200, ("i64", "str") + NESTED, "CODEC 'uncompressed', ROW_GROUP_SIZE 2048"),
+    duckdb_case("duckdb_wide_decimal", 3000, ("i32", "dec30_5", "str"), "CODEC 'zstd', ROW_GROUP_SIZE 2048", layout_fallback_ok=True),
 ]
 
 
-def _delta_case(cid: str, n: int, columns: Sequence[str], **props: object) -> SourceCase:
+def delta_case(cid: str, n: int, columns: Sequence[str], **props: object) -> SourceCase:
     def build(folder: Path) -> Path:
         from deltalake import WriterProperties, write_deltalake
 
@@ -280,7 +285,7 @@ def _delta_case(cid: str, n: int, columns: Sequence[str], **props: object) -> So
     return SourceCase(cid, "parquet-rs", build, page_index=True, nested=any(c in NESTED_TYPES for c in columns))
 
 
-def _tpch_case(cid: str, table: str, scale: str, options: Sequence[str]) -> SourceCase:
+def tpch_case(cid: str, table: str, scale: str, options: Sequence[str]) -> SourceCase:
     def build(folder: Path) -> Path:
         out = folder / f"{cid}_tpch"
         subprocess.run(
@@ -296,9 +301,9 @@ def _tpch_case(cid: str, table: str, scale: str, options: Sequence[str]) -> Sour
 
 
 PARQUET_RS_CASES: list[SourceCase] = [
-    _delta_case("deltars_snappy_small_pages", 3000, DELTA_FLAT, compression="SNAPPY", data_page_row_count_limit=128, write_batch_size=128),
-    _delta_case("deltars_zstd_nested", 2000, ("i64", "str") + NESTED, compression="ZSTD", data_page_row_count_limit=100, write_batch_size=100),
-    _tpch_case("tpch_lineitem_rs", "lineitem", "0.001", ["--row-group-bytes=100KB", "--compression=ZSTD(1)"]),
+    delta_case("deltars_snappy_small_pages", 3000, DELTA_FLAT, compression="SNAPPY", data_page_row_count_limit=128, write_batch_size=128),
+    delta_case("deltars_zstd_nested", 2000, ("i64", "str") + NESTED, compression="ZSTD", data_page_row_count_limit=100, write_batch_size=100),
+    tpch_case("tpch_lineitem_rs", "lineitem", "0.001", ["--row-group-bytes=100KB", "--compression=ZSTD(1)"]),
 ]
 
 
@@ -375,7 +380,7 @@ class Changes:
     description: str
 
 
-def _fresh_column(original: pa.ChunkedArray, field_: pa.Field, k: int, rng: np.random.Generator) -> pa.Array:
+def fresh_column(original: pa.ChunkedArray, field_: pa.Field, k: int, rng: np.random.Generator) -> pa.Array:
     """New values of the column's own type: half freshly generated, half taken from other rows (dictionary hits)."""
     typ = original.type
     gen_type = pa.string() if pa.types.is_string_view(typ) else pa.binary() if pa.types.is_binary_view(typ) else typ
@@ -401,7 +406,7 @@ def _updates_table(
         if same_values:
             arrays.append(take(original.column(c), positions))
         else:
-            arrays.append(_fresh_column(original.column(c), original.schema.field(c), len(positions), rng))
+            arrays.append(fresh_column(original.column(c), original.schema.field(c), len(positions), rng))
         names.append(c)
     return pa.Table.from_arrays(arrays, names=names)
 
@@ -449,7 +454,7 @@ def make_changes(original: pa.Table, pattern: str, *, seed: int, row_position: s
             return make_changes(original, "one_cell", seed=seed, row_position=row_position)
         col = nullable[rng.integers(0, len(nullable))]
         pos = rng.choice(n, size=max(2, n // 30), replace=False)
-        values = _fresh_column(original.column(col), original.schema.field(col), len(pos), rng)
+        values = fresh_column(original.column(col), original.schema.field(col), len(pos), rng)
         mask = np.zeros(len(pos), dtype=bool)
         mask[::2] = True
         values = take(values, pa.array([None if m else i for i, m in enumerate(mask)], pa.int64()))  # null index -> null

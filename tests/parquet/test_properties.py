@@ -15,12 +15,13 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corpus import ALL_FLAT, NESTED, _fresh_column, make_table
+from corpus import ALL_FLAT, NESTED, fresh_column, make_table
 from oracle import apply_changes, assert_same_rows, check_metadata, check_pages, check_report, read_duckdb
 from partialcow.parquet import ROW_POSITION, rewrite_file
 
+# Applied to this module's test only (no global load_profile: other modules keep their own settings).
 settings.register_profile(
-    "ci",
+    "parquet-ci",
     max_examples=30,
     deadline=None,
     derandomize=True,
@@ -28,8 +29,8 @@ settings.register_profile(
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.register_profile("dev", parent=settings.get_profile("ci"), max_examples=300, derandomize=False)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+settings.register_profile("parquet-dev", parent=settings.get_profile("parquet-ci"), max_examples=300, derandomize=False)
+PROFILE = settings.get_profile("parquet-dev" if os.environ.get("HYPOTHESIS_PROFILE") == "dev" else "parquet-ci")
 
 CODECS = ("none", "snappy", "zstd", "gzip", "lz4_raw", "brotli")
 
@@ -87,10 +88,11 @@ def change_sets(draw: st.DrawFn, table: pa.Table) -> tuple[pa.Table | None, np.n
         if update_kind == "equal":
             arrays.append(table.column(c).take(pa.array(pos)).combine_chunks())
         else:
-            arrays.append(_fresh_column(table.column(c), table.schema.field(c), len(pos), rng))
+            arrays.append(fresh_column(table.column(c), table.schema.field(c), len(pos), rng))
     return pa.Table.from_arrays(arrays, names=[ROW_POSITION, *cols]), deletes
 
 
+@PROFILE
 @given(spec=source_files(), data=st.data())
 def test_rewrite_equals_oracle(spec: dict, data: st.DataObject) -> None:
     table = make_table(spec["n"], columns=spec["columns"], seed=spec["seed"], null_density=spec["null_density"])

@@ -13,16 +13,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from corpus import DELTA_FLAT, SPARK_READABLE_FLAT, _delta_case, _duckdb_case, _pyarrow_case, make_changes, spark_write_cases
+from corpus import DELTA_FLAT, SPARK_READABLE_FLAT, delta_case, duckdb_case, pyarrow_case, make_changes, spark_write_cases
 from oracle import apply_changes, assert_same_rows, canon_arrow, canon_value, check_metadata, check_pages, check_report, read_duckdb
 from partialcow.parquet import ROW_POSITION, rewrite_file
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 OTHER_WRITERS = [
-    _pyarrow_case("pa_for_spark", 1200, SPARK_READABLE_FLAT + ("list_i32", "struct", "map"), compression="zstd", write_page_index=True, max_rows_per_page=100),
-    _duckdb_case("duckdb_for_spark", 2500, tuple(c for c in SPARK_READABLE_FLAT if c not in ("i32", "u32", "dec30_5")), "CODEC 'snappy', ROW_GROUP_SIZE 2048"),
-    _delta_case("deltars_for_spark", 1500, DELTA_FLAT, compression="ZSTD", data_page_row_count_limit=100, write_batch_size=100),
+    pyarrow_case("pa_for_spark", 1200, SPARK_READABLE_FLAT + ("list_i32", "struct", "map"), compression="zstd", write_page_index=True, max_rows_per_page=100),
+    duckdb_case("duckdb_for_spark", 2500, tuple(c for c in SPARK_READABLE_FLAT if c not in ("i32", "u32", "dec30_5")), "CODEC 'snappy', ROW_GROUP_SIZE 2048"),
+    delta_case("deltars_for_spark", 1500, DELTA_FLAT, compression="ZSTD", data_page_row_count_limit=100, write_batch_size=100),
 ]
 SPARK_SOURCES = ["spark_int96_snappy", "spark_micros_gzip", "spark_nested_zstd"]
 PATTERNS = ["contiguous_all_cols", "mixed"]  # the other writers' files get the first one only
