@@ -290,6 +290,11 @@ def check_report(report: Any, original: pa.Table, expected: pa.Table, updates: p
     loose = strict.union(*maybe.values()) if maybe else strict
     assert len(strict) <= report.rows_updated <= len(loose), f"rows_updated={report.rows_updated}, oracle {len(strict)}..{len(loose)}"
     assert report.pages_copied + report.pages_rewritten == report.pages_total
+    metrics = report.to_metrics()
+    assert (metrics.rows_updated, metrics.rows_deleted, metrics.pages_rewritten, metrics.pages_copied) == (
+        report.rows_updated, report.rows_deleted, report.pages_rewritten, report.pages_copied
+    )
+    assert (metrics.bytes_copied, metrics.bytes_reencoded) == (report.bytes_copied, report.bytes_reencoded)
     if not pages.full_file_rewrite:
         assert report.pages_copied >= pages.must_copy, f"report says {report.pages_copied} pages copied, oracle requires {pages.must_copy}"
         assert report.pages_copied <= pages.identical_pages, f"report says {report.pages_copied} pages copied, only {pages.identical_pages} are byte-identical"
