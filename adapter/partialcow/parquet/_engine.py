@@ -1117,9 +1117,8 @@ def _write_output(lay: ParquetLayout, fd: int, groups: list[tuple[int, list[_Chu
     for cc, out, start in placed:
         if out.locs is None:
             continue
+        # untouched chunks keep their OffsetIndex extras; rebuilt ones drop unencoded_byte_array_data_bytes
         oi = out.oi_extra.copy() if out.oi_extra is not None else TStruct()
-        if out.oi_extra is None:
-            oi.drop(F.OI_UNENCODED_BYTE_ARRAY_DATA_BYTES)
         items = []
         for rel, size, first in out.locs:
             loc = TStruct()
