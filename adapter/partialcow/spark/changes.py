@@ -171,12 +171,47 @@ def _conform_schema(staged: DataFrame, spec: ChangeSpec, table_columns: Sequence
             f"model {spec.model}: the changes' columns differ from the table's (new: {extra}, missing: {missing}) "
             "and on_schema_change='fail'"
         )
-    if extra and spec.on_schema_change in ("append_new_columns", "sync_all_columns"):
-        raise ChangeFeedError(
-            f"model {spec.model}: on_schema_change={spec.on_schema_change!r} with new column(s) {extra} is not "
-            "supported by partial copy-on-write yet; run with --full-refresh to rebuild the table with them"
-        )
+    if spec.on_schema_change in ("append_new_columns", "sync_all_columns"):
+        return staged  # apply_changes adds the new columns to the table first
     return staged.drop(*extra)
+
+
+def _table_schema(spark: SparkSession, table: LakehouseTable):  # type: ignore[no-untyped-def]
+    if table.table_format == "iceberg":
+        return spark.table(quote_identifier(table.name)).schema
+    return _delta_schema(spark, table)
+
+
+def _evolve_schema(spark: SparkSession, table: LakehouseTable, changes_schema, spec: ChangeSpec) -> bool:  # type: ignore[no-untyped-def]
+    """``append_new_columns`` / ``sync_all_columns``: add the batch's new columns (and drop the table's columns the
+    batch no longer has, for sync) before applying it. Existing files keep their columns; a row that gets a value in
+    a column its file lacks is moved to a new file (see ``rewrite_partition``)."""
+    if spec.on_schema_change not in ("append_new_columns", "sync_all_columns"):
+        return False
+    table_fields = {f.name: f.dataType for f in spark.table(quote_identifier(table.name)).schema.fields}
+    control = {*spec.control_columns, DELETE}
+    new = [f for f in changes_schema.fields if f.name not in table_fields and f.name not in control]
+    dropped = [c for c in table_fields if c not in changes_schema.names] if spec.on_schema_change == "sync_all_columns" else []
+    changed = [f.name for f in changes_schema.fields if f.name in table_fields and f.dataType != table_fields[f.name]]
+    if changed and spec.on_schema_change == "sync_all_columns":
+        raise ChangeFeedError(
+            f"model {spec.model}: column(s) {changed} changed type; partial copy-on-write does not rewrite column "
+            "types: run with --full-refresh"
+        )
+    if not new and not dropped:
+        return False
+    if table.table_format != "iceberg":
+        raise ChangeFeedError(
+            f"model {spec.model}: on_schema_change={spec.on_schema_change!r} needs schema evolution, which is "
+            f"implemented for Iceberg tables; Delta table {table.name} would need a metadata commit"
+        )
+    name = quote_identifier(table.name)
+    if new:
+        columns = ", ".join(f"{quote_identifier(f.name)} {f.dataType.simpleString()}" for f in new)
+        spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({columns})")
+    for column in dropped:  # never a key column: stage_changes required every key column in the batch
+        spark.sql(f"ALTER TABLE {name} DROP COLUMN {quote_identifier(column)}")
+    return True
 
 
 def _value_columns(spec: ChangeSpec, table_columns: Sequence[str], staged_columns: Sequence[str]) -> list[str]:
@@ -240,11 +275,14 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
     from pyspark.sql import functions as F
 
     started = time.monotonic()
-    table_df = spark.table(quote_identifier(table.name)) if table.table_format == "iceberg" else None
-    table_schema = table_df.schema if table_df is not None else _delta_schema(spark, table)
+    table_schema = _table_schema(spark, table)
+    staged = stage_changes(changes, spec, table_columns=[f.name for f in table_schema.fields])
+    staged = _cast_to_table(staged, table_schema, spec)
+    # only a batch that passed every check may change the table's schema
+    if _evolve_schema(spark, table, staged.schema, spec):
+        table_schema = _table_schema(spark, table)
     table_columns = [f.name for f in table_schema.fields]
-    staged = stage_changes(changes, spec, table_columns=table_columns)
-    staged = _cast_to_table(staged, table_schema, spec).persist()
+    staged = staged.persist()
     try:
         value_columns = _value_columns(spec, table_columns, staged.columns)
         index = _open_index(table, spec)
@@ -258,15 +296,21 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
         in_table = joined.where(F.col(FILE).isNotNull())
         inserts = joined.where(F.col(FILE).isNull() & ~F.col(DELETE)).select(*table_columns)
 
-        touched = in_table.select(FILE, POS, DELETE, *value_columns)
+        touched = in_table.select(FILE, POS, DELETE, *spec.key_columns, *value_columns)
         file_count = touched.select(FILE).distinct().count()
         rewritten = []
         if file_count:
-            job = partial(rewrite_partition, update_columns=value_columns)
+            job = partial(
+                rewrite_partition,
+                update_columns=value_columns,
+                # rows whose new values land in columns their file lacks move to a new file with the table schema
+                moved_schema=table.file_schema(table_schema) if len(value_columns) + len(spec.key_columns) == len(table_columns) else None,
+                data_dir=table.data_dir,
+            )
             rewritten = (
                 touched.repartition(file_count, FILE).mapInArrow(job, REWRITE_RESULT_SCHEMA).collect()
             )
-        new_files = [r["dst"] for r in rewritten]
+        new_files = [r["dst"] for r in rewritten] + [r["moved_dst"] for r in rewritten if r["moved_dst"]]
         try:
             insert_rows = inserts.count()
             if insert_rows:
@@ -277,18 +321,20 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
                 new_files += [r["dst"] for r in written]
             metrics = WriteMetrics(rows_inserted=insert_rows, files_added=len(new_files), files_removed=len(rewritten))
             for r in rewritten:
-                metrics += WriteMetrics(
-                    rows_updated=r["rows_updated"], rows_deleted=r["rows_deleted"], files_rewritten=1,
+                metrics += WriteMetrics(  # a moved row is an update, though its file saw a delete
+                    rows_updated=r["rows_updated"] + r["moved_rows"], rows_deleted=r["rows_deleted"] - r["moved_rows"],
+                    files_rewritten=1,
                     pages_rewritten=r["pages_rewritten"], pages_copied=r["pages_copied"],
                     bytes_copied=r["bytes_copied"], bytes_reencoded=r["bytes_reencoded"],
                 )
             if not new_files:
                 metrics.duration_ms = int((time.monotonic() - started) * 1000)
                 return metrics
+            table_paths = {p: _table_path(p, like=[r["src"] for r in rewritten]) for p in new_files}
             change = FileReplacement(
                 base_version=base_version,
                 removed=[r["src"] for r in rewritten],
-                added=[_table_path(p, like=[r["src"] for r in rewritten]) for p in new_files],
+                added=[table_paths[p] for p in new_files],
                 conflict_keys=_conflict_keys(staged, spec),
                 metrics=metrics,
             )
@@ -298,7 +344,8 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
         except BaseException:
             _discard(new_files)
             raise
-        same_positions = {r["src"]: r["dst"] for r in rewritten if r["rows_deleted"] == 0}
+        # spelled as the commit reports added files, or the index would not recognise the re-pointed file
+        same_positions = {r["src"]: table_paths[r["dst"]] for r in rewritten if r["rows_deleted"] == 0}
         index.apply_commit(result, same_positions=same_positions)
         metrics.duration_ms = int((time.monotonic() - started) * 1000)
         return metrics
