@@ -32,7 +32,7 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     >>> p = os.path.join(tempfile.mkdtemp(), "t.parquet")
     >>> pq.write_table(pa.table({"a": [1, 2, 3]}), p, write_page_index=True)
     >>> d = describe(p)
-    >>> d["num_rows"], d["row_groups"][0]["columns"][0]["pages"][0]["rows"]
+    >>> d["num_rows"], d["row_groups"][0]["columns"][0]["pages"][-1]["rows"]
     (3, 3)
     """
     with ParquetLayout(path) as lay:
@@ -54,7 +54,7 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
                     h, hs = lay.page_header(ch.start)
                     dph = h.val(F.PH_DICTIONARY_PAGE_HEADER)
                     pages.append({"offset": ch.start, "size": hs + h.val(F.PH_COMPRESSED_SIZE),
-                                  "type": _name(F.PAGE_TYPE_NAMES, h.val(F.PH_TYPE)),
+                                  "type": _name(F.PAGE_TYPE_NAMES, h.val(F.PH_TYPE)), "first_row": None, "rows": None,
                                   "values": dph.val(F.DICT_NUM_VALUES) if dph else None,
                                   "encoding": _name(F.ENCODING_NAMES, dph.val(F.DICT_ENCODING)) if dph else None,
                                   "uncompressed": h.val(F.PH_UNCOMPRESSED_SIZE), "crc": F.PH_CRC in h})
