@@ -45,3 +45,10 @@ def test_text_report_is_fast_and_names_each_component(capsys: pytest.CaptureFixt
         assert name in out
     assert "Iceberg in Spark: usable" in out
     assert elapsed < 10  # no Spark start without --probe
+
+
+def test_missing_java_fails_the_iceberg_check(monkeypatch: pytest.MonkeyPatch, tmp_path, capsys) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    assert doctor.run(_args("--iceberg-runtime", "maven", "--output", "json")) == 1
+    java = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "java")
+    assert java["status"] == "fail" and "no-jdk" in java["detail"]

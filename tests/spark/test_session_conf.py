@@ -42,6 +42,14 @@ def test_user_settings_win() -> None:
     assert conf["spark.x.custom"] == "1"
 
 
+def test_user_jars_are_added_to_ours(tmp_path: Path) -> None:
+    driver = tmp_path / "postgresql.jar"
+    driver.write_bytes(b"PK")
+    conf = _conf(extra={"spark.jars": str(driver), "spark.jars.packages": f"org.x:y:1, {jars.ICEBERG_MAVEN}"})
+    assert conf["spark.jars"] == str(driver)
+    assert conf["spark.jars.packages"] == f"{jars.ICEBERG_MAVEN},org.x:y:1"  # ours first, no duplicates
+
+
 def test_user_can_override_the_format_version() -> None:
     conf = _conf(extra={"spark.sql.catalog.spark_catalog.table-default.format-version": "1"})
     assert conf["spark.sql.catalog.spark_catalog.table-default.format-version"] == "1"

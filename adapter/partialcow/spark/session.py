@@ -66,7 +66,8 @@ def spark_conf(
 ) -> dict[str, str]:
     """Every static Spark setting of the embedded session (no side effects: nothing is built or started).
 
-    ``extra`` entries win over ours. ``iceberg_runtime`` is ``auto``, ``offline``, ``maven``, Maven coordinates or a
+    ``extra`` entries win over ours, except ``spark.jars`` and ``spark.jars.packages``, which are appended to ours.
+    ``iceberg_runtime`` is ``auto``, ``offline``, ``maven``, Maven coordinates or a
     jar path (see :func:`partialcow.spark.jars.resolve_iceberg_runtime`); ``delta_jars`` lists jar paths or Maven
     coordinates (or ``maven``) for delta-spark, which is required for ``table_format="delta"``.
 
@@ -129,11 +130,13 @@ def _conf(
                 "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
             }
         )
-    if jars.jars:
-        conf["spark.jars"] = ",".join(jars.jars)
-    if jars.packages:
-        conf["spark.jars.packages"] = ",".join(jars.packages)
-    conf.update({str(k): str(v) for k, v in (extra or {}).items()})
+    user = {str(k): str(v) for k, v in (extra or {}).items()}
+    # Jar lists are merged, not replaced: a user adding a JDBC driver jar must not silently lose the Iceberg runtime.
+    for key, ours in (("spark.jars", jars.jars), ("spark.jars.packages", jars.packages)):
+        items = [*ours, *(i.strip() for i in user.pop(key, "").split(",") if i.strip())]
+        if items:
+            conf[key] = ",".join(dict.fromkeys(items))
+    conf.update(user)
     return conf
 
 
