@@ -12,7 +12,9 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from partialcow.exceptions import InvalidChangeError
 from partialcow.parquet import ROW_POSITION, rewrite_file, write_table
 
 __all__ = ["REWRITE_RESULT_SCHEMA", "INSERT_RESULT_SCHEMA", "rewrite_partition", "write_partition", "new_file_name"]
@@ -22,7 +24,8 @@ POS = "_pcow_pos"
 DELETE = "_pcow_delete"
 
 REWRITE_RESULT_SCHEMA = (
-    "src string, dst string, rows_before long, rows_after long, rows_updated long, rows_deleted long, "
+    "src string, dst string, moved_dst string, moved_rows long, rows_before long, rows_after long, "
+    "rows_updated long, rows_deleted long, "
     "pages_rewritten long, pages_copied long, bytes_copied long, bytes_reencoded long, duration_ms long"
 )
 INSERT_RESULT_SCHEMA = "dst string, rows long"
@@ -39,10 +42,27 @@ def _local(uri: str) -> str:
     return local_path(uri)
 
 
-def rewrite_partition(batches: Iterator[pa.RecordBatch], *, update_columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
-    """Rewrite every file named in this partition's rows (``_pcow_file``, ``_pcow_pos``, ``_pcow_delete``, values).
+def _moves(upserts: pa.Table, absent: Sequence[str]) -> pa.Array:
+    """Rows that set a value in a column their file lacks (added to the table after the file was written)."""
+    mask = pa.array([False] * upserts.num_rows)
+    for column in absent:
+        mask = pc.or_(mask, pc.is_valid(upserts[column]))
+    return mask
+
+
+def rewrite_partition(
+    batches: Iterator[pa.RecordBatch],
+    *,
+    update_columns: Sequence[str],
+    moved_schema: pa.Schema | None = None,
+    data_dir: str | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Rewrite every file named in this partition's rows (``_pcow_file``, ``_pcow_pos``, ``_pcow_delete``, keys,
+    values).
 
     The new file goes next to the old one; it is not yet part of the table (the driver commits all files at once).
+    A row that sets a column its file does not have (the table gained it later) cannot be patched in place: it is
+    deleted from its file and written, whole, to a new file with ``moved_schema``.
     """
     batch_list = list(batches)
     if not batch_list:
@@ -50,13 +70,29 @@ def rewrite_partition(batches: Iterator[pa.RecordBatch], *, update_columns: Sequ
     rows = pa.Table.from_batches(batch_list)
     for src in pc.unique(rows[FILE]).to_pylist():
         mine = rows.filter(pc.equal(rows[FILE], src))
-        is_delete = mine[DELETE].combine_chunks().fill_null(False)
-        deletes = mine.filter(is_delete)[POS]
-        upserts = mine.filter(pc.invert(is_delete))
-        updates = None
-        if upserts.num_rows and update_columns:
-            updates = upserts.select([POS, *update_columns]).rename_columns([ROW_POSITION, *update_columns])
         local_src = _local(src)
+        in_file = set(pq.read_schema(local_src).names)
+        absent = [c for c in update_columns if c not in in_file]
+        is_delete = mine[DELETE].combine_chunks().fill_null(False)
+        upserts = mine.filter(pc.invert(is_delete))
+        move = _moves(upserts, absent)
+        moved = upserts.filter(move)
+        upserts = upserts.filter(pc.invert(move))
+        deletes = pa.concat_arrays([mine.filter(is_delete)[POS].combine_chunks(), moved[POS].combine_chunks()])
+        moved_dst = None
+        if moved.num_rows:
+            if moved_schema is None or data_dir is None:
+                raise InvalidChangeError(
+                    f"{src}: {moved.num_rows} row(s) set column(s) {absent} this file lacks; moving them needs whole "
+                    "rows (do not restrict merge_update_columns/merge_exclude_columns in that run)"
+                )
+            moved_dst = write_table(
+                moved.select(moved_schema.names).cast(moved_schema), os.path.join(data_dir, new_file_name())
+            ).path
+        updates = None
+        present = [c for c in update_columns if c in in_file]
+        if upserts.num_rows and present:
+            updates = upserts.select([POS, *present]).rename_columns([ROW_POSITION, *present])
         dst = os.path.join(os.path.dirname(local_src), new_file_name())
         report = rewrite_file(local_src, dst, updates=updates, deletes=deletes if len(deletes) else None)
         yield pa.RecordBatch.from_pylist(
@@ -64,6 +100,8 @@ def rewrite_partition(batches: Iterator[pa.RecordBatch], *, update_columns: Sequ
                 {
                     "src": src,
                     "dst": dst,
+                    "moved_dst": moved_dst,
+                    "moved_rows": moved.num_rows,
                     "rows_before": report.rows_before,
                     "rows_after": report.rows_after,
                     "rows_updated": report.rows_updated,
@@ -90,9 +128,9 @@ def write_partition(batches: Iterator[pa.RecordBatch], *, schema: pa.Schema, dat
 
 
 _REWRITE_ARROW = pa.schema(
-    [("src", pa.string()), ("dst", pa.string())]
+    [("src", pa.string()), ("dst", pa.string()), ("moved_dst", pa.string())]
     + [(name, pa.int64()) for name in (
-        "rows_before", "rows_after", "rows_updated", "rows_deleted", "pages_rewritten", "pages_copied",
+        "moved_rows", "rows_before", "rows_after", "rows_updated", "rows_deleted", "pages_rewritten", "pages_copied",
         "bytes_copied", "bytes_reencoded", "duration_ms",
     )]
 )
