@@ -46,7 +46,7 @@
     is_incremental() is false and the model's full result is diffed against the parent). -#}
 {% macro create_table_as(temporary, relation, compiled_code, language='sql') -%}
   {%- set branch = none if temporary else partialcow_active_branch() -%}
-  {%- if branch is not none and model.resource_type == 'model'
+  {%- if branch is not none and (model or {}).get('resource_type') == 'model'
         and relation.schema == this.schema and relation.identifier == this.identifier -%}
     {{ partialcow_branch_build_sql(branch, relation, compiled_code, language) }}
   {%- elif language == 'sql' -%}

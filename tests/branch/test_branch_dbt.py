@@ -98,6 +98,11 @@ ITEM_COUNT = """
 select count(*) as n, sum(qty) as total from {{ ref('items') }}
 """
 ITEM_NAMES = "{{ config(materialized='view') }}\nselect id, upper(name) as uname from {{ ref('items') }}\n"
+ITEM_PY = """
+def model(dbt, session):
+    dbt.config(materialized="table", unique_key="id")
+    return dbt.ref("items").selectExpr("id", "qty + 1 as qty_plus")
+"""
 
 
 def rows(spark, relation: str) -> dict:
@@ -120,6 +125,7 @@ class TestBranchLifecycle:
             "item_totals.sql": ITEM_TOTALS,
             "item_count.sql": ITEM_COUNT,
             "item_names.sql": ITEM_NAMES,
+            "item_py.py": ITEM_PY,
         }
 
     @pytest.fixture(scope="class")
@@ -164,6 +170,8 @@ class TestBranchLifecycle:
         assert {r[0]: r[1] for r in spark.table(f"{dev}.item_names").collect()} == {
             k: v[1].upper() for k, v in ours_v1.items()
         }
+        assert rows(spark, f"{dev}.item_py") == {k: (k, v[2] + 1) for k, v in ours_v1.items()}  # Python model
+        assert spark.table(f"{dev}.item_py__pcow_overlay").count() == 4
 
         # re-insert of a deleted key
         write_file(model_sql(DEV_V2), project.project_root, "models", "items.sql")

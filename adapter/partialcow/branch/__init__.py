@@ -1,7 +1,35 @@
-"""Branch environments: overlay schemas over the tables built without a branch (see ``docs`` in the macros).
+"""Branch environments: overlay schemas over the tables built without a branch.
 
-A branch stores only the rows that differ from its parent (overlay tables with upserts and tombstones); its views
-read the overlay over the parent, so creating a branch copies nothing and merging touches only changed keys.
+Using it from dbt::
+
+    dbt run-operation branch_create --args '{name: dev}'          # O(1): records the parent's snapshots
+    dbt run --vars '{branch: dev}'                                # or DBT_PARTIALCOW_BRANCH=dev dbt run
+    dbt run-operation branch_diff --args '{name: dev}'
+    dbt run-operation branch_merge --args '{name: dev}'           # add on_conflict: ours|theirs
+    dbt run-operation branch_list
+    dbt run-operation branch_materialize --args '{name: dev}'     # optional models: [orders]
+    dbt run-operation branch_drop --args '{name: dev}'
+
+Layout (branch ``dev``, model ``orders`` of schema ``shop``): everything lives in the overlay schema
+``shop__br_dev``: the view ``orders`` (what users and ``ref()`` read), the overlay table ``orders__pcow_overlay``
+(the model's columns + ``_pcow_op`` 'U'/'D' + ``_pcow_seq``, one row per key that differs from the parent),
+``orders__pcow_base`` (the parent's rows at the merge base for those keys) and, after ``branch_materialize``,
+``orders__pcow_full``. Branch metadata is the Iceberg table ``<target schema>.partialcow_branches``. Branch names
+match ``^[a-z][a-z0-9_]{0,39}$`` without ``__``; ``main`` names the tables built without a branch.
+
+Behaviour:
+
+- Table and incremental models built on a branch are computed in full and diffed by ``unique_key`` against the
+  parent (new/changed rows 'U', missing parent keys 'D'). Models without ``unique_key``, or whose columns differ
+  from the parent's, are *detached*: the overlay holds the whole result and the view reads it alone; a merge
+  replaces the parent's rows (a conflict if the parent changed too).
+- The branch view reads the parent *live* for keys the branch did not change, and ``ref()`` reads the nearest
+  level that built the model (branch, parent branch, ..., main). Views and seeds built on a branch are plain
+  objects in the overlay schema (seeds are copies and are not merged).
+- Merge is three-way by key (base = parent at creation/last merge, ours = branch, theirs = parent now); after a
+  merge the branch's overlays are emptied and it continues from the merge result.
+- Iceberg only (time travel and MERGE INTO); one writer at a time per branch.
+- A project's own ``generate_schema_name`` or ``ref`` macro takes precedence over ours and disables branching.
 """
 
 from __future__ import annotations

@@ -1,0 +1,213 @@
+"""Benchmark of branch environments (Python API on the embedded Spark + Iceberg, no dbt in the timings).
+
+Measures:
+1. branch creation time on a 1K-row vs a 1M-row table (creation records snapshots, copies nothing);
+2. full scan of a branch view over a 1M-row table with a 1K-row and a 100K-row overlay vs the table itself
+   (targets: +5% and +20%), plus the same view written with NOT EXISTS instead of LEFT ANTI JOIN;
+3. merge of a 1K-key overlay into a 1M-row vs a 100K-row table (fast-forward and three-way).
+
+Run:  PYTHONPATH=adapter python bench/branch_bench.py [--rows 1000000] [--repeat 5]
+Writes bench/results/branch_bench.md, .json and .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+META = "bench"
+
+
+def _timed(fn, repeat: int) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _make_table(spark, name: str, rows: int) -> None:
+    (
+        spark.range(rows)
+        .selectExpr(
+            "id",
+            "concat('item-', id) AS name",
+            "id % 1000 AS qty",
+            "cast(id % 997 AS double) * 1.5 AS price",
+            "concat('cat-', id % 50) AS category",
+        )
+        .repartition(2)
+        .writeTo(f"{META}.{name}")
+        .using("iceberg")
+        .createOrReplace()
+    )
+
+
+def _changed(spark, table: str, every: int, offset: int = 0):
+    """The table with ``qty`` changed on every ``every``-th id: the model result a branch build diffs."""
+    from pyspark.sql import functions as F
+
+    frame = spark.table(f"{META}.{table}")
+    return frame.withColumn(
+        "qty", F.when((F.col("id") + offset) % every == 0, F.col("qty") + 1).otherwise(F.col("qty"))
+    )
+
+
+def _scan(spark, relation: str) -> None:
+    spark.table(relation).write.format("noop").mode("overwrite").save()
+
+
+def run(rows: int, repeat: int, warehouse: str) -> dict:
+    from partialcow.branch import build_model, create_branch, drop_branch, merge_branch
+    from partialcow.branch.overlay import overlay_info, view_sql
+    from partialcow.spark.session import get_or_create_session
+
+    spark = get_or_create_session(table_format="iceberg", warehouse=warehouse, master="local[2]")
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {META}")
+    small = 1000
+    results: dict = {"rows": rows, "repeat": repeat, "python": platform.python_version(), "spark": spark.version,
+                     "load_average_at_start": os.getloadavg()[0]}
+
+    # 1. creation: same work whatever the size
+    _make_table(spark, "t_small", small)
+    _make_table(spark, "t_big", rows)
+    create_times: dict[str, list[float]] = {}
+    for label, table in (("1K", "t_small"), (f"{rows // 1000}K", "t_big")):
+        times = []
+        for i in range(repeat):
+            name = f"c{i}_{table.replace('t_', '')}"
+            start = time.perf_counter()
+            create_branch(spark, name=name, meta_schema=META, models=[(META, table)])
+            times.append(time.perf_counter() - start)
+            drop_branch(spark, name=name, meta_schema=META)
+        create_times[label] = times
+    results["create_seconds"] = {k: statistics.median(v) for k, v in create_times.items()}
+
+    # 2. reading a branch view (full scan, all columns) vs the table
+    _scan(spark, f"{META}.t_big")  # warm-up
+    base_times = _timed(lambda: _scan(spark, f"{META}.t_big"), repeat)
+    reads = {"table": statistics.median(base_times)}
+    build_seconds = {}
+    for label, every in (("1K", rows // 1000), ("100K", rows // 100_000)):
+        branch = f"read_{label.lower()}"
+        create_branch(spark, name=branch, meta_schema=META, models=[(META, "t_big")])
+        start = time.perf_counter()
+        summary = build_model(spark, _changed(spark, "t_big", every), branch=branch, base_schema=META,
+                              identifier="t_big", key_columns=["id"], meta_schema=META)
+        build_seconds[label] = time.perf_counter() - start
+        assert summary.upserts == rows // every, summary
+        view = f"{META}__br_{branch}.t_big"
+        _scan(spark, view)
+        reads[f"view, {label} overlay"] = statistics.median(_timed(lambda: _scan(spark, view), repeat))
+        if label == "100K":
+            info = overlay_info(spark, f"{META}__br_{branch}", "t_big")
+            cols = ", ".join(info.columns)
+            not_exists = (
+                f"SELECT {cols} FROM {info.table} WHERE _pcow_op = 'U' UNION ALL "
+                f"SELECT {cols} FROM {META}.t_big p WHERE NOT EXISTS "
+                f"(SELECT 1 FROM {info.table} o WHERE o.id = p.id)"
+            )
+            assert view_sql(info, (META, "t_big"), materialized=False)  # the form the view uses: LEFT ANTI JOIN
+            spark.sql(not_exists).createOrReplaceTempView("bench_not_exists")
+            _scan(spark, "bench_not_exists")
+            reads[f"NOT EXISTS form, {label} overlay"] = statistics.median(
+                _timed(lambda: _scan(spark, "bench_not_exists"), repeat)
+            )
+        drop_branch(spark, name=branch, meta_schema=META)
+    results["read_seconds"] = reads
+    results["read_ratio"] = {k: v / reads["table"] for k, v in reads.items()}
+    results["build_seconds"] = build_seconds
+
+    # 3. merging 1K changed keys into tables of different sizes
+    _make_table(spark, "m_small", 100_000)
+    merges: dict[str, float] = {}
+    for label, table, size in (("100K", "m_small", 100_000), (f"{rows // 1000}K", "m_big", rows)):
+        for mode in ("fast-forward", "three-way"):
+            _make_table(spark, table, size)
+            branch = f"merge_{table.replace('m_', '')}_{mode[:2]}"
+            create_branch(spark, name=branch, meta_schema=META, models=[(META, table)])
+            build_model(spark, _changed(spark, table, size // 1000), branch=branch, base_schema=META,
+                        identifier=table, key_columns=["id"], meta_schema=META)
+            if mode == "three-way":  # the parent moves on: other keys change there
+                spark.sql(f"UPDATE {META}.{table} SET price = price + 1 WHERE id % {size // 1000} = 7")
+            start = time.perf_counter()
+            result = merge_branch(spark, name=branch, meta_schema=META)
+            merges[f"{label} table, {mode}"] = time.perf_counter() - start
+            assert result.models[0].updated == 1000, result.describe()
+            assert result.models[0].fast_forward == (mode == "fast-forward")
+            drop_branch(spark, name=branch, meta_schema=META)
+    results["merge_seconds"] = merges
+    results["load_average_at_end"] = os.getloadavg()[0]
+    return results
+
+
+def write_report(results: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "branch_bench.json").write_text(json.dumps(results, indent=2))
+    lines = [
+        "# Branch environments benchmark",
+        "",
+        f"`PYTHONPATH=adapter python bench/branch_bench.py --rows {results['rows']} --repeat {results['repeat']}` "
+        f"(local[2], Spark {results['spark']}, Iceberg, median of {results['repeat']}; 10M rows not run; "
+        f"machine shared with other jobs: load average {results['load_average_at_start']:.1f} at start, "
+        f"{results['load_average_at_end']:.1f} at the end on 2 cores).",
+        "",
+        "| measurement | seconds | ratio |",
+        "|---|---|---|",
+    ]
+    for label, seconds in results["create_seconds"].items():
+        lines.append(f"| branch_create, {label}-row table | {seconds:.3f} | |")
+    for label, seconds in results["read_seconds"].items():
+        ratio = results["read_ratio"][label]
+        lines.append(f"| full scan: {label} (1M rows) | {seconds:.3f} | {ratio:.2f}x ({(ratio - 1):+.0%}) |")
+    for label, seconds in results["build_seconds"].items():
+        lines.append(f"| build model on branch, {label} changed rows (diff vs 1M-row parent) | {seconds:.3f} | |")
+    for label, seconds in results["merge_seconds"].items():
+        lines.append(f"| branch_merge 1K keys into {label} | {seconds:.3f} | |")
+    (RESULTS / "branch_bench.md").write_text("\n".join(lines) + "\n")
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for ax, key, title in (
+        (axes[0], "create_seconds", "branch_create (s)"),
+        (axes[1], "read_seconds", "full scan of 1M rows (s)"),
+        (axes[2], "merge_seconds", "merge 1K keys (s)"),
+    ):
+        labels = list(results[key])
+        ax.bar(range(len(labels)), [results[key][k] for k in labels], color="#4c72b0")
+        ax.set_xticks(range(len(labels)), labels, rotation=25, ha="right", fontsize=8)
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "branch_bench.png", dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the large table (default 1M)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed repetitions per measurement (median)")
+    args = parser.parse_args()
+    warehouse = tempfile.mkdtemp(prefix="branch_bench_")
+    try:
+        results = run(args.rows, args.repeat, warehouse)
+    finally:
+        shutil.rmtree(warehouse, ignore_errors=True)
+    write_report(results)
+    print((RESULTS / "branch_bench.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Branch operations through the Python API: composite keys, a parent table replaced behind the branch's back,
+the ``theirs`` policy, unknown merge bases and the list statistics. Expected rows are plain Python dicts."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from partialcow.branch import build_model, create_branch, drop_branch, list_branches, merge_branch
+from partialcow.exceptions import BranchError
+
+pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.slow]
+
+COLUMNS = "k1 int, k2 string, v int, w string"
+PARENT = {(1, "a"): (1, "a", 10, "x"), (2, "b"): (2, "b", 20, "y"), (3, "c"): (3, "c", 30, "z"),
+          (4, "d"): (4, "d", 40, "q")}
+
+
+def _frame(spark, rows: dict):
+    return spark.createDataFrame(list(rows.values()), COLUMNS)
+
+
+def _rows(spark, relation: str) -> dict:
+    return {(r[0], r[1]): tuple(r) for r in spark.table(relation).collect()}
+
+
+def _replace_parent(spark, table: str, rows: dict) -> None:
+    # drop + create: the table's snapshot history is gone (what dbt-spark does when it misses an Iceberg table)
+    spark.sql(f"DROP TABLE {table} PURGE")
+    _frame(spark, rows).writeTo(table).using("iceberg").create()
+
+
+def _three_way(base, ours, theirs, policy):
+    out, conflicts = {}, set()
+    for key in set(base) | set(ours) | set(theirs):
+        b, o, t = base.get(key), ours.get(key), theirs.get(key)
+        if o == t or o == b:
+            value = t
+        elif t == b:
+            value = o
+        else:
+            conflicts.add(key)
+            value = o if policy == "ours" else t
+        if value is not None:
+            out[key] = value
+    return out, conflicts
+
+
+def test_composite_keys_replaced_parent_and_policies(spark):
+    meta = f"api_{uuid.uuid4().hex[:8]}"
+    table = f"{meta}.items"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    _frame(spark, PARENT).writeTo(table).using("iceberg").create()
+
+    create_branch(spark, name="b1", meta_schema=meta, models=[(meta, "items")])
+    ours = dict(PARENT)
+    ours[(1, "a")] = (1, "a", 11, "x")  # v changed
+    del ours[(2, "b")]
+    ours[(9, "z")] = (9, "z", 90, "n")
+    summary = build_model(spark, _frame(spark, ours), branch="b1", base_schema=meta, identifier="items",
+                          key_columns=["k1", "k2"], meta_schema=meta)
+    assert (summary.mode, summary.upserts, summary.tombstones) == ("delta", 2, 1)
+    assert _rows(spark, f"{meta}__br_b1.items") == ours
+
+    (stats,) = [b for b in list_branches(spark, meta_schema=meta).branches if b.name == "b1"]
+    assert stats.parent == "main"
+    assert [(m.upserts, m.tombstones, m.ratio) for m in stats.models] == [(2, 1, 3 / len(PARENT))]
+
+    # the parent is rebuilt from scratch meanwhile (history lost): w of (1, a) and v of (3, c) change
+    theirs = dict(PARENT)
+    theirs[(1, "a")] = (1, "a", 10, "changed")
+    theirs[(3, "c")] = (3, "c", 31, "z")
+    _replace_parent(spark, table, theirs)
+
+    with pytest.raises(BranchError, match="nothing was applied"):
+        merge_branch(spark, name="b1", meta_schema=meta)
+    assert _rows(spark, table) == theirs
+    conflicts = spark.table(f"{meta}__br_b1.partialcow_merge_conflicts").collect()
+    assert {(r["key"], r["column_name"], r["base_value"], r["ours_value"], r["theirs_value"]) for r in conflicts} == {
+        ('{"k1":1,"k2":"a"}', "v", "10", "11", "10"),
+        ('{"k1":1,"k2":"a"}', "w", "x", "x", "changed"),
+    }
+
+    result = merge_branch(spark, name="b1", meta_schema=meta, on_conflict="theirs")
+    expected, conflict_keys = _three_way(PARENT, ours, theirs, "theirs")
+    assert conflict_keys == {(1, "a")}
+    assert result.applied and result.models[0].conflicts == 1 and not result.models[0].fast_forward
+    assert _rows(spark, table) == expected
+    assert _rows(spark, f"{meta}__br_b1.items") == expected  # the branch continues from the merge result
+
+    # a branch built only after its parent lost its history: the merge base is unknown, so every changed key
+    # conflicts unless both sides agree (never a silent overwrite)
+    create_branch(spark, name="b2", meta_schema=meta, models=[(meta, "items")])
+    moved = dict(expected)
+    moved[(4, "d")] = (4, "d", 44, "q")
+    _replace_parent(spark, table, moved)
+    ours2 = dict(expected)
+    ours2[(4, "d")] = (4, "d", 45, "q")  # both sides changed 4
+    ours2[(3, "c")] = (3, "c", 31, "agreed")  # only the branch changed 3
+    build_model(spark, _frame(spark, ours2), branch="b2", base_schema=meta, identifier="items",
+                key_columns=["k1", "k2"], meta_schema=meta)
+    with pytest.raises(BranchError, match="2 conflicting key"):
+        merge_branch(spark, name="b2", meta_schema=meta)
+    assert _rows(spark, table) == moved
+    merge_branch(spark, name="b2", meta_schema=meta, on_conflict="ours")
+    assert _rows(spark, table) == ours2
+
+    for name in ("b1", "b2"):
+        drop_branch(spark, name=name, meta_schema=meta)
+    assert not [d.name for d in spark.catalog.listDatabases() if d.name.startswith(f"{meta}__br_")]
+    with pytest.raises(BranchError, match="does not exist"):
+        drop_branch(spark, name="b1", meta_schema=meta)
+    spark.sql(f"DROP TABLE {table} PURGE")
+    spark.sql(f"DROP TABLE {meta}.partialcow_branches PURGE")
+    spark.sql(f"DROP SCHEMA {meta}")
