@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from partialcow.exceptions import InvalidChangeError, ParquetRewriteError
 from partialcow.metrics import WriteMetrics
 from partialcow.parquet import _format as F
 from partialcow.parquet._layout import Chunk, Page, ParquetLayout, ThriftClock, TopField, sort_key_fn
-from partialcow.parquet._thrift import T_BINARY, T_I32, T_I64, T_LIST, T_STRUCT, T_TRUE, TList, TStruct
+from partialcow.parquet._thrift import T_BINARY, T_I32, T_I64, T_LIST, T_STRUCT, TList, TStruct
 
 __all__ = ["ROW_POSITION", "RewriteReport", "rewrite_file"]
 
@@ -574,7 +575,7 @@ def _boundary_order(leaf_key, null_pages: list[int], mins: list[bytes], maxs: li
         return F.UNORDERED
     try:
         pairs = [(leaf_key(lo), leaf_key(hi)) for n, lo, hi in zip(null_pages, mins, maxs) if n != 1]
-    except (ValueError, Exception):
+    except (ValueError, struct.error):  # a NaN bound or a malformed entry: claim no order
         return F.UNORDERED
     if all(a[0] <= b[0] and a[1] <= b[1] for a, b in zip(pairs, pairs[1:])):
         return F.ASCENDING
@@ -604,7 +605,7 @@ def _combine_bounds(leaf_key, old: TStruct | None, old_all_null: bool, news: lis
     try:
         lo = min((c[0] for c in cands), key=leaf_key)
         hi = max((c[1] for c in cands), key=leaf_key)
-    except ValueError:  # a NaN bound
+    except (ValueError, struct.error):  # a NaN bound, or a bound of the wrong width
         return None
     return lo, hi
 
@@ -615,7 +616,6 @@ def _combine_bounds(leaf_key, old: TStruct | None, old_all_null: bool, news: lis
 
 @dataclass
 class _Stats:
-    rows_updated: int = 0
     pages_total: int = 0
     pages_rewritten: int = 0
     pages_copied: int = 0
@@ -1331,8 +1331,9 @@ def rewrite_file(
                              tuple(sorted(changes.upd)), (), reason, tuple(whole_blooms_dropped),
                              time.perf_counter() - t0, clock.seconds)
     rows_after = sum(g[2] for g in groups)
+    rows_updated = int(_unique(np.concatenate(rw.changed_parts)).size) if rw.changed_parts else 0
     return RewriteReport(
-        src, dst, lay.num_rows, rows_after, _unique(np.concatenate(rw.changed_parts)).size if rw.changed_parts else 0, int(changes.del_pos.size), st.pages_total,
+        src, dst, lay.num_rows, rows_after, rows_updated, int(changes.del_pos.size), st.pages_total,
         st.pages_rewritten, st.pages_copied, st.bytes_copied, st.bytes_reencoded, tuple(sorted(st.columns)),
         tuple(st.full_chunks), None, tuple(st.blooms_dropped), time.perf_counter() - t0, clock.seconds)
 

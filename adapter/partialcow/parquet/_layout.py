@@ -312,7 +312,8 @@ class ParquetLayout:
         pages: list[Page] = []
         if oi is not None:
             for loc in oi.val(F.OI_PAGE_LOCATIONS).items:
-                pages.append(Page(loc.val(F.PL_OFFSET), loc.val(F.PL_COMPRESSED_PAGE_SIZE), loc.val(F.PL_FIRST_ROW_INDEX)))
+                pages.append(Page(loc.val(F.PL_OFFSET), loc.val(F.PL_COMPRESSED_PAGE_SIZE),
+                                  loc.val(F.PL_FIRST_ROW_INDEX)))
             rows_known = True
         else:
             # No OffsetIndex: walk the page headers. Rows per page are known for v2 pages and for flat v1 pages.

@@ -47,7 +47,8 @@ class TMap:
         self.ktype, self.vtype, self.pairs = ktype, vtype, pairs
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, TMap) and (self.ktype, self.vtype, self.pairs) == (other.ktype, other.vtype, other.pairs)
+        return isinstance(other, TMap) and (self.ktype, self.vtype, self.pairs) == (
+            other.ktype, other.vtype, other.pairs)
 
 
 class TStruct(dict):
