@@ -330,7 +330,7 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
             if not new_files:
                 metrics.duration_ms = int((time.monotonic() - started) * 1000)
                 return metrics
-            table_paths = {p: _table_path(p, like=[r["src"] for r in rewritten]) for p in new_files}
+            table_paths = {p: _table_path(p, location=table.source.location) for p in new_files}
             change = FileReplacement(
                 base_version=base_version,
                 removed=[r["src"] for r in rewritten],
@@ -353,11 +353,13 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
         staged.unpersist()
 
 
-def _table_path(local: str, *, like: Sequence[str]) -> str:
-    """Spell a new file the way the table spells its files (Iceberg's local tables use ``file:`` URIs)."""
-    if like and like[0].startswith("file:"):
-        return "file:" + local
-    return local
+def _table_path(local: str, *, location: str) -> str:
+    """Spell a new file the way the table spells its files (Iceberg's local tables use ``file:`` URIs).
+
+    >>> _table_path("/wh/t/data/a.parquet", location="file:/wh/t"), _table_path("/d/a.parquet", location="/d")
+    ('file:/wh/t/data/a.parquet', '/d/a.parquet')
+    """
+    return "file:" + local if location.startswith("file:") else local
 
 
 def _conflict_keys(staged: DataFrame, spec: ChangeSpec) -> dict[str, list[object]]:
