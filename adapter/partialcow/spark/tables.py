@@ -87,6 +87,8 @@ def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> 
     """
     from partialcow.spark.session import bind_to_current_thread
 
+    if table_format not in ("iceberg", "delta"):
+        raise ConfigurationError(f"table {name}: table format {table_format!r} is not supported (iceberg or delta)")
     bind_to_current_thread(spark)
     if table_format == "iceberg":
         from partialcow.commit.iceberg import IcebergCommitter
@@ -94,13 +96,11 @@ def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> 
         source: TableSource = IcebergSource(spark, name)
         committer: TableCommitter = IcebergCommitter(spark, name)
         data_dir = os.path.join(local_path(source.location), "data")
-    elif table_format == "delta":
+    else:
         from partialcow.commit.delta import DeltaCommitter
 
         source = DeltaSource(spark, name)
         committer = DeltaCommitter(name)
         data_dir = local_path(source.location)
-    else:
-        raise ConfigurationError(f"table {name}: table format {table_format!r} is not supported (iceberg or delta)")
     os.makedirs(data_dir, exist_ok=True)
     return LakehouseTable(spark=spark, name=name, table_format=table_format, committer=committer, source=source, data_dir=data_dir)
