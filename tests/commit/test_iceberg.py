@@ -266,6 +266,38 @@ def test_unknown_base_snapshot_is_a_conflict(spark, table: str) -> None:
     assert os.path.exists(new)  # kept: without the base snapshot we cannot prove nothing references it
 
 
+def test_parallel_commits_to_one_table_both_land(spark, table: str) -> None:
+    # Threads committing different files of one table at once: neither commit may be lost (see _COMMIT_LOCKS).
+    import threading
+
+    base = IcebergCommitter(spark, table).current_version()
+    jobs = []
+    for key, value in ((2, "B"), (5, "E")):
+        committer = IcebergCommitter(spark, table)
+        old = _file_with(committer, key, base)
+        jobs.append((committer, FileReplacement(
+            base_version=base, removed=[old], added=[_rewrite(old, {key: value}, tag=f"par{key}")], conflict_keys={"id": [key]}
+        )))
+    barrier = threading.Barrier(len(jobs))
+    errors: list[BaseException] = []
+
+    def run(committer: IcebergCommitter, change: FileReplacement) -> None:
+        try:
+            barrier.wait()
+            committer.replace_files(change)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=job) for job in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert errors == []
+    assert _rows(spark, f"SELECT id, v FROM {table}") == {1: "a", 2: "B", 3: "c", 4: "d", 5: "E", 6: "f"}
+    assert len(spark.sql(f"SELECT * FROM {table}.snapshots").collect()) == 4  # two inserts, two overwrites
+
+
 def test_file_not_live_at_base_is_refused(spark, table: str, tmp_path: Path) -> None:
     committer = IcebergCommitter(spark, table)
     base = committer.current_version()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -34,6 +35,10 @@ NO_SNAPSHOT = -1
 # keeps the expression small and avoids one py4j round trip per key.
 _MAX_IN_KEYS = 1000
 _COMMIT_ID = "partialcow.commit-id"
+# The embedded Hive 2.3 metastore ignores the compare-and-swap condition of Iceberg's lock-free commits (enforced
+# from Hive 4, HIVE-26882): two threads committing to one table could both "win". Serialise ours per table.
+_COMMIT_LOCKS: dict[str, threading.Lock] = {}
+_COMMIT_LOCKS_GUARD = threading.Lock()
 
 
 class _KeyTypeUnsupported(Exception):
@@ -170,8 +175,11 @@ class IcebergCommitter:
                 f"cannot prepare the commit to Iceberg table {self._name}: {_java_message(exc)}; nothing was committed"
             ) from exc
 
+        with _COMMIT_LOCKS_GUARD:
+            lock = _COMMIT_LOCKS.setdefault(str(table.name()), threading.Lock())
         try:
-            overwrite.commit()
+            with lock:
+                overwrite.commit()
         except _java_errors() as exc:
             java_class = _java_class(exc)
             if java_class.endswith("CommitStateUnknownException"):
