@@ -484,3 +484,24 @@ def test_bug_spark_plain_page_before_dictionary_page(tmp_path: Path) -> None:
     before, after = page_bytes(src), page_bytes(dst)
     for key in before:
         assert [i for i, p in enumerate(before[key]) if p != after[key][i]] == [4]
+
+
+def test_layout_mismatch_falls_back_to_whole_file(tmp_path: Path, table: pa.Table,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """When pyarrow cannot re-encode a page with the source's physical layout, the file is rewritten whole."""
+    import partialcow.parquet._engine as engine
+
+    def refuse(*args, **kwargs):
+        raise engine._NeedFullFile("simulated layout mismatch")
+
+    monkeypatch.setattr(engine, "_encode_mini", refuse)
+    src, dst = tmp_path / "src.parquet", tmp_path / "dst.parquet"
+    pq.write_table(table, src, write_page_index=True, max_rows_per_page=500,
+                   bloom_filter_options={"k": {"ndv": N}})
+    pos = np.array([3, 4])
+    new = {"s": pa.array(["x", table.column("s")[4].as_py()])}  # the second value is unchanged
+    report = rewrite_file(src, dst, pa.table({ROW_POSITION: pa.array(pos, pa.int64()), **new}), [9])
+    assert report.full_file_rewrite == "simulated layout mismatch"
+    assert report.rows_updated == 1 and report.bloom_filters_dropped == ()
+    assert_same_rows(dst, expected(table, pos, new, np.array([9])))
+    assert pq.ParquetFile(dst).metadata.metadata == pq.ParquetFile(src).metadata.metadata

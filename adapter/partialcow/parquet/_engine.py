@@ -1305,8 +1305,9 @@ def rewrite_file(
             if reason is not None:
                 total_pages = sum(lay.page_count(rg, leaf.index) for rg in range(len(lay.row_groups))
                                   for leaf in lay.leaves)
-                if table is None:
+                if table is None:  # the page path gave up (see _NeedFullFile)
                     table = pq.read_table(src)
+                    changes = _real_changes(table, changes)
                 size, whole_blooms_dropped = _rewrite_whole(lay, table, fd, tmp, changes, opts)
             if fsync:
                 os.fsync(fd)
