@@ -44,7 +44,7 @@ def _local(uri: str) -> str:
 
 def _moves(upserts: pa.Table, absent: Sequence[str]) -> pa.Array:
     """Rows that set a value in a column their file lacks (added to the table after the file was written)."""
-    mask = pa.array([False] * upserts.num_rows)
+    mask = pa.array([False] * upserts.num_rows, type=pa.bool_())  # typed: a delete-only file has no upserts
     for column in absent:
         mask = pc.or_(mask, pc.is_valid(upserts[column]))
     return mask
