@@ -12,7 +12,8 @@ Change batches (fractions of the table's rows, keys drawn without replacement, e
 - ``d_deletes``: uniform random keys deleted.
 
 Contenders, all in one SparkSession (local[2], the product's embedded Iceberg session), each on its own copy of the
-table, loaded once per contender and reset to that base state before every batch (Iceberg: ``rollback_to_snapshot``
+table, loaded once per contender and reset to that base state before every batch (batches run one after the other,
+every contender per batch, 1% batches first, so a run stopped early still compares every contender) (Iceberg: ``rollback_to_snapshot``
 plus removal of the files the rolled-back write left; Delta: the table folder restored from a pristine copy):
 
 - ``iceberg_cow`` / ``iceberg_mor``: Spark SQL ``MERGE INTO`` on an Iceberg table written by Spark with Iceberg's
@@ -77,6 +78,7 @@ CONTENDERS = (
     "iceberg_cow", "iceberg_mor", "dbt_spark_merge", "delta_rs", "delta_spark", "partialcow_iceberg", "partialcow_delta",
 )
 BASELINE = "iceberg_cow"
+SIZE_PRIORITY = {0.01: 0, 0.001: 0, 0.1: 1, 0.05: 2, 0.3: 3, 0.5: 4}
 NAMESPACE = "upsert_bench"
 
 
@@ -491,6 +493,15 @@ class PartialCowDelta(DeltaContender):
 CLASSES = {c.name: c for c in (IcebergCow, IcebergMor, DbtSparkMerge, DeltaRs, PartialCowIceberg, PartialCowDelta)}
 
 
+def failure_text(exc: BaseException) -> str:
+    """One line naming the error; for a Python worker failure, the worker's own last line (the real error)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    line = lines[-1] if "Python worker" in lines[0] else lines[0]
+    return f"{type(exc).__name__}: {line[:200]}"
+
+
 def run_case(contender: Contender, case: Case, expected: tuple[tuple, tuple], jobs: JobCounter) -> Result:
     result = Result(contender.name, case.pattern, case.size, case.rows)
     try:
@@ -517,7 +528,7 @@ def run_case(contender: Contender, case: Case, expected: tuple[tuple, tuple], jo
             result.note = f"scan {full} {selective} != oracle {expected[0]} {expected[1]}"
     except Exception as exc:  # a failed run is a result too: recorded, not hidden
         result.check = "FAILED"
-        result.note = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
+        result.note = failure_text(exc)
         traceback.print_exc()
     return result
 
@@ -652,6 +663,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile run of apply_changes")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args(argv)
+    version = code_version()  # at start: colleagues may commit while the run goes
     command = "PYTHONPATH=adapter python bench/upsert_bench.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
 
     tag = f"sf{args.scale}" + ("_quick" if args.quick else "") + (f"_r{args.rows}" if args.rows else "")
@@ -674,6 +686,8 @@ def main(argv: list[str] | None = None) -> None:
         for p in patterns
         for s in (delete_sizes if p == "d_deletes" else sizes)
     ]
+    # Case-major, small and typical batches first: a run stopped early still compares every contender.
+    cases.sort(key=lambda c: (SIZE_PRIORITY.get(c.size, 9), PATTERNS.index(c.pattern)))
     print(f"{base.num_rows:,} rows, {len(cases)} change batches, contenders: {', '.join(contenders)}", flush=True)
 
     from partialcow.spark.session import get_or_create_session
@@ -682,15 +696,11 @@ def main(argv: list[str] | None = None) -> None:
     spark.sparkContext.setLogLevel("ERROR")
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {NAMESPACE}")
     jobs = JobCounter(spark)
-    expected = {}
-    for case in cases:
-        started = time.perf_counter()
-        expected[case.label] = oracle(spark, base_path, case)
-        print(f"oracle {case.label}: {time.perf_counter() - started:.1f} s", flush=True)
+    stem = args.results / f"upsert_{tag}"
 
     results: list[Result] = []
     loads: dict[str, str] = {}
-    profile_text = ""
+    loaded: list[Contender] = []
     for name in contenders:
         if name == "delta_spark":
             print("delta_spark: skipped: no delta-spark jar", flush=True)
@@ -703,38 +713,56 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as exc:
             traceback.print_exc()
             loads[name] = f"load FAILED: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:160]}"
-            for case in cases:
-                results.append(Result(name, case.pattern, case.size, case.rows, check="FAILED", note=loads[name]))
+            results += [Result(name, c.pattern, c.size, c.rows, check="FAILED", note=loads[name]) for c in cases]
             continue
         loads[name] = f"loaded in {time.perf_counter() - started:.1f} s"
         print(f"{name}: {loads[name]}", flush=True)
-        for case in cases:
+        loaded.append(contender)
+
+    profile_text = ""
+    for case in cases:
+        started = time.perf_counter()
+        expected = oracle(spark, base_path, case)
+        print(f"{case.label}: oracle {time.perf_counter() - started:.1f} s", flush=True)
+        for contender in loaded:
             why_not = contender.supports(case)
             if why_not:
-                results.append(Result(name, case.pattern, case.size, case.rows, note=why_not))
+                results.append(Result(contender.name, case.pattern, case.size, case.rows, note=why_not))
                 continue
-            result = run_case(contender, case, expected[case.label], jobs)
+            result = run_case(contender, case, expected, jobs)
             results.append(result)
             print(
-                f"  {name:18s} {case.label:22s} write {_fmt(result.write_s)} s, full scan {_fmt(result.full_scan_s, 2)} s, "
-                f"selective {_fmt(result.selective_scan_s, 2)} s, {result.check} {result.note}",
+                f"  {contender.name:18s} {case.label:22s} write {_fmt(result.write_s)} s, "
+                f"full scan {_fmt(result.full_scan_s, 2)} s, selective {_fmt(result.selective_scan_s, 2)} s, "
+                f"{result.check} {result.note}",
                 flush=True,
             )
-        if isinstance(contender, PartialCowIceberg) and not args.no_profile:
-            case = next((c for c in cases if c.pattern == "b_uniform_two"), cases[0])
+        ours = next((c for c in loaded if isinstance(c, PartialCowIceberg)), None)
+        if ours is not None and not args.no_profile and not profile_text and case.pattern == "b_uniform_two":
             try:
-                profile_text = profile_ours(contender, case)
+                profile_text = profile_ours(ours, case)
             except Exception as exc:
                 traceback.print_exc()
                 profile_text = f"profile run FAILED: {type(exc).__name__}: {exc}"
-        # after every contender, so a long run that is stopped early still leaves its results
-        report(args, command, base.num_rows, loads, results, profile_text, args.results / f"upsert_{tag}", final=False)
+        # after every batch, so a long run that is stopped early still leaves its results
+        report(args, command, version, base.num_rows, loads, results, profile_text, stem, final=False)
     spark.stop()
-    report(args, command, base.num_rows, loads, results, profile_text, args.results / f"upsert_{tag}", final=True)
+    report(args, command, version, base.num_rows, loads, results, profile_text, stem, final=True)
+
+
+def code_version() -> str:
+    """The commit measured, and which product files had uncommitted edits (the team works in one checkout)."""
+    def git(*cmd: str) -> str:
+        return subprocess.run(["git", *cmd], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
+    dirty = git("status", "--short", "--", "adapter").splitlines()
+    return f"commit {git('rev-parse', '--short', 'HEAD')}" + (
+        f", uncommitted edits in {', '.join(line.split()[-1] for line in dirty)}" if dirty else ""
+    )
 
 
 def report(
-    args: argparse.Namespace, command: str, rows: int, loads: dict[str, str], results: list[Result],
+    args: argparse.Namespace, command: str, version: str, rows: int, loads: dict[str, str], results: list[Result],
     profile_text: str, stem: Path, *, final: bool,
 ) -> None:
     header = "\n".join(
@@ -746,6 +774,8 @@ def report(
             f"Machine: {os.cpu_count()} cores shared with other work, Spark local[2] (driver 2g, 4 shuffle partitions), "
             f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
             f"{rows:,} rows. One run per cell: compare ratios, not absolute seconds.",
+            "",
+            f"Code: {version}",
             "",
             "Loads (not timed in the table): " + "; ".join(f"{k} {v}" for k, v in loads.items()),
             "",
