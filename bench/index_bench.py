@@ -109,7 +109,6 @@ def main() -> None:
         result = index.lookup(keys, check_duplicates=check)
         _noop(result.found)
         _noop(result.missing)
-        result.release()
 
     def lookup_local() -> None:
         import pyarrow.parquet as pq

@@ -263,7 +263,6 @@ def test_lookup_local_agrees_with_spark_lookup(spark, tmp_path, n_keys) -> None:
         assert row_at(path, pos, KEYS) == key
     result = index.lookup(spark.createDataFrame(present, "id int, name string, day date"))
     assert {tuple(r[c] for c in KEYS): (r["file"], r["pos"]) for r in result.found.collect()} == local
-    result.release()
 
 
 def test_two_maintainers_racing_for_the_same_state(spark, tmp_path) -> None:

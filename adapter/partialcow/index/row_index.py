@@ -63,21 +63,11 @@ class IndexMetrics:
 
 @dataclass(frozen=True)
 class LookupResult:
-    """``found``: ``key..., file, pos`` of keys present in the table; ``missing``: keys absent from it.
-
-    Both are lazy DataFrames. With the duplicate check on, they read the matched index rows Spark cached during
-    the check: call ``release()`` once both have been consumed to free that cache.
-    """
+    """``found``: ``key..., file, pos`` of keys present in the table; ``missing``: keys absent from it (both lazy)."""
 
     found: DataFrame
     missing: DataFrame
     buckets_read: int
-    _cached: DataFrame | None = field(default=None, repr=False)
-
-    def release(self) -> None:
-        """Drop the cached index rows of this lookup (safe to call more than once)."""
-        if self._cached is not None:
-            self._cached.unpersist()
 
 
 @dataclass
@@ -245,7 +235,7 @@ class RowIndex:
         Only the distinct bucket numbers of the keys are collected (at most ``num_buckets`` ints) to choose which
         bucket files to read. Keys are cast to the index's key types first, so ``1`` finds a ``bigint`` key 1.
         ``check_duplicates`` reads the matched index rows in one Spark job, raises ``DuplicateKeyError`` if a key
-        appears twice, and caches those rows for ``found``/``missing`` (free them with ``LookupResult.release()``).
+        appears twice, and keeps those rows (a local checkpoint) for ``found`` and ``missing`` to reuse.
         Without it the index is trusted: builds and maintenance already refuse duplicates. Keys are not
         deduplicated: a key given twice is found twice.
         """
@@ -270,16 +260,14 @@ class RowIndex:
         names = [self.state.buckets[b] for b in wanted if self.state.buckets[b] is not None]
         index_rows = self._read_index(names)
         keys_list = list(self.key_columns)
-        cached = None
         if check_duplicates:
             # The index rows of the wanted keys are few (about one per key): materialise them once for the
-            # duplicate check and let found/missing reuse them instead of scanning the buckets again.
-            cached = index_rows.join(typed.distinct(), keys_list, "left_semi").persist()
-            dups = cached.groupBy(*keys_list).count().where("count > 1").limit(_DUPLICATE_SAMPLE).collect()
+            # duplicate check and let found/missing reuse them instead of scanning the buckets again. A local
+            # checkpoint (not persist) so Spark frees the blocks by itself once the DataFrames are gone.
+            index_rows = index_rows.join(typed.distinct(), keys_list, "left_semi").localCheckpoint(eager=True)
+            dups = index_rows.groupBy(*keys_list).count().where("count > 1").limit(_DUPLICATE_SAMPLE).collect()
             if dups:
-                cached.unpersist()
                 raise self._duplicate_error(dups)
-            index_rows = cached
         files = self._files_frame(file_column)
         found = (
             typed.join(index_rows, keys_list, "inner")
@@ -287,7 +275,7 @@ class RowIndex:
             .select(*[F.col(quote_identifier(c)) for c in self.key_columns], F.col(file_column), F.col(POS).alias(pos_column))
         )
         missing = typed.join(index_rows, keys_list, "left_anti")
-        return LookupResult(found=found, missing=missing, buckets_read=len(names), _cached=cached)
+        return LookupResult(found=found, missing=missing, buckets_read=len(names))
 
     def lookup_local(self, keys: pa.Table, *, file_column: str = "file", pos_column: str = "pos") -> tuple[pa.Table, pa.Table]:
         """Like ``lookup`` but on the driver with pyarrow, no Spark job: for small key sets (a few thousand keys).
