@@ -48,9 +48,13 @@ class CdcOracle:
         self.con = duckdb.connect()
         self._started = False
 
-    def apply(self, batch: pa.Table) -> Counts:
-        """Apply one batch (an Arrow table of change rows) to the expected state; returns what it changed."""
+    def apply(self, batch: pa.Table, *, update_columns: Sequence[str] | None = None) -> Counts:
+        """Apply one batch (an Arrow table of change rows) to the expected state; returns what it changed.
+
+        ``update_columns`` (default: the constructor's) limits what an update of a present key changes.
+        """
         con = self.con
+        update_columns = self.update_columns if update_columns is None else list(update_columns)
         con.register("batch_rows", batch)
         if not self._started:
             con.execute(f"create or replace table state as select {self._cols('b')} from batch_rows b limit 0")
@@ -76,7 +80,7 @@ class CdcOracle:
             from classified""").fetchone()
         # New values of present keys: the changed columns from the batch, the others kept from the table.
         changed = [c for c in self.columns if c not in self.keys
-                   and (self.update_columns is None or c in self.update_columns)]
+                   and (update_columns is None or c in update_columns)]
         merged = ", ".join(
             f"l.{_q(c)}" if c in self.keys or c in changed else f"s.{_q(c)}" for c in self.columns
         )

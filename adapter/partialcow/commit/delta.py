@@ -586,7 +586,7 @@ class DeltaCommitter:
     def _relative_any(self, path: str) -> str:
         """Absolute local path or URI -> path under the table root (decoded)."""
         if self._local_root is not None:
-            local = _local_root(path) if "://" in path else os.path.abspath(path)
+            local = _local_root(path) if "://" in path or path.startswith("file:") else os.path.abspath(path)
             rel = os.path.relpath(local or path, self._local_root)
             if rel.startswith(".."):
                 raise _KeepFiles(CommitError(f"file {path} is outside Delta table {self._table_uri}"))
@@ -621,7 +621,8 @@ def _no_duplicates(paths: Sequence[str], what: str, table: str) -> None:
 
 
 def _is_absolute(path: str) -> bool:
-    return os.path.isabs(path) or "://" in path
+    # "file:/x" (one slash) is how Spark and Iceberg spell local files: a URI, not a relative path
+    return os.path.isabs(path) or "://" in path or path.startswith("file:")
 
 
 def _local_root(uri: str) -> str | None:
