@@ -26,6 +26,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 META = "bench"
 
 
+def _size(rows: int) -> str:
+    return f"{rows // 1_000_000}M" if rows % 1_000_000 == 0 else f"{rows // 1000}K"
+
+
 def _timed(fn, repeat: int) -> list[float]:
     times = []
     for _ in range(repeat):
@@ -82,7 +86,7 @@ def run(rows: int, repeat: int, warehouse: str) -> dict:
     _make_table(spark, "t_small", small)
     _make_table(spark, "t_big", rows)
     create_times: dict[str, list[float]] = {}
-    for label, table in (("1K", "t_small"), (f"{rows // 1000}K", "t_big")):
+    for label, table in (("1K", "t_small"), (_size(rows), "t_big")):
         times = []
         for i in range(repeat):
             name = f"c{i}_{table.replace('t_', '')}"
@@ -131,7 +135,7 @@ def run(rows: int, repeat: int, warehouse: str) -> dict:
     # 3. merging 1K changed keys into tables of different sizes
     _make_table(spark, "m_small", 100_000)
     merges: dict[str, float] = {}
-    for label, table, size in (("100K", "m_small", 100_000), (f"{rows // 1000}K", "m_big", rows)):
+    for label, table, size in (("100K", "m_small", 100_000), (_size(rows), "m_big", rows)):
         for mode in ("fast-forward", "three-way"):
             _make_table(spark, table, size)
             branch = f"merge_{table.replace('m_', '')}_{mode[:2]}"
@@ -174,9 +178,14 @@ def write_report(results: dict) -> None:
         lines.append(f"| branch_create, {label}-row table | {seconds:.3f} | |")
     for label, seconds in results["read_seconds"].items():
         ratio = results["read_ratio"][label]
-        lines.append(f"| full scan: {label} (1M rows) | {seconds:.3f} | {ratio:.2f}x ({(ratio - 1):+.0%}) |")
+        lines.append(
+            f"| full scan: {label} ({_size(results['rows'])} rows) | {seconds:.3f} | {ratio:.2f}x ({(ratio - 1):+.0%}) |"
+        )
     for label, seconds in results["build_seconds"].items():
-        lines.append(f"| build model on branch, {label} changed rows (diff vs 1M-row parent) | {seconds:.3f} | |")
+        lines.append(
+            f"| build model on branch, {label} changed rows (diff vs {_size(results['rows'])}-row parent) "
+            f"| {seconds:.3f} | |"
+        )
     for label, seconds in results["merge_seconds"].items():
         lines.append(f"| branch_merge 1K keys into {label} | {seconds:.3f} | |")
     (RESULTS / "branch_bench.md").write_text("\n".join(lines) + "\n")
@@ -184,7 +193,7 @@ def write_report(results: dict) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
     for ax, key, title in (
         (axes[0], "create_seconds", "branch_create (s)"),
-        (axes[1], "read_seconds", "full scan of 1M rows (s)"),
+        (axes[1], "read_seconds", f"full scan of {_size(results['rows'])} rows (s)"),
         (axes[2], "merge_seconds", "merge 1K keys (s)"),
     ):
         labels = list(results[key])

@@ -13,13 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Sequence
 
-from partialcow.branch.catalog import (
-    iceberg_snapshot,
-    iceberg_total_records,
-    list_tables,
-    schema_exists,
-    table_exists,
-)
+from partialcow.branch.catalog import iceberg_total_records, table_exists
 from partialcow.branch.naming import (
     MAIN,
     base_image_table,
@@ -30,7 +24,6 @@ from partialcow.branch.naming import (
     base_schema_of,
     full_table,
     overlay_schema,
-    overlay_table,
     qualified,
     quote,
     validate_branch_name,
@@ -145,7 +138,9 @@ def create_branch(
     if store.get(name) is not None:
         raise BranchError(f"branch {name!r} already exists: drop it first or choose another name")
     levels = store.chain(parent)
-    wanted = _models(models) + [(base_schema_of(i.schema), i.identifier) for lvl in levels[:-1] for i in branch_models(spark, lvl)]
+    # models that exist only on the parent branches count too
+    inherited = [(base_schema_of(i.schema), i.identifier) for lvl in levels[:-1] for i in branch_models(spark, lvl)]
+    wanted = _models(models) + inherited
     record = BranchRecord(
         name=name, parent=parent, created_at=_now(), base_snapshots=record_snapshots(spark, _models(wanted), levels)
     )
@@ -300,7 +295,8 @@ class ModelMerge:
         else:
             text = f"  {self.model} ({how}): {self.inserted} inserted, {self.updated} updated, {self.deleted} deleted"
         if self.conflicts:
-            text += f"; {self.conflicts} conflicting key(s)" + (f" resolved as {self.resolution}" if self.resolution else "")
+            text += f"; {self.conflicts} conflicting key(s)"
+            text += f" resolved as {self.resolution}" if self.resolution else ""
         return text
 
 
@@ -322,7 +318,9 @@ class MergeResult:
         lines = [f"branch {self.branch} -> {self.parent}: {state} in {self.seconds:.2f}s"]
         lines += [m.describe() for m in self.models] or ["  nothing to merge"]
         if self.conflicts:
-            lines.append(f"  conflicts: {self.conflict_table} (model, key, column_name, base_value, ours_value, theirs_value)")
+            lines.append(
+                f"  conflicts: {self.conflict_table} (model, key, column_name, base_value, ours_value, theirs_value)"
+            )
         return "\n".join(lines)
 
 
@@ -490,7 +488,8 @@ def _merge_full_table_sql(target: str, source: str, keys: Sequence[str], cols: S
     return (
         f"MERGE INTO {target} t USING ({source}) s ON {on} "
         f"WHEN MATCHED AND s.{OP_COLUMN} = '{OP_DELETE}' THEN DELETE {update}"
-        f"WHEN NOT MATCHED AND s.{OP_COLUMN} = '{OP_UPSERT}' THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})"
+        f"WHEN NOT MATCHED AND s.{OP_COLUMN} = '{OP_UPSERT}' "
+        f"THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})"
     )
 
 
@@ -525,7 +524,9 @@ def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_level
         if parent_level == MAIN:
             target = f"{target_schema}.{info.identifier}"
             current = spark.table(target) if table_exists(spark, target_schema, info.identifier) else None
-            same = current is not None and [f.name.lower() for f in current.schema.fields] == [c.lower() for c in info.columns]
+            same = current is not None and [f.name.lower() for f in current.schema.fields] == [
+                c.lower() for c in info.columns
+            ]
             if same:
                 ours.select(*[quote(c) for c in info.columns]).writeTo(target).overwrite(F.lit(True))
             else:
@@ -541,7 +542,10 @@ def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_level
             if table_exists(spark, target_schema, info.identifier):
                 spark.sql(_merge_full_table_sql(target, source, info.key_columns, info.columns, with_op=False))
             else:  # a model new on the branch: the parent gets its rows as a new table
-                spark.sql(f"CREATE TABLE {target} USING iceberg AS SELECT {cols} FROM ({source}) WHERE {OP_COLUMN} = '{OP_UPSERT}'")
+                spark.sql(
+                    f"CREATE TABLE {target} USING iceberg AS "
+                    f"SELECT {cols} FROM ({source}) WHERE {OP_COLUMN} = '{OP_UPSERT}'"
+                )
         else:
             # keys entering the parent's overlay need the parent's own merge base, before they land
             capture_base(
@@ -557,7 +561,10 @@ def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_level
             elif parent_info.mode == "delta":
                 spark.sql(_merge_overlay_sql(parent_info.table, source, info.key_columns, info.columns))
             else:
-                spark.sql(_merge_full_table_sql(parent_info.table, source, info.key_columns, info.columns, with_op=True))
+                full_merge = _merge_full_table_sql(
+                    parent_info.table, source, info.key_columns, info.columns, with_op=True
+                )
+                spark.sql(full_merge)
     if parent_level != MAIN:
         _unmaterialize(spark, target_schema, info.identifier)  # its collapsed copy no longer matches
         create_branch_view(spark, levels=store.chain(parent_level), base_schema=base_schema, identifier=info.identifier)
