@@ -18,6 +18,7 @@ import decimal
 import random
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -285,11 +286,16 @@ def delta_case(cid: str, n: int, columns: Sequence[str], **props: object) -> Sou
     return SourceCase(cid, "parquet-rs", build, page_index=True, nested=any(c in NESTED_TYPES for c in columns))
 
 
+def _tpcgen() -> str:
+    """tpcgen-cli from PATH, or next to the running interpreter (a venv used without activating it)."""
+    return shutil.which("tpcgen-cli") or str(Path(sys.executable).with_name("tpcgen-cli"))
+
+
 def tpch_case(cid: str, table: str, scale: str, options: Sequence[str]) -> SourceCase:
     def build(folder: Path) -> Path:
         out = folder / f"{cid}_tpch"
         subprocess.run(
-            ["tpcgen-cli", "tpch", "parquet", "-s", scale, f"--tables={table}", f"--output-dir={out}", *options],
+            [_tpcgen(), "tpch", "parquet", "-s", scale, f"--tables={table}", f"--output-dir={out}", *options],
             check=True,
             capture_output=True,
         )

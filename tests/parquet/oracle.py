@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pagewalk import FileView, read_file_view
+from pagewalk import DICTIONARY_PAGE, FileView, read_file_view
 
 __all__ = [
     "PageCheck",
@@ -175,7 +175,7 @@ class PageCheck:
     must_copy_bytes: int
     identical_pages: int  # source data pages found byte-identical in the matching output chunk
     touched_byte_fraction: float  # share of source data-page bytes whose page holds a change or delete
-    unjustified_full_chunks: tuple[tuple[int, str], ...]  # flat chunks rewritten whole with < half their pages touched
+    unjustified_full_chunks: tuple[tuple[int, str], ...]  # flat PLAIN chunks rewritten whole with < half their pages touched
     full_file_rewrite: bool
 
 
@@ -249,8 +249,11 @@ def check_pages(
             if src_i not in out_index:
                 continue  # whole row group deleted
             if (src_i, sc.path) in exempt_set or (src_i, top) in exempt_set:
-                # Only top-level flat columns: the engine may treat struct leaves like other nested columns.
-                if ranges is not None and "." not in sc.path and 2 * sum(page_touched) < len(page_touched):
+                # Only top-level flat PLAIN chunks: the engine may treat struct leaves like other nested columns, and
+                # patching a dictionary-encoded chunk costs a re-encode of its dictionary, so the cost model may
+                # rightly prefer the whole chunk there. A PLAIN chunk has no such cost.
+                plain = not any(p.page_type == DICTIONARY_PAGE for p in sc.pages)
+                if ranges is not None and plain and "." not in sc.path and 2 * sum(page_touched) < len(page_touched):
                     unjustified.append((src_i, sc.path))
                 continue
             if dv is None:
@@ -409,6 +412,13 @@ def check_metadata(src: Path, dst: Path, expected: pa.Table, *, same_writer: boo
     if same_writer:
         assert dv.created_by == sv.created_by, "created_by changed (readers key writer-specific workarounds on it)"
     assert dpf.schema_arrow.equals(spf.schema_arrow, check_metadata=True), f"Arrow schema changed:\n{dpf.schema_arrow}\nvs source\n{spf.schema_arrow}"
+    if same_writer:
+        assert dv.footer[2] == sv.footer[2], "Parquet schema elements changed"
+    else:  # a whole-file rewrite may restate types, but Iceberg/Delta field ids must survive
+        # (names of the root and of list/map groups may legitimately be restated by the writer)
+        ids = [[e.get(9) for e in view.footer[2][1:]] for view in (dv, sv)]
+        assert ids[0] == ids[1], f"field ids changed: {ids[0]} vs source {ids[1]}"
+    _check_sorting_columns(dst, dpf, dv)
     if all(p.has_crc for rg in sv.chunks for c in rg for p in c.pages) and sv.chunks:
         no_crc = [(i, c.path) for i, rg in enumerate(dv.chunks) for c in rg if not all(p.has_crc for p in c.pages)]
         assert not no_crc, f"{dst}: the source had page CRCs everywhere, these chunks have pages without: {no_crc[:5]}"
@@ -445,6 +455,31 @@ def check_metadata(src: Path, dst: Path, expected: pa.Table, *, same_writer: boo
                     assert _bounds_ok(lo, hi, _arrow_keys(arr, leaf), leaf), f"{dst}: row group {i} column {name}: statistics [{lo!r}, {hi!r}] do not bound the data"
             if chunk.column_index is not None and leaf.phys != "INT96":
                 _check_column_index(dst, i, chunk, arr, leaf)
+
+
+def _check_sorting_columns(dst: Path, pf: pq.ParquetFile, view: FileView) -> None:
+    """Row groups that declare ``sorting_columns`` really are sorted that way (readers may rely on it)."""
+    for i, rg in enumerate(view.footer.get(4, [])):
+        sorting = rg.get(4)
+        if not sorting:
+            continue
+        leaves = [view.chunks[i][sc[1]].path for sc in sorting]
+        table = pf.read_row_group(i, columns=sorted({leaf.split(".")[0] for leaf in leaves}))
+        keys = []
+        for sc, leaf in zip(sorting, leaves):
+            vals = canon_arrow(table.column(leaf.split(".")[0]))
+            keys.append((vals, bool(sc.get(2)), bool(sc.get(3))))
+        rows = list(zip(*[k[0] for k in keys]))
+        for r in range(1, len(rows)):
+            for (vals, descending, nulls_first), a, b in zip(keys, rows[r - 1], rows[r]):
+                if a == b:
+                    continue
+                if a is None or b is None:
+                    ok = (a is None) == nulls_first
+                else:
+                    ok = (a > b) if descending else (a < b)
+                assert ok, f"{dst}: row group {i} declares sorting_columns {leaves} but rows {r - 1}, {r} are out of order"
+                break
 
 
 _DICTIONARY_ENCODINGS = (2, 8)  # PLAIN_DICTIONARY, RLE_DICTIONARY
