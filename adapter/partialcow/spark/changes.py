@@ -29,7 +29,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 from partialcow.commit.base import FileReplacement
-from partialcow.exceptions import ChangeFeedError, CommitStateUnknownError, ConfigurationError
+from partialcow.exceptions import ChangeFeedError, CommitStateUnknownError, ConfigurationError, StaleIndexError
 from partialcow.index import RowIndex
 from partialcow.index.sources import quote_identifier
 from partialcow.metrics import WriteMetrics
@@ -346,7 +346,12 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
             raise
         # spelled as the commit reports added files, or the index would not recognise the re-pointed file
         same_positions = {r["src"]: table_paths[r["dst"]] for r in rewritten if r["rows_deleted"] == 0}
-        index.apply_commit(result, same_positions=same_positions)
+        try:
+            index.apply_commit(result, same_positions=same_positions)
+        except StaleIndexError:
+            # Another writer published an index state between our lookup and our commit (our commit landed):
+            # continue from its state, which the repair brings to the table's current snapshot.
+            RowIndex.open(table.source).ensure_fresh(table.committer)
         metrics.duration_ms = int((time.monotonic() - started) * 1000)
         return metrics
     finally:
