@@ -52,7 +52,7 @@ def _build(df: Any, *, schema: str, identifier: str, unique_key: Any, branch: st
     if overlay_schema(base_schema, branch) != schema:
         raise PartialCowError(f"model {identifier}: schema {schema} is not an overlay schema of branch {branch}")
     summary = build_model(
-        _spark() if df is None else df.sparkSession,
+        df.sparkSession,
         df,
         branch=branch,
         base_schema=base_schema,
