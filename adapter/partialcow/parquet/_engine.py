@@ -501,9 +501,11 @@ def _encode_run(lay: ParquetLayout, top: TopField, values: pa.Array, nullable: b
     if dictionary is not None:
         if any(k[1] not in (F.PLAIN_DICTIONARY, F.RLE_DICTIONARY) for k in counts) or mch.prefix_end == mch.start:
             return None  # pyarrow fell back to PLAIN
-        if not _same_values(_dictionary_values(mini.lay, mini.lay.tops[0], mch), dictionary.cast(values.type)):
-            return None
         h, hs = mini.lay.page_header(mch.start)
+        # entries are numbered by first appearance and the dictionary leads the rows: the order is ours unless
+        # pyarrow merged values we keep apart (NaN payloads, ...), which shows in the count
+        if h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_NUM_VALUES) != len(dictionary):
+            return None
         dict_page = (bytes(mini.lay.buf[mch.start:mch.prefix_end]), hs + h.val(F.PH_UNCOMPRESSED_SIZE))
     base = real[0].offset
     mci = mini.lay.column_index(mch.cc)
@@ -845,12 +847,27 @@ class _Rewriter:
         dictionary = new_dict_page = None
         if any(dict_pages[a] for a, _ in subruns):
             dictionary = _dictionary_values(lay, top, ch)
-            added = [p for (a, _), p in zip(subruns, patched) if dict_pages[a] and len(p)]
-            if added:
-                fresh = pa.concat_arrays(added).drop_null()
+            # only updated values can be missing from the dictionary
+            in_dict_runs = np.zeros(changed.size, dtype=bool)
+            for a, b in subruns:
+                if dict_pages[a]:
+                    lo, hi = np.searchsorted(changed, [ch.pages[a].first_row, ch.page_rows(b)[1]])
+                    in_dict_runs[lo:hi] = True
+            if in_dict_runs.any():
+                fresh = new_vals.filter(pa.array(in_dict_runs)).drop_null()
                 fresh = pc.unique(fresh.filter(pc.invert(pc.is_in(fresh, value_set=dictionary))))
                 if len(fresh):
                     dictionary = pa.concat_arrays([dictionary, fresh.cast(dictionary.type)])
+        if dictionary is not None:
+            # every dictionary-encoded run re-encodes the whole dictionary first (see _encode_run); a full-chunk
+            # re-encode decodes and encodes every row: past ~3 chunks' worth of rows the chunk is cheaper
+            k = setup["rows_per_page"]
+            lead = -(-len(dictionary) // k) * k
+            cost = sum(lead + len(p) for (a, _), p in zip(subruns, patched) if dict_pages[a] and len(p))
+            if cost > 3 * ch.num_rows:
+                old = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
+                return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start,
+                                            "dictionary too large to patch pages", compared=True)[0]
         encoded: dict[int, _Encoded | None] = {}
         for (a, b), new in zip(subruns, patched):
             if not len(new):
