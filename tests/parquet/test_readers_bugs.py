@@ -133,6 +133,11 @@ def test_bug_delete_all_rows_leaves_empty_row_group(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine re-encodes each touched page run separately and the cost model ignores the per-run cost "
+    "(0.6 s CPU vs 0.16 s for a full rewrite here; 2-3x on store_sales SF1); remove this mark once it passes",
+)
 def test_bug_scattered_small_changes_slower_than_full_rewrite(tmp_path: Path) -> None:
     """0.01% of rows changed at random over many columns of a write_table file (2,000-row pages) re-encodes ~200
     page runs one by one: 14x the CPU of reading and rewriting the whole file (the benchmark shows 10-12x on
