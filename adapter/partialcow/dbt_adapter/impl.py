@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Mapping, Type
+from typing import Any, Callable, Dict, List, Mapping, Type
 
 from dbt.adapters.base import PythonJobHelper
 from dbt.adapters.contracts.connection import AdapterResponse
@@ -34,6 +34,16 @@ class PartialcowAdapter(PartialCowMixin, BranchingMixin, SparkAdapter):
         if node_config is not None and node_config.get("file_format") is None:
             node_config["file_format"] = self.config.credentials.table_format
         return super().pre_model_hook(config)
+
+    def _build_spark_relation_list(self, row_list: Any, relation_info_func: Callable[[Any], Any]) -> List[Any]:
+        # Through Iceberg's SparkSessionCatalog, SHOW TABLE EXTENDED reports Iceberg tables as "Provider: hive";
+        # only the table_type property tells. dbt-spark would otherwise drop and re-create them (losing history)
+        # instead of an atomic CREATE OR REPLACE.
+        relations = super()._build_spark_relation_list(row_list, relation_info_func)
+        return [
+            r.incorporate(is_iceberg=True) if "table_type=iceberg" in (r.information or "").lower() else r
+            for r in relations
+        ]
 
     @property
     def default_python_submission_method(self) -> str:
