@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, List, Mapping, Type
 
-from dbt.adapters.base import PythonJobHelper
+from dbt.adapters.base import PythonJobHelper, available
 from dbt.adapters.contracts.connection import AdapterResponse
 from dbt.adapters.spark.impl import SparkAdapter
 
@@ -13,6 +13,7 @@ from partialcow.dbt_adapter.branching import BranchingMixin
 from partialcow.dbt_adapter.connections import PartialcowConnectionManager
 from partialcow.dbt_adapter.materialization import PartialCowMixin
 from partialcow.dbt_adapter.python_submission import SessionPythonJobHelper
+from partialcow.dbt_adapter.python_models import sql_literal
 
 
 class PartialcowAdapter(PartialCowMixin, BranchingMixin, SparkAdapter):
@@ -44,6 +45,11 @@ class PartialcowAdapter(PartialCowMixin, BranchingMixin, SparkAdapter):
             r.incorporate(is_iceberg=True) if "table_type=iceberg" in (r.information or "").lower() else r
             for r in relations
         ]
+
+    @available
+    def partialcow_sql_literal(self, value: Any) -> str:
+        """A seed value as a Spark SQL literal (see macros/seed.sql)."""
+        return sql_literal(value)
 
     @property
     def default_python_submission_method(self) -> str:
