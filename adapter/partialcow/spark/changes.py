@@ -283,6 +283,7 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
         table_schema = _table_schema(spark, table)
     table_columns = [f.name for f in table_schema.fields]
     staged = staged.persist()
+    cached = [staged]
     try:
         value_columns = _value_columns(spec, table_columns, staged.columns)
         index = _open_index(table, spec)
@@ -292,7 +293,9 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
             located = index.lookup(keys, file_column=FILE, pos_column=POS).found
         else:  # an empty table: every key is new
             located = keys.limit(0).withColumn(FILE, F.lit(None).cast("string")).withColumn(POS, F.lit(None).cast("long"))
-        joined = staged.join(located, list(spec.key_columns), "left")
+        # the file count, the rewrite job and the insert count all read this join: compute it once
+        joined = staged.join(located, list(spec.key_columns), "left").persist()
+        cached.append(joined)
         in_table = joined.where(F.col(FILE).isNotNull())
         inserts = joined.where(F.col(FILE).isNull() & ~F.col(DELETE)).select(*table_columns)
 
@@ -355,7 +358,8 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
         metrics.duration_ms = int((time.monotonic() - started) * 1000)
         return metrics
     finally:
-        staged.unpersist()
+        for frame in cached:
+            frame.unpersist()
 
 
 def _table_path(local: str, *, location: str) -> str:
