@@ -478,6 +478,22 @@ def _conflict_rows(spark: SparkSession, plan: _Plan, branch: str) -> DataFrame:
     ).select("branch", "model", "key", "e.column_name", "e.base_value", "e.ours_value", "e.theirs_value")
 
 
+def _apply_with_partial_cow(
+    spark: SparkSession, table: str, source: str, keys: Sequence[str], cols: Sequence[str]
+) -> None:
+    """Apply the staged upserts and tombstones to a main table with partial copy-on-write (one commit, only the
+    Parquet pages holding changed values re-encoded)."""
+    from partialcow.spark.changes import ChangeSpec, apply_changes
+    from partialcow.spark.tables import open_table
+
+    changes = spark.sql(source).select(*[quote(c) for c in cols], OP_COLUMN)
+    spec = ChangeSpec(
+        key_columns=tuple(keys), op_column=OP_COLUMN, insert_ops=(), update_ops=(OP_UPSERT,),
+        delete_ops=(OP_DELETE,), model=table,
+    )
+    apply_changes(spark, open_table(spark, table, table_format="iceberg"), changes, spec)
+
+
 def _merge_full_table_sql(target: str, source: str, keys: Sequence[str], cols: Sequence[str], *, with_op: bool) -> str:
     """MERGE the staged changes into a table holding whole rows (a root table or a detached overlay)."""
     on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
@@ -540,7 +556,8 @@ def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_level
         if parent_level == MAIN:
             target = qualified(target_schema, info.identifier)
             if table_exists(spark, target_schema, info.identifier):
-                spark.sql(_merge_full_table_sql(target, source, info.key_columns, info.columns, with_op=False))
+                _apply_with_partial_cow(spark, f"{target_schema}.{info.identifier}", source, info.key_columns,
+                                        info.columns)
             else:  # a model new on the branch: the parent gets its rows as a new table
                 spark.sql(
                     f"CREATE TABLE {target} USING iceberg AS "
