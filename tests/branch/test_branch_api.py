@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from merge_oracle import three_way
 
 from partialcow.branch import build_model, create_branch, drop_branch, list_branches, merge_branch
 from partialcow.exceptions import BranchError
@@ -29,22 +30,6 @@ def _replace_parent(spark, table: str, rows: dict) -> None:
     # drop + create: the table's snapshot history is gone (what dbt-spark does when it misses an Iceberg table)
     spark.sql(f"DROP TABLE {table} PURGE")
     _frame(spark, rows).writeTo(table).using("iceberg").create()
-
-
-def _three_way(base, ours, theirs, policy):
-    out, conflicts = {}, set()
-    for key in set(base) | set(ours) | set(theirs):
-        b, o, t = base.get(key), ours.get(key), theirs.get(key)
-        if o == t or o == b:
-            value = t
-        elif t == b:
-            value = o
-        else:
-            conflicts.add(key)
-            value = o if policy == "ours" else t
-        if value is not None:
-            out[key] = value
-    return out, conflicts
 
 
 def test_composite_keys_replaced_parent_and_policies(spark):
@@ -83,7 +68,7 @@ def test_composite_keys_replaced_parent_and_policies(spark):
     }
 
     result = merge_branch(spark, name="b1", meta_schema=meta, on_conflict="theirs")
-    expected, conflict_keys = _three_way(PARENT, ours, theirs, "theirs")
+    expected, conflict_keys = three_way(PARENT, ours, theirs, policy="theirs")
     assert conflict_keys == {(1, "a")}
     assert result.applied and result.models[0].conflicts == 1 and not result.models[0].fast_forward
     assert _rows(spark, table) == expected

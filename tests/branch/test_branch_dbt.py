@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from merge_oracle import three_way
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 
 pytestmark = [pytest.mark.dbt, pytest.mark.spark, pytest.mark.iceberg, pytest.mark.slow]
@@ -70,23 +71,6 @@ def model_sql(spec) -> str:
         f"select id, {case('name')} as name, cast({case('qty')} as bigint) as qty\n"
         f"from {{{{ ref('base_items') }}}} {where}{inserts}"
     )
-
-
-def three_way(base, ours, theirs, *, policy):
-    """Row-level three-way merge by key, written from the definition (not from the implementation)."""
-    merged, conflicts = {}, set()
-    for key in set(base) | set(ours) | set(theirs):
-        b, o, t = base.get(key), ours.get(key), theirs.get(key)
-        if o == t or o == b:
-            value = t
-        elif t == b:
-            value = o
-        else:
-            conflicts.add(key)
-            value = o if policy == "ours" else t
-        if value is not None:
-            merged[key] = value
-    return merged, conflicts
 
 
 ITEM_TOTALS = """
