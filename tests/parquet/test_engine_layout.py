@@ -65,3 +65,37 @@ def test_dictionary_page_is_prefix(tmp_path: Path) -> None:
         assert header.val(F.PH_TYPE) == F.DICTIONARY_PAGE
         assert ch.prefix_end == ch.pages[0].offset > ch.start
         assert lay.page_count(0, 1) == len(ch.pages) == 5
+
+
+def test_write_table_layout(tmp_path: Path) -> None:
+    """The product's data-file layout: small pages, page index, decimals as integers, dictionaries for strings only."""
+    from decimal import Decimal
+
+    from partialcow.parquet import write_table
+    from partialcow.parquet.writer import ROWS_PER_PAGE
+
+    n = 5 * ROWS_PER_PAGE + 7
+    table = pa.table({
+        "id": pa.array(range(n), pa.int64()),
+        "price": pa.array([Decimal(i % 1000) / 100 for i in range(n)], pa.decimal128(7, 2)),
+        "total": pa.array([Decimal(i) / 100 for i in range(n)], pa.decimal128(18, 2)),
+        "wide": pa.array([Decimal(i) for i in range(n)], pa.decimal128(30, 0)),
+        "state": pa.array([["CA", "NY", "TX"][i % 3] for i in range(n)]),
+    })
+    path = tmp_path / "t.parquet"
+    write_table(table, path)
+    assert pq.read_table(path).equals(table)
+    meta = pq.ParquetFile(path).metadata
+    physical = {meta.schema.column(i).name: meta.schema.column(i).physical_type for i in range(5)}
+    assert physical == {"id": "INT64", "price": "INT32", "total": "INT64", "wide": "FIXED_LEN_BYTE_ARRAY",
+                        "state": "BYTE_ARRAY"}
+    rg = meta.row_group(0)
+    dictionary = {rg.column(i).path_in_schema for i in range(5) if rg.column(i).has_dictionary_page}
+    assert dictionary == {"state"}
+    lay = ParquetLayout(path.read_bytes())
+    for leaf in range(5):
+        chunk = lay.chunk(0, leaf)
+        assert F.CC_OFFSET_INDEX_OFFSET in chunk.cc and F.CC_COLUMN_INDEX_OFFSET in chunk.cc
+        bounds = [p.first_row for p in chunk.pages] + [n]
+        assert max(b - a for a, b in zip(bounds, bounds[1:])) <= ROWS_PER_PAGE
+        assert len(chunk.pages) == 6

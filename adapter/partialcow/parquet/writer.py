@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["DEFAULT_WRITE_OPTIONS", "ROWS_PER_PAGE", "ROW_GROUP_ROWS", "WrittenFile", "write_table"]
+__all__ = ["DEFAULT_WRITE_OPTIONS", "ROWS_PER_PAGE", "ROW_GROUP_ROWS", "WrittenFile", "dictionary_columns", "write_table"]
 
 # Rows per data page. A change at random rate p touches a page of k rows with probability 1-(1-p)^k:
 # k=2,000 gives 2% of pages at p=0.001% and 18% at p=0.01%, whereas pyarrow's default 20,000 gives 18% and 86%.
@@ -23,7 +23,14 @@ ROW_GROUP_ROWS = 1 << 20
 
 DEFAULT_WRITE_OPTIONS: dict[str, Any] = {
     "write_page_index": True,  # page locations + per-page bounds: pages are found without reading headers
-    "use_dictionary": True,
+    # Dictionary encoding only for variable-length (BYTE_ARRAY) columns, see dictionary_columns(): numbers are PLAIN.
+    # Measured (1M store_sales rows, Iceberg table, local[2], `count(*), sum(hash(*))`): 2.7 s with dictionaries on
+    # every column, 0.61 s with PLAIN numbers and decimals as integers, 0.70 s for Spark's own files; zstd keeps
+    # the file the same size (36 MB either way). PLAIN pages also patch without touching a dictionary.
+    "use_dictionary": True,  # replaced per table by dictionary_columns()
+    # Decimals of precision <= 18 as INT32/INT64 (as Spark writes them): readers decode them without per-value
+    # byte-array work (FIXED_LEN_BYTE_ARRAY decimals alone made the Iceberg scan above 2.7x slower).
+    "store_decimal_as_integer": True,
     "max_rows_per_page": ROWS_PER_PAGE,
     "data_page_size": 256 * 1024,  # wide values: keep pages small in bytes too
     # zstd: ~30% smaller than snappy at similar decode speed; re-encoding a few pages makes its slower encode cheap
@@ -32,6 +39,22 @@ DEFAULT_WRITE_OPTIONS: dict[str, Any] = {
     "write_statistics": True,
     "row_group_size": ROW_GROUP_ROWS,
 }
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The Parquet column paths of ``schema`` that :func:`write_table` dictionary-encodes: its BYTE_ARRAY leaves.
+
+    Strings repeat (names, codes, states) and shrink a lot in a dictionary; numbers compress as well with zstd
+    alone and read faster PLAIN.
+
+    >>> import pyarrow as pa
+    >>> dictionary_columns(pa.schema({"id": pa.int64(), "name": pa.string(), "tags": pa.list_(pa.string())}))
+    ['name', 'tags.list.element']
+    """
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink, store_schema=False)
+    layout = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
+    return [layout.column(i).path for i in range(len(layout)) if layout.column(i).physical_type == "BYTE_ARRAY"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +79,7 @@ def write_table(table: pa.Table, path: str | os.PathLike[str], **overrides: Any)
     (5000, 1)
     """
     path = os.fspath(path)
-    options = {**DEFAULT_WRITE_OPTIONS, **overrides}
+    options = {**DEFAULT_WRITE_OPTIONS, "use_dictionary": dictionary_columns(table.schema), **overrides}
     pq.write_table(table, path, **options)
     meta = pq.ParquetFile(path).metadata
     return WrittenFile(path, meta.num_rows, os.path.getsize(path), meta.num_row_groups)
