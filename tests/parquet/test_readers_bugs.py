@@ -131,3 +131,26 @@ def test_bug_delete_all_rows_leaves_empty_row_group(tmp_path: Path) -> None:
     assert_same_rows(read_duckdb(dst), expected, "duckdb")
     check_metadata(src, dst, expected, same_writer=report.full_file_rewrite is None)
 
+
+
+def test_bug_full_row_images_force_whole_file(tmp_path: Path) -> None:
+    """Full row images (every column given, one really changed) must not count the unchanged columns' pages.
+
+    The cost model compared values per row, then treated every given column of a changed row as changed: a few
+    updated cells in one column rewrote the whole file.
+    """
+    columns = ("i32", "str", "dec15_3", "ts_us")
+    src = _write(make_table(1000, columns=columns, seed=14), tmp_path / "src.parquet")
+    original = pq.read_table(src)
+    pos = np.arange(5, 1000, 100)  # one row in each 100-row page of every column
+    upd = original.take(pa.array(pos)).select(list(columns))
+    upd = upd.set_column(1, "str", pa.array([f"new-{p}" for p in pos])).append_column(ROW_POSITION, pa.array(pos))
+    dst = tmp_path / "out.parquet"
+    report = rewrite_file(src, dst, updates=upd)
+    assert report.full_file_rewrite is None and report.columns_rewritten == ("str",)
+    assert report.rows_updated == len(pos)
+    expected = apply_changes(original, upd, None, ROW_POSITION)
+    assert_same_rows(pq.read_table(dst), expected, "pyarrow")
+    assert_same_rows(read_duckdb(dst), expected, "duckdb")
+    pages = check_pages(src, dst, original, upd, None, ROW_POSITION)
+    assert pages.must_copy == pages.source_data_pages - 10  # the str chunk's 10 pages are the only ones rewritten

@@ -92,6 +92,14 @@ class _Changes:
     upd_pos: np.ndarray  # sorted global positions
     upd: dict[str, pa.Array]  # top-level name -> new values, aligned with upd_pos, cast to the file's read type
     del_pos: np.ndarray  # sorted unique global positions
+    # per column, the positions whose value really differs (known once compared, see _real_changes)
+    changed: dict[str, np.ndarray] | None = None
+
+    def candidate_rows(self, name: str) -> np.ndarray:
+        """Global positions where column ``name`` may change (deletes excluded)."""
+        if name not in self.upd:
+            return self.upd_pos[:0]
+        return self.upd_pos if self.changed is None else self.changed[name]
 
 
 def _unique(a: np.ndarray) -> np.ndarray:
@@ -274,15 +282,19 @@ def _read_schema(lay: ParquetLayout) -> pa.Schema:
 @dataclass
 class _Mini:
     lay: ParquetLayout
-    chunks: list[Chunk]
+    chunks: list[list[Chunk]]  # per row group (one per encoded group), per leaf
 
 
-def _encode_mini(lay: ParquetLayout, top: TopField, arr: pa.Array, nullable: bool, *, codec: int, dictionary: bool,
-                 v2: bool, crc: bool, rows_per_page: int | None, opts: dict[str, Any]) -> _Mini:
+def _encode_mini(lay: ParquetLayout, top: TopField, groups: list[pa.Array], nullable: bool, *, codec: int,
+                 dictionary: bool, v2: bool, crc: bool, rows_per_page: int | None, opts: dict[str, Any]) -> _Mini:
+    """Encode ``groups`` (one row group each) as a one-column Parquet file in memory, laid out like ``top``'s chunks.
+
+    One writer and one footer parse for every group: a fixed cost paid per chunk, not per run of touched pages.
+    """
     leaves = [lay.leaves[i] for i in top.leaves]
     ptypes = {leaf.physical_type for leaf in leaves}
     sink = pa.BufferOutputStream()
-    schema = pa.schema([pa.field(top.name, arr.type, nullable=nullable)])
+    schema = pa.schema([pa.field(top.name, groups[0].type, nullable=nullable)])
     kwargs: dict[str, Any] = dict(
         compression=_CODEC_TO_ARROW.get(codec, "lz4"), use_dictionary=dictionary, write_statistics=True,
         data_page_version="2.0" if v2 else "1.0", write_page_checksum=crc, write_page_index=True,
@@ -293,7 +305,8 @@ def _encode_mini(lay: ParquetLayout, top: TopField, arr: pa.Array, nullable: boo
         kwargs["max_rows_per_page"] = max(1, int(rows_per_page))
     kwargs.update(opts)
     with pq.ParquetWriter(sink, schema, **kwargs) as writer:
-        writer.write_table(pa.table([arr], schema=schema), row_group_size=max(1, len(arr)))
+        for arr in groups:
+            writer.write_table(pa.table([arr], schema=schema), row_group_size=max(1, len(arr)))
     mini = ParquetLayout(sink.getvalue().to_pybytes(), clock=lay.clock, name="<re-encoded pages>")
     if len(mini.leaves) != len(leaves):
         raise _NeedFullFile(f"column {top.name!r} re-encodes to {len(mini.leaves)} leaves, not {len(leaves)}")
@@ -305,7 +318,7 @@ def _encode_mini(lay: ParquetLayout, top: TopField, arr: pa.Array, nullable: boo
         if a != b:
             raise _NeedFullFile(f"pyarrow cannot re-encode column {'.'.join(src.path)} with the same physical "
                                 f"layout (type/length/def/rep {a} vs {b})")
-    return _Mini(mini, [mini.chunk(0, i) for i in range(len(leaves))])
+    return _Mini(mini, [[mini.chunk(rg, i) for i in range(len(leaves))] for rg in range(len(groups))])
 
 
 _VIEW_TYPES = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}
@@ -459,65 +472,68 @@ class _Encoded:
     num_values: int
     uncompressed: int
     null_count: int
-    stats: TStruct | None  # bounds of the new values (possibly wider: see _encode_run)
+    stats: TStruct | None  # bounds of the new values (possibly wider: see _encode_runs)
     page_encodings: dict[tuple[int, int], int]
     encodings: list[int]
     ci_rows: list[tuple[int, bytes, bytes, int | None]] | None
     dict_page: tuple[bytes, int] | None  # (dictionary page bytes, its uncompressed size incl. header)
 
 
-def _encode_run(lay: ParquetLayout, top: TopField, values: pa.Array, nullable: bool, setup: dict[str, Any],
-                opts: dict[str, Any], dictionary: pa.Array | None) -> _Encoded | None:
-    """Encode ``values`` as data pages like the chunk's: PLAIN, or indices into ``dictionary`` when given.
+def _encode_runs(lay: ParquetLayout, top: TopField, runs: list[pa.Array], nullable: bool, setup: dict[str, Any],
+                 opts: dict[str, Any], dictionary: pa.Array | None) -> list[_Encoded] | None:
+    """Encode each of ``runs`` as data pages like the chunk's: PLAIN, or indices into ``dictionary`` when given.
 
-    pyarrow numbers dictionary entries in order of first appearance, so the dictionary's values are written first
-    (padded to whole pages by repeating its first value) and those leading pages are dropped: the remaining pages
-    then index ``dictionary`` in its own order. Returns None if pyarrow did not lay the pages out that way.
+    All runs go through one in-memory file, one row group per run. pyarrow numbers dictionary entries in order of
+    first appearance, so each run is preceded by the dictionary's values (padded to whole pages by repeating its
+    first value) and those leading pages are dropped: the remaining pages then index ``dictionary`` in its own
+    order. Returns None if pyarrow did not lay the pages out that way.
     """
     skip = 0
     extra: dict[str, Any] = {}
     rows_per_page = setup["rows_per_page"]
+    groups = runs
     if dictionary is not None:
         k = rows_per_page
         skip = -(-len(dictionary) // k) * k
         pad = dictionary.take(pa.array(np.zeros(skip - len(dictionary), dtype=np.int64)))
-        values = pa.concat_arrays([dictionary.cast(values.type), pad.cast(values.type), values])
+        groups = [pa.concat_arrays([dictionary.cast(v.type), pad.cast(v.type), v]) for v in runs]
         extra = {"dictionary_pagesize_limit": 1 << 62, "data_page_size": 1 << 62}
-    mini = _encode_mini(lay, top, values, nullable, codec=setup["codec"], dictionary=dictionary is not None,
+    mini = _encode_mini(lay, top, groups, nullable, codec=setup["codec"], dictionary=dictionary is not None,
                         v2=setup["v2"], crc=setup["crc"], rows_per_page=rows_per_page, opts={**opts, **extra})
-    mch = mini.chunks[0]
-    first = next((i for i, p in enumerate(mch.pages) if p.first_row >= skip), None)
-    if first is None or mch.pages[first].first_row != skip:
-        return None
-    real = mch.pages[first:]
-    counts: dict[tuple[int, int], int] = {}
-    num_values = unc = 0
-    for p in real:
-        key = _stats_key(*_page_encoding(mini.lay, p))
-        counts[key] = counts.get(key, 0) + 1
-        num_values += _page_num_values(mini.lay, p)
-        unc += p.header_size + p.header.val(F.PH_UNCOMPRESSED_SIZE)
-    dict_page = None
-    if dictionary is not None:
-        if any(k[1] not in (F.PLAIN_DICTIONARY, F.RLE_DICTIONARY) for k in counts) or mch.prefix_end == mch.start:
-            return None  # pyarrow fell back to PLAIN
-        h, hs = mini.lay.page_header(mch.start)
-        # entries are numbered by first appearance and the dictionary leads the rows: the order is ours unless
-        # pyarrow merged values we keep apart (NaN payloads, ...), which shows in the count
-        if h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_NUM_VALUES) != len(dictionary):
+    out = []
+    for values, (mch,) in zip(runs, mini.chunks):
+        first = next((i for i, p in enumerate(mch.pages) if p.first_row >= skip), None)
+        if first is None or mch.pages[first].first_row != skip:
             return None
-        dict_page = (bytes(mini.lay.buf[mch.start:mch.prefix_end]), hs + h.val(F.PH_UNCOMPRESSED_SIZE))
-    base = real[0].offset
-    mci = mini.lay.column_index(mch.cc)
-    mst = mch.cmd.val(F.CMD_STATISTICS)
-    nulls = values.null_count
-    return _Encoded(
-        data=bytes(mini.lay.buf[base:mch.end]),
-        pages=[(p.offset - base, p.size, p.first_row - skip) for p in real],
-        rows=len(values) - skip, num_values=num_values, uncompressed=unc, null_count=nulls, stats=mst,
-        page_encodings=counts, encodings=list(mch.cmd.val(F.CMD_ENCODINGS).items),
-        ci_rows=None if mci is None else [_ci_entry(mci, i) for i in range(first, len(mch.pages))],
-        dict_page=dict_page)
+        real = mch.pages[first:]
+        counts: dict[tuple[int, int], int] = {}
+        num_values = unc = 0
+        for p in real:
+            key = _stats_key(*_page_encoding(mini.lay, p))
+            counts[key] = counts.get(key, 0) + 1
+            num_values += _page_num_values(mini.lay, p)
+            unc += p.header_size + p.header.val(F.PH_UNCOMPRESSED_SIZE)
+        dict_page = None
+        if dictionary is not None:
+            if any(k[1] not in (F.PLAIN_DICTIONARY, F.RLE_DICTIONARY) for k in counts) or mch.prefix_end == mch.start:
+                return None  # pyarrow fell back to PLAIN
+            h, hs = mini.lay.page_header(mch.start)
+            # entries are numbered by first appearance and the dictionary leads the rows: the order is ours unless
+            # pyarrow merged values we keep apart (NaN payloads, ...), which shows in the count
+            if h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_NUM_VALUES) != len(dictionary):
+                return None
+            dict_page = (bytes(mini.lay.buf[mch.start:mch.prefix_end]), hs + h.val(F.PH_UNCOMPRESSED_SIZE))
+        base = real[0].offset
+        mci = mini.lay.column_index(mch.cc)
+        out.append(_Encoded(
+            data=bytes(mini.lay.buf[base:mch.end]),
+            pages=[(p.offset - base, p.size, p.first_row - skip) for p in real],
+            rows=len(values), num_values=num_values, uncompressed=unc, null_count=values.null_count,
+            stats=mch.cmd.val(F.CMD_STATISTICS), page_encodings=counts,
+            encodings=list(mch.cmd.val(F.CMD_ENCODINGS).items),
+            ci_rows=None if mci is None else [_ci_entry(mci, i) for i in range(first, len(mch.pages))],
+            dict_page=dict_page))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -629,6 +645,14 @@ class _Stats:
     sort_broken: set[int] = field(default_factory=set)  # row groups whose sorting_columns no longer hold
 
 
+def _max_page_rows(ch: Chunk) -> int | None:
+    """Rows in the chunk's largest data page (None when pages' first rows are unknown: no page index, nested)."""
+    if not ch.rows_known:
+        return None
+    bounds = [p.first_row for p in ch.pages] + [ch.num_rows]
+    return max(b - a for a, b in zip(bounds, bounds[1:]))
+
+
 class _Rewriter:
     def __init__(self, lay: ParquetLayout, changes: _Changes, read_schema: pa.Schema, *, full_chunk_threshold: float,
                  writer_options: dict[str, Any]) -> None:
@@ -646,14 +670,9 @@ class _Rewriter:
         return np.searchsorted(firsts, rows, side="right") - 1
 
     def _chunk_setup(self, ch: Chunk) -> dict[str, Any]:
-        first = ch.pages[0]
-        h = self.lay.ensure_header(first)
-        rows_per_page = None
-        if ch.rows_known:
-            bounds = [p.first_row for p in ch.pages] + [ch.num_rows]
-            rows_per_page = max(b - a for a, b in zip(bounds, bounds[1:]))
+        h = self.lay.ensure_header(ch.pages[0])
         return dict(codec=ch.cmd.val(F.CMD_CODEC), v2=h.val(F.PH_TYPE) == F.DATA_PAGE_V2, crc=F.PH_CRC in h,
-                    rows_per_page=rows_per_page)
+                    rows_per_page=_max_page_rows(ch))
 
     # -- one row group -------------------------------------------------------------------------------------
     def row_group(self, rg: int, rg_start: int) -> tuple[list[_ChunkOut], int] | None:
@@ -731,10 +750,12 @@ class _Rewriter:
         new = _patch(old, 0, changed, vals, dels)
         setup = self._chunk_setup(chunks[0])
         nullable = lay.schema[top.schema_start].val(F.SE_REPETITION, F.REQUIRED) != F.REQUIRED
-        mini = _encode_mini(lay, top, new, nullable, codec=setup["codec"], dictionary=True, v2=setup["v2"],
+        # keep the source's choice: a chunk written without a dictionary (PLAIN) stays PLAIN
+        dictionary = any(ch.prefix_end > ch.start for ch in chunks)
+        mini = _encode_mini(lay, top, [new], nullable, codec=setup["codec"], dictionary=dictionary, v2=setup["v2"],
                             crc=setup["crc"], rows_per_page=setup["rows_per_page"], opts=self.opts)
         outs = []
-        for ch, mch in zip(chunks, mini.chunks):
+        for ch, mch in zip(chunks, mini.chunks[0]):
             name = ".".join(lay.leaves[ch.leaf].path)
             self.stats.full_chunks.append((rg, name, reason))
             self.stats.pages_total += len(ch.pages)
@@ -859,7 +880,7 @@ class _Rewriter:
                 if len(fresh):
                     dictionary = pa.concat_arrays([dictionary, fresh.cast(dictionary.type)])
         if dictionary is not None:
-            # every dictionary-encoded run re-encodes the whole dictionary first (see _encode_run); a full-chunk
+            # every dictionary-encoded run re-encodes the whole dictionary first (see _encode_runs); a full-chunk
             # re-encode decodes and encodes every row: past ~3 chunks' worth of rows the chunk is cheaper
             k = setup["rows_per_page"]
             lead = -(-len(dictionary) // k) * k
@@ -868,19 +889,21 @@ class _Rewriter:
                 old = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
                 return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start,
                                             "dictionary too large to patch pages", compared=True)[0]
-        encoded: dict[int, _Encoded | None] = {}
-        for (a, b), new in zip(subruns, patched):
-            if not len(new):
-                encoded[a] = None
+        encoded: dict[int, _Encoded | None] = {a: None for a, _ in subruns}
+        for in_dict in (False, True):  # one in-memory file for the PLAIN runs, one for the dictionary-encoded runs
+            todo = [(a, new) for (a, _), new in zip(subruns, patched) if len(new) and dict_pages[a] == in_dict]
+            if not todo:
                 continue
-            enc = _encode_run(lay, top, new, nullable, setup, self.opts, dictionary if dict_pages[a] else None)
-            if enc is None:  # pyarrow did not reproduce the dictionary order: re-encode the chunk
+            encs = _encode_runs(lay, top, [new for _, new in todo], nullable, setup, self.opts,
+                                dictionary if in_dict else None)
+            if encs is None:  # pyarrow did not reproduce the dictionary order: re-encode the chunk
                 old = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
                 return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start,
                                             "dictionary could not be extended", compared=True)[0]
-            if enc.dict_page is not None:
-                new_dict_page = new_dict_page or enc.dict_page
-            encoded[a] = enc
+            for (a, _), enc in zip(todo, encs):
+                if enc.dict_page is not None:
+                    new_dict_page = new_dict_page or enc.dict_page
+                encoded[a] = enc
         subrun_end = {a: b for a, b in subruns}
 
         # assemble pieces, page locations and column-index entries
@@ -1174,14 +1197,18 @@ def _real_changes(table: pa.Table, changes: _Changes) -> _Changes:
         return changes
     idx = pa.array(changes.upd_pos)
     changed = np.zeros(changes.upd_pos.size, dtype=bool)
+    per_column = {}
     for name, vals in changes.upd.items():
         col = table.column(name)
         col = col.cast(_VIEW_TYPES[col.type]) if col.type in _VIEW_TYPES else col
         old = col.take(idx).combine_chunks()
-        changed |= _changed_mask(old, vals.cast(old.type))
+        mask = _changed_mask(old, vals.cast(old.type))
+        if mask.any():  # a column whose values all stay is no longer an update
+            per_column[name] = mask
+            changed |= mask
     keep = pa.array(changed)
-    return _Changes(changes.upd_pos[changed], {k: v.filter(keep) for k, v in changes.upd.items()},
-                    changes.del_pos)
+    return _Changes(changes.upd_pos[changed], {k: changes.upd[k].filter(keep) for k in per_column},
+                    changes.del_pos, {k: changes.upd_pos[m] for k, m in per_column.items()})
 
 
 def _rewrite_whole(lay: ParquetLayout, table: pa.Table, fd: int, written_path: str, changes: _Changes,
@@ -1213,6 +1240,12 @@ def _rewrite_whole(lay: ParquetLayout, table: pa.Table, fd: int, written_path: s
             leaf.physical_type in (F.INT32, F.INT64) and pa.types.is_decimal(f.type)
             for leaf, f in zip(lay.leaves, table.schema)) if len(lay.leaves) == len(table.schema) else False)
     if lay.row_groups:
+        # the source's layout: dictionaries where it had them, its page size in rows
+        kwargs["use_dictionary"] = [".".join(leaf.path) for leaf in lay.leaves
+                                    if (c := lay.chunk(0, leaf.index)).prefix_end > c.start]
+        page_rows = [_max_page_rows(lay.chunk(0, leaf.index)) for leaf in lay.leaves]
+        if None not in page_rows:
+            kwargs["max_rows_per_page"] = max(1, *page_rows)
         sorting = pq.ParquetFile(lay.path).metadata.row_group(0).sorting_columns
         if sorting and not {lay.tops[lay.leaves[c.column_index].top].name for c in sorting} & set(changes.upd):
             kwargs["sorting_columns"] = sorting  # deletes keep the order; updated sort keys may not
@@ -1379,15 +1412,14 @@ def _full_file_reason(lay: ParquetLayout, changes: _Changes, threshold: float, c
     for rg in range(len(lay.row_groups)):
         n = lay.rg_rows(rg)
         dlo, dhi = np.searchsorted(changes.del_pos, [row, row + n])
-        ulo, uhi = np.searchsorted(changes.upd_pos, [row, row + n])
         dels = changes.del_pos[dlo:dhi] - row
-        ups = changes.upd_pos[ulo:uhi] - row
         for leaf in lay.leaves:
             cmd = lay.column_chunk(rg, leaf.index).val(F.CC_META_DATA)
             size = cmd.val(F.CMD_TOTAL_COMPRESSED_SIZE)
             total += size
-            name = lay.tops[leaf.top].name
-            rows = np.concatenate([dels, ups]) if name in changes.upd else dels
+            cand_rows = changes.candidate_rows(lay.tops[leaf.top].name)
+            ulo, uhi = np.searchsorted(cand_rows, [row, row + n])
+            rows = np.concatenate([dels, cand_rows[ulo:uhi] - row])
             if not rows.size:
                 continue
             ch = lay.chunk(rg, leaf.index)
