@@ -645,6 +645,19 @@ class _Stats:
     sort_broken: set[int] = field(default_factory=set)  # row groups whose sorting_columns no longer hold
 
 
+def _pages_holding(ch: Chunk, *sorted_rows: np.ndarray) -> np.ndarray:
+    """Indexes of the chunk's pages that hold any of the rows (each array sorted, chunk-relative).
+
+    Searches page starts in the rows (pages x log rows), not rows in the pages: a 50% batch has a million rows.
+    """
+    bounds = np.fromiter((*(p.first_row for p in ch.pages), ch.num_rows), dtype=np.int64, count=len(ch.pages) + 1)
+    hit = np.zeros(len(ch.pages), dtype=bool)
+    for rows in sorted_rows:
+        if rows.size:
+            hit |= np.diff(np.searchsorted(rows, bounds)) > 0
+    return np.flatnonzero(hit)
+
+
 def _max_page_rows(ch: Chunk) -> int | None:
     """Rows in the chunk's largest data page (None when pages' first rows are unknown: no page index, nested)."""
     if not ch.rows_known:
@@ -663,11 +676,6 @@ class _Rewriter:
         self.opts = writer_options
         self.stats = _Stats()
         self.changed_parts: list[np.ndarray] = []  # global positions whose value really changed (per chunk)
-
-    # -- planning helpers ----------------------------------------------------------------------------------
-    def _page_of(self, ch: Chunk, rows: np.ndarray) -> np.ndarray:
-        firsts = np.fromiter((p.first_row for p in ch.pages), dtype=np.int64, count=len(ch.pages))
-        return np.searchsorted(firsts, rows, side="right") - 1
 
     def _chunk_setup(self, ch: Chunk) -> dict[str, Any]:
         h = self.lay.ensure_header(ch.pages[0])
@@ -788,7 +796,7 @@ class _Rewriter:
         lay = self.lay
         leaf = lay.leaves[ch.leaf]
         data_bytes = ch.end - ch.prefix_end
-        cand = _unique(np.concatenate([self._page_of(ch, ups), self._page_of(ch, dels)]))
+        cand = _pages_holding(ch, ups, dels)
         cand_bytes = sum(ch.pages[i].size for i in cand)
         whole = cand_bytes > self.full_chunk_threshold * data_bytes
         if whole:
@@ -820,7 +828,7 @@ class _Rewriter:
         changed = np.concatenate(changed_parts) if changed_parts else np.zeros(0, dtype=np.int64)
         new_vals = (pa.concat_arrays(vals_parts) if vals_parts else None)
         self._record_changes(top, ch.rg, rg_start, changed)
-        touched = _unique(np.concatenate([self._page_of(ch, changed), self._page_of(ch, dels)]))
+        touched = _pages_holding(ch, changed, dels)
         if not touched.size:
             self._count_copy(ch.rg, ch.leaf)
             return _copy_chunk(lay, ch.rg, ch.leaf)
@@ -1419,16 +1427,14 @@ def _full_file_reason(lay: ParquetLayout, changes: _Changes, threshold: float, c
             total += size
             cand_rows = changes.candidate_rows(lay.tops[leaf.top].name)
             ulo, uhi = np.searchsorted(cand_rows, [row, row + n])
-            rows = np.concatenate([dels, cand_rows[ulo:uhi] - row])
-            if not rows.size:
+            ups = cand_rows[ulo:uhi] - row
+            if not ups.size and not dels.size:
                 continue
             ch = lay.chunk(rg, leaf.index)
             if not ch.rows_known or leaf.nested:
                 touched += size
                 continue
-            firsts = np.fromiter((p.first_row for p in ch.pages), dtype=np.int64, count=len(ch.pages))
-            pages = _unique(np.searchsorted(firsts, rows, side="right") - 1)
-            cand = sum(ch.pages[i].size for i in pages.tolist())
+            cand = sum(ch.pages[i].size for i in _pages_holding(ch, ups, dels).tolist())
             # above the chunk threshold the chunk is re-encoded whole, dictionary page included
             touched += size if cand > chunk_threshold * (ch.end - ch.prefix_end) else cand
         row += n
