@@ -257,8 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     generated = generate(args.scale, args.data_dir)
     product = generated.with_name("store_sales_partialcow.parquet")
-    if not product.exists():
-        write_table(pq.read_table(generated), product)
+    write_table(pq.read_table(generated), product)  # always: the layout follows the current writer defaults
     work = args.data_dir / "work"
     work.mkdir(parents=True, exist_ok=True)
 

@@ -34,6 +34,7 @@ from partialcow.exceptions import InvalidChangeError, ParquetRewriteError
 from partialcow.metrics import WriteMetrics
 from partialcow.parquet import _format as F
 from partialcow.parquet._layout import Chunk, Page, ParquetLayout, ThriftClock, TopField, sort_key_fn
+from partialcow.parquet._offset_index import PageLocations, encode_offset_index
 from partialcow.parquet._thrift import T_BINARY, T_I32, T_I64, T_LIST, T_STRUCT, TList, TStruct
 
 __all__ = ["ROW_POSITION", "RewriteReport", "rewrite_file"]
@@ -550,9 +551,10 @@ class _ChunkOut:
     pieces: list[tuple[str, Any, int]]  # ("copy", src_offset, length) | ("data", bytes, length)
     length: int
     rel_offsets: dict[int, int]  # ColumnMetaData field id -> offset relative to chunk start
-    locs: list[tuple[int, int, int]] | None  # (relative offset, size, first row) when an OffsetIndex is written
+    # when an OffsetIndex is written: (relative offset, size, first row) per page, or a copied chunk's locations
+    # (offsets relative) with the source OffsetIndex's later fields
+    locs: list[tuple[int, int, int]] | PageLocations | None
     ci: TStruct | bytes | None
-    oi_extra: TStruct | None = None  # source OffsetIndex fields to keep (untouched chunks)
     bloom: bytes | None = None
     src_start: int = 0
 
@@ -564,16 +566,14 @@ def _copy_chunk(lay: ParquetLayout, rg: int, leaf: int) -> _ChunkOut:
     start, end = lay.chunk_range(rg, leaf)
     rel = {fid: cmd.val(fid) - start for fid in (F.CMD_DATA_PAGE_OFFSET, F.CMD_DICTIONARY_PAGE_OFFSET,
                                                 F.CMD_INDEX_PAGE_OFFSET) if cmd.val(fid)}
-    oi = locs = None
-    if F.CC_OFFSET_INDEX_OFFSET in cc:
-        oi = lay.offset_index(cc)
-        locs = [(loc.val(F.PL_OFFSET) - start, loc.val(F.PL_COMPRESSED_PAGE_SIZE), loc.val(F.PL_FIRST_ROW_INDEX))
-                for loc in oi.val(F.OI_PAGE_LOCATIONS).items]
+    locs = None
+    if (src := lay.page_locations(cc)) is not None:  # later OffsetIndex fields are kept (src.tail)
+        locs = PageLocations(src.offsets - start, src.sizes, src.first_rows, src.tail)
     ci = None
     if F.CC_COLUMN_INDEX_OFFSET in cc:
         off = cc.val(F.CC_COLUMN_INDEX_OFFSET)
         ci = bytes(lay.buf[off:off + cc.val(F.CC_COLUMN_INDEX_LENGTH)])
-    return _ChunkOut(leaf, cc, cmd, [("copy", start, end - start)], end - start, rel, locs, ci, oi,
+    return _ChunkOut(leaf, cc, cmd, [("copy", start, end - start)], end - start, rel, locs, ci,
                      _bloom_bytes(lay, cmd), start)
 
 
@@ -787,7 +787,7 @@ class _Rewriter:
                 bloom = None
             data = bytes(mini.lay.buf[mch.start:mch.end])
             outs.append(_ChunkOut(ch.leaf, ch.cc, cmd, [("data", data, len(data))], len(data), rel, locs, ci,
-                                  None, bloom, ch.start))
+                                  bloom, ch.start))
         return outs
 
     # -- a flat column chunk patched page by page --------------------------------------------------------------
@@ -1054,7 +1054,7 @@ class _Rewriter:
             ci.put(F.CI_BOUNDARY_ORDER, T_I32, _boundary_order(key, nulls_pages, mins, maxs))
             if all(r[3] is not None for r in ci_rows):
                 ci.put(F.CI_NULL_COUNTS, T_LIST, TList(T_I64, [r[3] for r in ci_rows]))
-        return _ChunkOut(ch.leaf, ch.cc, cmd, pieces, pos, rel, locs if want_oi else None, ci, None, bloom, ch.start)
+        return _ChunkOut(ch.leaf, ch.cc, cmd, pieces, pos, rel, locs if want_oi else None, ci, bloom, ch.start)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1166,16 +1166,12 @@ def _write_output(lay: ParquetLayout, fd: int, groups: list[tuple[int, list[_Chu
         if out.locs is None:
             continue
         # untouched chunks keep their OffsetIndex extras; rebuilt ones drop unencoded_byte_array_data_bytes
-        oi = out.oi_extra.copy() if out.oi_extra is not None else TStruct()
-        items = []
-        for rel, size, first in out.locs:
-            loc = TStruct()
-            loc.put(F.PL_OFFSET, T_I64, start + rel)
-            loc.put(F.PL_COMPRESSED_PAGE_SIZE, T_I32, size)
-            loc.put(F.PL_FIRST_ROW_INDEX, T_I64, first)
-            items.append(loc)
-        oi.put(F.OI_PAGE_LOCATIONS, T_LIST, TList(T_STRUCT, items))
-        data = clock.encode(oi)
+        if isinstance(out.locs, PageLocations):
+            locations = PageLocations(out.locs.offsets + start, out.locs.sizes, out.locs.first_rows, out.locs.tail)
+        else:
+            rows = np.array(out.locs, dtype=np.int64).reshape(-1, 3)
+            locations = PageLocations(rows[:, 0] + start, rows[:, 1], rows[:, 2])
+        data = encode_offset_index(locations)
         cc.put(F.CC_OFFSET_INDEX_OFFSET, T_I64, sink.pos)
         cc.put(F.CC_OFFSET_INDEX_LENGTH, T_I32, len(data))
         sink.write(data)

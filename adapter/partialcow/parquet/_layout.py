@@ -16,6 +16,7 @@ from typing import Any
 
 from partialcow.exceptions import ParquetRewriteError, UnsupportedFileError
 from partialcow.parquet import _format as F
+from partialcow.parquet._offset_index import PageLocations, decode_page_locations, from_struct
 from partialcow.parquet._thrift import TStruct, ThriftError, decode_struct, encode
 
 __all__ = ["ThriftClock", "Leaf", "Page", "Chunk", "ParquetLayout", "sort_key_fn"]
@@ -241,6 +242,7 @@ class ParquetLayout:
             raise
         self._chunks: dict[tuple[int, int], Chunk] = {}
         self._offset_indexes: dict[int, TStruct] = {}
+        self._page_locations: dict[int, PageLocations] = {}
 
     def close(self) -> None:
         buf = getattr(self, "buf", None)
@@ -281,9 +283,22 @@ class ParquetLayout:
         off = cc.val(F.CC_OFFSET_INDEX_OFFSET)
         if off is None:
             return None
-        if off not in self._offset_indexes:  # read once: page discovery and the output both need it
+        if off not in self._offset_indexes:
             self._offset_indexes[off] = self.read_struct(off, cc.val(F.CC_OFFSET_INDEX_LENGTH))[0]
         return self._offset_indexes[off]
+
+    def page_locations(self, cc: TStruct) -> PageLocations | None:
+        """The chunk's OffsetIndex as arrays (cached; bulk-decoded, see ``_offset_index``)."""
+        off = cc.val(F.CC_OFFSET_INDEX_OFFSET)
+        if off is None:
+            return None
+        if off not in self._page_locations:
+            data = bytes(self.buf[off:off + cc.val(F.CC_OFFSET_INDEX_LENGTH)])
+            locations = decode_page_locations(data)
+            if locations is None:  # an uncommon layout: the generic codec
+                locations = from_struct(self.offset_index(cc), self.clock.encode)
+            self._page_locations[off] = locations
+        return self._page_locations[off]
 
     def column_index(self, cc: TStruct) -> TStruct | None:
         off = cc.val(F.CC_COLUMN_INDEX_OFFSET)
@@ -308,12 +323,11 @@ class ParquetLayout:
         leaf = self.leaves[leaf_idx]
         start, end = self.chunk_range(rg, leaf_idx)
         nrows = self.rg_rows(rg)
-        oi = self.offset_index(cc)
+        locations = self.page_locations(cc)
         pages: list[Page] = []
-        if oi is not None:
-            for loc in oi.val(F.OI_PAGE_LOCATIONS).items:
-                pages.append(Page(loc.val(F.PL_OFFSET), loc.val(F.PL_COMPRESSED_PAGE_SIZE),
-                                  loc.val(F.PL_FIRST_ROW_INDEX)))
+        if locations is not None:
+            pages = [Page(o, s, r) for o, s, r in zip(locations.offsets.tolist(), locations.sizes.tolist(),
+                                                      locations.first_rows.tolist())]
             rows_known = True
         else:
             # No OffsetIndex: walk the page headers. Rows per page are known for v2 pages and for flat v1 pages.
@@ -360,7 +374,7 @@ class ParquetLayout:
             return len(self._chunks[(rg, leaf)].pages)
         cc = self.column_chunk(rg, leaf)
         if F.CC_OFFSET_INDEX_OFFSET in cc:
-            return len(self.chunk(rg, leaf).pages)
+            return len(self.page_locations(cc))
         stats = cc.val(F.CC_META_DATA).val(F.CMD_ENCODING_STATS)
         if stats is not None:
             return sum(e.val(F.PES_COUNT) for e in stats.items

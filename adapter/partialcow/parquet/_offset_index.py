@@ -1,0 +1,156 @@
+"""OffsetIndex (page locations) in bulk: numpy arrays in, Thrift compact bytes out, and back.
+
+A file with 2,000-row pages has tens of thousands of page locations; every copied chunk's OffsetIndex must be
+re-encoded with shifted offsets. Decoding and encoding them one struct at a time in Python cost about as much as
+the rest of a small rewrite, so this module handles the one layout every writer produces::
+
+    OffsetIndex { 1: list<PageLocation { 1: i64 offset, 2: i32 compressed_page_size, 3: i64 first_row_index }>,
+                  ... any later fields, kept as bytes }
+
+Anything else (other field order, extra PageLocation fields) is left to the generic codec in ``_thrift``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from partialcow.parquet import _format as F
+from partialcow.parquet._thrift import T_LIST, T_STRUCT, TList, TStruct
+
+__all__ = ["PageLocations", "decode_page_locations", "encode_offset_index", "from_struct"]
+
+_FIELD1_LIST = 0x19  # field delta 1, type list
+_STRUCT_LIST_LONG = 0xFC  # list of structs, size as a following varint
+_OFFSET_HDR, _SIZE_HDR, _FIRST_HDR, _STOP = 0x16, 0x15, 0x16, 0x00  # i64 / i32 / i64 field headers, delta 1
+_TOKENS = 7  # per PageLocation: header, varint, header, varint, header, varint, stop
+
+
+@dataclass
+class PageLocations:
+    """Page locations of one column chunk, plus the OffsetIndex's later fields as encoded bytes (stop included)."""
+
+    offsets: np.ndarray  # int64, absolute file offsets
+    sizes: np.ndarray  # int64, compressed page sizes (header included)
+    first_rows: np.ndarray  # int64, first row of each page within the row group
+    tail: bytes = bytes([_STOP])
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+def _varint_at(buf: np.ndarray, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = int(buf[pos])
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def decode_page_locations(data: bytes) -> PageLocations | None:
+    """Decode an OffsetIndex of the common layout; None when it has another layout (use the generic codec).
+
+    >>> enc = encode_offset_index(PageLocations(np.array([4, 900]), np.array([896, 1000]), np.array([0, 2000])))
+    >>> loc = decode_page_locations(enc)
+    >>> loc.offsets.tolist(), loc.sizes.tolist(), loc.first_rows.tolist(), loc.tail
+    ([4, 900], [896, 1000], [0, 2000], b'\\x00')
+    """
+    buf = np.frombuffer(data, dtype=np.uint8)
+    if len(buf) < 2 or buf[0] != _FIELD1_LIST:
+        return None
+    if buf[1] & 0x0F != T_STRUCT:
+        return None
+    if buf[1] >> 4 == 0x0F:
+        n, pos = _varint_at(buf, 2)
+    else:
+        n, pos = int(buf[1] >> 4), 2
+    if n == 0:
+        return PageLocations(*(np.zeros(0, dtype=np.int64) for _ in range(3)), bytes(data[pos:]))
+    body = buf[pos:]
+    ends = np.flatnonzero(body < 0x80)
+    if len(ends) < _TOKENS * n:
+        return None
+    ends = ends[:_TOKENS * n]
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    lengths = (ends - starts + 1).reshape(n, _TOKENS)
+    heads = body[ends].reshape(n, _TOKENS)
+    if not ((lengths[:, [0, 2, 4, 6]] == 1).all() and (heads[:, 0] == _OFFSET_HDR).all()
+            and (heads[:, 2] == _SIZE_HDR).all() and (heads[:, 4] == _FIRST_HDR).all()
+            and (heads[:, 6] == _STOP).all() and (lengths[:, [1, 3, 5]] <= 10).all()):
+        return None
+    values = []
+    for column in (1, 3, 5):
+        first = starts.reshape(n, _TOKENS)[:, column]
+        length = lengths[:, column]
+        raw = np.zeros(n, dtype=np.uint64)
+        for k in range(int(length.max(initial=1))):
+            more = length > k
+            raw[more] |= (body[first[more] + k].astype(np.uint64) & np.uint64(0x7F)) << np.uint64(7 * k)
+        values.append(((raw >> np.uint64(1)).astype(np.int64)) ^ -((raw & np.uint64(1)).astype(np.int64)))
+    end = pos + int(ends[-1]) + 1
+    return PageLocations(values[0], values[1], values[2], bytes(data[end:]))
+
+
+def from_struct(oi: TStruct, encode) -> PageLocations:
+    """The generic decoder's OffsetIndex as arrays; ``encode`` (a ThriftClock's) re-encodes its later fields."""
+    items = oi.val(F.OI_PAGE_LOCATIONS).items
+    rest = oi.copy()
+    rest.put(F.OI_PAGE_LOCATIONS, T_LIST, TList(T_STRUCT, []))
+    return PageLocations(
+        np.array([loc.val(F.PL_OFFSET) for loc in items], dtype=np.int64),
+        np.array([loc.val(F.PL_COMPRESSED_PAGE_SIZE) for loc in items], dtype=np.int64),
+        np.array([loc.val(F.PL_FIRST_ROW_INDEX) for loc in items], dtype=np.int64),
+        encode(rest)[2:],  # an empty field 1 is two bytes (header, list header): what follows is the tail
+    )
+
+
+def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Zigzag varints of int64 ``values``: (n x 10 byte matrix, lengths)."""
+    v = values.astype(np.int64)
+    zz = ((v << 1) ^ (v >> 63)).view(np.uint64)
+    groups = np.empty((len(v), 10), dtype=np.uint8)
+    rest = zz.copy()
+    for k in range(10):
+        groups[:, k] = (rest & np.uint64(0x7F)).astype(np.uint8)
+        rest >>= np.uint64(7)
+    # bytes needed: up to the highest non-zero 7-bit group (at least one)
+    lengths = np.where(zz == 0, 1, 10 - np.argmax(groups[:, ::-1] != 0, axis=1))
+    cont = np.arange(10)[None, :] < (lengths[:, None] - 1)
+    groups |= (cont * 0x80).astype(np.uint8)
+    return groups, lengths
+
+
+def encode_offset_index(locations: PageLocations) -> bytes:
+    """Thrift compact bytes of an OffsetIndex with these page locations and the kept later fields."""
+    n = len(locations)
+    head = bytearray([_FIELD1_LIST])
+    if n < 15:
+        head.append((n << 4) | T_STRUCT)
+    else:
+        head.append(_STRUCT_LIST_LONG)
+        rest = n
+        while rest >= 0x80:
+            head.append((rest & 0x7F) | 0x80)
+            rest >>= 7
+        head.append(rest)
+    if not n:
+        return bytes(head) + locations.tail
+    row = np.zeros((n, 34), dtype=np.uint8)
+    keep = np.zeros((n, 34), dtype=bool)
+    col = 0
+    for header, values in ((_OFFSET_HDR, locations.offsets), (_SIZE_HDR, locations.sizes),
+                           (_FIRST_HDR, locations.first_rows)):
+        row[:, col] = header
+        keep[:, col] = True
+        groups, lengths = _varints(values)
+        row[:, col + 1:col + 11] = groups
+        keep[:, col + 1:col + 11] = np.arange(10)[None, :] < lengths[:, None]
+        col += 11
+    keep[:, 33] = True  # stop byte (0)
+    return bytes(head) + row[keep].tobytes() + locations.tail
