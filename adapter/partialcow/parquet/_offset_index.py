@@ -25,6 +25,7 @@ _FIELD1_LIST = 0x19  # field delta 1, type list
 _STRUCT_LIST_LONG = 0xFC  # list of structs, size as a following varint
 _OFFSET_HDR, _SIZE_HDR, _FIRST_HDR, _STOP = 0x16, 0x15, 0x16, 0x00  # i64 / i32 / i64 field headers, delta 1
 _TOKENS = 7  # per PageLocation: header, varint, header, varint, header, varint, stop
+_SMALL = 32  # up to this many pages a plain Python loop beats numpy's per-call overhead
 
 
 @dataclass
@@ -68,8 +69,8 @@ def decode_page_locations(data: bytes) -> PageLocations | None:
         n, pos = _varint_at(buf, 2)
     else:
         n, pos = int(buf[1] >> 4), 2
-    if n == 0:
-        return PageLocations(*(np.zeros(0, dtype=np.int64) for _ in range(3)), bytes(data[pos:]))
+    if n <= _SMALL:
+        return _decode_small(data, pos, n)
     body = buf[pos:]
     ends = np.flatnonzero(body < 0x80)
     if len(ends) < _TOKENS * n:
@@ -95,6 +96,33 @@ def decode_page_locations(data: bytes) -> PageLocations | None:
         values.append(((raw >> np.uint64(1)).astype(np.int64)) ^ -((raw & np.uint64(1)).astype(np.int64)))
     end = pos + int(ends[-1]) + 1
     return PageLocations(values[0], values[1], values[2], bytes(data[end:]))
+
+
+def _decode_small(data: bytes, pos: int, n: int) -> PageLocations | None:
+    """The same layout, struct by struct: faster than numpy's per-call overhead for a handful of pages."""
+    columns: list[list[int]] = [[], [], []]
+    try:
+        for _ in range(n):
+            for header, column in zip((_OFFSET_HDR, _SIZE_HDR, _FIRST_HDR), columns):
+                if data[pos] != header:
+                    return None
+                raw = shift = 0
+                pos += 1
+                while True:
+                    byte = data[pos]
+                    raw |= (byte & 0x7F) << shift
+                    pos += 1
+                    if byte < 0x80:
+                        break
+                    shift += 7
+                column.append((raw >> 1) ^ -(raw & 1))
+            if data[pos] != _STOP:
+                return None
+            pos += 1
+    except IndexError:
+        return None
+    offsets, sizes, first_rows = (np.array(c, dtype=np.int64) for c in columns)
+    return PageLocations(offsets, sizes, first_rows, bytes(data[pos:]))
 
 
 def from_struct(oi: TStruct, encode) -> PageLocations:
@@ -139,7 +167,16 @@ def encode_offset_index(locations: PageLocations) -> bytes:
             head.append((rest & 0x7F) | 0x80)
             rest >>= 7
         head.append(rest)
-    if not n:
+    if n <= _SMALL:
+        for values in zip(locations.offsets.tolist(), locations.sizes.tolist(), locations.first_rows.tolist()):
+            for header, value in zip((_OFFSET_HDR, _SIZE_HDR, _FIRST_HDR), values):
+                head.append(header)
+                raw = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+                while raw >= 0x80:
+                    head.append((raw & 0x7F) | 0x80)
+                    raw >>= 7
+                head.append(raw)
+            head.append(_STOP)
         return bytes(head) + locations.tail
     row = np.zeros((n, 34), dtype=np.uint8)
     keep = np.zeros((n, 34), dtype=bool)
