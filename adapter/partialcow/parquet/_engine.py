@@ -334,6 +334,10 @@ def _patch(arr: pa.Array, base: int, upd_rows: np.ndarray, upd_vals: pa.Array | 
     if arr.type in _VIEW_TYPES:  # pyarrow has no take kernel for view types
         vals = upd_vals.cast(_VIEW_TYPES[arr.type]) if upd_vals is not None else None
         return _patch(arr.cast(_VIEW_TYPES[arr.type]), base, upd_rows, vals, del_rows).cast(arr.type)
+    if upd_rows.size and (patched := _patch_fixed_width(arr, upd_rows - base, upd_vals)) is not None:
+        if not del_rows.size:
+            return patched
+        arr, upd_rows = patched, upd_rows[:0]
     idx = np.arange(n, dtype=np.int64)
     if upd_rows.size:
         idx[upd_rows - base] = n + np.arange(upd_rows.size, dtype=np.int64)
@@ -343,6 +347,28 @@ def _patch(arr: pa.Array, base: int, upd_rows: np.ndarray, upd_vals: pa.Array | 
         keep[del_rows - base] = False
         idx = idx[keep]
     return arr.take(pa.array(idx))
+
+
+def _patch_fixed_width(arr: pa.Array, rows: np.ndarray, vals: pa.Array) -> pa.Array | None:
+    """``arr`` with ``vals`` written at ``rows`` by copying its value buffer (a gather of every row costs ~10x more
+    when few rows change); None for types without one fixed-width value buffer (strings, booleans, nested)."""
+    t = arr.type
+    if (isinstance(t, pa.ExtensionType) or pa.types.is_boolean(t) or pa.types.is_dictionary(t)
+            or arr.offset or vals.offset or vals.type != t or len(arr.buffers()) != 2):
+        return None
+    try:
+        width = t.byte_width
+    except ValueError:  # not a fixed-width type
+        return None
+    n = len(arr)
+    data = np.frombuffer(arr.buffers()[1], dtype=np.uint8, count=n * width).reshape(n, width).copy()
+    data[rows] = np.frombuffer(vals.buffers()[1], dtype=np.uint8, count=len(vals) * width).reshape(-1, width)
+    validity = None
+    if arr.null_count or vals.null_count:
+        valid = arr.is_valid().to_numpy(zero_copy_only=False).copy()
+        valid[rows] = vals.is_valid().to_numpy(zero_copy_only=False)
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(t, n, [validity, pa.py_buffer(data)])
 
 
 def _float_bits(arr: pa.Array) -> np.ndarray:
