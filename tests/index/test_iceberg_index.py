@@ -46,9 +46,13 @@ def _file_of(spark, name: str, key_id: int) -> str:
 
 
 def _lookup(spark, index: RowIndex, keys: list[tuple]) -> tuple[dict, set]:
-    result = index.lookup(spark.createDataFrame(keys, "id bigint, code string"))
-    found = {(r["id"], r["code"]): (r["file"], r["pos"]) for r in result.found.collect()}
-    return found, {(r["id"], r["code"]) for r in result.missing.collect()}
+    results = []
+    for broadcast_keys in (False, True):  # the shuffle join and the broadcast probe must find the same rows
+        result = index.lookup(spark.createDataFrame(keys, "id bigint, code string"), broadcast_keys=broadcast_keys)
+        found = {(r["id"], r["code"]): (r["file"], r["pos"]) for r in result.found.collect()}
+        results.append((found, {(r["id"], r["code"]) for r in result.missing.collect()}))
+    assert results[0] == results[1]
+    return results[0]
 
 
 def _key(i: int) -> tuple:

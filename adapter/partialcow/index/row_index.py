@@ -229,6 +229,7 @@ class RowIndex:
         file_column: str = "file",
         pos_column: str = "pos",
         check_duplicates: bool = True,
+        broadcast_keys: bool = False,
     ) -> LookupResult:
         """Find where ``keys`` (a DataFrame with the key columns) live, without collecting keys to the driver.
 
@@ -237,7 +238,8 @@ class RowIndex:
         ``check_duplicates`` reads the matched index rows in one Spark job, raises ``DuplicateKeyError`` if a key
         appears twice, and keeps those rows (a local checkpoint) for ``found`` and ``missing`` to reuse.
         Without it the index is trusted: builds and maintenance already refuse duplicates. Keys are not
-        deduplicated: a key given twice is found twice.
+        deduplicated: a key given twice is found twice. ``broadcast_keys`` (for key sets that fit in memory) probes
+        the index scan with a broadcast copy of the keys instead of shuffling every index row of the read buckets.
         """
         from pyspark.sql import functions as F
 
@@ -269,8 +271,9 @@ class RowIndex:
             if dups:
                 raise self._duplicate_error(dups)
         files = self._files_frame(file_column)
+        probe = F.broadcast(typed) if broadcast_keys else typed
         found = (
-            typed.join(index_rows, keys_list, "inner")
+            index_rows.join(probe, keys_list, "inner")
             .join(files, FILE_ID)
             .select(*[F.col(quote_identifier(c)) for c in self.key_columns], F.col(file_column), F.col(POS).alias(pos_column))
         )

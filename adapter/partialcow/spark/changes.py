@@ -55,6 +55,9 @@ _SAMPLE = 5
 # relies on file-level validation (a concurrent change of any file we replace still fails).
 _MAX_CONFLICT_KEYS = 10_000
 _ROWS_PER_INSERT_FILE = 1_000_000
+# Up to this many changed keys the index lookup broadcasts the keys (a hash table of a few tens of MB) instead of
+# shuffling the index rows of the whole table.
+_BROADCAST_KEYS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -289,18 +292,26 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
         index = _open_index(table, spec)
         base_version = index.state.table_version
         keys = staged.select(*spec.key_columns)
+        small = staged.count() <= _BROADCAST_KEYS  # also materialises the staged batch
         if index.state.files:
-            located = index.lookup(keys, file_column=FILE, pos_column=POS).found
+            # the index is trusted here: its builds and maintenance refuse duplicate keys (no extra Spark jobs)
+            located = index.lookup(keys, file_column=FILE, pos_column=POS, check_duplicates=False,
+                                   broadcast_keys=small).found
         else:  # an empty table: every key is new
             located = keys.limit(0).withColumn(FILE, F.lit(None).cast("string")).withColumn(POS, F.lit(None).cast("long"))
-        # the file count, the rewrite job and the insert count all read this join: compute it once
-        joined = staged.join(located, list(spec.key_columns), "left").persist()
+        # the file count, the rewrite job and the insert count all read this join: compute it once. Small batches
+        # find at most one location per key: broadcast them rather than shuffle the batch.
+        joined = staged.join(F.broadcast(located) if small else located, list(spec.key_columns), "left").persist()
         cached.append(joined)
         in_table = joined.where(F.col(FILE).isNotNull())
         inserts = joined.where(F.col(FILE).isNull() & ~F.col(DELETE)).select(*table_columns)
 
         touched = in_table.select(FILE, POS, DELETE, *spec.key_columns, *value_columns)
-        file_count = touched.select(FILE).distinct().count()
+        counts = joined.select(
+            F.countDistinct(FILE).alias("files"),
+            F.count(F.when(F.col(FILE).isNull() & ~F.col(DELETE), True)).alias("inserts"),
+        ).first()
+        file_count, insert_rows = counts["files"], counts["inserts"]
         rewritten = []
         if file_count:
             job = partial(
@@ -315,7 +326,6 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
             )
         new_files = [r["dst"] for r in rewritten] + [r["moved_dst"] for r in rewritten if r["moved_dst"]]
         try:
-            insert_rows = inserts.count()
             if insert_rows:
                 schema = table.file_schema(table_schema)
                 parts = max(1, math.ceil(insert_rows / _ROWS_PER_INSERT_FILE))
