@@ -167,8 +167,8 @@ def write_report(results: dict) -> None:
         "# Branch environments benchmark",
         "",
         f"`PYTHONPATH=adapter python bench/branch_bench.py --rows {results['rows']} --repeat {results['repeat']}` "
-        f"(local[2], Spark {results['spark']}, Iceberg, median of {results['repeat']}; 10M rows not run; "
-        f"machine shared with other jobs: load average {results['load_average_at_start']:.1f} at start, "
+        f"(local[2], Spark {results['spark']}, Iceberg, median of {results['repeat']}; "
+        f"load average {results['load_average_at_start']:.1f} at start, "
         f"{results['load_average_at_end']:.1f} at the end on 2 cores).",
         "",
         "| measurement | seconds | ratio |",
