@@ -12,10 +12,6 @@ The branch view puts the overlay over the parent::
     UNION ALL
     SELECT p.cols FROM parent p LEFT ANTI JOIN overlay o ON p.key = o.key
 
-A small overlay with a single-column integer, string or date key is written into the view as a literal key set
-instead (``... FROM parent WHERE NOT coalesce(key IN (1, 2, ...), false)``): every read then saves the broadcast
-job of the join. The view is recreated whenever the overlay changes, so the literal set never goes stale.
-
 Models without ``unique_key``, and models whose columns differ from the parent's, are *detached*: the overlay holds
 the whole result and the view reads the overlay only.
 """
@@ -75,10 +71,6 @@ PRESENT_COLUMN = "_pcow_present"
 OverlayMode = Literal["delta", "detached"]
 
 _PROP_KEYS = "partialcow.branch.key_columns"
-#: Overlays with at most this many keys may be written into their view as literals (see the module docstring).
-INLINE_KEYS_MAX = 2_000
-# the metastore keeps a view's text in a column of ~32K characters (embedded Derby): stay well below
-_INLINE_TEXT_MAX = 20_000
 _PROP_MODE = "partialcow.branch.mode"
 _OVERLAY_SUFFIX = "__pcow_overlay"
 
@@ -160,10 +152,12 @@ def _refuse_null_keys(model: str, result: DataFrame, keys: Sequence[str]) -> Non
     """A null key matches no parent row: it would show up twice in the view and could never be merged."""
     from pyspark.sql import functions as F
 
-    for key in keys:
-        if result.where(F.col(quote(key)).isNull()).limit(1).count():
-            raise BranchError(f"model {model}: unique_key column {key} is null in some rows of its result; "
-                              "a keyed model needs a key value in every row (filter or coalesce the nulls)")
+    any_null = functools.reduce(operator.or_, [F.col(quote(k)).isNull() for k in keys])
+    sample = result.where(any_null).select(*[quote(k) for k in keys]).limit(1).collect()
+    if sample:
+        key = next(k for k, value in zip(keys, sample[0]) if value is None)
+        raise BranchError(f"model {model}: unique_key column {key} is null in some rows of its result, e.g. "
+                          f"{dict(zip(keys, sample[0]))}; a keyed model needs a key value in every row")
 
 
 def _same_layout(result: DataFrame, parent: DataFrame) -> bool:
@@ -297,23 +291,14 @@ def build_model(
     )
 
 
-def view_sql(info: OverlayInfo, parent: tuple[str, str] | None, *, materialized: bool,
-             inline_keys: Sequence[str] | None = None) -> str:
-    """The SELECT of a branch view (see the module docstring for the forms).
-
-    ``inline_keys``: the overlay's keys as SQL literals (single-column keys only), for the literal-set form.
-    """
+def view_sql(info: OverlayInfo, parent: tuple[str, str] | None, *, materialized: bool) -> str:
+    """The SELECT of a branch view (see the module docstring for the forms)."""
     cols = ", ".join(quote(c) for c in info.columns)
     if materialized:
         return f"SELECT {cols} FROM {qualified(info.schema, full_table(info.identifier))}"
     upserts = f"SELECT {cols} FROM {info.table} WHERE {OP_COLUMN} = '{OP_UPSERT}'"
     if info.mode == "detached" or parent is None:
         return upserts
-    if inline_keys is not None:
-        (key,) = info.key_columns
-        # coalesce: a parent row with a null key is kept, as the anti join keeps it
-        kept = f"NOT coalesce({quote(key)} IN ({', '.join(inline_keys)}), false)" if inline_keys else "true"
-        return f"{upserts}\nUNION ALL\nSELECT {cols} FROM {qualified(*parent)} WHERE {kept}"
     parent_cols = ", ".join(f"p.{quote(c)}" for c in info.columns)
     on = " AND ".join(f"p.{quote(k)} = o.{quote(k)}" for k in info.key_columns)
     return f"{upserts}\nUNION ALL\nSELECT {parent_cols} FROM {qualified(*parent)} p LEFT ANTI JOIN {info.table} o ON {on}"
@@ -327,44 +312,12 @@ def create_branch_view(spark: SparkSession, *, levels: Sequence[str], base_schem
         return
     parent = resolve_parent(spark, levels[1:], base_schema, identifier)
     materialized = table_exists(spark, schema, full_table(identifier))
-    inline = None if materialized or parent is None else _inline_keys(spark, info)
-    text = view_sql(info, parent, materialized=materialized, inline_keys=inline)
-    if inline is not None and len(text) > _INLINE_TEXT_MAX:
-        text = view_sql(info, parent, materialized=materialized)
     # Not CREATE OR REPLACE: through Iceberg's SparkSessionCatalog on a Hive metastore, replacing an Iceberg
     # view keeps the old SQL text in the metastore, which is what reads use (Iceberg 1.10, apache/iceberg#15490).
     spark.sql(f"DROP VIEW IF EXISTS {qualified(schema, identifier)}")
-    spark.sql(f"CREATE VIEW {qualified(schema, identifier)} AS\n{text}")
-
-
-def _inline_keys(spark: SparkSession, info: OverlayInfo) -> list[str] | None:
-    """The overlay's keys as SQL literals, or None when the view should join (too many, composite or other types)."""
-    from pyspark.sql.types import DateType, IntegralType, StringType
-
-    if info.mode != "delta" or len(info.key_columns) != 1:
-        return None
-    (key,) = info.key_columns
-    overlay = spark.table(info.table)
-    key_type = overlay.schema[key].dataType
-    if not isinstance(key_type, (IntegralType, StringType, DateType)):
-        return None  # floats, decimals, timestamps: no literal we are sure compares equal
-    rows = overlay.select(quote(key)).limit(INLINE_KEYS_MAX + 1).collect()
-    if len(rows) > INLINE_KEYS_MAX:
-        return None
-    return sorted(_sql_literal(r[0]) for r in rows if r[0] is not None)
-
-
-def _sql_literal(value: object) -> str:
-    """A Spark SQL literal of an integer, string or date key (strings escaped for the default parser)."""
-    import datetime
-
-    if isinstance(value, bool) or not isinstance(value, (int, str, datetime.date)):
-        raise TypeError(f"no inline literal for {value!r}")
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, datetime.date):
-        return f"DATE '{value.isoformat()}'"
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    spark.sql(
+        f"CREATE VIEW {qualified(schema, identifier)} AS\n{view_sql(info, parent, materialized=materialized)}"
+    )
 
 
 def refresh_descendant_views(
