@@ -771,7 +771,8 @@ def report(
             "",
             f"Command: `{command}`",
             "",
-            f"Machine: {os.cpu_count()} cores shared with other work, Spark local[2] (driver 2g, 4 shuffle partitions), "
+            f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} when the report was written, "
+            "Spark local[2] (driver 2g, 4 shuffle partitions), "
             f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
             f"{rows:,} rows. One run per cell: compare ratios, not absolute seconds.",
             "",
