@@ -103,6 +103,16 @@ class _Changes:
         return self.upd_pos if self.changed is None else self.changed[name]
 
 
+def _distinct_rows(parts: list[np.ndarray], num_rows: int) -> int:
+    """How many distinct positions the parts hold (a mask, not a sort: parts may total many times ``num_rows``)."""
+    if not parts:
+        return 0
+    seen = np.zeros(num_rows, dtype=bool)
+    for part in parts:
+        seen[part] = True
+    return int(np.count_nonzero(seen))
+
+
 def _unique(a: np.ndarray) -> np.ndarray:
     """Sorted unique values (numpy 2's hash-based np.unique is far slower on large int arrays)."""
     a = np.sort(a)
@@ -361,8 +371,15 @@ def _patch_fixed_width(arr: pa.Array, rows: np.ndarray, vals: pa.Array) -> pa.Ar
     except ValueError:  # not a fixed-width type
         return None
     n = len(arr)
-    data = np.frombuffer(arr.buffers()[1], dtype=np.uint8, count=n * width).reshape(n, width).copy()
-    data[rows] = np.frombuffer(vals.buffers()[1], dtype=np.uint8, count=len(vals) * width).reshape(-1, width)
+    unit = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(width)
+    if unit is None and rows.size * 8 > n:  # wide values scattered over many rows: the gather is faster
+        return None
+    if unit is not None:
+        data = np.frombuffer(arr.buffers()[1], dtype=unit, count=n).copy()
+        data[rows] = np.frombuffer(vals.buffers()[1], dtype=unit, count=len(vals))
+    else:
+        data = np.frombuffer(arr.buffers()[1], dtype=np.uint8, count=n * width).reshape(n, width).copy()
+        data[rows] = np.frombuffer(vals.buffers()[1], dtype=np.uint8, count=len(vals) * width).reshape(-1, width)
     validity = None
     if arr.null_count or vals.null_count:
         valid = arr.is_valid().to_numpy(zero_copy_only=False).copy()
@@ -1412,7 +1429,7 @@ def rewrite_file(
                              tuple(sorted(changes.upd)), (), reason, tuple(whole_blooms_dropped),
                              time.perf_counter() - t0, clock.seconds)
     rows_after = sum(g[2] for g in groups)
-    rows_updated = int(_unique(np.concatenate(rw.changed_parts)).size) if rw.changed_parts else 0
+    rows_updated = _distinct_rows(rw.changed_parts, lay.num_rows)
     return RewriteReport(
         src, dst, lay.num_rows, rows_after, rows_updated, int(changes.del_pos.size), st.pages_total,
         st.pages_rewritten, st.pages_copied, st.bytes_copied, st.bytes_reencoded, tuple(sorted(st.columns)),
