@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import math
 from pathlib import Path
 
 import duckdb
@@ -255,6 +256,25 @@ def test_rewrite_matches_oracle(tmp_path: Path, table: pa.Table, writer: str, pa
     assert pq.ParquetFile(dst).metadata.metadata == pq.ParquetFile(src).metadata.metadata
 
 
+@pytest.mark.parametrize("pattern", ["updates_and_deletes", "many_updates"])
+def test_threads_write_the_same_bytes_and_report(tmp_path: Path, table: pa.Table, pattern: str) -> None:
+    """Chunks rewritten in parallel threads: the file and the report do not depend on the thread count."""
+    src = tmp_path / "src.parquet"
+    pq.write_table(table, src, row_group_size=3000, max_rows_per_page=400, write_page_index=True)
+    n_upd, n_del = {"updates_and_deletes": (60, 25), "many_updates": (9000, 0)}[pattern]
+    upd, _, _, dels = random_changes(table, np.random.default_rng(5), n_upd, n_del, ["i32", "s", "dec", "f64"])
+    reports, files = [], []
+    for threads in (1, 2, 5):
+        dst = tmp_path / f"dst{threads}.parquet"
+        reports.append(rewrite_file(src, dst, upd, dels, threads=threads, full_file_threshold=math.inf))
+        files.append(dst.read_bytes())
+    assert files[0] == files[1] == files[2]
+    fields = ("rows_after", "rows_updated", "pages_rewritten", "pages_copied", "bytes_copied", "bytes_reencoded",
+              "columns_rewritten", "full_chunk_rewrites")
+    assert len({tuple(getattr(r, f) for f in fields) for r in reports}) == 1
+    assert reports[0].pages_rewritten > 0
+
+
 def test_untouched_pages_are_copied_byte_for_byte(tmp_path: Path, table: pa.Table) -> None:
     src, dst = tmp_path / "src.parquet", tmp_path / "dst.parquet"
     pq.write_table(table, src, row_group_size=6000, max_rows_per_page=500, write_page_index=True)
@@ -445,8 +465,8 @@ def test_sorting_columns_dropped_when_sort_column_updated(tmp_path: Path, table:
     report = rewrite_file(src, dst2, upd, deletes=[9])
     assert report.full_file_rewrite is None
     assert pq.ParquetFile(dst2).metadata.row_group(0).sorting_columns == (pq.SortingColumn(0),)
-    # the whole-file path keeps them too when only deletes and non-sort columns change
-    report = rewrite_file(src, dst2, deletes=np.arange(0, N, 3))
+    # the whole-file path (single-threaded default) keeps them too when only deletes and non-sort columns change
+    report = rewrite_file(src, dst2, deletes=np.arange(0, N, 3), threads=1)
     assert report.full_file_rewrite is not None
     assert pq.ParquetFile(dst2).metadata.row_group(0).sorting_columns == (pq.SortingColumn(0),)
 
@@ -456,8 +476,12 @@ def test_whole_file_rewrite_when_nearly_everything_changes(tmp_path: Path, table
     pq.write_table(table, src, write_page_index=True)
     rng = np.random.default_rng(9)
     upd, pos, new, dels = random_changes(table, rng, N // 2, 10, table.column_names)
-    report = rewrite_file(src, dst, upd, dels)
+    report = rewrite_file(src, dst, upd, dels, threads=1)
     assert report.full_file_rewrite is not None
+    assert_same_rows(dst, expected(table, pos, new, dels))
+    # with threads, whole chunks re-encoded in parallel replace the single-threaded whole-file path
+    report = rewrite_file(src, dst, upd, dels, threads=2)
+    assert report.full_file_rewrite is None and report.pages_copied == 0
     assert_same_rows(dst, expected(table, pos, new, dels))
 
 
