@@ -232,7 +232,7 @@ def test_verify_fails_on_a_corrupted_index(spark, tmp_path) -> None:
 
 def test_index_folder_is_invisible_to_delta_vacuum(spark, tmp_path) -> None:
     root = _table(str(tmp_path / "t"), files=2, rows=100)
-    index = RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=2)
+    RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=2)
     DeltaTable(root).delete("id < 10")  # leaves a removed file for vacuum
     control = os.path.join(root, "orphan-control.parquet")  # an untracked data file vacuum should consider
     pq.write_table(_batch(0, 1), control)
