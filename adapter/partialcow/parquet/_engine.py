@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from partialcow.exceptions import InvalidChangeError, ParquetRewriteError
 from partialcow.metrics import WriteMetrics
 from partialcow.parquet import _format as F
+from partialcow.parquet._column_index import PageBounds, encode_column_index
 from partialcow.parquet._layout import Chunk, Page, ParquetLayout, ThriftClock, TopField, sort_key_fn
 from partialcow.parquet._offset_index import PageLocations, encode_offset_index
 from partialcow.parquet._thrift import T_BINARY, T_I32, T_I64, T_LIST, T_STRUCT, TList, TStruct
@@ -426,12 +427,6 @@ def _changed_mask(old: pa.Array, new: pa.Array) -> np.ndarray:
     return ~same.to_numpy(zero_copy_only=False)
 
 
-def _ci_entry(ci: TStruct, i: int) -> tuple[int, bytes, bytes, int | None]:
-    nc = ci.val(F.CI_NULL_COUNTS)
-    return (ci.val(F.CI_NULL_PAGES).items[i], ci.val(F.CI_MIN_VALUES).items[i], ci.val(F.CI_MAX_VALUES).items[i],
-            nc.items[i] if nc is not None else None)
-
-
 def _dictionary_encoded_pages(lay: ParquetLayout, ch: Chunk) -> list[bool]:
     """Per data page: is it dictionary-encoded? (encoding_stats answer without reading headers when uniform)"""
     if ch.prefix_end == ch.start:
@@ -522,7 +517,7 @@ class _Encoded:
     stats: TStruct | None  # bounds of the new values (possibly wider: see _encode_runs)
     page_encodings: dict[tuple[int, int], int]
     encodings: list[int]
-    ci_rows: list[tuple[int, bytes, bytes, int | None]] | None
+    bounds: PageBounds | None  # ColumnIndex entries of the pages
     dict_page: tuple[bytes, int] | None  # (dictionary page bytes, its uncompressed size incl. header)
 
 
@@ -571,14 +566,14 @@ def _encode_runs(lay: ParquetLayout, top: TopField, runs: list[pa.Array], nullab
                 return None
             dict_page = (bytes(mini.lay.buf[mch.start:mch.prefix_end]), hs + h.val(F.PH_UNCOMPRESSED_SIZE))
         base = real[0].offset
-        mci = mini.lay.column_index(mch.cc)
+        mci = mini.lay.page_bounds(mch.cc)
         out.append(_Encoded(
             data=bytes(mini.lay.buf[base:mch.end]),
             pages=[(p.offset - base, p.size, p.first_row - skip) for p in real],
             rows=len(values), num_values=num_values, uncompressed=unc, null_count=values.null_count,
             stats=mch.cmd.val(F.CMD_STATISTICS), page_encodings=counts,
             encodings=list(mch.cmd.val(F.CMD_ENCODINGS).items),
-            ci_rows=None if mci is None else [_ci_entry(mci, i) for i in range(first, len(mch.pages))],
+            bounds=None if mci is None else mci.slice(first, len(mch.pages)),
             dict_page=dict_page))
     return out
 
@@ -884,7 +879,7 @@ class _Rewriter:
             if F.CC_OFFSET_INDEX_OFFSET in ch.cc:
                 locs = [(p.offset - mch.start, p.size, p.first_row) for p in mch.pages]
                 if F.CC_COLUMN_INDEX_OFFSET in ch.cc:
-                    ci = mini.lay.column_index(mch.cc)
+                    ci = mini.lay.column_index_bytes(mch.cc)
             bloom = _bloom_bytes(lay, ch.cmd)
             if bloom is not None and changed.size:
                 self.stats.blooms_dropped.append((rg, name))
@@ -1019,7 +1014,7 @@ class _Rewriter:
         subrun_end = {a: b for a, b in subruns}
 
         # assemble pieces, page locations and column-index entries
-        src_ci = lay.column_index(ch.cc) if F.CC_COLUMN_INDEX_OFFSET in ch.cc else None
+        src_ci = lay.page_bounds(ch.cc) if F.CC_COLUMN_INDEX_OFFSET in ch.cc else None
         want_oi = F.CC_OFFSET_INDEX_OFFSET in ch.cc
         unc = ch.cmd.val(F.CMD_TOTAL_UNCOMPRESSED_SIZE)
         pieces: list[tuple[str, Any, int]] = []
@@ -1036,7 +1031,7 @@ class _Rewriter:
             self.stats.bytes_copied += ch.prefix_end - ch.start
         pos = sum(p[2] for p in pieces)
         locs: list[tuple[int, int, int]] = []
-        ci_rows: list[tuple[int, bytes, bytes, int | None]] | None = [] if src_ci is not None else None
+        ci_parts: list[PageBounds] | None = [] if src_ci is not None else None
         enc_delta: dict[tuple[int, int], int] = {}
         num_values = ch.cmd.val(F.CMD_NUM_VALUES)
         new_stats: list[TStruct | None] = []
@@ -1070,8 +1065,8 @@ class _Rewriter:
                     added_nulls += enc.null_count
                     new_stats.append(enc.stats)
                     new_all_null.append(enc.null_count == enc.rows)
-                    if ci_rows is not None:
-                        ci_rows = None if enc.ci_rows is None else ci_rows + enc.ci_rows
+                    if ci_parts is not None:
+                        ci_parts = None if enc.bounds is None else ci_parts + [enc.bounds]
                 i = b + 1
                 continue
             # a run of untouched pages: one byte range
@@ -1083,8 +1078,8 @@ class _Rewriter:
             for k in range(i, j + 1):
                 p = ch.pages[k]
                 locs.append((pos + p.offset - start, p.size, p.first_row - int(deleted_before[k])))
-                if ci_rows is not None:
-                    ci_rows.append(_ci_entry(src_ci, k))
+            if ci_parts is not None:
+                ci_parts.append(src_ci.slice(i, j + 1))
             self.stats.pages_copied += j - i + 1
             self.stats.bytes_copied += end - start
             pos += end - start
@@ -1147,17 +1142,10 @@ class _Rewriter:
                if cmd.val(fid)}
         rel[F.CMD_DATA_PAGE_OFFSET] = locs[0][0] if locs else ch.prefix_end - ch.start
         ci = None
-        if ci_rows is not None and want_oi:
-            ci = TStruct()
-            nulls_pages = [r[0] for r in ci_rows]
-            mins = [r[1] for r in ci_rows]
-            maxs = [r[2] for r in ci_rows]
-            ci.put(F.CI_NULL_PAGES, T_LIST, TList(src_ci.val(F.CI_NULL_PAGES).etype, nulls_pages))
-            ci.put(F.CI_MIN_VALUES, T_LIST, TList(T_BINARY, mins))
-            ci.put(F.CI_MAX_VALUES, T_LIST, TList(T_BINARY, maxs))
-            ci.put(F.CI_BOUNDARY_ORDER, T_I32, _boundary_order(key, nulls_pages, mins, maxs))
-            if all(r[3] is not None for r in ci_rows):
-                ci.put(F.CI_NULL_COUNTS, T_LIST, TList(T_I64, [r[3] for r in ci_rows]))
+        if ci_parts is not None and want_oi:
+            bounds = PageBounds.concat(ci_parts)
+            bounds.boundary_order = _boundary_order(key, bounds.null_pages.tolist(), bounds.mins, bounds.maxs)
+            ci = encode_column_index(bounds)
         return _ChunkOut(ch.leaf, ch.cc, cmd, pieces, pos, rel, locs if want_oi else None, ci, bloom, ch.start)
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from partialcow.exceptions import ParquetRewriteError, UnsupportedFileError
 from partialcow.parquet import _format as F
+from partialcow.parquet._column_index import PageBounds, decode_column_index
+from partialcow.parquet._column_index import from_struct as column_index_from_struct
 from partialcow.parquet._offset_index import PageLocations, decode_page_locations, from_struct
 from partialcow.parquet._thrift import TStruct, ThriftError, decode_struct, encode
 
@@ -313,6 +315,22 @@ class ParquetLayout:
     def column_index(self, cc: TStruct) -> TStruct | None:
         off = cc.val(F.CC_COLUMN_INDEX_OFFSET)
         return None if off is None else self.read_struct(off, cc.val(F.CC_COLUMN_INDEX_LENGTH))[0]
+
+    def column_index_bytes(self, cc: TStruct) -> bytes | None:
+        off = cc.val(F.CC_COLUMN_INDEX_OFFSET)
+        return None if off is None else bytes(self.buf[off:off + cc.val(F.CC_COLUMN_INDEX_LENGTH)])
+
+    def page_bounds(self, cc: TStruct) -> PageBounds | None:
+        """The chunk's ColumnIndex entries (bulk-decoded, see ``_column_index``)."""
+        data = self.column_index_bytes(cc)
+        if data is None:
+            return None
+        t = time.thread_time()
+        bounds = decode_column_index(data)
+        self.clock._add(time.thread_time() - t)
+        if bounds is None:  # an uncommon layout: the generic codec
+            bounds = column_index_from_struct(self.column_index(cc))
+        return bounds
 
     def page_header(self, offset: int) -> tuple[TStruct, int]:
         try:

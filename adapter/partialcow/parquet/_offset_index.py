@@ -142,13 +142,15 @@ def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Zigzag varints of int64 ``values``: (n x 10 byte matrix, lengths)."""
     v = values.astype(np.int64)
     zz = ((v << 1) ^ (v >> 63)).view(np.uint64)
-    groups = np.empty((len(v), 10), dtype=np.uint8)
+    groups = np.zeros((len(v), 10), dtype=np.uint8)
+    # only as many 7-bit groups as the largest value needs (offsets: 4, sizes: 2-3)
+    width = max(1, -(-int(zz.max(initial=0)).bit_length() // 7))
     rest = zz.copy()
-    for k in range(10):
+    for k in range(width):
         groups[:, k] = (rest & np.uint64(0x7F)).astype(np.uint8)
         rest >>= np.uint64(7)
     # bytes needed: up to the highest non-zero 7-bit group (at least one)
-    lengths = np.where(zz == 0, 1, 10 - np.argmax(groups[:, ::-1] != 0, axis=1))
+    lengths = np.where(zz == 0, 1, width - np.argmax(groups[:, width - 1::-1] != 0, axis=1))
     cont = np.arange(10)[None, :] < (lengths[:, None] - 1)
     groups |= (cont * 0x80).astype(np.uint8)
     return groups, lengths
