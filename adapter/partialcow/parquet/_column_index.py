@@ -103,11 +103,20 @@ class _Reader:
         ends = np.flatnonzero(body < 0x80)[:n]
         if len(ends) < n:
             raise IndexError("truncated list")
-        if n and ends[-1] == n - 1:  # every value is one byte (small counts: the usual case)
-            raw = body[:n].astype(np.int64)
-            self.pos += n
-            return (raw >> 1) ^ -(raw & 1)
-        return np.array([(v >> 1) ^ -(v & 1) for v in (self.varint() for _ in range(n))], dtype=np.int64)
+        if not n:
+            return np.zeros(0, dtype=np.int64)
+        if ends[-1] >= 10 * n:  # a varint longer than 64 bits: not ours to read
+            raise ValueError("malformed varint")
+        starts = np.empty_like(ends)
+        starts[0] = 0
+        starts[1:] = ends[:-1] + 1
+        lengths = ends - starts + 1
+        raw = np.zeros(n, dtype=np.uint64)
+        for k in range(int(lengths.max())):  # 7 bits at a time, all values at once
+            more = lengths > k
+            raw[more] |= (body[starts[more] + k].astype(np.uint64) & np.uint64(0x7F)) << np.uint64(7 * k)
+        self.pos += int(ends[-1]) + 1
+        return (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64)
 
 
 def decode_column_index(data: bytes) -> PageBounds | None:

@@ -594,7 +594,7 @@ class _ChunkOut:
     rel_offsets: dict[int, int]  # ColumnMetaData field id -> offset relative to chunk start
     # when an OffsetIndex is written: (relative offset, size, first row) per page, or a copied chunk's locations
     # (offsets relative) with the source OffsetIndex's later fields
-    locs: list[tuple[int, int, int]] | PageLocations | None
+    locs: list[tuple[int, int, int]] | np.ndarray | PageLocations | None
     ci: TStruct | bytes | None
     bloom: bytes | None = None
     src_start: int = 0
@@ -691,7 +691,7 @@ def _pages_holding(ch: Chunk, *sorted_rows: np.ndarray) -> np.ndarray:
 
     Searches page starts in the rows (pages x log rows), not rows in the pages: a 50% batch has a million rows.
     """
-    bounds = np.fromiter((*(p.first_row for p in ch.pages), ch.num_rows), dtype=np.int64, count=len(ch.pages) + 1)
+    bounds = np.append(ch.page_arrays[2], ch.num_rows)
     hit = np.zeros(len(ch.pages), dtype=bool)
     for rows in sorted_rows:
         if rows.size:
@@ -957,7 +957,8 @@ class _Rewriter:
                 subruns[-1][1] = i
             else:
                 subruns.append([i, i])
-        deleted_before = np.searchsorted(dels, [p.first_row for p in ch.pages])  # rows deleted before each page
+        offsets, sizes, first_rows = ch.page_arrays
+        deleted_before = np.searchsorted(dels, first_rows)  # rows deleted before each page
         patched: list[pa.Array] = []
         removed_nulls = 0
         for a, b in subruns:
@@ -982,8 +983,11 @@ class _Rewriter:
                     lo, hi = np.searchsorted(changed, [ch.pages[a].first_row, ch.page_rows(b)[1]])
                     in_dict_runs[lo:hi] = True
             if in_dict_runs.any():
-                fresh = new_vals.filter(pa.array(in_dict_runs)).drop_null()
-                fresh = pc.unique(fresh.filter(pc.invert(pc.is_in(fresh, value_set=dictionary))))
+                fresh = pc.unique(new_vals.filter(pa.array(in_dict_runs)).drop_null())
+                # hash the few new values and scan the dictionary, not the other way round: a dictionary can hold
+                # a whole chunk's distinct values, and hashing it cost more than the rest of a small patch
+                known = dictionary.filter(pc.is_in(dictionary, value_set=fresh.cast(dictionary.type)))
+                fresh = fresh.filter(pc.invert(pc.is_in(fresh, value_set=known.cast(fresh.type))))
                 if len(fresh):
                     dictionary = pa.concat_arrays([dictionary, fresh.cast(dictionary.type)])
         if dictionary is not None:
@@ -1030,7 +1034,7 @@ class _Rewriter:
             pieces.append(("copy", ch.start, ch.prefix_end - ch.start))
             self.stats.bytes_copied += ch.prefix_end - ch.start
         pos = sum(p[2] for p in pieces)
-        locs: list[tuple[int, int, int]] = []
+        loc_blocks: list[np.ndarray] = []  # (offset in the chunk, size, first row) per page, a block per run
         ci_parts: list[PageBounds] | None = [] if src_ci is not None else None
         enc_delta: dict[tuple[int, int], int] = {}
         num_values = ch.cmd.val(F.CMD_NUM_VALUES)
@@ -1055,7 +1059,7 @@ class _Rewriter:
                     new_first = ch.pages[i].first_row - int(deleted_before[i])
                     pieces.append(("data", enc.data, len(enc.data)))
                     self.stats.bytes_reencoded += len(enc.data)
-                    locs.extend((pos + off, size, new_first + first) for off, size, first in enc.pages)
+                    loc_blocks.append(np.array(enc.pages, dtype=np.int64).reshape(-1, 3) + [pos, 0, new_first])
                     pos += len(enc.data)
                     num_values += enc.num_values
                     unc += enc.uncompressed
@@ -1075,9 +1079,8 @@ class _Rewriter:
                 j += 1
             start, end = ch.pages[i].offset, ch.pages[j].offset + ch.pages[j].size
             pieces.append(("copy", start, end - start))
-            for k in range(i, j + 1):
-                p = ch.pages[k]
-                locs.append((pos + p.offset - start, p.size, p.first_row - int(deleted_before[k])))
+            loc_blocks.append(np.column_stack([pos - start + offsets[i:j + 1], sizes[i:j + 1],
+                                               first_rows[i:j + 1] - deleted_before[i:j + 1]]))
             if ci_parts is not None:
                 ci_parts.append(src_ci.slice(i, j + 1))
             self.stats.pages_copied += j - i + 1
@@ -1140,7 +1143,8 @@ class _Rewriter:
         cmd.drop(F.CMD_BLOOM_FILTER_OFFSET, F.CMD_BLOOM_FILTER_LENGTH)
         rel = {fid: cmd.val(fid) - ch.start for fid in (F.CMD_DICTIONARY_PAGE_OFFSET, F.CMD_INDEX_PAGE_OFFSET)
                if cmd.val(fid)}
-        rel[F.CMD_DATA_PAGE_OFFSET] = locs[0][0] if locs else ch.prefix_end - ch.start
+        locs = np.concatenate(loc_blocks) if loc_blocks else np.zeros((0, 3), dtype=np.int64)
+        rel[F.CMD_DATA_PAGE_OFFSET] = int(locs[0, 0]) if len(locs) else ch.prefix_end - ch.start
         ci = None
         if ci_parts is not None and want_oi:
             bounds = PageBounds.concat(ci_parts)
@@ -1429,7 +1433,9 @@ def rewrite_file(
         changes = _prepare(lay, read_schema, updates, deletes)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            reason = _full_file_reason(lay, changes, full_file_threshold, full_chunk_threshold)
+            reason = None
+            if full_file_threshold < math.inf:
+                reason = _full_file_reason(lay, changes, full_file_threshold, full_chunk_threshold)
             table = None
             if reason is not None and changes.upd:
                 # decide on the values that really change (equal-value updates must not force a rewrite)

@@ -13,7 +13,10 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
+
+import numpy as np
 
 from partialcow.exceptions import ParquetRewriteError, UnsupportedFileError
 from partialcow.parquet import _format as F
@@ -112,6 +115,14 @@ class Chunk:
     pages: list[Page]
     rows_known: bool  # every page's first row is known (OffsetIndex, v2 pages, or flat v1 pages)
     num_rows: int
+
+    @cached_property
+    def page_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(offsets, sizes, first rows) of the data pages as int64 arrays (for whole-chunk arithmetic)."""
+        return (np.fromiter((p.offset for p in self.pages), np.int64, len(self.pages)),
+                np.fromiter((p.size for p in self.pages), np.int64, len(self.pages)),
+                np.fromiter((p.first_row if p.first_row is not None else -1 for p in self.pages), np.int64,
+                            len(self.pages)))
 
     def page_rows(self, i: int) -> tuple[int, int]:
         first = self.pages[i].first_row
