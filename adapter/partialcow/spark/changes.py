@@ -328,6 +328,8 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
                 # rows whose new values land in columns their file lacks move to a new file with the table schema
                 moved_schema=table.file_schema(table_schema) if len(value_columns) + len(spec.key_columns) == len(table_columns) else None,
                 data_dir=table.data_dir,
+                # the cores are spread over the files: one file on many cores rewrites its chunks in parallel
+                threads=max(1, math.ceil(spark.sparkContext.defaultParallelism / file_count)),
             )
             rewritten = (
                 touched.repartition(file_count, FILE).mapInArrow(job, REWRITE_RESULT_SCHEMA).collect()

@@ -56,13 +56,15 @@ def rewrite_partition(
     update_columns: Sequence[str],
     moved_schema: pa.Schema | None = None,
     data_dir: str | None = None,
+    threads: int = 1,
 ) -> Iterator[pa.RecordBatch]:
     """Rewrite every file named in this partition's rows (``_pcow_file``, ``_pcow_pos``, ``_pcow_delete``, keys,
     values).
 
     The new file goes next to the old one; it is not yet part of the table (the driver commits all files at once).
     A row that sets a column its file does not have (the table gained it later) cannot be patched in place: it is
-    deleted from its file and written, whole, to a new file with ``moved_schema``.
+    deleted from its file and written, whole, to a new file with ``moved_schema``. ``threads``: column chunks each
+    file rewrite works on at once.
     """
     batch_list = list(batches)
     if not batch_list:
@@ -94,7 +96,8 @@ def rewrite_partition(
         if upserts.num_rows and present:
             updates = upserts.select([POS, *present]).rename_columns([ROW_POSITION, *present])
         dst = os.path.join(os.path.dirname(local_src), new_file_name())
-        report = rewrite_file(local_src, dst, updates=updates, deletes=deletes if len(deletes) else None)
+        report = rewrite_file(local_src, dst, updates=updates, deletes=deletes if len(deletes) else None,
+                              threads=threads)
         yield pa.RecordBatch.from_pylist(
             [
                 {
