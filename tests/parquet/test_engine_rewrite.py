@@ -510,6 +510,34 @@ def test_bug_spark_plain_page_before_dictionary_page(tmp_path: Path) -> None:
         assert [i for i, p in enumerate(before[key]) if p != after[key][i]] == [4]
 
 
+@pytest.mark.parametrize("positions", [[4500, 4600], [1500, 4500, 8500]], ids=["one_run", "three_runs"])
+def test_dictionary_grows_by_the_distinct_new_values(tmp_path: Path, positions: list[int]) -> None:
+    """One touched run lets pyarrow append the new values; several runs (and floats) share one dictionary found by
+    search: either way the page grows by exactly the distinct new values, in order of first appearance."""
+    n = 10_000
+    t = pa.table({"v": pa.array([i % 50 for i in range(n)], pa.int64()),
+                  "f": pa.array([float(i % 30) for i in range(n)]),
+                  "s": pa.array([f"s{i % 40}" for i in range(n)])})
+    src, dst = tmp_path / "src.parquet", tmp_path / "dst.parquet"
+    pq.write_table(t, src, write_page_index=True, max_rows_per_page=1000)
+    pos = np.array(positions)
+    k = len(pos)
+    new = {"v": pa.array([10**9 + i % 2 for i in range(k)], pa.int64()),  # two distinct new values
+           "f": pa.array([0.5] * (k - 1) + [3.0]),  # one new value, one already in the dictionary
+           "s": pa.array(["brand-new"] * k)}
+    report = rewrite_file(src, dst, pa.table({ROW_POSITION: pa.array(pos, pa.int64()), **new}))
+    assert_same_rows(dst, expected(t, pos, new, np.zeros(0, int)))
+    check_metadata(dst)
+    assert report.full_chunk_rewrites == ()
+    entries = {0: 50 + min(k, 2), 1: 31, 2: 41}
+    with ParquetLayout(dst) as lay:
+        for leaf, count in entries.items():
+            ch = lay.chunk(0, leaf)
+            assert {_page_kind(lay, p.offset) for p in ch.pages} == {"dict"}
+            h, _ = lay.page_header(ch.start)
+            assert h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_NUM_VALUES) == count
+
+
 def test_layout_mismatch_falls_back_to_whole_file(tmp_path: Path, table: pa.Table,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """When pyarrow cannot re-encode a page with the source's physical layout, the file is rewritten whole."""

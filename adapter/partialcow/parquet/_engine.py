@@ -518,17 +518,18 @@ class _Encoded:
     page_encodings: dict[tuple[int, int], int]
     encodings: list[int]
     bounds: PageBounds | None  # ColumnIndex entries of the pages
-    dict_page: tuple[bytes, int] | None  # (dictionary page bytes, its uncompressed size incl. header)
+    dict_page: tuple[bytes, int, int] | None  # (dictionary page bytes, uncompressed size incl. header, entries)
 
 
 def _encode_runs(lay: ParquetLayout, top: TopField, runs: list[pa.Array], nullable: bool, setup: dict[str, Any],
-                 opts: dict[str, Any], dictionary: pa.Array | None) -> list[_Encoded] | None:
+                 opts: dict[str, Any], dictionary: pa.Array | None, *, extend: bool = False) -> list[_Encoded] | None:
     """Encode each of ``runs`` as data pages like the chunk's: PLAIN, or indices into ``dictionary`` when given.
 
     All runs go through one in-memory file, one row group per run. pyarrow numbers dictionary entries in order of
     first appearance, so each run is preceded by the dictionary's values (padded to whole pages by repeating its
     first value) and those leading pages are dropped: the remaining pages then index ``dictionary`` in its own
-    order. Returns None if pyarrow did not lay the pages out that way.
+    order. With ``extend``, values missing from ``dictionary`` are numbered after it, in order of first appearance
+    (the dictionary page grows). Returns None if pyarrow did not lay the pages out that way.
     """
     skip = 0
     extra: dict[str, Any] = {}
@@ -562,9 +563,10 @@ def _encode_runs(lay: ParquetLayout, top: TopField, runs: list[pa.Array], nullab
             h, hs = mini.lay.page_header(mch.start)
             # entries are numbered by first appearance and the dictionary leads the rows: the order is ours unless
             # pyarrow merged values we keep apart (NaN payloads, ...), which shows in the count
-            if h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_NUM_VALUES) != len(dictionary):
+            entries = h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_NUM_VALUES)
+            if entries < len(dictionary) or (entries != len(dictionary) and not extend):
                 return None
-            dict_page = (bytes(mini.lay.buf[mch.start:mch.prefix_end]), hs + h.val(F.PH_UNCOMPRESSED_SIZE))
+            dict_page = (bytes(mini.lay.buf[mch.start:mch.prefix_end]), hs + h.val(F.PH_UNCOMPRESSED_SIZE), entries)
         base = real[0].offset
         mci = mini.lay.page_bounds(mch.cc)
         out.append(_Encoded(
@@ -974,6 +976,7 @@ class _Rewriter:
         # new values at its end (old pages' indices stay valid): Spark's vectorized reader cannot read a PLAIN page
         # followed by a dictionary-encoded one, the pattern a PLAIN patch in the middle of a chunk would create.
         dictionary = new_dict_page = None
+        extend = False
         if any(dict_pages[a] for a, _ in subruns):
             dictionary = _dictionary_values(lay, top, ch)
             # only updated values can be missing from the dictionary
@@ -982,7 +985,12 @@ class _Rewriter:
                 if dict_pages[a]:
                     lo, hi = np.searchsorted(changed, [ch.pages[a].first_row, ch.page_rows(b)[1]])
                     in_dict_runs[lo:hi] = True
-            if in_dict_runs.any():
+            # One run: pyarrow appends the values the dictionary lacks itself (see _encode_runs), no search
+            # needed. Not for floats: pyarrow may merge NaN payloads the dictionary keeps apart, and a merge
+            # plus a new value would leave the entry count unchanged.
+            extend = (sum(1 for (a, _), p in zip(subruns, patched) if dict_pages[a] and len(p)) == 1
+                      and not pa.types.is_floating(dictionary.type))
+            if in_dict_runs.any() and not extend:
                 fresh = pc.unique(new_vals.filter(pa.array(in_dict_runs)).drop_null())
                 # hash the few new values and scan the dictionary, not the other way round: a dictionary can hold
                 # a whole chunk's distinct values, and hashing it cost more than the rest of a small patch
@@ -1006,7 +1014,7 @@ class _Rewriter:
             if not todo:
                 continue
             encs = _encode_runs(lay, top, [new for _, new in todo], nullable, setup, self.opts,
-                                dictionary if in_dict else None)
+                                dictionary if in_dict else None, extend=in_dict and extend)
             if encs is None:  # pyarrow did not reproduce the dictionary order: re-encode the chunk
                 old = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
                 return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start,
@@ -1022,7 +1030,7 @@ class _Rewriter:
         want_oi = F.CC_OFFSET_INDEX_OFFSET in ch.cc
         unc = ch.cmd.val(F.CMD_TOTAL_UNCOMPRESSED_SIZE)
         pieces: list[tuple[str, Any, int]] = []
-        if new_dict_page is not None and len(dictionary) > _dictionary_size(lay, ch):
+        if new_dict_page is not None and new_dict_page[2] > _dictionary_size(lay, ch):
             h, hs = lay.page_header(ch.start)
             unc += new_dict_page[1] - hs - h.val(F.PH_UNCOMPRESSED_SIZE)
             pieces.append(("data", new_dict_page[0], len(new_dict_page[0])))
