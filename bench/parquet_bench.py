@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=int, default=1, help="TPC-DS scale factor (1 = 2,880,404 rows, ~144 MB)")
     parser.add_argument("--quick", action="store_true", help=f"sizes {', '.join(f'{s:.1%}' for s in QUICK_SIZES)} only")
-    parser.add_argument("--repeat", type=int, default=2, help="baseline runs (best is kept)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of every case and baseline (best is kept)")
     parser.add_argument("--seed", type=int, default=20261121)
     parser.add_argument("--data-dir", type=Path, default=REPO / "bench" / "data")
     parser.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")

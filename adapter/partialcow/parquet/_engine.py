@@ -17,6 +17,7 @@ whole-file pyarrow rewrite when nearly everything is.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import math
 import os
@@ -705,8 +706,7 @@ def _max_page_rows(ch: Chunk) -> int | None:
     """Rows in the chunk's largest data page (None when pages' first rows are unknown: no page index, nested)."""
     if not ch.rows_known:
         return None
-    bounds = [p.first_row for p in ch.pages] + [ch.num_rows]
-    return max(b - a for a, b in zip(bounds, bounds[1:]))
+    return int(np.diff(np.append(ch.page_arrays[2], ch.num_rows)).max())
 
 
 @dataclass
@@ -898,7 +898,8 @@ class _Rewriter:
         leaf = lay.leaves[ch.leaf]
         data_bytes = ch.end - ch.prefix_end
         cand = _pages_holding(ch, ups, dels)
-        cand_bytes = sum(ch.pages[i].size for i in cand)
+        sizes = ch.page_arrays[1]
+        cand_bytes = int(sizes[cand].sum())
         whole = cand_bytes > self.full_chunk_threshold * data_bytes
         if whole:
             runs = [(0, len(ch.pages) - 1)]
@@ -933,7 +934,7 @@ class _Rewriter:
         if not touched.size:
             self._count_copy(ch.rg, ch.leaf)
             return _copy_chunk(lay, ch.rg, ch.leaf)
-        if sum(ch.pages[i].size for i in touched) > self.full_chunk_threshold * data_bytes:
+        if int(sizes[touched].sum()) > self.full_chunk_threshold * data_bytes:
             old = decoded[0][3] if whole else _decode_pages(lay, top, ch.rg, None, ch.num_rows)
             # _reencode_field recomputes the change mask against the whole chunk
             return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start, "most pages touched",
@@ -1024,6 +1025,7 @@ class _Rewriter:
                     new_dict_page = new_dict_page or enc.dict_page
                 encoded[a] = enc
         subrun_end = {a: b for a, b in subruns}
+        subrun_starts = sorted(subrun_end)
 
         # assemble pieces, page locations and column-index entries
         src_ci = lay.page_bounds(ch.cc) if F.CC_COLUMN_INDEX_OFFSET in ch.cc else None
@@ -1081,10 +1083,9 @@ class _Rewriter:
                         ci_parts = None if enc.bounds is None else ci_parts + [enc.bounds]
                 i = b + 1
                 continue
-            # a run of untouched pages: one byte range
-            j = i
-            while j + 1 < len(ch.pages) and (j + 1) not in subrun_end:
-                j += 1
+            # a run of untouched pages up to the next touched one: one byte range
+            nxt = bisect.bisect_right(subrun_starts, i)
+            j = subrun_starts[nxt] - 1 if nxt < len(subrun_starts) else len(ch.pages) - 1
             start, end = ch.pages[i].offset, ch.pages[j].offset + ch.pages[j].size
             pieces.append(("copy", start, end - start))
             loc_blocks.append(np.column_stack([pos - start + offsets[i:j + 1], sizes[i:j + 1],
@@ -1543,7 +1544,7 @@ def _full_file_reason(lay: ParquetLayout, changes: _Changes, threshold: float, c
             if not ch.rows_known or leaf.nested:
                 touched += size
                 continue
-            cand = sum(ch.pages[i].size for i in _pages_holding(ch, ups, dels).tolist())
+            cand = int(ch.page_arrays[1][_pages_holding(ch, ups, dels)].sum())
             # above the chunk threshold the chunk is re-encoded whole, dictionary page included
             touched += size if cand > chunk_threshold * (ch.end - ch.prefix_end) else cand
         row += n

@@ -14,7 +14,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, overload
 
 import numpy as np
 
@@ -101,6 +102,37 @@ class Page:
     header_size: int = 0
 
 
+class PageList(Sequence[Page]):
+    """A chunk's data pages from its OffsetIndex arrays; a :class:`Page` is made on first access and kept (it caches
+    its header). A rewrite touches a few pages of chunks that have thousands."""
+
+    def __init__(self, locations: PageLocations) -> None:
+        self.arrays = (locations.offsets, locations.sizes, locations.first_rows)
+        self._made: dict[int, Page] = {}
+
+    def __len__(self) -> int:
+        return len(self.arrays[0])
+
+    @overload
+    def __getitem__(self, i: int) -> Page: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Page]: ...
+
+    def __getitem__(self, i: int | slice) -> Page | list[Page]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        page = self._made.get(i)
+        if page is None:
+            if not 0 <= i < len(self):
+                raise IndexError(i)
+            offsets, sizes, first_rows = self.arrays
+            page = self._made[i] = Page(int(offsets[i]), int(sizes[i]), int(first_rows[i]))
+        return page
+
+
 @dataclass
 class Chunk:
     """One column chunk with its page list (data pages only; the dictionary page sits in ``prefix``)."""
@@ -112,13 +144,15 @@ class Chunk:
     start: int
     end: int
     prefix_end: int  # start of the first data page: [start, prefix_end) holds dictionary/index pages
-    pages: list[Page]
+    pages: Sequence[Page]
     rows_known: bool  # every page's first row is known (OffsetIndex, v2 pages, or flat v1 pages)
     num_rows: int
 
     @cached_property
     def page_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(offsets, sizes, first rows) of the data pages as int64 arrays (for whole-chunk arithmetic)."""
+        if isinstance(self.pages, PageList):
+            return self.pages.arrays
         return (np.fromiter((p.offset for p in self.pages), np.int64, len(self.pages)),
                 np.fromiter((p.size for p in self.pages), np.int64, len(self.pages)),
                 np.fromiter((p.first_row if p.first_row is not None else -1 for p in self.pages), np.int64,
@@ -363,12 +397,12 @@ class ParquetLayout:
         start, end = self.chunk_range(rg, leaf_idx)
         nrows = self.rg_rows(rg)
         locations = self.page_locations(cc)
-        pages: list[Page] = []
+        pages: Sequence[Page]
         if locations is not None:
-            pages = [Page(o, s, r) for o, s, r in zip(locations.offsets.tolist(), locations.sizes.tolist(),
-                                                      locations.first_rows.tolist())]
+            pages = PageList(locations)
             rows_known = True
         else:
+            pages = walked = []
             # No OffsetIndex: walk the page headers. Rows per page are known for v2 pages and for flat v1 pages.
             pos, row, rows_known = start, 0, True
             while pos < end:
@@ -376,10 +410,10 @@ class ParquetLayout:
                 size = hsize + header.val(F.PH_COMPRESSED_SIZE)
                 ptype = header.val(F.PH_TYPE)
                 if ptype == F.DATA_PAGE_V2:
-                    pages.append(Page(pos, size, row, header, hsize))
+                    walked.append(Page(pos, size, row, header, hsize))
                     row += header.val(F.PH_DATA_PAGE_HEADER_V2).val(F.DPH2_NUM_ROWS)
                 elif ptype == F.DATA_PAGE:
-                    pages.append(Page(pos, size, row if leaf.max_rep == 0 else None, header, hsize))
+                    walked.append(Page(pos, size, row if leaf.max_rep == 0 else None, header, hsize))
                     if leaf.max_rep == 0:
                         row += header.val(F.PH_DATA_PAGE_HEADER).val(F.DPH_NUM_VALUES)
                     else:
