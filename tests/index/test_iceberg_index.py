@@ -173,3 +173,43 @@ def test_apply_commit_with_the_iceberg_committer(spark, table) -> None:
     assert missing == set(first_keys) and list(found.values())[0][1] == 0  # the 4th row moved to position 0
     assert index.ensure_fresh(committer).files_reindexed == []
     assert index.verify().ok
+
+
+@pytest.mark.parametrize("removed", [[0, 1, 2], [5, 300, 301, 699]], ids=["first_rows", "scattered"])
+def test_apply_commit_shifts_entries_of_files_that_lost_rows(spark, table, removed) -> None:
+    """A commit that only removed rows from files (partial copy-on-write deletes): the entries are shifted in the
+    bucket files, no data file is re-read, and lookups see the new positions."""
+    from partialcow.commit.base import FileReplacement
+    from partialcow.commit.iceberg import IcebergCommitter
+
+    committer = IcebergCommitter(spark, table)
+    index = RowIndex.create(IcebergSource(spark, table), key_columns=KEYS, num_buckets=3)
+    data_dir = os.path.join(local_path(index.source.location), "data")
+    old = committer.live_files()[1].path
+    source = pq.read_table(local_path(old))
+    by_pos = sorted(keys_of([old], KEYS).items(), key=lambda item: item[1][1])  # (key, (file, pos)) in file order
+    kept = [i for i in range(source.num_rows) if i not in set(removed)]
+    new = os.path.join(data_dir, f"pcow-{uuid.uuid4().hex}.parquet")
+    pq.write_table(source.take(kept), new)
+    others = {f.path for f in committer.live_files()} - {old}
+    result = committer.replace_files(FileReplacement(base_version=committer.current_version(), removed=[old], added=[new]))
+    buckets_before = dict(enumerate(index.state.buckets))
+    metrics = index.apply_commit(result, shifted={old: (result.added[0], removed)})
+
+    assert metrics.files_reindexed == [] and metrics.rows_indexed == 0
+    assert metrics.files_dropped == [old] and metrics.files_repointed == [result.added[0]]
+    assert metrics.rows_total == 2100 - len(removed)
+    assert 0 < metrics.buckets_rewritten <= 3
+    assert sum(1 for b, name in enumerate(index.state.buckets) if name != buckets_before[b]) == metrics.buckets_rewritten
+    (entry,) = [f for f in index.state.files if f.path == result.added[0]]
+    assert entry.indexed_rows == 700 - len(removed)
+    gone = [key for key, _ in (by_pos[i] for i in removed)]
+    moved = [by_pos[i][0] for i in (kept[0], kept[len(kept) // 2], kept[-1])]
+    found, missing = _lookup(spark, index, gone + moved)
+    assert missing == set(gone)
+    for key in moved:
+        path, pos = found[key]
+        assert row_at(path, pos, KEYS) == key and local_path(path) == new
+    assert {f.path for f in index.state.files} == others | {result.added[0]}
+    assert index.ensure_fresh(committer).files_reindexed == []
+    assert index.verify().ok

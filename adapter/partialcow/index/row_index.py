@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from partialcow.commit.base import CommitResult, TableCommitter
 from partialcow.exceptions import ConfigurationError, DuplicateKeyError, IndexError_, StaleIndexError
@@ -351,11 +354,16 @@ class RowIndex:
         *,
         new_file_rows: DataFrame | None = None,
         same_positions: Mapping[str, str] | None = None,
+        shifted: Mapping[str, tuple[str, Sequence[int]]] | None = None,
     ) -> IndexMetrics:
         """Bring the index to ``result.version`` after a commit of ours.
 
         - ``same_positions`` maps removed -> added paths whose files hold the same keys in the same row order (a
           partial copy-on-write update of non-key columns): these are re-pointed, no bucket is rewritten.
+        - ``shifted`` maps removed -> (added path, sorted positions removed): the added file holds the removed file's
+          rows minus those positions, in the same order (a partial copy-on-write delete). When the commit changed
+          nothing else, the entries are shifted in place (the touched bucket files patched by the Parquet engine; no
+          data file read, no shuffle); otherwise those files are re-indexed like any added file.
         - the other removed files are dropped and the other added files are indexed, from ``new_file_rows``
           (``key..., file, pos`` of the added files, if the writer has them) or by reading the added files.
 
@@ -368,9 +376,11 @@ class RowIndex:
         else:
             norm = self.source.normalize_path
             pairs = {norm(a): norm(b) for a, b in (same_positions or {}).items()}
+            shifts = {norm(a): (norm(b), np.unique(np.asarray(gone, dtype=np.int64)))
+                      for a, (b, gone) in (shifted or {}).items()}
             removed = [norm(p) for p in result.removed]
             added = [norm(p) for p in result.added]
-            unknown = sorted((set(removed) | set(pairs)) - set(self.state.by_path()))
+            unknown = sorted((set(removed) | set(pairs) | set(shifts)) - set(self.state.by_path()))
             if unknown:
                 raise StaleIndexError(
                     f"index of {self.state.table}: commit {result.version} removed file(s) the index does not cover "
@@ -381,8 +391,17 @@ class RowIndex:
             for f in self.state.files:
                 files.append(replace(f, path=pairs[f.path], deletes=None) if f.path in pairs else f)
             base = replace(self.state, files=tuple(files))
-            drop = [by_path[p] for p in removed if p not in pairs]
-            add = [LiveFile(p, -1) for p in added if p not in set(pairs.values())]
+            drop = [by_path[p] for p in removed if p not in pairs and p not in shifts]
+            targets = set(pairs.values()) | {dst for dst, _ in shifts.values()}
+            add = [LiveFile(p, -1) for p in added if p not in targets]
+            if shifts and not drop and not add and self._store.is_local \
+                    and not any(by_path[p].deletes for p in shifts):
+                metrics = self._shift(base, shifts, version=result.version, repointed=sorted(pairs.values()))
+                metrics.duration_ms = int((time.monotonic() - started) * 1000)
+                self.last_metrics = metrics
+                return metrics
+            drop += [by_path[p] for p in shifts]
+            add += [LiveFile(dst, -1) for dst, _ in shifts.values()]
             metrics = self._update(
                 base, version=result.version, drop=drop, add=add, full=False, operation="apply_commit",
                 new_rows=new_file_rows, aliases={a: norm(a) for a in result.added}, repointed=sorted(pairs.values()),
@@ -424,6 +443,54 @@ class RowIndex:
         drop = [f for p, f in recorded.items() if p not in current or current[p].deletes != f.deletes]
         add = [f for p, f in current.items() if p not in recorded or recorded[p].deletes != f.deletes]
         return self._update(self.state, version=version, drop=drop, add=add, full=False, operation=operation)
+
+    def _shift(self, base: IndexState, shifts: Mapping[str, tuple[str, np.ndarray]], *, version: int,
+               repointed: Sequence[str]) -> IndexMetrics:
+        """Entries of files that lost rows: drop the removed positions, shift the later ones, point at the new file.
+
+        One Spark task per touched bucket file patches its ``file id`` and ``pos`` columns with the Parquet engine
+        and deletes the removed entries: the key columns' pages are copied or re-encoded in place, the file stays
+        sorted by key, and no data file is read.
+        """
+        n = base.num_buckets
+        next_id = base.next_file_id
+        remap: dict[int, tuple[int, np.ndarray]] = {}
+        affected: set[int] = set()
+        for f in base.files:
+            if f.path in shifts:
+                remap[f.file_id] = (next_id, shifts[f.path][1])
+                affected.update(range(n) if f.buckets is None else f.buckets)
+                next_id += 1
+        names = unique_names("b", sorted(affected))
+        tasks = [(b, self._store.path(base.buckets[b]), self._store.path(names[b]))
+                 for b in sorted(affected) if base.buckets[b] is not None]
+        removed: dict[int, int] = {}
+        changes: dict[int, str | None] = {}
+        if tasks:
+            job = partial(_shift_bucket_files, remap=remap)
+            for bucket, counts in self.spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(job).collect():
+                changes[bucket] = names[bucket]
+                for file_id, count in counts.items():
+                    removed[file_id] = removed.get(file_id, 0) + count
+        files = []
+        for f in base.files:
+            if f.file_id in remap:
+                gone = removed.get(f.file_id, 0)
+                dst = shifts[f.path][0]
+                count = f.record_count - len(shifts[f.path][1]) if f.record_count >= 0 else -1
+                files.append(IndexedFile(remap[f.file_id][0], dst, count, f.indexed_rows - gone, None, f.buckets))
+            else:
+                files.append(f)
+        state = replace(base, table_version=version, files=tuple(files), buckets=replace_buckets(base.buckets, changes),
+                        next_file_id=next_id, state_version=self.state.state_version + 1)
+        self._store.write_state(state)
+        self.state = state
+        self._store.garbage_collect()
+        return IndexMetrics(
+            "apply_commit", version, rows_total=self._rows_total(state), num_buckets=n,
+            buckets_rewritten=len(changes), files_dropped=sorted(shifts),
+            files_repointed=sorted([*repointed, *(dst for dst, _ in shifts.values())]),
+        )
 
     def _update(
         self,
@@ -665,3 +732,47 @@ class RowIndex:
     def store(self) -> IndexStore:
         """The index folder (``store.root``) and its file operations."""
         return self._store
+
+
+def _shift_bucket_files(tasks: Iterable[tuple[int, str, str]], *, remap: Mapping[int, tuple[int, np.ndarray]]
+                        ) -> Iterator[tuple[int, dict[int, int]]]:
+    """Executor side of :meth:`RowIndex._shift`: rewrite each ``(bucket, src, dst)`` bucket file with the entries of
+    the files in ``remap`` (old file id -> (new file id, sorted removed positions)) shifted; yields the entries
+    removed per old file id."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from partialcow.parquet import ROW_POSITION, rewrite_file
+
+    for bucket, src, dst in tasks:
+        entries = pq.read_table(src, columns=[FILE_ID, POS])
+        file_ids = entries.column(FILE_ID).to_numpy()
+        positions = entries.column(POS).to_numpy()
+        rows, new_ids, new_positions, gone_rows = [], [], [], []
+        counts: dict[int, int] = {}
+        for old_id, (new_id, gone) in remap.items():
+            mine = np.flatnonzero(file_ids == old_id)
+            if not mine.size:
+                continue
+            pos = positions[mine]
+            before = np.searchsorted(gone, pos)  # removed positions before each entry's position
+            hit = np.zeros(mine.size, dtype=bool)
+            inside = before < gone.size
+            hit[inside] = gone[before[inside]] == pos[inside]
+            gone_rows.append(mine[hit])
+            counts[old_id] = int(hit.sum())
+            rows.append(mine[~hit])
+            new_ids.append(np.full(int((~hit).sum()), new_id, dtype=np.int32))
+            new_positions.append(pos[~hit] - before[~hit])
+        updates = None
+        if rows:
+            updates = pa.table({
+                ROW_POSITION: pa.array(np.concatenate(rows), pa.int64()),
+                FILE_ID: pa.array(np.concatenate(new_ids)).cast(entries.schema.field(FILE_ID).type),
+                POS: pa.array(np.concatenate(new_positions)).cast(entries.schema.field(POS).type),
+            })
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        rewrite_file(src, dst, updates=updates, deletes=np.concatenate(gone_rows) if gone_rows else None, threads=1)
+        yield bucket, counts

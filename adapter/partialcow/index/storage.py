@@ -136,6 +136,11 @@ class IndexStore:
         self._local = local is not None
 
     # -- paths ------------------------------------------------------------------------------------------------
+    @property
+    def is_local(self) -> bool:
+        """True when the index lives on the local file system (plain paths work everywhere)."""
+        return self._local
+
     def path(self, relative: str) -> str:
         return f"{self.root}/{relative}"
 

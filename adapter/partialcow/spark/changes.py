@@ -369,8 +369,9 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
             raise
         # spelled as the commit reports added files, or the index would not recognise the re-pointed file
         same_positions = {r["src"]: table_paths[r["dst"]] for r in rewritten if r["rows_deleted"] == 0}
+        shifted = {r["src"]: (table_paths[r["dst"]], r["removed_positions"]) for r in rewritten if r["rows_deleted"]}
         try:
-            index.apply_commit(result, same_positions=same_positions)
+            index.apply_commit(result, same_positions=same_positions, shifted=shifted)
         except StaleIndexError:
             # Another writer published an index state between our lookup and our commit (our commit landed):
             # continue from its state, which the repair brings to the table's current snapshot.

@@ -10,6 +10,7 @@ import os
 import uuid
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -26,7 +27,8 @@ DELETE = "_pcow_delete"
 REWRITE_RESULT_SCHEMA = (
     "src string, dst string, moved_dst string, moved_rows long, rows_before long, rows_after long, "
     "rows_updated long, rows_deleted long, "
-    "pages_rewritten long, pages_copied long, bytes_copied long, bytes_reencoded long, duration_ms long"
+    "pages_rewritten long, pages_copied long, bytes_copied long, bytes_reencoded long, duration_ms long, "
+    "removed_positions array<long>"
 )
 INSERT_RESULT_SCHEMA = "dst string, rows long"
 
@@ -114,6 +116,8 @@ def rewrite_partition(
                     "bytes_copied": report.bytes_copied,
                     "bytes_reencoded": report.bytes_reencoded,
                     "duration_ms": int(report.elapsed_seconds * 1000),
+                    # rows of src missing from dst (deleted or moved), so the row index can shift its entries
+                    "removed_positions": np.unique(deletes.to_numpy(zero_copy_only=False)).tolist(),
                 }
             ],
             schema=_REWRITE_ARROW,
@@ -136,5 +140,6 @@ _REWRITE_ARROW = pa.schema(
         "moved_rows", "rows_before", "rows_after", "rows_updated", "rows_deleted", "pages_rewritten", "pages_copied",
         "bytes_copied", "bytes_reencoded", "duration_ms",
     )]
+    + [("removed_positions", pa.list_(pa.int64()))]
 )
 _INSERT_ARROW = pa.schema([("dst", pa.string()), ("rows", pa.int64())])
