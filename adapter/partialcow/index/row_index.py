@@ -15,7 +15,10 @@ incremental maintenance; ``rebuild`` re-chooses it.
 
 Incremental maintenance rewrites only the buckets that hold rows of removed files or rows of added files; a file
 rewritten with the same rows in the same order (a partial copy-on-write update of non-key columns) is re-pointed
-in the state file without touching any bucket.
+in the state file without touching any bucket. A file rewritten minus some rows (a partial copy-on-write delete)
+has its entries shifted in the buckets that hold them: each bucket file is patched by the Parquet page engine, one
+Spark task per bucket, without reading the data file or re-sorting (measured on a 1% delete of SF1 store_sales:
+index upkeep 6.3 s -> 1.0 s, see ``bench/results/upsert_sf1.md``).
 """
 
 from __future__ import annotations
