@@ -913,12 +913,16 @@ class _Rewriter:
         # decode candidate runs, find rows whose value really changes
         decoded: list[tuple[int, int, int, pa.Array]] = []  # (first page, last page, first row, values)
         changed_parts, vals_parts = [], []
-        for a, b in runs:
-            r0, r1 = ch.pages[a].first_row, ch.page_rows(b)[1]
-            if whole:
-                arr = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
-            else:
-                arr = _decode_pages(lay, top, ch.rg, {ch.leaf: ch.pages[a:b + 1]}, r1 - r0)
+        bounds = [(ch.pages[a].first_row, ch.page_rows(b)[1]) for a, b in runs]
+        if whole:
+            every = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
+        else:  # all runs' pages in one sub-file (pages are self-contained): one decode, sliced per run
+            every = _decode_pages(lay, top, ch.rg, {ch.leaf: [p for a, b in runs for p in ch.pages[a:b + 1]]},
+                                  sum(r1 - r0 for r0, r1 in bounds))
+        start = 0
+        for (a, b), (r0, r1) in zip(runs, bounds):
+            arr = every.slice(start, r1 - r0)
+            start += r1 - r0
             decoded.append((a, b, r0, arr))
             lo, hi = np.searchsorted(ups, [r0, r1])
             if hi > lo:
