@@ -538,6 +538,30 @@ def test_dictionary_grows_by_the_distinct_new_values(tmp_path: Path, positions: 
             assert h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_NUM_VALUES) == count
 
 
+def test_whole_chunk_reencode_keeps_a_dictionary_only_where_it_pays(tmp_path: Path) -> None:
+    """Every page touched: each chunk is re-encoded whole. A dictionary of few values stays; one holding most of
+    the chunk's values (nearly all distinct) is dropped for PLAIN; a PLAIN chunk stays PLAIN."""
+    n = 6000
+    t = pa.table({"few": pa.array([i % 7 for i in range(n)], pa.int64()),
+                  "distinct": pa.array([i * 3 for i in range(n)], pa.int64()),
+                  "plain": pa.array([i % 5 for i in range(n)], pa.int32())})
+    src, dst = tmp_path / "src.parquet", tmp_path / "dst.parquet"
+    pq.write_table(t, src, write_page_index=True, max_rows_per_page=500, use_dictionary=["few", "distinct"])
+    pos = np.arange(0, n, 50)
+    new = {name: pc.add(t.column(name).combine_chunks().take(pa.array(pos)), 1) for name in t.column_names}
+    report = rewrite_file(src, dst, pa.table({ROW_POSITION: pa.array(pos, pa.int64()), **new}))
+    assert {name for _, name, _ in report.full_chunk_rewrites} == set(t.column_names)
+    assert_same_rows(dst, expected(t, pos, new, np.zeros(0, int)))
+    check_metadata(dst)
+    with ParquetLayout(dst) as lay:
+        kinds = {leaf.path[0]: {_page_kind(lay, p.offset) for p in lay.chunk(0, leaf.index).pages}
+                 for leaf in lay.leaves}
+        has_dictionary = {leaf.path[0]: lay.chunk(0, leaf.index).prefix_end > lay.chunk(0, leaf.index).start
+                          for leaf in lay.leaves}
+    assert kinds == {"few": {"dict"}, "distinct": {"plain"}, "plain": {"plain"}}
+    assert has_dictionary == {"few": True, "distinct": False, "plain": False}
+
+
 def test_layout_mismatch_falls_back_to_whole_file(tmp_path: Path, table: pa.Table,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """When pyarrow cannot re-encode a page with the source's physical layout, the file is rewritten whole."""

@@ -440,6 +440,20 @@ def _dictionary_encoded_pages(lay: ParquetLayout, ch: Chunk) -> list[bool]:
     return [_page_encoding(lay, p)[1] in (F.PLAIN_DICTIONARY, F.RLE_DICTIONARY) for p in ch.pages]
 
 
+def _dictionary_pays(lay: ParquetLayout, ch: Chunk) -> bool:
+    """Should a chunk re-encoded whole keep dictionary encoding? Yes if it had a dictionary, unless that dictionary
+    holds more entries than half the chunk's values: most values are then distinct, so the dictionary saves little
+    space and costs a hash per value on write and an indirection per value on read (see ``writer.py``: PLAIN
+    numbers scan faster in Spark). Pages patched in place always keep the chunk's dictionary."""
+    if ch.prefix_end == ch.start:
+        return False
+    h, _ = lay.page_header(ch.start)
+    dph = h.val(F.PH_DICTIONARY_PAGE_HEADER)
+    if h.val(F.PH_TYPE) != F.DICTIONARY_PAGE or dph is None:
+        return True
+    return 2 * dph.val(F.DICT_NUM_VALUES) <= ch.cmd.val(F.CMD_NUM_VALUES)
+
+
 def _dictionary_size(lay: ParquetLayout, ch: Chunk) -> int:
     h, _ = lay.page_header(ch.start)
     return h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_NUM_VALUES)
@@ -859,8 +873,8 @@ class _Rewriter:
         new = _patch(old, 0, changed, vals, dels)
         setup = self._chunk_setup(chunks[0])
         nullable = lay.schema[top.schema_start].val(F.SE_REPETITION, F.REQUIRED) != F.REQUIRED
-        # keep the source's choice: a chunk written without a dictionary (PLAIN) stays PLAIN
-        dictionary = any(ch.prefix_end > ch.start for ch in chunks)
+        # a chunk written without a dictionary (PLAIN) stays PLAIN; one with a dictionary keeps it if it pays
+        dictionary = any(_dictionary_pays(lay, ch) for ch in chunks)
         mini = _encode_mini(lay, top, [new], nullable, codec=setup["codec"], dictionary=dictionary, v2=setup["v2"],
                             crc=setup["crc"], rows_per_page=setup["rows_per_page"], opts=self.opts)
         outs = []
