@@ -538,11 +538,12 @@ def run_case(contender: Contender, case: Case, expected: tuple[tuple, tuple], jo
 
 
 PROFILED = (
-    ("stage_changes", "stage (validate, dedupe)"),
+    ("_stage", "stage (validate, dedupe)"),
     ("_cast_to_table", "cast to table types"),
+    ("localCheckpoint", "pin the batch (DataFrame.localCheckpoint)"),
     ("_open_index", "open index + ensure_fresh"),
     ("lookup", "index lookup (RowIndex.lookup)"),
-    ("count", "DataFrame.count (touched files, inserts)"),
+    ("first", "DataFrame.first (touched files, inserts)"),
     ("collect", "DataFrame.collect (rewrite job, conflict keys)"),
     ("_conflict_keys", "conflict keys"),
     ("replace_files", "commit (replace_files)"),
@@ -570,10 +571,11 @@ def profile_ours(contender: PartialCowIceberg, case: Case) -> str:
         for (filename, _, name), (_, ncalls, _, cum, callers) in stats.stats.items():  # type: ignore[attr-defined]
             if name != func:
                 continue
-            in_scope = "partialcow" in filename or (name in ("count", "collect") and "pyspark/sql/dataframe" in filename)
+            spark_action = name in ("first", "collect", "localCheckpoint")
+            in_scope = "partialcow" in filename or (spark_action and "pyspark/sql/dataframe" in filename)
             if not in_scope:
                 continue
-            if name in ("count", "collect") and not any("changes.py" in c[0] for c in callers):
+            if spark_action and not any("changes.py" in c[0] for c in callers):
                 continue
             calls += ncalls
             cumulative += cum
