@@ -213,3 +213,30 @@ def test_apply_commit_shifts_entries_of_files_that_lost_rows(spark, table, remov
     assert {f.path for f in index.state.files} == others | {result.added[0]}
     assert index.ensure_fresh(committer).files_reindexed == []
     assert index.verify().ok
+
+
+def test_shift_that_empties_a_bucket_records_it_as_empty(spark, table) -> None:
+    from partialcow.commit.base import FileReplacement
+    from partialcow.commit.iceberg import IcebergCommitter
+    from partialcow.index.sources import FILE_ID, POS
+
+    committer = IcebergCommitter(spark, table)
+    index = RowIndex.create(IcebergSource(spark, table), key_columns=KEYS, num_buckets=3)
+    data_dir = os.path.join(local_path(index.source.location), "data")
+    bucket0 = pq.read_table(index._store.path(index.state.buckets[0]))  # noqa: SLF001 - the bucket's own entries
+    shifted, removed, added = {}, [], []
+    for f in index.state.files:
+        gone = sorted(p for i, p in zip(bucket0[FILE_ID].to_pylist(), bucket0[POS].to_pylist()) if i == f.file_id)
+        source = pq.read_table(local_path(f.path))
+        new = os.path.join(data_dir, f"pcow-{uuid.uuid4().hex}.parquet")
+        pq.write_table(source.take([i for i in range(source.num_rows) if i not in set(gone)]), new)
+        removed.append(f.path)
+        added.append(new)
+        shifted[f.path] = (new, gone)
+    result = committer.replace_files(FileReplacement(base_version=committer.current_version(), removed=removed,
+                                                     added=added))
+    spelled = dict(zip(added, result.added))
+    metrics = index.apply_commit(result, shifted={old: (spelled[new], gone) for old, (new, gone) in shifted.items()})
+    assert metrics.files_reindexed == [] and metrics.rows_total == 2100 - bucket0.num_rows
+    assert index.state.buckets[0] is None
+    assert index.verify().ok

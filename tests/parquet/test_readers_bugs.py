@@ -154,3 +154,66 @@ def test_bug_full_row_images_force_whole_file(tmp_path: Path) -> None:
     assert_same_rows(read_duckdb(dst), expected, "duckdb")
     pages = check_pages(src, dst, original, upd, None, ROW_POSITION)
     assert pages.must_copy == pages.source_data_pages - 10  # the str chunk's 10 pages are the only ones rewritten
+
+
+def test_bug_repeated_dictionary_entry_and_a_new_value(tmp_path: Path) -> None:
+    """A dictionary page may repeat a value (valid Parquet, rare writers). pyarrow merges the repeat while it
+    appends a new value: the entry count stays the same, so only comparing the entries shows the renumbering."""
+    from partialcow.parquet._layout import ParquetLayout
+
+    src = _write(pa.table({"s": ["a", "b", "c"] * 40}), tmp_path / "src.parquet", compression="none",
+                 use_dictionary=True, max_rows_per_page=10)
+    with ParquetLayout(src) as lay:
+        ch = lay.chunk(0, 0)
+        h, hs = lay.page_header(ch.start)
+        start = ch.start + hs
+        end = start + h.val(3)  # compressed page size: the body of the dictionary page
+    raw = bytearray(src.read_bytes())
+    body = bytes(raw[start:end])
+    assert body == b"\x01\x00\x00\x00a\x01\x00\x00\x00b\x01\x00\x00\x00c"
+    raw[start:end] = body.replace(b"\x00b", b"\x00a")  # dictionary [a, a, c]: "b" rows now read as "a"
+    src.write_bytes(bytes(raw))
+    original = pq.read_table(src)
+    upd = pa.table({ROW_POSITION: pa.array([4], pa.int64()), "s": ["zz"]})
+    dst = tmp_path / "dst.parquet"
+    rewrite_file(src, dst, upd, threads=1)
+    expected = apply_changes(original, upd, np.zeros(0, dtype=np.int64), ROW_POSITION)
+    assert_same_rows(pq.read_table(dst), expected, "pyarrow")
+    assert_same_rows(read_duckdb(dst), expected, "duckdb")
+
+
+def test_bug_column_index_shorter_than_pages(tmp_path: Path) -> None:
+    """A source ColumnIndex with fewer entries than the chunk has pages is not spliced into a misaligned index: the
+    rewritten chunk gets none (readers then skip page filtering for it)."""
+    from partialcow.parquet import _format as F
+    from partialcow.parquet._layout import ParquetLayout
+    from partialcow.parquet._thrift import T_I32, T_I64, decode_struct, encode
+
+    src = _write(pa.table({"v": pa.array(range(100), pa.int64())}), tmp_path / "src.parquet", use_dictionary=False,
+                 max_rows_per_page=10)
+    raw = src.read_bytes()
+    with ParquetLayout(src) as lay:
+        fmd, cc = lay.fmd, lay.column_chunk(0, 0)
+        ci_off, ci_len = cc.val(F.CC_COLUMN_INDEX_OFFSET), cc.val(F.CC_COLUMN_INDEX_LENGTH)
+        oi_off, oi_len = cc.val(F.CC_OFFSET_INDEX_OFFSET), cc.val(F.CC_OFFSET_INDEX_LENGTH)
+        assert ci_off + ci_len == oi_off
+        ci = decode_struct(raw[ci_off:ci_off + ci_len])[0]
+        for fid in (F.CI_NULL_PAGES, F.CI_MIN_VALUES, F.CI_MAX_VALUES, F.CI_NULL_COUNTS):
+            ci.val(fid).items = ci.val(fid).items[:-1]  # one entry short
+        short = encode(ci)
+        cc.put(F.CC_COLUMN_INDEX_LENGTH, T_I32, len(short))
+        cc.put(F.CC_OFFSET_INDEX_OFFSET, T_I64, ci_off + len(short))
+        footer = encode(fmd)
+    src.write_bytes(raw[:ci_off] + short + raw[oi_off:oi_off + oi_len] + footer + len(footer).to_bytes(4, "little")
+                    + b"PAR1")
+    original = pq.read_table(src)
+    upd = pa.table({ROW_POSITION: pa.array([55], pa.int64()), "v": pa.array([-1], pa.int64())})
+    dst = tmp_path / "dst.parquet"
+    report = rewrite_file(src, dst, upd)
+    assert report.pages_rewritten == 1
+    expected = apply_changes(original, upd, np.zeros(0, dtype=np.int64), ROW_POSITION)
+    assert_same_rows(pq.read_table(dst), expected, "pyarrow")
+    assert_same_rows(read_duckdb(dst), expected, "duckdb")
+    with ParquetLayout(dst) as out:
+        cc = out.column_chunk(0, 0)
+        assert out.page_bounds(cc) is None and len(out.page_locations(cc)) == 10

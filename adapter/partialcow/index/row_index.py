@@ -471,8 +471,9 @@ class RowIndex:
         changes: dict[int, str | None] = {}
         if tasks:
             job = partial(_shift_bucket_files, remap=remap)
-            for bucket, counts in self.spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(job).collect():
-                changes[bucket] = names[bucket]
+            done = self.spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(job).collect()
+            for bucket, counts, left in done:
+                changes[bucket] = names[bucket] if left else None  # an emptied bucket is recorded as empty
                 for file_id, count in counts.items():
                     removed[file_id] = removed.get(file_id, 0) + count
         files = []
@@ -738,10 +739,10 @@ class RowIndex:
 
 
 def _shift_bucket_files(tasks: Iterable[tuple[int, str, str]], *, remap: Mapping[int, tuple[int, np.ndarray]]
-                        ) -> Iterator[tuple[int, dict[int, int]]]:
+                        ) -> Iterator[tuple[int, dict[int, int], int]]:
     """Executor side of :meth:`RowIndex._shift`: rewrite each ``(bucket, src, dst)`` bucket file with the entries of
-    the files in ``remap`` (old file id -> (new file id, sorted removed positions)) shifted; yields the entries
-    removed per old file id."""
+    the files in ``remap`` (old file id -> (new file id, sorted removed positions)) shifted; yields the bucket, the
+    entries removed per old file id and the entries left."""
     import os
 
     import pyarrow as pa
@@ -777,5 +778,6 @@ def _shift_bucket_files(tasks: Iterable[tuple[int, str, str]], *, remap: Mapping
                 POS: pa.array(np.concatenate(new_positions)).cast(entries.schema.field(POS).type),
             })
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        rewrite_file(src, dst, updates=updates, deletes=np.concatenate(gone_rows) if gone_rows else None, threads=1)
-        yield bucket, counts
+        report = rewrite_file(src, dst, updates=updates, deletes=np.concatenate(gone_rows) if gone_rows else None,
+                              threads=1)
+        yield bucket, counts, report.rows_after

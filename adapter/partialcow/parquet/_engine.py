@@ -581,6 +581,12 @@ def _encode_runs(lay: ParquetLayout, top: TopField, runs: list[pa.Array], nullab
             entries = h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_NUM_VALUES)
             if entries < len(dictionary) or (entries != len(dictionary) and not extend):
                 return None
+            if extend:
+                # a merge of two entries (a source dictionary may repeat a value) plus one appended value would
+                # leave the count unchanged: compare our entries themselves
+                grown = _dictionary_values(mini.lay, mini.lay.tops[0], mch)
+                if not grown.slice(0, len(dictionary)).equals(dictionary.cast(grown.type)):
+                    return None
             dict_page = (bytes(mini.lay.buf[mch.start:mch.prefix_end]), hs + h.val(F.PH_UNCOMPRESSED_SIZE), entries)
         base = real[0].offset
         mci = mini.lay.page_bounds(mch.cc)
@@ -1047,6 +1053,8 @@ class _Rewriter:
 
         # assemble pieces, page locations and column-index entries
         src_ci = lay.page_bounds(ch.cc) if F.CC_COLUMN_INDEX_OFFSET in ch.cc else None
+        if src_ci is not None and len(src_ci) != len(ch.pages):  # a malformed index: rebuild none rather than misalign
+            src_ci = None
         want_oi = F.CC_OFFSET_INDEX_OFFSET in ch.cc
         unc = ch.cmd.val(F.CMD_TOTAL_UNCOMPRESSED_SIZE)
         pieces: list[tuple[str, Any, int]] = []
