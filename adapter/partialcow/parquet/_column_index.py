@@ -19,7 +19,7 @@ import numpy as np
 
 from partialcow.parquet import _format as F
 from partialcow.parquet._offset_index import _varints
-from partialcow.parquet._thrift import T_BINARY, T_FALSE, T_I32, T_I64, T_LIST, T_TRUE, TStruct
+from partialcow.parquet._thrift import T_BINARY, T_FALSE, T_I32, T_I64, T_LIST, T_TRUE, TStruct, _put_varint
 
 __all__ = ["PageBounds", "decode_column_index", "encode_column_index", "from_struct"]
 
@@ -157,10 +157,7 @@ def _list_header(n: int, etype: int) -> bytes:
     if n < 15:
         return bytes([_LIST_FIELD, (n << 4) | etype])
     out = bytearray([_LIST_FIELD, 0xF0 | etype])
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
+    _put_varint(out, n)
     return bytes(out)
 
 
@@ -171,11 +168,7 @@ def _binaries(values: list[bytes]) -> bytes:
         return prefix + prefix.join(values) if values else b""
     out = bytearray()
     for v in values:
-        length = len(v)
-        while length >= 0x80:
-            out.append((length & 0x7F) | 0x80)
-            length >>= 7
-        out.append(length)
+        _put_varint(out, len(v))
         out += v
     return bytes(out)
 
@@ -186,22 +179,15 @@ def encode_column_index(bounds: PageBounds) -> bytes:
     parts = [_list_header(n, T_TRUE), np.where(bounds.null_pages == 1, 1, 2).astype(np.uint8).tobytes(),
              _list_header(n, T_BINARY), _binaries(bounds.mins), _list_header(n, T_BINARY), _binaries(bounds.maxs)]
     order = bounds.boundary_order
-    parts.append(bytes([_I32_FIELD]) + _varint_bytes((order << 1) ^ (order >> 31)))
+    field = bytearray([_I32_FIELD])
+    _put_varint(field, (order << 1) ^ (order >> 31))
+    parts.append(bytes(field))
     if bounds.null_counts is not None:
         groups, lengths = _varints(np.asarray(bounds.null_counts, dtype=np.int64))
         keep = np.arange(10)[None, :] < lengths[:, None]
         parts += [_list_header(n, T_I64), groups[keep].tobytes()]
     parts.append(b"\x00")
     return b"".join(parts)
-
-
-def _varint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def from_struct(ci: TStruct) -> PageBounds:
