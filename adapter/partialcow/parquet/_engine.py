@@ -11,7 +11,9 @@ How a rewrite runs (see ``rewrite_file``):
    untouched pages are copied as single byte ranges.
 4. Rebuild chunk/row-group/file metadata and the page indexes; write ``dst`` through a temporary file and rename.
 
-A per-chunk cost model switches to a full-chunk re-encode (with dictionary) when most of a chunk is touched, and to a
+Steps 2-3 run per touched column chunk in a thread pool (one thread per core by default); outputs are joined in
+file order, so the bytes do not depend on the thread count. A per-chunk cost model switches to a full-chunk
+re-encode when most of a chunk is touched (keeping its dictionary where it pays), and, with a single thread, to a
 whole-file pyarrow rewrite when nearly everything is.
 """
 
