@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from partialcow.parquet import _format as F
 from partialcow.parquet._layout import ParquetLayout
-from partialcow.parquet._offset_index import PageLocations, decode_page_locations, encode_offset_index
+from partialcow.parquet._offset_index import (PageLocations, decode_page_locations, encode_offset_index,
+                                              encode_offset_indexes)
 from partialcow.parquet._thrift import T_I64, T_LIST, T_STRUCT, TList, TStruct, decode_struct, encode
 
 
@@ -64,6 +65,23 @@ def test_round_trip_any_values(rows: list[tuple[int, int, int]]) -> None:
     assert back is not None and back.tail == b"\x00"
     assert (back.offsets.tolist(), back.sizes.tolist(), back.first_rows.tolist()) == (
         offsets.tolist(), sizes.tolist(), firsts.tolist())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.tuples(st.integers(0, 1 << 40), st.integers(0, (1 << 31) - 1),
+                                             st.integers(0, 1 << 40)), max_size=40),
+                          st.booleans()), max_size=12))
+def test_batch_encoding_matches_one_at_a_time(chunks: list[tuple[list[tuple[int, int, int]], bool]]) -> None:
+    """The whole file's OffsetIndexes in one pass: each equal to the generic codec's, tails (later fields) kept."""
+    all_locations, expected = [], []
+    for rows, unencoded in chunks:
+        offsets, sizes, firsts = (np.array([r[i] for r in rows], dtype=np.int64) for i in range(3))
+        generic = _generic(PageLocations(offsets, sizes, firsts), list(range(len(rows))) if unencoded else None)
+        decoded = decode_page_locations(generic)
+        assert decoded is not None
+        all_locations.append(decoded)
+        expected.append(generic)
+    assert encode_offset_indexes(all_locations) == expected
 
 
 def test_other_layouts_are_left_to_the_generic_codec() -> None:

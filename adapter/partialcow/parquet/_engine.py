@@ -20,13 +20,15 @@ whole-file pyarrow rewrite when nearly everything is.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import copy
+import gc
 import math
 import os
 import secrets
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +43,7 @@ from partialcow.metrics import WriteMetrics
 from partialcow.parquet import _format as F
 from partialcow.parquet._column_index import PageBounds, encode_column_index
 from partialcow.parquet._layout import Chunk, Page, ParquetLayout, ThriftClock, TopField, sort_key_fn
-from partialcow.parquet._offset_index import PageLocations, encode_offset_index
+from partialcow.parquet._offset_index import PageLocations, encode_offset_indexes
 from partialcow.parquet._thrift import T_BINARY, T_I32, T_I64, T_LIST, T_STRUCT, TList, TStruct
 
 __all__ = ["ROW_POSITION", "RewriteReport", "rewrite_file"]
@@ -267,7 +269,7 @@ def _decode_pages(lay: ParquetLayout, top: TopField, rg: int, pages: dict[int, l
     fmd.put(F.FMD_ROW_GROUPS, T_LIST, TList(T_STRUCT, [rgs]))
     footer = lay.clock.encode(fmd)
     buf += footer + len(footer).to_bytes(4, "little") + b"PAR1"
-    table = pq.ParquetFile(pa.BufferReader(bytes(buf))).read_row_group(0)
+    table = pq.ParquetFile(pa.BufferReader(bytes(buf))).read_row_group(0, use_threads=False)
     return table.column(0).combine_chunks()
 
 
@@ -461,11 +463,37 @@ def _dictionary_size(lay: ParquetLayout, ch: Chunk) -> int:
     return h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_NUM_VALUES)
 
 
-def _dictionary_values(lay: ParquetLayout, top: TopField, ch: Chunk) -> pa.Array:
-    """The values of a chunk's dictionary page, in dictionary order.
+_FIXED_WIDTH = {F.INT32: 4, F.INT64: 8, F.FLOAT: 4, F.DOUBLE: 8}
+_CODEC_TO_DECOMPRESS = {1: "snappy", 2: "gzip", 4: "brotli", 6: "zstd", 7: "lz4_raw"}
 
-    A dictionary page body is PLAIN-encoded values, exactly like the body of a v1 data page of a REQUIRED column
-    (no levels); pyarrow decodes it when wrapped as such a page in an in-memory file with the same codec.
+
+def _plain_fixed_width(body: bytes, n: int, physical_type: int, arrow_type: pa.DataType) -> pa.Array | None:
+    """``n`` PLAIN values of a 4- or 8-byte physical type as ``arrow_type``, straight from the bytes; None where
+    the Arrow type does not share the physical layout (narrow ints, ...)."""
+    width = _FIXED_WIDTH.get(physical_type)
+    if width is None or len(body) < n * width:
+        return None
+    t = arrow_type
+    if pa.types.is_decimal128(t) and physical_type in (F.INT32, F.INT64):
+        wide = np.empty((n, 2), dtype=np.int64)  # little-endian 128-bit two's complement
+        wide[:, 0] = np.frombuffer(body, dtype=np.int32 if width == 4 else np.int64, count=n)
+        wide[:, 1] = wide[:, 0] >> 63
+        return pa.Array.from_buffers(t, n, [None, pa.py_buffer(wide.tobytes())])
+    same_layout = ((pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t))
+                   and not pa.types.is_interval(t) and t.bit_width == 8 * width
+                   and pa.types.is_floating(t) == (physical_type in (F.FLOAT, F.DOUBLE)))
+    if not same_layout:
+        return None
+    return pa.Array.from_buffers(t, n, [None, pa.py_buffer(body[:n * width])])
+
+
+def _dictionary_values(lay: ParquetLayout, top: TopField, ch: Chunk, arrow_type: pa.DataType | None = None
+                       ) -> pa.Array:
+    """The values of a chunk's dictionary page, in dictionary order (as ``arrow_type`` where given).
+
+    A dictionary page body is PLAIN-encoded values. Fixed-width numbers are read straight from the decompressed
+    bytes; anything else is wrapped as the body of a v1 data page of a REQUIRED column (no levels) in an in-memory
+    file with the same codec, which pyarrow decodes.
     """
     h, hs = lay.page_header(ch.start)
     if h.val(F.PH_TYPE) != F.DICTIONARY_PAGE:
@@ -473,6 +501,14 @@ def _dictionary_values(lay: ParquetLayout, top: TopField, ch: Chunk) -> pa.Array
                                   "start with its dictionary page")
     n = h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_NUM_VALUES)
     body = lay.buf[ch.start + hs:ch.start + hs + h.val(F.PH_COMPRESSED_SIZE)]
+    codec = ch.cmd.val(F.CMD_CODEC)
+    leaf = lay.leaves[top.leaves[0]]
+    if arrow_type is not None and leaf.physical_type in _FIXED_WIDTH and (codec == 0 or codec in _CODEC_TO_DECOMPRESS):
+        raw = bytes(body) if codec == 0 else pa.decompress(
+            body, decompressed_size=h.val(F.PH_UNCOMPRESSED_SIZE), codec=_CODEC_TO_DECOMPRESS[codec], asbytes=True)
+        values = _plain_fixed_width(raw, n, leaf.physical_type, arrow_type)
+        if values is not None:
+            return values
     dph = TStruct()
     dph.put(F.DPH_NUM_VALUES, T_I32, n)
     dph.put(F.DPH_ENCODING, T_I32, F.PLAIN)
@@ -518,7 +554,7 @@ def _read_single_chunk(lay: ParquetLayout, elements: list[TStruct], cmd: TStruct
     fmd.put(F.FMD_ROW_GROUPS, T_LIST, TList(T_STRUCT, [rg]))
     footer = lay.clock.encode(fmd)
     buf += footer + len(footer).to_bytes(4, "little") + b"PAR1"
-    return pq.ParquetFile(pa.BufferReader(bytes(buf))).read_row_group(0).column(0).combine_chunks()
+    return pq.ParquetFile(pa.BufferReader(bytes(buf))).read_row_group(0, use_threads=False).column(0).combine_chunks()
 
 
 @dataclass
@@ -586,7 +622,7 @@ def _encode_runs(lay: ParquetLayout, top: TopField, runs: list[pa.Array], nullab
             if extend:
                 # a merge of two entries (a source dictionary may repeat a value) plus one appended value would
                 # leave the count unchanged: compare our entries themselves
-                grown = _dictionary_values(mini.lay, mini.lay.tops[0], mch)
+                grown = _dictionary_values(mini.lay, mini.lay.tops[0], mch, dictionary.type)
                 if not grown.slice(0, len(dictionary)).equals(dictionary.cast(grown.type)):
                     return None
             dict_page = (bytes(mini.lay.buf[mch.start:mch.prefix_end]), hs + h.val(F.PH_UNCOMPRESSED_SIZE), entries)
@@ -789,37 +825,38 @@ class _Rewriter:
         return outs, nrows - dels.size
 
     def run(self, groups: list[tuple[int, list[_ChunkOut | _Task], int]], threads: int
-            ) -> list[tuple[int, list[_ChunkOut], int]]:
-        """Run the row groups' chunk tasks, ``threads`` at a time; outputs and counts keep the file's order.
+            ) -> Iterator[tuple[int, list[_ChunkOut], int]]:
+        """Run the row groups' chunk tasks, ``threads`` at a time, yielding each row group in file order as soon as
+        its chunks are done: the caller writes (copies) the output while later chunks are still being rewritten.
 
-        Each task works on a fork of this rewriter (its own counts), merged back in file order: the report does not
-        depend on which thread finished first. pyarrow's decoders and encoders release the GIL.
+        Each task works on a fork of this rewriter (its own counts), merged back in file order once all are done:
+        the report does not depend on which thread finished first. pyarrow's decoders and encoders release the GIL.
         """
         tasks = [t for _, outs, _ in groups for t in outs if isinstance(t, _Task)]
         forks = [self._fork() for _ in tasks]
+        pool = None
         if threads > 1 and len(tasks) > 1:
             pool = ThreadPoolExecutor(max_workers=min(threads, len(tasks)), thread_name_prefix="partialcow-rewrite")
-            try:
+        try:
+            if pool is not None:
                 futures = [pool.submit(t.fn, f, *t.args) for t, f in zip(tasks, forks)]
-                results = [f.result() for f in futures]
-            finally:
+                done = (f.result() for f in futures)
+            else:
+                done = (t.fn(f, *t.args) for t, f in zip(tasks, forks))
+            for rg, outs, rows in groups:
+                chunks: list[_ChunkOut] = []
+                for item in outs:
+                    if isinstance(item, _Task):
+                        res = next(done)
+                        chunks.extend(res if isinstance(res, list) else [res])
+                    else:
+                        chunks.append(item)
+                yield rg, chunks, rows
+        finally:
+            if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
-        else:
-            results = [t.fn(f, *t.args) for t, f in zip(tasks, forks)]
-        done = iter(results)
         for f in forks:
             self._absorb(f)
-        out = []
-        for rg, outs, rows in groups:
-            chunks: list[_ChunkOut] = []
-            for item in outs:
-                if isinstance(item, _Task):
-                    res = next(done)
-                    chunks.extend(res if isinstance(res, list) else [res])
-                else:
-                    chunks.append(item)
-            out.append((rg, chunks, rows))
-        return out
 
     def _fork(self) -> _Rewriter:
         fork = copy.copy(self)
@@ -1005,7 +1042,7 @@ class _Rewriter:
         dictionary = new_dict_page = None
         extend = False
         if any(dict_pages[a] for a, _ in subruns):
-            dictionary = _dictionary_values(lay, top, ch)
+            dictionary = _dictionary_values(lay, top, ch, decoded[0][3].type)
             # only updated values can be missing from the dictionary
             in_dict_runs = np.zeros(changed.size, dtype=bool)
             for a, b in subruns:
@@ -1195,22 +1232,26 @@ class _Rewriter:
 
 
 class _Sink:
-    """Sequential output: small writes are buffered; copied ranges go through ``os.copy_file_range`` when it works."""
+    """Sequential output: small writes are buffered; copied ranges go through ``os.copy_file_range`` when it works,
+    adjacent ones (consecutive untouched chunks) in one call."""
 
     def __init__(self, fd: int, src: ParquetLayout) -> None:
         self.fd = fd
         self.src = src
         self.pos = 0
         self._buf = bytearray()
+        self._copy: tuple[int, int] | None = None  # (source offset, length) not yet copied
         self._cfr = hasattr(os, "copy_file_range")
 
     def write(self, data: bytes) -> None:
+        self._flush_copy()
         self._buf += data
         self.pos += len(data)
         if len(self._buf) > 1 << 22:
             self.flush()
 
     def flush(self) -> None:
+        self._flush_copy()
         view = memoryview(self._buf)
         while view:
             n = os.write(self.fd, view)
@@ -1220,8 +1261,20 @@ class _Sink:
     def copy(self, offset: int, length: int) -> None:
         if length <= 0:
             return
-        self.flush()
         self.pos += length
+        if self._copy is not None and self._copy[0] + self._copy[1] == offset:
+            self._copy = (self._copy[0], self._copy[1] + length)
+            return
+        self._flush_copy()
+        self._copy = (offset, length)
+
+    def _flush_copy(self) -> None:
+        if self._copy is None:
+            return
+        offset, length = self._copy
+        self._copy = None
+        if self._buf:
+            self.flush()
         if self._cfr:
             done = 0
             try:
@@ -1242,13 +1295,21 @@ class _Sink:
                 view = view[n:]
 
 
-def _write_output(lay: ParquetLayout, fd: int, groups: list[tuple[int, list[_ChunkOut], int]], stats: _Stats) -> int:
+def _write_output(lay: ParquetLayout, fd: int, groups: Iterable[tuple[int, list[_ChunkOut], int]], stats: _Stats
+                  ) -> int:
+    """Write the chunks of ``groups`` (consumed once, in file order), the page indexes and the footer; the size.
+
+    ``stats`` is read only after ``groups`` is exhausted (a streaming rewriter completes it at the end)."""
     clock = lay.clock
     sink = _Sink(fd, lay)
     sink.write(b"PAR1")
     placed: list[tuple[TStruct, _ChunkOut, int]] = []  # (new ColumnChunk, chunk out, absolute start)
     new_rgs = []
+    rg_sources = []
+    total_rows = 0
     for ordinal, (rg_idx, outs, rows) in enumerate(groups):
+        total_rows += rows
+        rg_sources.append(rg_idx)
         src_rg = lay.row_groups[rg_idx]
         rg = src_rg.copy()
         ccs = []
@@ -1284,9 +1345,10 @@ def _write_output(lay: ParquetLayout, fd: int, groups: list[tuple[int, list[_Chu
             rg.put(F.RG_FILE_OFFSET, T_I64, rg_start)
         if F.RG_ORDINAL in rg:
             rg.put(F.RG_ORDINAL, rg[F.RG_ORDINAL][0], ordinal)
+        new_rgs.append(rg)
+    for rg_idx, rg in zip(rg_sources, new_rgs):
         if rg_idx in stats.sort_broken:
             rg.drop(F.RG_SORTING_COLUMNS)
-        new_rgs.append(rg)
     # page indexes: all column indexes, then all offset indexes, then bloom filters
     for cc, out, _ in placed:
         if out.ci is None or out.locs is None:
@@ -1295,6 +1357,7 @@ def _write_output(lay: ParquetLayout, fd: int, groups: list[tuple[int, list[_Chu
         cc.put(F.CC_COLUMN_INDEX_OFFSET, T_I64, sink.pos)
         cc.put(F.CC_COLUMN_INDEX_LENGTH, T_I32, len(data))
         sink.write(data)
+    indexed, all_locations = [], []
     for cc, out, start in placed:
         if out.locs is None:
             continue
@@ -1304,7 +1367,9 @@ def _write_output(lay: ParquetLayout, fd: int, groups: list[tuple[int, list[_Chu
         else:
             rows = np.array(out.locs, dtype=np.int64).reshape(-1, 3)
             locations = PageLocations(rows[:, 0] + start, rows[:, 1], rows[:, 2])
-        data = encode_offset_index(locations)
+        indexed.append(cc)
+        all_locations.append(locations)
+    for cc, data in zip(indexed, encode_offset_indexes(all_locations)):
         cc.put(F.CC_OFFSET_INDEX_OFFSET, T_I64, sink.pos)
         cc.put(F.CC_OFFSET_INDEX_LENGTH, T_I32, len(data))
         sink.write(data)
@@ -1317,7 +1382,7 @@ def _write_output(lay: ParquetLayout, fd: int, groups: list[tuple[int, list[_Chu
         sink.write(out.bloom)
     fmd = lay.fmd.copy()
     fmd.put(F.FMD_ROW_GROUPS, T_LIST, TList(T_STRUCT, new_rgs))
-    fmd.put(F.FMD_NUM_ROWS, T_I64, sum(g[2] for g in groups))
+    fmd.put(F.FMD_NUM_ROWS, T_I64, total_rows)
     footer = clock.encode(fmd)
     sink.write(footer + len(footer).to_bytes(4, "little") + b"PAR1")
     sink.flush()
@@ -1421,6 +1486,19 @@ def _rewrite_whole(lay: ParquetLayout, table: pa.Table, fd: int, written_path: s
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a file is rewritten: footers and page headers are thousands of small
+    Thrift structs (no cycles), and the collections their allocation set off cost ~10% of a small rewrite."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def rewrite_file(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -1465,7 +1543,7 @@ def rewrite_file(
     if full_file_threshold is None:
         full_file_threshold = 0.85 if threads == 1 else math.inf
     tmp = f"{dst}.tmp-{secrets.token_hex(6)}"
-    with ParquetLayout(src, clock=clock) as lay:
+    with _gc_paused(), ParquetLayout(src, clock=clock) as lay:
         read_schema = _read_schema(lay)
         changes = _prepare(lay, read_schema, updates, deletes)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -1492,8 +1570,7 @@ def rewrite_file(
                         row += lay.rg_rows(rg)
                         if res is not None:
                             planned.append((rg, res[0], res[1]))
-                    groups = rw.run(planned, threads)
-                    size = _write_output(lay, fd, groups, rw.stats)
+                    size = _write_output(lay, fd, rw.run(planned, threads), rw.stats)
                 except _NeedFullFile as exc:
                     reason = str(exc)
                     os.ftruncate(fd, 0)
@@ -1527,7 +1604,7 @@ def rewrite_file(
                              int(changes.del_pos.size), pages_total, pages_total, 0, 0, size,
                              tuple(sorted(changes.upd)), (), reason, tuple(whole_blooms_dropped),
                              time.perf_counter() - t0, clock.seconds)
-    rows_after = sum(g[2] for g in groups)
+    rows_after = sum(rows for _, _, rows in planned)
     rows_updated = _distinct_rows(rw.changed_parts, lay.num_rows)
     return RewriteReport(
         src, dst, lay.num_rows, rows_after, rows_updated, int(changes.del_pos.size), st.pages_total,
