@@ -182,16 +182,19 @@ def make_table(
     seed: int = 0,
     null_density: float = 0.1,
     required: Sequence[str] = ("id",),
+    low_cardinality: bool = False,
 ) -> pa.Table:
-    """A table with a unique int64 ``id`` plus one column per name in ``columns`` (keys of FLAT_TYPES/NESTED_TYPES)."""
+    """A table with a unique int64 ``id`` plus one column per name in ``columns`` (keys of FLAT_TYPES/NESTED_TYPES).
+
+    Values are mostly distinct, except in ``*_lowcard`` columns, or in all columns with ``low_cardinality``: a
+    dictionary then pays and pages are patched under it rather than the chunk re-encoded whole."""
     rng = np.random.default_rng(seed)
     arrays = [pa.array(np.arange(n, dtype=np.int64))]
     fields = [pa.field("id", pa.int64(), nullable="id" not in required)]
     for name in columns:
         typ = _type_of(name)
-        arrays.append(
-            random_array(typ, n, rng, null_density=0.0 if name in required else null_density, low_card=name.endswith("lowcard"))
-        )
+        low_card = low_cardinality or name.endswith("lowcard")
+        arrays.append(random_array(typ, n, rng, null_density=0.0 if name in required else null_density, low_card=low_card))
         fields.append(pa.field(name, typ, nullable=name not in required))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata={"corpus": "partialcow-tests"}))
 

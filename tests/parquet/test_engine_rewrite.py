@@ -44,6 +44,12 @@ def base_table(n: int = N, seed: int = 1) -> pa.Table:
     })
 
 
+# Columns of base_table with few distinct values. Tests about pages copied byte for byte write only these with
+# a dictionary: a dictionary holding most of a chunk's values makes the chunk cheaper to re-encode whole (see
+# test_one_changed_page_under_a_dictionary_of_mostly_distinct_values_rewrites_the_chunk_plain).
+FEW_DISTINCT = ["i8", "s", "bin", "fixed"]
+
+
 def expected(table: pa.Table, positions: np.ndarray, new: dict[str, pa.Array], deletes: np.ndarray) -> pa.Table:
     """The oracle: patch with pyarrow take/filter on the original table (no engine code)."""
     n = table.num_rows
@@ -277,7 +283,8 @@ def test_threads_write_the_same_bytes_and_report(tmp_path: Path, table: pa.Table
 
 def test_untouched_pages_are_copied_byte_for_byte(tmp_path: Path, table: pa.Table) -> None:
     src, dst = tmp_path / "src.parquet", tmp_path / "dst.parquet"
-    pq.write_table(table, src, row_group_size=6000, max_rows_per_page=500, write_page_index=True)
+    pq.write_table(table, src, row_group_size=6000, max_rows_per_page=500, write_page_index=True,
+                   use_dictionary=FEW_DISTINCT)
     # update rows 1200 and 1300 of one column: one page of that column changes, nothing else
     upd = pa.table({ROW_POSITION: pa.array([1200, 1300], pa.int64()), "i32": pa.array([99999, None], pa.int32())})
     report = rewrite_file(src, dst, upd)
@@ -299,7 +306,8 @@ def test_untouched_pages_are_copied_byte_for_byte(tmp_path: Path, table: pa.Tabl
 
 def test_deletes_shift_rows_but_copy_later_pages(tmp_path: Path, table: pa.Table) -> None:
     src, dst = tmp_path / "src.parquet", tmp_path / "dst.parquet"
-    pq.write_table(table, src, row_group_size=N, max_rows_per_page=1000, write_page_index=True)
+    pq.write_table(table, src, row_group_size=N, max_rows_per_page=1000, write_page_index=True,
+                   use_dictionary=FEW_DISTINCT)
     dels = np.array([10, 11, 2500])
     report = rewrite_file(src, dst, deletes=dels)
     before, after = page_bytes(src), page_bytes(dst)
@@ -414,11 +422,11 @@ def test_other_writers_as_sources(tmp_path: Path, table: pa.Table) -> None:
 
 
 def test_int96_and_legacy_decimals(tmp_path: Path) -> None:
-    """Spark-style physical types: INT96 timestamps and FLBA decimals."""
+    """Spark-style physical types: INT96 timestamps and FLBA decimals (dictionary-encoded, the dictionaries grow)."""
     n = 4000
     t = pa.table({
-        "ts": pa.array(np.arange(n, dtype=np.int64) * 10**9 + 1_600_000_000 * 10**9, pa.timestamp("ns")),
-        "dec": pa.array([decimal.Decimal(i) / 10 for i in range(n)], pa.decimal128(7, 1)),
+        "ts": pa.array(np.arange(n, dtype=np.int64) % 300 * 10**9 + 1_600_000_000 * 10**9, pa.timestamp("ns")),
+        "dec": pa.array([decimal.Decimal(i % 300) / 10 for i in range(n)], pa.decimal128(7, 1)),
     })
     src, dst = tmp_path / "src.parquet", tmp_path / "dst.parquet"
     pq.write_table(t, src, use_deprecated_int96_timestamps=True, max_rows_per_page=500, write_page_index=True)
@@ -431,7 +439,7 @@ def test_int96_and_legacy_decimals(tmp_path: Path) -> None:
     assert pq.ParquetFile(dst).schema.column(1).physical_type == "FIXED_LEN_BYTE_ARRAY"
     assert_same_rows(dst, expected(t, pos, new, np.zeros(0, int)))
     check_metadata(dst)
-    assert report.full_file_rewrite is None and report.pages_rewritten == 4
+    assert report.full_file_rewrite is None and report.pages_rewritten == 4 and not report.full_chunk_rewrites
 
 
 def test_bloom_filters_kept_for_deletes_dropped_for_updates(tmp_path: Path, table: pa.Table) -> None:
@@ -560,6 +568,30 @@ def test_whole_chunk_reencode_keeps_a_dictionary_only_where_it_pays(tmp_path: Pa
                           for leaf in lay.leaves}
     assert kinds == {"few": {"dict"}, "distinct": {"plain"}, "plain": {"plain"}}
     assert has_dictionary == {"few": True, "distinct": False, "plain": False}
+
+
+def test_one_changed_page_under_a_dictionary_of_mostly_distinct_values_rewrites_the_chunk_plain(tmp_path: Path
+                                                                                                ) -> None:
+    """Patching a page re-encodes the chunk's whole dictionary ahead of it; where the dictionary holds most of the
+    chunk's values a PLAIN re-encode of the whole chunk is cheaper. A dictionary of few values is patched in place."""
+    n = 6000
+    t = pa.table({"few": pa.array([i % 7 for i in range(n)], pa.int64()),
+                  "distinct": pa.array([i * 3 for i in range(n)], pa.int64())})
+    src, dst = tmp_path / "src.parquet", tmp_path / "dst.parquet"
+    pq.write_table(t, src, write_page_index=True, max_rows_per_page=500)
+    pos = np.array([1210, 1211])  # one page of twelve
+    new = {name: pc.add(t.column(name).combine_chunks().take(pa.array(pos)), 1) for name in t.column_names}
+    report = rewrite_file(src, dst, pa.table({ROW_POSITION: pa.array(pos, pa.int64()), **new}))
+    assert [(name, reason) for _, name, reason in report.full_chunk_rewrites] == [
+        ("distinct", "dictionary too large to patch pages")]
+    assert_same_rows(dst, expected(t, pos, new, np.zeros(0, int)))
+    check_metadata(dst)
+    with ParquetLayout(dst) as lay:
+        kinds = {leaf.path[0]: {_page_kind(lay, p.offset) for p in lay.chunk(0, leaf.index).pages}
+                 for leaf in lay.leaves}
+    assert kinds == {"few": {"dict"}, "distinct": {"plain"}}
+    before, after = page_bytes(src)[(0, 0)], page_bytes(dst)[(0, 0)]
+    assert [i for i, (a, b) in enumerate(zip(before, after)) if a != b] == [2]  # rows 1000..1499 of "few"
 
 
 def test_layout_mismatch_falls_back_to_whole_file(tmp_path: Path, table: pa.Table,

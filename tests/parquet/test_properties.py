@@ -42,6 +42,7 @@ def source_files(draw: st.DrawFn) -> dict:
         "n": draw(st.integers(1, 3000)),
         "columns": tuple(columns),
         "null_density": draw(st.sampled_from([0.0, 0.05, 0.5, 1.0])),
+        "low_cardinality": draw(st.booleans()),
         "seed": draw(st.integers(0, 2**31)),
         "opts": {
             "compression": draw(st.sampled_from(CODECS)),
@@ -95,7 +96,8 @@ def change_sets(draw: st.DrawFn, table: pa.Table) -> tuple[pa.Table | None, np.n
 @PROFILE
 @given(spec=source_files(), data=st.data())
 def test_rewrite_equals_oracle(spec: dict, data: st.DataObject) -> None:
-    table = make_table(spec["n"], columns=spec["columns"], seed=spec["seed"], null_density=spec["null_density"])
+    table = make_table(spec["n"], columns=spec["columns"], seed=spec["seed"], null_density=spec["null_density"],
+                       low_cardinality=spec["low_cardinality"])
     with tempfile.TemporaryDirectory() as folder:
         src, dst = Path(folder) / "src.parquet", Path(folder) / "dst.parquet"
         pq.write_table(table, src, **spec["opts"])

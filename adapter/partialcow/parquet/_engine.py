@@ -644,6 +644,13 @@ def _encode_runs(lay: ParquetLayout, top: TopField, runs: list[pa.Array], nullab
 
 
 @dataclass
+class _MovedOffsetIndex:
+    """An untouched chunk's OffsetIndex: the source's, with offsets moved to where the chunk lands."""
+
+    cc: TStruct
+
+
+@dataclass
 class _ChunkOut:
     """One column chunk of the output: byte pieces plus metadata with offsets relative to the chunk start."""
 
@@ -653,9 +660,9 @@ class _ChunkOut:
     pieces: list[tuple[str, Any, int]]  # ("copy", src_offset, length) | ("data", bytes, length)
     length: int
     rel_offsets: dict[int, int]  # ColumnMetaData field id -> offset relative to chunk start
-    # when an OffsetIndex is written: (relative offset, size, first row) per page, or a copied chunk's locations
-    # (offsets relative) with the source OffsetIndex's later fields
-    locs: list[tuple[int, int, int]] | np.ndarray | PageLocations | None
+    # when an OffsetIndex is written: (relative offset, size, first row) per page, a chunk's locations (offsets
+    # relative) with the source OffsetIndex's later fields, or an untouched chunk's source OffsetIndex
+    locs: list[tuple[int, int, int]] | np.ndarray | PageLocations | _MovedOffsetIndex | None
     ci: TStruct | bytes | None
     bloom: bytes | None = None
     src_start: int = 0
@@ -668,9 +675,8 @@ def _copy_chunk(lay: ParquetLayout, rg: int, leaf: int) -> _ChunkOut:
     start, end = lay.chunk_range(rg, leaf)
     rel = {fid: cmd.val(fid) - start for fid in (F.CMD_DATA_PAGE_OFFSET, F.CMD_DICTIONARY_PAGE_OFFSET,
                                                 F.CMD_INDEX_PAGE_OFFSET) if cmd.val(fid)}
-    locs = None
-    if (src := lay.page_locations(cc)) is not None:  # later OffsetIndex fields are kept (src.tail)
-        locs = PageLocations(src.offsets - start, src.sizes, src.first_rows, src.tail)
+    # the OffsetIndex is decoded when the output is written, while rewritten chunks are still being encoded
+    locs = _MovedOffsetIndex(cc) if F.CC_OFFSET_INDEX_OFFSET in cc else None
     ci = None
     if F.CC_COLUMN_INDEX_OFFSET in cc:
         off = cc.val(F.CC_COLUMN_INDEX_OFFSET)
@@ -1039,6 +1045,18 @@ class _Rewriter:
         # Dictionary-encoded pages are replaced by dictionary-encoded pages over the same dictionary, extended with
         # new values at its end (old pages' indices stay valid): Spark's vectorized reader cannot read a PLAIN page
         # followed by a dictionary-encoded one, the pattern a PLAIN patch in the middle of a chunk would create.
+        if any(dict_pages[a] for a, _ in subruns):
+            # Every dictionary-encoded run re-encodes the whole dictionary first (see _encode_runs); a whole-chunk
+            # re-encode decodes and encodes every row instead. pyarrow encodes a row PLAIN about ten times faster
+            # than through a dictionary, so where the chunk would drop its dictionary (see _dictionary_pays) the
+            # whole chunk is cheaper from half a chunk's worth of rows on; where it keeps it, from three.
+            k = setup["rows_per_page"]
+            lead = -(-_dictionary_size(lay, ch) // k) * k
+            cost = sum(lead + len(p) for (a, _), p in zip(subruns, patched) if dict_pages[a] and len(p))
+            if cost > (3 if _dictionary_pays(lay, ch) else 0.5) * ch.num_rows:
+                old = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
+                return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start,
+                                            "dictionary too large to patch pages", compared=True)[0]
         dictionary = new_dict_page = None
         extend = False
         if any(dict_pages[a] for a, _ in subruns):
@@ -1062,16 +1080,6 @@ class _Rewriter:
                 fresh = fresh.filter(pc.invert(pc.is_in(fresh, value_set=known.cast(fresh.type))))
                 if len(fresh):
                     dictionary = pa.concat_arrays([dictionary, fresh.cast(dictionary.type)])
-        if dictionary is not None:
-            # every dictionary-encoded run re-encodes the whole dictionary first (see _encode_runs); a full-chunk
-            # re-encode decodes and encodes every row: past ~3 chunks' worth of rows the chunk is cheaper
-            k = setup["rows_per_page"]
-            lead = -(-len(dictionary) // k) * k
-            cost = sum(lead + len(p) for (a, _), p in zip(subruns, patched) if dict_pages[a] and len(p))
-            if cost > 3 * ch.num_rows:
-                old = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
-                return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start,
-                                            "dictionary too large to patch pages", compared=True)[0]
         encoded: dict[int, _Encoded | None] = {a: None for a, _ in subruns}
         for in_dict in (False, True):  # one in-memory file for the PLAIN runs, one for the dictionary-encoded runs
             todo = [(a, new) for (a, _), new in zip(subruns, patched) if len(new) and dict_pages[a] == in_dict]
@@ -1362,7 +1370,10 @@ def _write_output(lay: ParquetLayout, fd: int, groups: Iterable[tuple[int, list[
         if out.locs is None:
             continue
         # untouched chunks keep their OffsetIndex extras; rebuilt ones drop unencoded_byte_array_data_bytes
-        if isinstance(out.locs, PageLocations):
+        if isinstance(out.locs, _MovedOffsetIndex):  # later OffsetIndex fields are kept (src.tail)
+            src = lay.page_locations(out.locs.cc)
+            locations = PageLocations(src.offsets + (start - out.src_start), src.sizes, src.first_rows, src.tail)
+        elif isinstance(out.locs, PageLocations):
             locations = PageLocations(out.locs.offsets + start, out.locs.sizes, out.locs.first_rows, out.locs.tail)
         else:
             rows = np.array(out.locs, dtype=np.int64).reshape(-1, 3)
