@@ -11,10 +11,11 @@ How a rewrite runs (see ``rewrite_file``):
    untouched pages are copied as single byte ranges.
 4. Rebuild chunk/row-group/file metadata and the page indexes; write ``dst`` through a temporary file and rename.
 
-Steps 2-3 run per touched column chunk in a thread pool (one thread per core by default); outputs are joined in
-file order, so the bytes do not depend on the thread count. A per-chunk cost model switches to a full-chunk
-re-encode when most of a chunk is touched (keeping its dictionary where it pays), and, with a single thread, to a
-whole-file pyarrow rewrite when nearly everything is.
+Steps 2-3 run per touched column chunk in a thread pool (one thread per core by default) while step 4 writes the
+output in file order, copying untouched ranges as soon as the chunks before them are done; the bytes do not depend
+on the thread count. A per-chunk cost model switches to a full-chunk re-encode when most of a chunk is touched, or
+when patching would re-encode a dictionary that holds most of the chunk's values (the chunk is then written PLAIN),
+and, with a single thread, to a whole-file pyarrow rewrite when nearly everything is touched.
 """
 
 from __future__ import annotations
