@@ -21,9 +21,7 @@ and, with a single thread, to a whole-file pyarrow rewrite when nearly everythin
 from __future__ import annotations
 
 import bisect
-import contextlib
 import copy
-import gc
 import math
 import os
 import secrets
@@ -486,6 +484,26 @@ def _plain_fixed_width(body: bytes, n: int, physical_type: int, arrow_type: pa.D
     if not same_layout:
         return None
     return pa.Array.from_buffers(t, n, [None, pa.py_buffer(body[:n * width])])
+
+
+_DICTIONARY_TOO_LARGE = "dictionary too large to patch pages"
+
+
+def _dictionary_too_large(lay: ParquetLayout, ch: Chunk, run_rows: list[int]) -> bool:
+    """Is re-encoding the whole chunk cheaper than patching runs of its dictionary-encoded pages (``run_rows``: the
+    rows each run re-encodes)?
+
+    Every dictionary-encoded run re-encodes the whole dictionary first (see _encode_runs); a whole-chunk re-encode
+    decodes and encodes every row instead. pyarrow encodes a row PLAIN about ten times faster than through a
+    dictionary, so where the chunk would drop its dictionary (see _dictionary_pays) the whole chunk is cheaper from
+    half a chunk's worth of rows on; where it keeps it, from three.
+    """
+    if not run_rows:
+        return False
+    pays = _dictionary_pays(lay, ch)
+    k = _max_page_rows(ch) or 1
+    lead = -(-_dictionary_size(lay, ch) // k) * k
+    return sum(lead + rows for rows in run_rows) > (3 if pays else 0.5) * ch.num_rows
 
 
 def _dictionary_values(lay: ParquetLayout, top: TopField, ch: Chunk, arrow_type: pa.DataType | None = None
@@ -1006,7 +1024,6 @@ class _Rewriter:
             return _copy_chunk(lay, ch.rg, ch.leaf)
         if int(sizes[touched].sum()) > self.full_chunk_threshold * data_bytes:
             old = decoded[0][3] if whole else _decode_pages(lay, top, ch.rg, None, ch.num_rows)
-            # _reencode_field recomputes the change mask against the whole chunk
             return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start, "most pages touched",
                                         compared=True)[0]
         return self._splice(top, ch, leaf, decoded, touched, changed, new_vals, dels, rg_start)
@@ -1046,18 +1063,10 @@ class _Rewriter:
         # Dictionary-encoded pages are replaced by dictionary-encoded pages over the same dictionary, extended with
         # new values at its end (old pages' indices stay valid): Spark's vectorized reader cannot read a PLAIN page
         # followed by a dictionary-encoded one, the pattern a PLAIN patch in the middle of a chunk would create.
-        if any(dict_pages[a] for a, _ in subruns):
-            # Every dictionary-encoded run re-encodes the whole dictionary first (see _encode_runs); a whole-chunk
-            # re-encode decodes and encodes every row instead. pyarrow encodes a row PLAIN about ten times faster
-            # than through a dictionary, so where the chunk would drop its dictionary (see _dictionary_pays) the
-            # whole chunk is cheaper from half a chunk's worth of rows on; where it keeps it, from three.
-            k = setup["rows_per_page"]
-            lead = -(-_dictionary_size(lay, ch) // k) * k
-            cost = sum(lead + len(p) for (a, _), p in zip(subruns, patched) if dict_pages[a] and len(p))
-            if cost > (3 if _dictionary_pays(lay, ch) else 0.5) * ch.num_rows:
-                old = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
-                return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start,
-                                            "dictionary too large to patch pages", compared=True)[0]
+        if _dictionary_too_large(lay, ch, [len(p) for (a, _), p in zip(subruns, patched) if dict_pages[a] and len(p)]):
+            old = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
+            return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start, _DICTIONARY_TOO_LARGE,
+                                        compared=True)[0]
         dictionary = new_dict_page = None
         extend = False
         if any(dict_pages[a] for a, _ in subruns):
@@ -1498,19 +1507,6 @@ def _rewrite_whole(lay: ParquetLayout, table: pa.Table, fd: int, written_path: s
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a file is rewritten: footers and page headers are thousands of small
-    Thrift structs (no cycles), and the collections their allocation set off cost ~10% of a small rewrite."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def rewrite_file(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -1555,7 +1551,7 @@ def rewrite_file(
     if full_file_threshold is None:
         full_file_threshold = 0.85 if threads == 1 else math.inf
     tmp = f"{dst}.tmp-{secrets.token_hex(6)}"
-    with _gc_paused(), ParquetLayout(src, clock=clock) as lay:
+    with ParquetLayout(src, clock=clock) as lay:
         read_schema = _read_schema(lay)
         changes = _prepare(lay, read_schema, updates, deletes)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
