@@ -55,6 +55,7 @@ _SAMPLE = 5
 # relies on file-level validation (a concurrent change of any file we replace still fails).
 _MAX_CONFLICT_KEYS = 10_000
 _ROWS_PER_INSERT_FILE = 1_000_000
+_MIN_ROWS_PER_INSERT_FILE = 250_000
 # Up to this many changed keys the index lookup broadcasts the keys (a hash table of a few tens of MB) instead of
 # shuffling the index rows of the whole table.
 _BROADCAST_KEYS = 2_000_000
@@ -337,7 +338,7 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
         try:
             if insert_rows:
                 schema = table.file_schema(table_schema)
-                parts = max(1, math.ceil(insert_rows / _ROWS_PER_INSERT_FILE))
+                parts = _insert_files(insert_rows, spark.sparkContext.defaultParallelism)
                 job = partial(write_partition, schema=schema, data_dir=table.data_dir)
                 written = inserts.repartition(parts).mapInArrow(job, INSERT_RESULT_SCHEMA).collect()
                 new_files += [r["dst"] for r in written]
@@ -380,6 +381,22 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
     finally:
         for frame in cached:
             frame.unpersist()
+
+
+def _insert_files(rows: int, cores: int) -> int:
+    """How many files ``rows`` inserted rows are written to: at most ``_ROWS_PER_INSERT_FILE`` rows each and, once
+    every core can have a file of ``_MIN_ROWS_PER_INSERT_FILE`` rows, a multiple of the cores.
+
+    A full scan reads a file this size in one task: 3 files on 2 cores left one core idle for the last third of
+    the scan (store_sales SF1: 0.99 s, against 0.93 s with 4 files; Iceberg's MERGE output, 4 files: 0.95 s).
+
+    >>> _insert_files(2_880_404, 2), _insert_files(300_000, 2), _insert_files(10, 8), _insert_files(28_800_000, 8)
+    (4, 1, 1, 32)
+    """
+    files = max(1, math.ceil(rows / _ROWS_PER_INSERT_FILE))
+    if rows >= cores * _MIN_ROWS_PER_INSERT_FILE:
+        files = math.ceil(files / cores) * cores
+    return files
 
 
 def _threads_per_file(cores: int, files: int) -> int:
