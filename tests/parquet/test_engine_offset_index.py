@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from partialcow.parquet import _format as F
 from partialcow.parquet._layout import ParquetLayout
-from partialcow.parquet._offset_index import (PageLocations, decode_page_locations, encode_offset_index,
-                                              encode_offset_indexes)
+from partialcow.parquet import ROW_POSITION, rewrite_file
+from partialcow.parquet._offset_index import (PageLocations, count_page_locations, decode_page_locations,
+                                              encode_offset_index, encode_offset_indexes)
 from partialcow.parquet._thrift import T_I64, T_LIST, T_STRUCT, TList, TStruct, decode_struct, encode
 
 
@@ -84,6 +85,14 @@ def test_batch_encoding_matches_one_at_a_time(chunks: list[tuple[list[tuple[int,
     assert encode_offset_indexes(all_locations) == expected
 
 
+@pytest.mark.parametrize("pages", [0, 1, 14, 15, 300])
+@pytest.mark.parametrize("unencoded", [False, True])
+def test_count_reads_the_list_header(pages: int, unencoded: bool) -> None:
+    locations = PageLocations(np.arange(pages) * 100 + 4, np.full(pages, 100), np.arange(pages) * 10)
+    data = _generic(locations, [7] * pages if unencoded else None)
+    assert count_page_locations(data) == pages == len(decode_page_locations(data))
+
+
 def test_other_layouts_are_left_to_the_generic_codec() -> None:
     loc = TStruct()
     loc.put(F.PL_OFFSET, T_I64, 4)
@@ -114,3 +123,30 @@ def test_real_files(tmp_path: Path, options: dict) -> None:
             generic = lay.offset_index(cc).val(F.OI_PAGE_LOCATIONS).items
             assert decoded.offsets.tolist() == [g.val(F.PL_OFFSET) for g in generic]
             assert decoded.first_rows.tolist() == [g.val(F.PL_FIRST_ROW_INDEX) for g in generic]
+
+
+def test_row_groups_before_the_first_change_keep_their_offset_index_bytes(tmp_path: Path) -> None:
+    """An untouched chunk that does not move keeps the source's OffsetIndex bytes; one that moves is shifted."""
+    n = 3000
+    table = pa.table({"k": pa.array(range(n), pa.int64()), "v": pa.array(np.arange(n) * 7 % 1000, pa.int64())})
+    src, dst = tmp_path / "src.parquet", tmp_path / "dst.parquet"
+    pq.write_table(table, src, row_group_size=1000, write_page_index=True, max_rows_per_page=100, use_dictionary=False)
+    # row group 1 is re-encoded (its size changes): row group 0 stays where it was, row group 2 moves
+    updates = pa.table({ROW_POSITION: pa.array([1500], pa.int64()), "v": pa.array([2**62], pa.int64())})
+    rewrite_file(src, dst, updates=updates)
+    with ParquetLayout(src) as old, ParquetLayout(dst) as new:
+        def index(lay: ParquetLayout, rg: int, leaf: int) -> bytes:
+            cc = lay.column_chunk(rg, leaf)
+            off = cc.val(F.CC_OFFSET_INDEX_OFFSET)
+            return bytes(lay.buf[off:off + cc.val(F.CC_OFFSET_INDEX_LENGTH)])
+
+        for leaf in (0, 1):
+            assert old.chunk_range(0, leaf) == new.chunk_range(0, leaf)
+            assert index(new, 0, leaf) == index(old, 0, leaf)
+            shift = new.chunk_range(2, leaf)[0] - old.chunk_range(2, leaf)[0]
+            assert shift != 0
+            moved, source = decode_page_locations(index(new, 2, leaf)), decode_page_locations(index(old, 2, leaf))
+            assert (moved.offsets == source.offsets + shift).all()
+            assert moved.first_rows.tolist() == source.first_rows.tolist()
+            assert new.page_count(2, leaf) == old.page_count(2, leaf) == len(source) > 1
+    assert pq.read_table(dst).column("v")[1500].as_py() == 2**62

@@ -1375,11 +1375,16 @@ def _write_output(lay: ParquetLayout, fd: int, groups: Iterable[tuple[int, list[
         cc.put(F.CC_COLUMN_INDEX_OFFSET, T_I64, sink.pos)
         cc.put(F.CC_COLUMN_INDEX_LENGTH, T_I32, len(data))
         sink.write(data)
-    indexed, all_locations = [], []
+    indexed, all_locations, unmoved = [], [], {}
     for cc, out, start in placed:
         if out.locs is None:
             continue
         # untouched chunks keep their OffsetIndex extras; rebuilt ones drop unencoded_byte_array_data_bytes
+        if isinstance(out.locs, _MovedOffsetIndex) and start == out.src_start:  # not moved: the source's bytes
+            off = out.locs.cc.val(F.CC_OFFSET_INDEX_OFFSET)
+            unmoved[len(indexed)] = bytes(lay.buf[off:off + out.locs.cc.val(F.CC_OFFSET_INDEX_LENGTH)])
+            indexed.append(cc)
+            continue
         if isinstance(out.locs, _MovedOffsetIndex):  # later OffsetIndex fields are kept (src.tail)
             src = lay.page_locations(out.locs.cc)
             locations = PageLocations(src.offsets + (start - out.src_start), src.sizes, src.first_rows, src.tail)
@@ -1390,7 +1395,9 @@ def _write_output(lay: ParquetLayout, fd: int, groups: Iterable[tuple[int, list[
             locations = PageLocations(rows[:, 0] + start, rows[:, 1], rows[:, 2])
         indexed.append(cc)
         all_locations.append(locations)
-    for cc, data in zip(indexed, encode_offset_indexes(all_locations)):
+    encoded = iter(encode_offset_indexes(all_locations))
+    for i, cc in enumerate(indexed):
+        data = unmoved[i] if i in unmoved else next(encoded)
         cc.put(F.CC_OFFSET_INDEX_OFFSET, T_I64, sink.pos)
         cc.put(F.CC_OFFSET_INDEX_LENGTH, T_I32, len(data))
         sink.write(data)

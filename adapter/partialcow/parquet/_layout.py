@@ -23,7 +23,7 @@ from partialcow.exceptions import ParquetRewriteError, UnsupportedFileError
 from partialcow.parquet import _format as F
 from partialcow.parquet._column_index import PageBounds, decode_column_index
 from partialcow.parquet._column_index import from_struct as column_index_from_struct
-from partialcow.parquet._offset_index import PageLocations, decode_page_locations, from_struct
+from partialcow.parquet._offset_index import PageLocations, count_page_locations, decode_page_locations, from_struct
 from partialcow.parquet._thrift import TStruct, ThriftError, decode_struct, encode
 
 __all__ = ["ThriftClock", "Leaf", "Page", "Chunk", "ParquetLayout", "sort_key_fn"]
@@ -447,7 +447,11 @@ class ParquetLayout:
             return len(self._chunks[(rg, leaf)].pages)
         cc = self.column_chunk(rg, leaf)
         if F.CC_OFFSET_INDEX_OFFSET in cc:
-            return len(self.page_locations(cc))
+            off = cc.val(F.CC_OFFSET_INDEX_OFFSET)
+            if off in self._page_locations:
+                return len(self._page_locations[off])
+            count = count_page_locations(bytes(self.buf[off:off + min(12, cc.val(F.CC_OFFSET_INDEX_LENGTH))]))
+            return count if count is not None else len(self.page_locations(cc))
         stats = cc.val(F.CC_META_DATA).val(F.CMD_ENCODING_STATS)
         if stats is not None:
             return sum(e.val(F.PES_COUNT) for e in stats.items
