@@ -240,3 +240,38 @@ def test_shift_that_empties_a_bucket_records_it_as_empty(spark, table) -> None:
     assert metrics.files_reindexed == [] and metrics.rows_total == 2100 - bucket0.num_rows
     assert index.state.buckets[0] is None
     assert index.verify().ok
+
+
+def test_an_index_that_outgrows_its_buckets_is_laid_out_again(spark, monkeypatch) -> None:
+    """A table created empty and then loaded (what a first dbt run does) must not keep a one-bucket index."""
+    from partialcow.commit.iceberg import IcebergCommitter
+    from partialcow.index import row_index
+
+    monkeypatch.setattr(row_index, "_ROWS_PER_BUCKET", 100)
+    name = f"default.idx_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE TABLE {name} (id bigint, code string, amount double) USING iceberg")
+    try:
+        committer = IcebergCommitter(spark, name)
+        index = RowIndex.create(IcebergSource(spark, name), key_columns=KEYS)
+        assert index.state.num_buckets == 1
+
+        def load(first: int, rows: int):
+            spark.range(first, first + rows).selectExpr("id", "concat('c', cast(id % 11 as string)) AS code",
+                                                        "1.0D AS amount").coalesce(1).writeTo(name).append()
+            return index.ensure_fresh(committer)
+
+        metrics = load(0, 650)  # 650 rows want 7 buckets of 100: at least twice the one it has
+        assert metrics.num_buckets == index.state.num_buckets == 7
+        assert all(b is not None for b in index.state.buckets)
+        assert index.verify().ok
+        found, missing = _lookup(spark, index, [_key(i) for i in (0, 321, 649, 650)])
+        assert set(found) == {_key(0), _key(321), _key(649)} and missing == {_key(650)}
+
+        metrics = load(650, 300)  # 950 rows want 10 buckets: fewer than twice 7, the layout stays
+        assert metrics.num_buckets == 7 and metrics.buckets_rewritten <= 7
+        assert index.verify().ok
+        found, missing = _lookup(spark, index, [_key(i) for i in (5, 700, 949)])
+        assert len(found) == 3 and not missing
+        assert RowIndex.open(IcebergSource(spark, name)).state.num_buckets == 7  # what was stored
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")

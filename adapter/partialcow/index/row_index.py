@@ -47,6 +47,7 @@ __all__ = ["RowIndex", "IndexMetrics", "LookupResult", "VerifyReport"]
 BUCKET = "_bucket"
 _RESERVED = {FILE_ID, POS, BUCKET}
 _MAX_BUCKETS = 4096
+_ROWS_PER_BUCKET = 500_000  # a bucket file of two bigint keys is then ~10 MB: one Spark task reads it quickly
 _DUPLICATE_SAMPLE = 5
 _DUP_MARKER = "partialcow-duplicate-key: "
 
@@ -146,7 +147,7 @@ class RowIndex:
         *,
         key_columns: Sequence[str],
         num_buckets: int | None = None,
-        rows_per_bucket: int = 500_000,
+        rows_per_bucket: int = _ROWS_PER_BUCKET,
     ) -> RowIndex:
         """Build the index of ``source``'s current snapshot (replacing any existing index) and return it.
 
@@ -201,7 +202,7 @@ class RowIndex:
         return self.state.key_columns
 
     # -- full build -----------------------------------------------------------------------------------------------
-    def rebuild(self, *, num_buckets: int | None = None, rows_per_bucket: int = 500_000) -> IndexMetrics:
+    def rebuild(self, *, num_buckets: int | None = None, rows_per_bucket: int = _ROWS_PER_BUCKET) -> IndexMetrics:
         """Re-index every live file of the current snapshot into a new generation (bucket count re-chosen)."""
         started = time.monotonic()
         version = self.source.current_version()
@@ -509,7 +510,12 @@ class RowIndex:
         aliases: Mapping[str, str] | None = None,
         repointed: Sequence[str] = (),
     ) -> IndexMetrics:
-        """Drop ``drop``'s entries, index ``add``, rewrite the affected buckets, publish a new state."""
+        """Drop ``drop``'s entries, index ``add``, rewrite the affected buckets, publish a new state.
+
+        An index that grows to twice its buckets' target size (a table created empty and then loaded, or grown batch
+        by batch) is laid out again with the bucket count its size calls for: otherwise one task reads the whole
+        index of a large table and lookups prune nothing.
+        """
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
@@ -547,13 +553,23 @@ class RowIndex:
                 )
             key_types = actual
             rows = rows.withColumn(BUCKET, _bucket_expr(self.key_columns, n)).persist(StorageLevel.MEMORY_AND_DISK)
+        persisted = rows
         try:
             stats: dict[int, tuple[int, tuple[int, ...] | None]] = {}
             if rows is not None:
                 per_file = rows.groupBy(FILE_ID).agg(F.count(F.lit(1)).alias("n"), F.collect_set(BUCKET).alias("b"))
                 for r in per_file.select(FILE_ID, "n", F.when(F.size("b") < n, F.col("b")).alias("b")).collect():
                     stats[r[FILE_ID]] = (int(r["n"]), None if r["b"] is None else tuple(sorted(r["b"])))
-            affected: set[int] = set(range(n)) if full else set()
+            rows_after = (self._rows_total(base) - sum(f.indexed_rows for f in drop)
+                          + sum(count for count, _ in stats.values()))
+            relayout = not full and _choose_buckets(rows_after, _ROWS_PER_BUCKET) >= 2 * n
+            if relayout:
+                n = _choose_buckets(rows_after, _ROWS_PER_BUCKET)
+                if rows is not None:
+                    rows = rows.withColumn(BUCKET, _bucket_expr(self.key_columns, n))
+                # which new buckets a file's rows fall in is not known without reading them: any
+                stats = {file_id: (count, None) for file_id, (count, _) in stats.items()}
+            affected: set[int] = set(range(n)) if full or relayout else set()
             if not full:
                 for f in drop:
                     affected.update(range(n) if f.buckets is None else f.buckets)
@@ -562,7 +578,8 @@ class RowIndex:
             affected_list = sorted(affected)
             drop_ids = [f.file_id for f in drop]
             parts: list[DataFrame] = []
-            old_names = [base.buckets[b] for b in affected_list if base.buckets[b] is not None]
+            old_buckets = range(base.num_buckets) if relayout else affected_list
+            old_names = [base.buckets[b] for b in old_buckets if base.buckets[b] is not None]
             if old_names and not full:
                 old = self._read_index(old_names)
                 if drop_ids:
@@ -577,10 +594,12 @@ class RowIndex:
                     merged = merged.unionByName(p)
                 changes.update(self._write_buckets(merged, affected_list, key_types))
         finally:
-            if rows is not None:
-                rows.unpersist()
+            if persisted is not None:
+                persisted.unpersist()
         dropped = {f.file_id for f in drop}
         files = [f for f in base.files if f.file_id not in dropped]
+        if relayout:
+            files = [replace(f, buckets=None) for f in files]
         live_by_path = {f.path: f for f in add}
         for path, file_id in new_ids.items():
             indexed, buckets = stats.get(file_id, (0, ()))
@@ -591,7 +610,8 @@ class RowIndex:
             key_types=key_types,
             table_version=version,
             files=tuple(files),
-            buckets=replace_buckets(base.buckets, changes),
+            num_buckets=n,
+            buckets=replace_buckets((None,) * n if relayout else base.buckets, changes),
             next_file_id=next_id,
             state_version=self.state.state_version + 1,
         )
