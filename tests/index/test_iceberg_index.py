@@ -275,3 +275,18 @@ def test_an_index_that_outgrows_its_buckets_is_laid_out_again(spark, monkeypatch
         assert RowIndex.open(IcebergSource(spark, name)).state.num_buckets == 7  # what was stored
     finally:
         spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+
+
+def test_lookup_by_file_id_with_kept_columns_matches_the_path_lookup(spark, table) -> None:
+    index = RowIndex.create(IcebergSource(spark, table), key_columns=KEYS, num_buckets=3)
+    keys = spark.createDataFrame([(*_key(i), i % 2 == 0) for i in (1, 700, 1500, 9999)], "id bigint, code string, flag boolean")
+    for broadcast_keys in (False, True):
+        by_path = {(r["id"], r["code"]): (r["file"], r["pos"])
+                   for r in index.lookup(keys, broadcast_keys=broadcast_keys).found.collect()}
+        result = index.lookup(keys, file_column="fid", broadcast_keys=broadcast_keys, file_ids=True, keep=["flag"])
+        paths = index.file_paths()
+        rows = result.found.collect()
+        assert result.found.columns == ["id", "code", "fid", "pos", "flag"]
+        assert {(r["id"], r["code"]): (paths[r["fid"]], r["pos"]) for r in rows} == by_path
+        assert {(r["id"], r["code"]): r["flag"] for r in rows} == {_key(1): False, _key(700): True, _key(1500): True}
+        assert [tuple(r) for r in result.missing.collect()] == [_key(9999)]

@@ -8,7 +8,8 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("module", ["partialcow.spark.jars", "partialcow.spark.session", "partialcow.spark.doctor"])
+@pytest.mark.parametrize("module", ["partialcow.spark.jars", "partialcow.spark.session", "partialcow.spark.doctor",
+                                    "partialcow.spark.partitioning"])
 def test_docstring_examples(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0

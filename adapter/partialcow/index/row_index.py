@@ -237,6 +237,8 @@ class RowIndex:
         pos_column: str = "pos",
         check_duplicates: bool = True,
         broadcast_keys: bool = False,
+        file_ids: bool = False,
+        keep: Sequence[str] = (),
     ) -> LookupResult:
         """Find where ``keys`` (a DataFrame with the key columns) live, without collecting keys to the driver.
 
@@ -247,6 +249,8 @@ class RowIndex:
         Without it the index is trusted: builds and maintenance already refuse duplicates. Keys are not
         deduplicated: a key given twice is found twice. ``broadcast_keys`` (for key sets that fit in memory) probes
         the index scan with a broadcast copy of the keys instead of shuffling every index row of the read buckets.
+        ``file_ids`` leaves files as the index's int ids (``file_column`` then holds ids; ``file_paths`` maps them),
+        which keeps the rows of a large lookup small. ``keep`` names columns of ``keys`` carried into ``found``.
         """
         from pyspark.sql import functions as F
 
@@ -255,12 +259,14 @@ class RowIndex:
             raise ConfigurationError(
                 f"lookup on the index of {self.state.table}: the keys DataFrame lacks key column(s) {missing_columns}"
             )
+        kept = [F.col(quote_identifier(c)) for c in keep]
         if self.state.key_types:
             typed = keys.select(
-                *[F.col(quote_identifier(c)).cast(t).alias(c) for c, t in zip(self.key_columns, self.state.key_types)]
+                *[F.col(quote_identifier(c)).cast(t).alias(c) for c, t in zip(self.key_columns, self.state.key_types)],
+                *kept,
             )
         else:  # an index of an empty table has not seen the key types yet
-            typed = keys.select(*[F.col(quote_identifier(c)) for c in self.key_columns])
+            typed = keys.select(*[F.col(quote_identifier(c)) for c in self.key_columns], *kept)
         if self.state.num_buckets == 1:
             wanted = [0]  # nothing to prune: skip the Spark job that finds the keys' buckets
         else:
@@ -273,19 +279,24 @@ class RowIndex:
             # The index rows of the wanted keys are few (about one per key): materialise them once for the
             # duplicate check and let found/missing reuse them instead of scanning the buckets again. A local
             # checkpoint (not persist) so Spark frees the blocks by itself once the DataFrames are gone.
-            index_rows = index_rows.join(typed.distinct(), keys_list, "left_semi").localCheckpoint(eager=True)
+            index_rows = index_rows.join(typed.select(*keys_list).distinct(), keys_list, "left_semi").localCheckpoint(eager=True)
             dups = index_rows.groupBy(*keys_list).count().where("count > 1").limit(_DUPLICATE_SAMPLE).collect()
             if dups:
                 raise self._duplicate_error(dups)
-        files = self._files_frame(file_column)
         probe = F.broadcast(typed) if broadcast_keys else typed
-        found = (
-            index_rows.join(probe, keys_list, "inner")
-            .join(files, FILE_ID)
-            .select(*[F.col(quote_identifier(c)) for c in self.key_columns], F.col(file_column), F.col(POS).alias(pos_column))
-        )
-        missing = typed.join(index_rows, keys_list, "left_anti")
+        found = index_rows.join(probe, keys_list, "inner")
+        if file_ids:
+            found = found.withColumnRenamed(FILE_ID, file_column)
+        else:
+            found = found.join(self._files_frame(file_column), FILE_ID)
+        found = found.select(*[F.col(quote_identifier(c)) for c in self.key_columns], F.col(file_column),
+                             F.col(POS).alias(pos_column), *kept)
+        missing = typed.join(index_rows, keys_list, "left_anti").select(*keys_list)
         return LookupResult(found=found, missing=missing, buckets_read=len(names))
+
+    def file_paths(self) -> dict[int, str]:
+        """The indexed files by id (what ``lookup(..., file_ids=True)`` returns instead of paths)."""
+        return {f.file_id: f.path for f in self.state.files}
 
     def lookup_local(self, keys: pa.Table, *, file_column: str = "file", pos_column: str = "pos") -> tuple[pa.Table, pa.Table]:
         """Like ``lookup`` but on the driver with pyarrow, no Spark job: for small key sets (a few thousand keys).

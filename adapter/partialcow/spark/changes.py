@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Literal
 from partialcow.commit.base import FileReplacement
 from partialcow.exceptions import ChangeFeedError, CommitStateUnknownError, ConfigurationError, StaleIndexError
 from partialcow.index import RowIndex
+from partialcow.spark.partitioning import routes
 from partialcow.index.sources import quote_identifier
 from partialcow.metrics import WriteMetrics
 from partialcow.spark.rewrite_job import (
@@ -54,6 +55,8 @@ _SAMPLE = 5
 # Above this many changed keys the commit's conflict filter would be larger than the work it guards; the commit then
 # relies on file-level validation (a concurrent change of any file we replace still fails).
 _MAX_CONFLICT_KEYS = 10_000
+# the index's id of a located key's file (mapped to its path only inside the rewrite tasks)
+_FILE_ID = "_pcow_file_id"
 _ROWS_PER_INSERT_FILE = 1_000_000
 _MIN_ROWS_PER_INSERT_FILE = 250_000
 # Up to this many changed keys the index lookup broadcasts the keys (a hash table of a few tens of MB) instead of
@@ -300,27 +303,35 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
         value_columns = _value_columns(spec, table_columns, staged.columns)
         index = _open_index(table, spec)
         base_version = index.state.table_version
-        keys = staged.select(*spec.key_columns)
+        keys = staged.select(*spec.key_columns, DELETE)
         small = batch_rows <= _BROADCAST_KEYS
         if index.state.files:
-            # the index is trusted here: its builds and maintenance refuse duplicate keys (no extra Spark jobs)
-            located = index.lookup(keys, file_column=FILE, pos_column=POS, check_duplicates=False,
-                                   broadcast_keys=small).found
+            # the index is trusted here: its builds and maintenance refuse duplicate keys (no extra Spark jobs);
+            # files stay int ids until the rewrite tasks, so the rows joined and shuffled stay narrow
+            located = index.lookup(keys, file_column=_FILE_ID, pos_column=POS, check_duplicates=False,
+                                   broadcast_keys=small, file_ids=True, keep=[DELETE]).found
         else:  # an empty table: every key is new
-            located = keys.limit(0).withColumn(FILE, F.lit(None).cast("string")).withColumn(POS, F.lit(None).cast("long"))
+            located = keys.limit(0).withColumn(_FILE_ID, F.lit(None).cast("int")).withColumn(POS, F.lit(None).cast("long"))
         located = located.persist()
         cached.append(located)
+        # One job counts the touched files and the inserts from the located keys and the batch (no join): rows of
+        # the batch are counted under file id -1, located keys under their file.
+        per_file = {
+            r[_FILE_ID]: (r["rows"], r["upserts"])
+            for r in located.select(_FILE_ID, DELETE)
+            .unionByName(staged.select(F.lit(-1).alias(_FILE_ID), DELETE))
+            .groupBy(_FILE_ID)
+            .agg(F.count(F.lit(1)).alias("rows"), F.count(F.when(~F.col(DELETE), True)).alias("upserts"))
+            .collect()
+        }
+        insert_rows = per_file.pop(-1, (0, 0))[1] - sum(upserts for _, upserts in per_file.values())
+        file_count = len(per_file)
         # Small batches find at most one location per key: broadcast them rather than shuffle the batch.
-        joined = staged.join(F.broadcast(located) if small else located, list(spec.key_columns), "left")
-        in_table = joined.where(F.col(FILE).isNotNull())
-        inserts = joined.where(F.col(FILE).isNull() & ~F.col(DELETE)).select(*table_columns)
-
-        touched = in_table.select(FILE, POS, DELETE, *spec.key_columns, *value_columns)
-        counts = joined.select(
-            F.countDistinct(FILE).alias("files"),
-            F.count(F.when(F.col(FILE).isNull() & ~F.col(DELETE), True)).alias("inserts"),
-        ).first()
-        file_count, insert_rows = counts["files"], counts["inserts"]
+        found = located.drop(DELETE)
+        joined = staged.join(F.broadcast(found) if small else found, list(spec.key_columns), "left")
+        inserts = joined.where(F.col(_FILE_ID).isNull() & ~F.col(DELETE)).select(*table_columns)
+        paths = index.file_paths()
+        touched = joined.where(F.col(_FILE_ID).isNotNull()).select(_FILE_ID, POS, DELETE, *spec.key_columns, *value_columns)
         rewritten = []
         if file_count:
             job = partial(
@@ -331,8 +342,14 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
                 data_dir=table.data_dir,
                 threads=_threads_per_file(spark.sparkContext.defaultParallelism, file_count),
             )
+            # one task per file (hashing file ids could put two in one task), the most changed rows first
+            ids = sorted(per_file, key=lambda i: (-per_file[i][0], i))
+            route_of = F.create_map(*[F.lit(x) for i, r in zip(ids, routes(file_count)) for x in (i, r)])
+            file_of = F.create_map(*[F.lit(x) for i in ids for x in (i, paths[i])])
             rewritten = (
-                touched.repartition(file_count, FILE).mapInArrow(job, REWRITE_RESULT_SCHEMA).collect()
+                touched.repartition(file_count, F.element_at(route_of, F.col(_FILE_ID)))
+                .select(F.element_at(file_of, F.col(_FILE_ID)).alias(FILE), *[c for c in touched.columns if c != _FILE_ID])
+                .mapInArrow(job, REWRITE_RESULT_SCHEMA).collect()
             )
         new_files = [r["dst"] for r in rewritten] + [r["moved_dst"] for r in rewritten if r["moved_dst"]]
         try:
