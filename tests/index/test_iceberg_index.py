@@ -283,10 +283,14 @@ def test_lookup_by_file_id_with_kept_columns_matches_the_path_lookup(spark, tabl
     for broadcast_keys in (False, True):
         by_path = {(r["id"], r["code"]): (r["file"], r["pos"])
                    for r in index.lookup(keys, broadcast_keys=broadcast_keys).found.collect()}
-        result = index.lookup(keys, file_column="fid", broadcast_keys=broadcast_keys, file_ids=True, keep=["flag"])
-        paths = index.file_paths()
-        rows = result.found.collect()
-        assert result.found.columns == ["id", "code", "fid", "pos", "flag"]
-        assert {(r["id"], r["code"]): (paths[r["fid"]], r["pos"]) for r in rows} == by_path
-        assert {(r["id"], r["code"]): r["flag"] for r in rows} == {_key(1): False, _key(700): True, _key(1500): True}
-        assert [tuple(r) for r in result.missing.collect()] == [_key(9999)]
+        for expected_keys in (None, 10_000):  # many keys per bucket: every bucket is read, without choosing
+            result = index.lookup(keys, file_column="fid", broadcast_keys=broadcast_keys, file_ids=True, keep=["flag"],
+                                  expected_keys=expected_keys)
+            paths = index.file_paths()
+            rows = result.found.collect()
+            assert result.found.columns == ["id", "code", "fid", "pos", "flag"]
+            assert {(r["id"], r["code"]): (paths[r["fid"]], r["pos"]) for r in rows} == by_path
+            assert {(r["id"], r["code"]): r["flag"] for r in rows} == {_key(1): False, _key(700): True, _key(1500): True}
+            assert [tuple(r) for r in result.missing.collect()] == [_key(9999)]
+            if expected_keys:
+                assert result.buckets_read == 3

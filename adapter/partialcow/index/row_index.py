@@ -239,6 +239,7 @@ class RowIndex:
         broadcast_keys: bool = False,
         file_ids: bool = False,
         keep: Sequence[str] = (),
+        expected_keys: int | None = None,
     ) -> LookupResult:
         """Find where ``keys`` (a DataFrame with the key columns) live, without collecting keys to the driver.
 
@@ -251,6 +252,8 @@ class RowIndex:
         the index scan with a broadcast copy of the keys instead of shuffling every index row of the read buckets.
         ``file_ids`` leaves files as the index's int ids (``file_column`` then holds ids; ``file_paths`` maps them),
         which keeps the rows of a large lookup small. ``keep`` names columns of ``keys`` carried into ``found``.
+        ``expected_keys`` (about how many keys there are): from four keys per bucket on, every bucket is read without
+        the job that finds the keys' buckets (each bucket then holds a key with probability above 98%).
         """
         from pyspark.sql import functions as F
 
@@ -269,6 +272,8 @@ class RowIndex:
             typed = keys.select(*[F.col(quote_identifier(c)) for c in self.key_columns], *kept)
         if self.state.num_buckets == 1:
             wanted = [0]  # nothing to prune: skip the Spark job that finds the keys' buckets
+        elif expected_keys is not None and expected_keys >= 4 * self.state.num_buckets:
+            wanted = list(range(self.state.num_buckets))  # nearly all would be wanted: skip that job too
         else:
             bucket = _bucket_expr(self.key_columns, self.state.num_buckets).alias(BUCKET)
             wanted = sorted(r[0] for r in typed.select(bucket).distinct().collect() if r[0] is not None)
@@ -733,16 +738,19 @@ class RowIndex:
         if not names:
             frame = self._empty_rows()
             return frame.withColumn(BUCKET, F.lit(None).cast("int")) if with_bucket else frame
-        frame = self.spark.read.parquet(*[self._store.uri(n) for n in names])
+        # the schema is known: without it Spark would run a job to read it from the files' footers
+        frame = self.spark.read.schema(self._row_schema()).parquet(*[self._store.uri(n) for n in names])
         if with_bucket:
             # the bucket a row is stored in comes from its file name (data/b00003-....parquet)
             frame = frame.withColumn(BUCKET, F.regexp_extract(F.input_file_name(), r"/b(\d{5})-[0-9a-f]+\.parquet$", 1).cast("int"))
         return frame
 
-    def _empty_rows(self) -> DataFrame:
+    def _row_schema(self) -> str:
         fields = ", ".join(f"{quote_identifier(c)} {t}" for c, t in zip(self.state.key_columns, self.state.key_types))
-        schema = f"{fields}, {FILE_ID} int, {POS} bigint" if fields else f"{FILE_ID} int, {POS} bigint"
-        return self.spark.createDataFrame([], schema)
+        return f"{fields}, {FILE_ID} int, {POS} bigint" if fields else f"{FILE_ID} int, {POS} bigint"
+
+    def _empty_rows(self) -> DataFrame:
+        return self.spark.createDataFrame([], self._row_schema())
 
     def _files_frame(self, file_column: str) -> DataFrame:
         from pyspark.sql import functions as F

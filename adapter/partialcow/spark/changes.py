@@ -309,7 +309,7 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
             # the index is trusted here: its builds and maintenance refuse duplicate keys (no extra Spark jobs);
             # files stay int ids until the rewrite tasks, so the rows joined and shuffled stay narrow
             located = index.lookup(keys, file_column=_FILE_ID, pos_column=POS, check_duplicates=False,
-                                   broadcast_keys=small, file_ids=True, keep=[DELETE]).found
+                                   broadcast_keys=small, file_ids=True, keep=[DELETE], expected_keys=batch_rows).found
         else:  # an empty table: every key is new
             located = keys.limit(0).withColumn(_FILE_ID, F.lit(None).cast("int")).withColumn(POS, F.lit(None).cast("long"))
         located = located.persist()
