@@ -54,6 +54,12 @@ def base_table(spark):
 CASES = [
     ("null key", "select cast(null as bigint) k1, 'x' k2, 1 v, 'n' name, 'U' _op, 5L _ts "
                  "union all select 1, 'a', 2, 'n', 'U', 5", {}, ["bad_feed", "k1", "k2='x'", "null"]),
+    # without a sequence column the checks count per key (one job): the same messages
+    ("null key without sequence_column", "select cast(null as bigint) k1, 'x' k2, 1 v, 'n' name, 'U' _op "
+     "union all select cast(null as bigint), 'x', 3, 'n', 'U' union all select 1, 'a', 2, 'n', 'U'",
+     {"sequence_column": None}, ["bad_feed", "k1", "2 row(s)", "k2='x'", "null"]),
+    ("op code outside the configured ones without sequence_column", "select 4L k1, 'a' k2, 1 v, 'n' name, 'X' _op "
+     "union all select 5L, 'a', 1, 'n', 'U'", {"sequence_column": None}, ["bad_feed", "'_op'", "'X'", "(k1=4, k2='a')"]),
     ("key column missing", "select 1L k1, 2 v, 'n' name, 'U' _op, 5L _ts", {}, ["bad_feed", "'k2'", "missing"]),
     ("duplicate keys without sequence_column", "select 2L k1, 'b' k2, 1 v, 'n' name, 'U' _op union all "
      "select 2L, 'b', 2, 'n', 'U' union all select 3L, 'a', 3, 'n', 'U'", {"sequence_column": None},

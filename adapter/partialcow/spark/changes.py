@@ -122,14 +122,26 @@ def _stage(changes: DataFrame, spec: ChangeSpec, *, table_columns: Sequence[str]
         is_delete = op.isin(list(spec.delete_ops))
     else:
         known, bad_op, is_delete = [], F.lit(False), F.lit(False)
-    # one pass counts every problem; the samples for the message are only fetched when there is one
+    # One job counts every problem (without a sequence column, per key, so repeated keys are counted too); the
+    # samples for the message are only fetched when there is a problem. collect(), not first(): first() may run
+    # one job per partition it scans.
     null_seq = F.col(quote_identifier(spec.sequence_column)).isNull() if spec.sequence_column else F.lit(False)
-    counts = changes.select(
-        F.count(F.lit(1)).alias("rows"),
-        F.sum(null_key.cast("int")).alias("null_keys"),
-        F.sum(bad_op.cast("int")).alias("bad_ops"),
-        F.sum(null_seq.cast("int")).alias("null_seqs"),
-    ).first()
+    if spec.sequence_column:
+        counted = changes.select(*keys, F.lit(1).alias("_n"), bad_op.cast("int").alias("_bad"),
+                                 null_seq.cast("int").alias("_null_seq"))
+        repeated = F.lit(0)
+    else:
+        counted = changes.groupBy(*keys).agg(
+            F.count(F.lit(1)).alias("_n"), F.sum(bad_op.cast("int")).alias("_bad"), F.lit(0).alias("_null_seq")
+        )
+        repeated = F.sum((F.col("_n") > 1).cast("int"))
+    counts = counted.select(
+        F.coalesce(F.sum("_n"), F.lit(0)).alias("rows"),
+        F.sum(F.when(null_key, F.col("_n"))).alias("null_keys"),
+        F.sum("_bad").alias("bad_ops"),
+        F.sum("_null_seq").alias("null_seqs"),
+        repeated.alias("repeated_keys"),
+    ).collect()[0]
     if counts["null_keys"]:
         sample = changes.where(null_key).select(*spec.key_columns).limit(_SAMPLE).collect()
         raise ChangeFeedError(
@@ -162,7 +174,7 @@ def _stage(changes: DataFrame, spec: ChangeSpec, *, table_columns: Sequence[str]
             )
         latest = ranked.drop("_pcow_latest")
     else:
-        dups = changes.groupBy(*keys).count().where("count > 1").limit(_SAMPLE).collect()
+        dups = changes.groupBy(*keys).count().where("count > 1").limit(_SAMPLE).collect() if counts["repeated_keys"] else []
         if dups:
             raise ChangeFeedError(
                 f"model {model}: key(s) {_keys_text(dups, spec.key_columns)} appear more than once in one batch; "
