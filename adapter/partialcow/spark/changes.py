@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Literal
 from partialcow.commit.base import FileReplacement
 from partialcow.exceptions import ChangeFeedError, CommitStateUnknownError, ConfigurationError, StaleIndexError
 from partialcow.index import RowIndex
-from partialcow.spark.partitioning import routes
 from partialcow.index.sources import quote_identifier
 from partialcow.metrics import WriteMetrics
+from partialcow.spark.partitioning import routes
 from partialcow.spark.rewrite_job import (
     DELETE,
     FILE,
