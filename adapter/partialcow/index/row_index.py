@@ -24,6 +24,7 @@ index upkeep 6.3 s -> 1.0 s, see ``bench/results/upsert_sf1.md``).
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -302,6 +303,35 @@ class RowIndex:
     def file_paths(self) -> dict[int, str]:
         """The indexed files by id (what ``lookup(..., file_ids=True)`` returns instead of paths)."""
         return {f.file_id: f.path for f in self.state.files}
+
+    # -- lookups in executor tasks (the caller routes rows by bucket and joins with Arrow) -----------------------
+    def bucket_column(self) -> Column:
+        """The bucket of each row's key: a Spark expression over the key columns cast to the index's key types."""
+        from pyspark.sql import functions as F
+
+        typed = [F.col(quote_identifier(c)).cast(t) for c, t in zip(self.key_columns, self.state.key_types)]
+        return F.pmod(F.xxhash64(*typed), F.lit(self.state.num_buckets)).cast("int")
+
+    def bucket_paths(self) -> dict[int, str]:
+        """Local paths of the non-empty bucket files by bucket number (for tasks that read them with pyarrow)."""
+        if not self._store.is_local:
+            raise ConfigurationError(f"the row index of {self.state.table} is not on a local file system")
+        return {b: self._store.path(name) for b, name in enumerate(self.state.buckets) if name is not None}
+
+    def key_schema(self) -> pa.Schema:
+        """The Arrow schema of the key columns (the types lookups cast keys to)."""
+        return self._arrow_key_schema()
+
+    def new_scratch_dir(self) -> str:
+        """A new, empty local folder inside the index folder for one write's intermediate files.
+
+        The writer deletes it when done; one left by a crash is removed by the index's garbage collection.
+        """
+        if not self._store.is_local:
+            raise ConfigurationError(f"the row index of {self.state.table} is not on a local file system")
+        path = self._store.path(self._store.new_tmp_dir())
+        os.makedirs(path)
+        return path
 
     def lookup_local(self, keys: pa.Table, *, file_column: str = "file", pos_column: str = "pos") -> tuple[pa.Table, pa.Table]:
         """Like ``lookup`` but on the driver with pyarrow, no Spark job: for small key sets (a few thousand keys).

@@ -4,8 +4,9 @@ The pipeline, on the driver unless said otherwise:
 
 1. **Stage**: validate the batch (key columns present and non-null, op codes known, values castable) and collapse it to
    the last change per key (by ``sequence_column``; without one, a key may appear once).
-2. **Locate**: look the keys up in the row index (a narrow join, no table scan): keys found are updates or deletes of
-   (file, position); keys not found are inserts (or no-op deletes).
+2. **Locate** (executors): the batch is routed by the row index's key bucket, and each task joins its keys with its
+   buckets' index files (no table scan): keys found are updates or deletes of (file, position); keys not found are
+   inserts (or no-op deletes). Tasks leave their rows per touched file in a scratch folder.
 3. **Rewrite** (executors, one task per touched file): the Parquet page engine re-encodes only the pages holding
    changed values and copies every other page; inserts become new files written with the product's layout.
 4. **Commit** once: old files replaced by new ones in one optimistic-concurrency commit of the table format.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,15 +36,7 @@ from partialcow.index import RowIndex
 from partialcow.index.sources import quote_identifier
 from partialcow.metrics import WriteMetrics
 from partialcow.spark.partitioning import routes
-from partialcow.spark.rewrite_job import (
-    DELETE,
-    FILE,
-    INSERT_RESULT_SCHEMA,
-    POS,
-    REWRITE_RESULT_SCHEMA,
-    rewrite_partition,
-    write_partition,
-)
+from partialcow.spark.rewrite_job import BUCKET, DELETE, LOCATE_RESULT_SCHEMA, FileTask, locate_partition, run_file_tasks
 from partialcow.spark.tables import LakehouseTable, local_path
 
 if TYPE_CHECKING:
@@ -55,13 +49,11 @@ _SAMPLE = 5
 # Above this many changed keys the commit's conflict filter would be larger than the work it guards; the commit then
 # relies on file-level validation (a concurrent change of any file we replace still fails).
 _MAX_CONFLICT_KEYS = 10_000
-# the index's id of a located key's file (mapped to its path only inside the rewrite tasks)
-_FILE_ID = "_pcow_file_id"
 _ROWS_PER_INSERT_FILE = 1_000_000
 _MIN_ROWS_PER_INSERT_FILE = 250_000
-# Up to this many changed keys the index lookup broadcasts the keys (a hash table of a few tens of MB) instead of
-# shuffling the index rows of the whole table.
-_BROADCAST_KEYS = 2_000_000
+# A locate task holds this many changed rows at most (as Arrow, with their index buckets), unless the index has
+# fewer buckets than that would need tasks.
+_ROWS_PER_LOCATE_TASK = 250_000
 
 
 @dataclass(frozen=True)
@@ -297,7 +289,6 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
     Keys present in the table are updated in place (only changed pages re-encoded) or deleted; keys absent are
     inserted; deletes of absent keys are no-ops.
     """
-    from pyspark.sql import functions as F
 
     started = time.monotonic()
     table_schema = _table_schema(spark, table)
@@ -307,71 +298,36 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
     if _evolve_schema(spark, table, staged.schema, spec):
         table_schema = _table_schema(spark, table)
     table_columns = [f.name for f in table_schema.fields]
-    # Every later step must see the same batch, even if the model's query is not deterministic: a local checkpoint
-    # pins it (864K store_sales rows: 1.3 s, against 4.7 s to persist() it as compressed in-memory columns).
-    staged = staged.localCheckpoint(eager=True)
-    cached = []
+    value_columns = _value_columns(spec, table_columns, staged.columns)
+    index = _open_index(table, spec)
+    base_version = index.state.table_version
+    cores = spark.sparkContext.defaultParallelism
+    scratch = index.new_scratch_dir()
     try:
-        value_columns = _value_columns(spec, table_columns, staged.columns)
-        index = _open_index(table, spec)
-        base_version = index.state.table_version
-        keys = staged.select(*spec.key_columns, DELETE)
-        small = batch_rows <= _BROADCAST_KEYS
-        if index.state.files:
-            # the index is trusted here: its builds and maintenance refuse duplicate keys (no extra Spark jobs);
-            # files stay int ids until the rewrite tasks, so the rows joined and shuffled stay narrow
-            located = index.lookup(keys, file_column=_FILE_ID, pos_column=POS, check_duplicates=False,
-                                   broadcast_keys=small, file_ids=True, keep=[DELETE], expected_keys=batch_rows).found
-        else:  # an empty table: every key is new
-            located = keys.limit(0).withColumn(_FILE_ID, F.lit(None).cast("int")).withColumn(POS, F.lit(None).cast("long"))
-        located = located.persist()
-        cached.append(located)
-        # One job counts the touched files and the inserts from the located keys and the batch (no join): rows of
-        # the batch are counted under file id -1, located keys under their file.
-        per_file = {
-            r[_FILE_ID]: (r["rows"], r["upserts"])
-            for r in located.select(_FILE_ID, DELETE)
-            .unionByName(staged.select(F.lit(-1).alias(_FILE_ID), DELETE))
-            .groupBy(_FILE_ID)
-            .agg(F.count(F.lit(1)).alias("rows"), F.count(F.when(~F.col(DELETE), True)).alias("upserts"))
-            .collect()
-        }
-        insert_rows = per_file.pop(-1, (0, 0))[1] - sum(upserts for _, upserts in per_file.values())
-        file_count = len(per_file)
-        # Small batches find at most one location per key: broadcast them rather than shuffle the batch.
-        found = located.drop(DELETE)
-        joined = staged.join(F.broadcast(found) if small else found, list(spec.key_columns), "left")
-        inserts = joined.where(F.col(_FILE_ID).isNull() & ~F.col(DELETE)).select(*table_columns)
+        located = _locate(index, staged, spec, value_columns, table_columns, scratch, batch_rows, cores)
         paths = index.file_paths()
-        touched = joined.where(F.col(_FILE_ID).isNotNull()).select(_FILE_ID, POS, DELETE, *spec.key_columns, *value_columns)
-        rewritten = []
-        if file_count:
+        # one task per touched file, the most changed first, then the insert writers
+        ids = sorted(located.file_rows, key=lambda i: (-located.file_rows[i], i))
+        threads = _threads_per_file(cores, len(ids)) if ids else 1
+        parts = _insert_files(located.inserts, cores) if located.inserts else 0
+        tasks = [FileTask(src=paths[i], file_id=i, threads=threads) for i in ids]
+        tasks += [FileTask(src=None, part=p, parts=parts) for p in range(parts)]
+        results: list[dict] = []
+        if tasks:
             job = partial(
-                rewrite_partition,
+                run_file_tasks,
+                scratch=scratch,
                 update_columns=value_columns,
                 # rows whose new values land in columns their file lacks move to a new file with the table schema
                 moved_schema=table.file_schema(table_schema) if len(value_columns) + len(spec.key_columns) == len(table_columns) else None,
+                insert_schema=table.file_schema(table_schema),
                 data_dir=table.data_dir,
-                threads=_threads_per_file(spark.sparkContext.defaultParallelism, file_count),
             )
-            # one task per file (hashing file ids could put two in one task), the most changed rows first
-            ids = sorted(per_file, key=lambda i: (-per_file[i][0], i))
-            route_of = F.create_map(*[F.lit(x) for i, r in zip(ids, routes(file_count)) for x in (i, r)])
-            file_of = F.create_map(*[F.lit(x) for i in ids for x in (i, paths[i])])
-            rewritten = (
-                touched.repartition(file_count, F.element_at(route_of, F.col(_FILE_ID)))
-                .select(F.element_at(file_of, F.col(_FILE_ID)).alias(FILE), *[c for c in touched.columns if c != _FILE_ID])
-                .mapInArrow(job, REWRITE_RESULT_SCHEMA).collect()
-            )
-        new_files = [r["dst"] for r in rewritten] + [r["moved_dst"] for r in rewritten if r["moved_dst"]]
+            results = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(job).collect()
+        rewritten = [r for r in results if r["kind"] == "rewrite"]
+        new_files = [r["dst"] for r in results] + [r["moved_dst"] for r in rewritten if r["moved_dst"]]
         try:
-            if insert_rows:
-                schema = table.file_schema(table_schema)
-                parts = _insert_files(insert_rows, spark.sparkContext.defaultParallelism)
-                job = partial(write_partition, schema=schema, data_dir=table.data_dir)
-                written = inserts.repartition(parts).mapInArrow(job, INSERT_RESULT_SCHEMA).collect()
-                new_files += [r["dst"] for r in written]
-            metrics = WriteMetrics(rows_inserted=insert_rows, files_added=len(new_files), files_removed=len(rewritten))
+            metrics = WriteMetrics(rows_inserted=located.inserts, files_added=len(new_files), files_removed=len(rewritten))
             for r in rewritten:
                 metrics += WriteMetrics(  # a moved row is an update, though its file saw a delete
                     rows_updated=r["rows_updated"] + r["moved_rows"], rows_deleted=r["rows_deleted"] - r["moved_rows"],
@@ -387,7 +343,7 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
                 base_version=base_version,
                 removed=[r["src"] for r in rewritten],
                 added=[table_paths[p] for p in new_files],
-                conflict_keys=_conflict_keys(staged, spec),
+                conflict_keys=located.conflict_keys,
                 metrics=metrics,
             )
             result = table.committer.replace_files(change)
@@ -396,20 +352,84 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
         except BaseException:
             _discard(new_files)
             raise
-        # spelled as the commit reports added files, or the index would not recognise the re-pointed file
-        same_positions = {r["src"]: table_paths[r["dst"]] for r in rewritten if r["rows_deleted"] == 0}
-        shifted = {r["src"]: (table_paths[r["dst"]], r["removed_positions"]) for r in rewritten if r["rows_deleted"]}
-        try:
-            index.apply_commit(result, same_positions=same_positions, shifted=shifted)
-        except StaleIndexError:
-            # Another writer published an index state between our lookup and our commit (our commit landed):
-            # continue from its state, which the repair brings to the table's current snapshot.
-            RowIndex.open(table.source).ensure_fresh(table.committer)
-        metrics.duration_ms = int((time.monotonic() - started) * 1000)
-        return metrics
     finally:
-        for frame in cached:
-            frame.unpersist()
+        shutil.rmtree(scratch, ignore_errors=True)
+    # spelled as the commit reports added files, or the index would not recognise the re-pointed file
+    same_positions = {r["src"]: table_paths[r["dst"]] for r in rewritten if r["rows_deleted"] == 0}
+    shifted = {r["src"]: (table_paths[r["dst"]], r["removed_positions"]) for r in rewritten if r["rows_deleted"]}
+    try:
+        index.apply_commit(result, same_positions=same_positions, shifted=shifted)
+    except StaleIndexError:
+        # Another writer published an index state between our lookup and our commit (our commit landed):
+        # continue from its state, which the repair brings to the table's current snapshot.
+        RowIndex.open(table.source).ensure_fresh(table.committer)
+    metrics.duration_ms = int((time.monotonic() - started) * 1000)
+    return metrics
+
+
+@dataclass(frozen=True)
+class _Located:
+    """Where a batch's changes go, from the locate job: rows per touched file id, inserts, the conflict filter."""
+
+    file_rows: dict[int, int]
+    inserts: int
+    conflict_keys: dict[str, list[object]]
+
+
+def _locate(
+    index: RowIndex,
+    staged: DataFrame,
+    spec: ChangeSpec,
+    value_columns: Sequence[str],
+    table_columns: Sequence[str],
+    scratch: str,
+    batch_rows: int,
+    cores: int,
+) -> _Located:
+    """Run the locate job: the batch routed by index bucket (one Spark shuffle), each task joining its keys with its
+    buckets' index files in Arrow and leaving its rows in ``scratch`` per touched file (see ``locate_partition``).
+
+    Raises ``ChangeFeedError`` if the batch read by this job is not the one validated before (a query that is not
+    deterministic produced null or repeated keys this time); nothing has been written to the table then.
+    """
+    from pyspark.sql import functions as F
+
+    buckets = index.bucket_paths() if index.state.files else {}
+    if buckets:
+        # every bucket's rows in one task, as few buckets per task as the batch's size calls for
+        tasks = min(index.state.num_buckets, max(cores, math.ceil(batch_rows / _ROWS_PER_LOCATE_TASK)))
+        route = F.element_at(F.array(*[F.lit(r) for r in routes(tasks)]), F.pmod(F.col(BUCKET), F.lit(tasks)) + 1)
+        routed = staged.withColumn(BUCKET, index.bucket_column()).repartition(tasks, route)
+    else:  # no rows in the table yet: every key is new, no need to move the rows
+        routed = staged.withColumn(BUCKET, F.lit(0))
+    job = partial(
+        locate_partition,
+        key_columns=list(spec.key_columns),
+        bucket_paths=buckets,
+        carried=[*spec.key_columns, *value_columns],
+        insert_columns=list(table_columns),
+        scratch=scratch,
+        keys_limit=_MAX_CONFLICT_KEYS,
+    )
+    results = routed.mapInArrow(job, LOCATE_RESULT_SCHEMA).collect()
+    null_keys = sum(r["null_keys"] for r in results)
+    repeated = sum(r["repeated_keys"] for r in results)
+    if null_keys or repeated:
+        samples = ", ".join(s for r in results for s in r["samples"][:_SAMPLE])
+        raise ChangeFeedError(
+            f"model {spec.model}: the changes read for the write differ from the ones validated ({null_keys} null "
+            f"key(s), {repeated} repeated key(s), e.g. {samples}): the model's query is not deterministic; make it "
+            "deterministic (or materialise its input first)"
+        )
+    file_rows: dict[int, int] = {}
+    for r in results:
+        for file_id, count in zip(r["file_ids"], r["file_rows"]):
+            file_rows[file_id] = file_rows.get(file_id, 0) + count
+    return _Located(
+        file_rows=file_rows,
+        inserts=sum(r["inserts"] for r in results),
+        conflict_keys=_conflict_keys([r["keys_file"] for r in results], spec),
+    )
 
 
 def _insert_files(rows: int, cores: int) -> int:
@@ -454,11 +474,16 @@ def _table_path(local: str, *, location: str) -> str:
     return "file:" + local if location.startswith("file:") else local
 
 
-def _conflict_keys(staged: DataFrame, spec: ChangeSpec) -> dict[str, list[object]]:
-    keys = staged.select(*spec.key_columns).limit(_MAX_CONFLICT_KEYS + 1).collect()
-    if len(keys) > _MAX_CONFLICT_KEYS:
+def _conflict_keys(keys_files: Sequence[str | None], spec: ChangeSpec) -> dict[str, list[object]]:
+    """The commit's conflict filter: every key of the batch, if the locate tasks kept them all and they are few."""
+    import pyarrow as pa
+
+    if any(f is None for f in keys_files):
         return {}
-    return {c: sorted({r[c] for r in keys}, key=repr) for c in spec.key_columns}
+    keys = pa.concat_tables([pa.ipc.open_file(f).read_all() for f in keys_files]) if keys_files else None
+    if keys is None or keys.num_rows > _MAX_CONFLICT_KEYS:
+        return {}
+    return {c: sorted(set(keys.column(c).to_pylist()), key=repr) for c in spec.key_columns}
 
 
 def _delta_schema(spark: SparkSession, table: LakehouseTable):  # type: ignore[no-untyped-def]

@@ -1,14 +1,25 @@
-"""The executor side of a partial copy-on-write: one rewrite per touched file, new files for inserts.
+"""The executor side of a partial copy-on-write: locate the changes, then one rewrite per touched file and new files
+for inserts.
 
-These functions run inside Spark's Python workers (``mapInArrow``); they see Arrow batches and local files and
-return one small row per file, so only file-level results ever reach the driver.
+Two Spark jobs, both in Python workers:
+
+1. ``locate_partition`` (``mapInArrow`` over the batch routed by index bucket): each task reads the index buckets of
+   its keys, joins them with Arrow, and leaves its rows, split by the data file they touch, as Arrow IPC fragments
+   in a scratch folder (inserts in fragments of their own).
+2. ``run_file_tasks`` (one task per touched file, plus the insert writers): reads the fragments of its file from
+   every locate task and rewrites the file with the Parquet page engine.
+
+The scratch folder is the exchange between the two jobs: the batch is shuffled once by Spark (by bucket) and its
+rows never pass through the JVM again, nor through the driver. Every task returns one small row, so only
+file-level results reach the driver.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -16,13 +27,20 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from partialcow.exceptions import InvalidChangeError
+from partialcow.index.sources import FILE_ID as INDEX_FILE_ID
+from partialcow.index.sources import POS as INDEX_POS
 from partialcow.parquet import ROW_POSITION, rewrite_file, write_table
 
-__all__ = ["REWRITE_RESULT_SCHEMA", "INSERT_RESULT_SCHEMA", "rewrite_partition", "write_partition", "new_file_name"]
+__all__ = [
+    "REWRITE_RESULT_SCHEMA", "INSERT_RESULT_SCHEMA", "LOCATE_RESULT_SCHEMA", "FileTask", "rewrite_partition",
+    "write_partition", "locate_partition", "run_file_tasks", "new_file_name",
+]
 
 FILE = "_pcow_file"
 POS = "_pcow_pos"
 DELETE = "_pcow_delete"
+BUCKET = "_pcow_bucket"
+FILE_ID = "_pcow_file_id"  # a located row's data file, as the row index's int id
 
 REWRITE_RESULT_SCHEMA = (
     "src string, dst string, moved_dst string, moved_rows long, rows_before long, rows_after long, "
@@ -31,6 +49,10 @@ REWRITE_RESULT_SCHEMA = (
     "removed_positions array<long>"
 )
 INSERT_RESULT_SCHEMA = "dst string, rows long"
+LOCATE_RESULT_SCHEMA = (
+    "rows long, file_ids array<int>, file_rows array<long>, file_upserts array<long>, inserts long, "
+    "null_keys long, repeated_keys long, samples array<string>, keys_file string"
+)
 
 
 def new_file_name() -> str:
@@ -143,3 +165,164 @@ _REWRITE_ARROW = pa.schema(
     + [("removed_positions", pa.list_(pa.int64()))]
 )
 _INSERT_ARROW = pa.schema([("dst", pa.string()), ("rows", pa.int64())])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# locate, then rewrite from the scratch folder
+
+
+def _write_fragment(table: pa.Table, path: str) -> None:
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _read_fragments(folder: str, prefix: str) -> list[pa.Table]:
+    names = sorted(n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".arrow"))
+    return [pa.ipc.open_file(pa.memory_map(os.path.join(folder, n))).read_all() for n in names]
+
+
+def _key_text(keys: pa.Table, index: int) -> str:
+    return "(" + ", ".join(f"{c}={keys.column(c)[index].as_py()!r}" for c in keys.column_names) + ")"
+
+
+def locate_partition(
+    batches: Iterator[pa.RecordBatch],
+    *,
+    key_columns: Sequence[str],
+    bucket_paths: Mapping[int, str],
+    carried: Sequence[str],
+    insert_columns: Sequence[str],
+    scratch: str,
+    keys_limit: int,
+) -> Iterator[pa.RecordBatch]:
+    """Locate this partition's changes in the index and leave them in ``scratch``, per touched data file.
+
+    The rows are staged changes (keys, values, ``_pcow_delete``) with their key's index bucket (``_pcow_bucket``);
+    only those buckets' files are read (``bucket_paths``: bucket -> local path; empty when the table has no rows).
+    Located rows go to ``f<file id>-<task>.arrow`` (``_pcow_file_id``, ``_pcow_pos``, ``_pcow_delete``,
+    ``carried``), new keys' upserts to ``ins-<task>.arrow`` (``insert_columns``); deletes of absent keys are
+    dropped. Up to ``keys_limit`` rows, the keys also go to ``keys-<task>.arrow`` (the commit's conflict filter).
+
+    The batch was validated by an earlier job and is read again here; if the source changed in between (a query
+    that is not deterministic), null or repeated keys are counted and nothing is written.
+    """
+    batch_list = [b for b in batches if b.num_rows]
+    if not batch_list:
+        return
+    rows = pa.Table.from_batches(batch_list)
+    task = uuid.uuid4().hex
+    keys = rows.select(list(key_columns))
+    null = np.zeros(rows.num_rows, dtype=bool)
+    for column in keys.columns:
+        null |= pc.is_null(column).to_numpy(zero_copy_only=False)
+    counts = keys.group_by(list(key_columns), use_threads=False).aggregate([([], "count_all")])
+    repeated = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if null.any() or repeated.num_rows:
+        sample = [_key_text(keys, int(i)) for i in np.flatnonzero(null)[:5]] + [
+            _key_text(repeated, i) for i in range(min(5, repeated.num_rows))
+        ]
+        yield _locate_result(rows.num_rows, null_keys=int(null.sum()), repeated_keys=repeated.num_rows, samples=sample)
+        return
+
+    parts = [pq.read_table(bucket_paths[b], columns=[*key_columns, INDEX_FILE_ID, INDEX_POS])
+             for b in pc.unique(rows[BUCKET]).to_pylist() if b in bucket_paths]
+    at = np.zeros(0, dtype=np.int64)
+    file_ids = np.zeros(0, dtype=np.int32)
+    positions = np.zeros(0, dtype=np.int64)
+    if parts:
+        index_rows = pa.concat_tables(parts)
+        # Spark may store keys with another physical type (e.g. INT96 timestamps): align with the batch's
+        index_rows = pa.table(
+            [index_rows.column(c).cast(keys.schema.field(c).type) for c in key_columns]
+            + [index_rows.column(INDEX_FILE_ID), index_rows.column(INDEX_POS)],
+            names=[*key_columns, INDEX_FILE_ID, INDEX_POS],
+        )
+        # join keys and row numbers only: Arrow's hash join cannot carry every column type the batch may hold
+        probe = keys.append_column("_pcow_row", pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+        hits = probe.join(index_rows, list(key_columns), join_type="inner", use_threads=False)
+        at = hits.column("_pcow_row").to_numpy()
+        file_ids = hits.column(INDEX_FILE_ID).to_numpy()
+        positions = hits.column(INDEX_POS).to_numpy()
+    is_delete = rows.column(DELETE).to_numpy(zero_copy_only=False)
+    found = np.zeros(rows.num_rows, dtype=bool)
+    found[at] = True
+
+    order = np.argsort(file_ids, kind="stable")
+    at, file_ids, positions = at[order], file_ids[order], positions[order]
+    located = rows.select(list(carried)).take(pa.array(at))
+    located = pa.table(
+        [pa.array(file_ids, pa.int32()), pa.array(positions, pa.int64()), pa.array(is_delete[at]), *located.columns],
+        names=[FILE_ID, POS, DELETE, *located.column_names],
+    )
+    ids, starts, sizes = np.unique(file_ids, return_index=True, return_counts=True)
+    upserts = []
+    for file_id, start, size in zip(ids.tolist(), starts.tolist(), sizes.tolist()):
+        _write_fragment(located.slice(start, size), os.path.join(scratch, f"f{file_id}-{task}.arrow"))
+        upserts.append(int(size - is_delete[at[start:start + size]].sum()))
+
+    new = ~found & ~is_delete
+    if new.any():
+        _write_fragment(rows.filter(pa.array(new)).select(list(insert_columns)), os.path.join(scratch, f"ins-{task}.arrow"))
+    keys_file = None
+    if rows.num_rows <= keys_limit:
+        keys_file = os.path.join(scratch, f"keys-{task}.arrow")
+        _write_fragment(keys, keys_file)
+    yield _locate_result(
+        rows.num_rows, file_ids=ids.tolist(), file_rows=sizes.tolist(), file_upserts=upserts, inserts=int(new.sum()),
+        keys_file=keys_file,
+    )
+
+
+def _locate_result(rows: int, **fields: object) -> pa.RecordBatch:
+    row = {"rows": rows, "file_ids": [], "file_rows": [], "file_upserts": [], "inserts": 0, "null_keys": 0,
+           "repeated_keys": 0, "samples": [], "keys_file": None, **fields}
+    return pa.RecordBatch.from_pylist([row], schema=_LOCATE_ARROW)
+
+
+class FileTask(NamedTuple):
+    """One task of the rewrite job: rewrite data file ``src`` (``file_id``), or write part ``part`` of ``parts`` of
+    the inserted rows (``src`` is then None)."""
+
+    src: str | None
+    file_id: int = -1
+    part: int = 0
+    parts: int = 1
+    threads: int = 1
+
+
+def run_file_tasks(
+    tasks: Iterator[FileTask],
+    *,
+    scratch: str,
+    update_columns: Sequence[str],
+    moved_schema: pa.Schema | None,
+    insert_schema: pa.Schema,
+    data_dir: str,
+) -> Iterator[dict[str, object]]:
+    """Run this partition's file tasks on the fragments ``locate_partition`` left in ``scratch``.
+
+    Yields one result per task: ``kind`` "rewrite" with the fields of ``REWRITE_RESULT_SCHEMA``, or "insert" with
+    those of ``INSERT_RESULT_SCHEMA``.
+    """
+    for task in tasks:
+        if task.src is not None:
+            fragments = _read_fragments(scratch, f"f{task.file_id}-")
+            rows = pa.concat_tables(fragments).drop_columns([FILE_ID])
+            rows = rows.append_column(FILE, pa.array([task.src] * rows.num_rows, pa.string()))
+            for batch in rewrite_partition(iter(rows.to_batches()), update_columns=update_columns,
+                                           moved_schema=moved_schema, data_dir=data_dir, threads=task.threads):
+                yield from ({"kind": "rewrite", **r} for r in batch.to_pylist())
+        else:
+            inserts = pa.concat_tables(_read_fragments(scratch, "ins-"))
+            start = inserts.num_rows * task.part // task.parts
+            stop = inserts.num_rows * (task.part + 1) // task.parts
+            part = inserts.slice(start, stop - start)
+            for batch in write_partition(iter(part.to_batches()), schema=insert_schema, data_dir=data_dir):
+                yield from ({"kind": "insert", **r} for r in batch.to_pylist())
+
+
+_LOCATE_ARROW = pa.schema([
+    ("rows", pa.int64()), ("file_ids", pa.list_(pa.int32())), ("file_rows", pa.list_(pa.int64())),
+    ("file_upserts", pa.list_(pa.int64())), ("inserts", pa.int64()), ("null_keys", pa.int64()),
+    ("repeated_keys", pa.int64()), ("samples", pa.list_(pa.string())), ("keys_file", pa.string()),
+])
