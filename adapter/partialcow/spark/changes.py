@@ -89,11 +89,18 @@ def stage_changes(changes: DataFrame, spec: ChangeSpec, *, table_columns: Sequen
     op codes outside the configured ones, several changes of one key without a sequence column, or two changes of
     one key with the same (latest) sequence value.
     """
-    return _stage(changes, spec, table_columns=table_columns)[0]
+    return _stage(changes, spec, table_columns=table_columns, check_unique=True)[0]
 
 
-def _stage(changes: DataFrame, spec: ChangeSpec, *, table_columns: Sequence[str] | None) -> tuple[DataFrame, int]:
-    """:func:`stage_changes`, plus the batch's row count (before collapsing), counted by the validation job."""
+def _stage(
+    changes: DataFrame, spec: ChangeSpec, *, table_columns: Sequence[str] | None, check_unique: bool
+) -> tuple[DataFrame, int]:
+    """:func:`stage_changes`, plus the batch's row count (before collapsing), counted by the validation job.
+
+    ``check_unique=False`` leaves the one-change-per-key checks (repeated keys, ties on the latest sequence) to the
+    caller: ``apply_changes``' locate job sees every change of a key in one task and checks them there, which
+    spares the validation a shuffle and the sequence ranking a second run.
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -114,11 +121,11 @@ def _stage(changes: DataFrame, spec: ChangeSpec, *, table_columns: Sequence[str]
         is_delete = op.isin(list(spec.delete_ops))
     else:
         known, bad_op, is_delete = [], F.lit(False), F.lit(False)
-    # One job counts every problem (without a sequence column, per key, so repeated keys are counted too); the
-    # samples for the message are only fetched when there is a problem. collect(), not first(): first() may run
+    # One job counts every problem (when it checks uniqueness without a sequence column, per key, so repeated keys
+    # are counted too); the samples for the message are only fetched when there is a problem. collect(), not first(): first() may run
     # one job per partition it scans.
     null_seq = F.col(quote_identifier(spec.sequence_column)).isNull() if spec.sequence_column else F.lit(False)
-    if spec.sequence_column:
+    if spec.sequence_column or not check_unique:
         counted = changes.select(*keys, F.lit(1).alias("_n"), bad_op.cast("int").alias("_bad"),
                                  null_seq.cast("int").alias("_null_seq"))
         repeated = F.lit(0)
@@ -158,26 +165,32 @@ def _stage(changes: DataFrame, spec: ChangeSpec, *, table_columns: Sequence[str]
         seq = F.col(quote_identifier(spec.sequence_column))
         by_key = Window.partitionBy(*keys)
         ranked = changes.withColumn("_pcow_latest", F.max(seq).over(by_key)).where(seq == F.col("_pcow_latest"))
-        ties = ranked.groupBy(*keys).count().where("count > 1").limit(_SAMPLE).collect()
+        ties = ranked.groupBy(*keys).count().where("count > 1").limit(_SAMPLE).collect() if check_unique else []
         if ties:
-            raise ChangeFeedError(
-                f"model {model}: several changes share the latest {spec.sequence_column!r} for key(s) "
-                f"{_keys_text(ties, spec.key_columns)}; make the sequence unique per key"
-            )
+            raise _repeated_keys_error(spec, _keys_text(ties, spec.key_columns))
         latest = ranked.drop("_pcow_latest")
     else:
         dups = changes.groupBy(*keys).count().where("count > 1").limit(_SAMPLE).collect() if counts["repeated_keys"] else []
         if dups:
-            raise ChangeFeedError(
-                f"model {model}: key(s) {_keys_text(dups, spec.key_columns)} appear more than once in one batch; "
-                "set sequence_column so the latest change wins"
-            )
+            raise _repeated_keys_error(spec, _keys_text(dups, spec.key_columns))
         latest = changes
 
     staged = latest.withColumn(DELETE, is_delete).drop(*([spec.op_column] if spec.op_column else []))
     if table_columns is not None:
         staged = _conform_schema(staged, spec, table_columns)
     return staged, counts["rows"]
+
+
+def _repeated_keys_error(spec: ChangeSpec, keys: str) -> ChangeFeedError:
+    if spec.sequence_column:
+        return ChangeFeedError(
+            f"model {spec.model}: several changes share the latest {spec.sequence_column!r} for key(s) {keys}; "
+            "make the sequence unique per key"
+        )
+    return ChangeFeedError(
+        f"model {spec.model}: key(s) {keys} appear more than once in one batch; set sequence_column so the latest "
+        "change wins"
+    )
 
 
 def _conform_schema(staged: DataFrame, spec: ChangeSpec, table_columns: Sequence[str]) -> DataFrame:
@@ -292,7 +305,7 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
 
     started = time.monotonic()
     table_schema = _table_schema(spark, table)
-    staged, batch_rows = _stage(changes, spec, table_columns=[f.name for f in table_schema.fields])
+    staged, batch_rows = _stage(changes, spec, table_columns=[f.name for f in table_schema.fields], check_unique=False)
     staged = _cast_to_table(staged, table_schema, spec)
     # only a batch that passed every check may change the table's schema
     if _evolve_schema(spark, table, staged.schema, spec):
@@ -389,8 +402,9 @@ def _locate(
     """Run the locate job: the batch routed by index bucket (one Spark shuffle), each task joining its keys with its
     buckets' index files in Arrow and leaving its rows in ``scratch`` per touched file (see ``locate_partition``).
 
-    Raises ``ChangeFeedError`` if the batch read by this job is not the one validated before (a query that is not
-    deterministic produced null or repeated keys this time); nothing has been written to the table then.
+    Raises ``ChangeFeedError`` (nothing written to the table) for a key changed more than once in the batch (no
+    sequence column, or a tie on the latest sequence value), and for null keys the validation did not see (a query
+    that is not deterministic produced them on this second read).
     """
     from pyspark.sql import functions as F
 
@@ -400,8 +414,9 @@ def _locate(
         tasks = min(index.state.num_buckets, max(cores, math.ceil(batch_rows / _ROWS_PER_LOCATE_TASK)))
         route = F.element_at(F.array(*[F.lit(r) for r in routes(tasks)]), F.pmod(F.col(BUCKET), F.lit(tasks)) + 1)
         routed = staged.withColumn(BUCKET, index.bucket_column()).repartition(tasks, route)
-    else:  # no rows in the table yet: every key is new, no need to move the rows
-        routed = staged.withColumn(BUCKET, F.lit(0))
+    else:  # no rows in the table yet: every key is new; rows are still routed by key, so a task sees all of a key's
+        tasks = max(cores, math.ceil(batch_rows / _ROWS_PER_LOCATE_TASK))
+        routed = staged.withColumn(BUCKET, F.lit(0)).repartition(tasks, *[F.col(quote_identifier(c)) for c in spec.key_columns])
     job = partial(
         locate_partition,
         key_columns=list(spec.key_columns),
@@ -413,14 +428,15 @@ def _locate(
     )
     results = routed.mapInArrow(job, LOCATE_RESULT_SCHEMA).collect()
     null_keys = sum(r["null_keys"] for r in results)
-    repeated = sum(r["repeated_keys"] for r in results)
-    if null_keys or repeated:
-        samples = ", ".join(s for r in results for s in r["samples"][:_SAMPLE])
+    if null_keys:
+        samples = ", ".join(s for r in results for s in r["samples"])
         raise ChangeFeedError(
-            f"model {spec.model}: the changes read for the write differ from the ones validated ({null_keys} null "
-            f"key(s), {repeated} repeated key(s), e.g. {samples}): the model's query is not deterministic; make it "
-            "deterministic (or materialise its input first)"
+            f"model {spec.model}: {null_keys} change(s) with null keys {list(spec.key_columns)} appeared after the "
+            f"batch was validated (e.g. {samples}): the model's query is not deterministic; make it deterministic "
+            "(or materialise its input first)"
         )
+    if any(r["repeated_keys"] for r in results):
+        raise _repeated_keys_error(spec, ", ".join([s for r in results for s in r["samples"]][:_SAMPLE]))
     file_rows: dict[int, int] = {}
     for r in results:
         for file_id, count in zip(r["file_ids"], r["file_rows"]):

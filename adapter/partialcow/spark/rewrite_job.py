@@ -203,8 +203,8 @@ def locate_partition(
     ``carried``), new keys' upserts to ``ins-<task>.arrow`` (``insert_columns``); deletes of absent keys are
     dropped. Up to ``keys_limit`` rows, the keys also go to ``keys-<task>.arrow`` (the commit's conflict filter).
 
-    The batch was validated by an earlier job and is read again here; if the source changed in between (a query
-    that is not deterministic), null or repeated keys are counted and nothing is written.
+    Every change of a key arrives in the same task, so keys given more than once are counted here (and nothing is
+    written); so are null keys, which the validation job already refused unless the query is not deterministic.
     """
     batch_list = [b for b in batches if b.num_rows]
     if not batch_list:
@@ -218,9 +218,8 @@ def locate_partition(
     counts = keys.group_by(list(key_columns), use_threads=False).aggregate([([], "count_all")])
     repeated = counts.filter(pc.greater(counts.column("count_all"), 1))
     if null.any() or repeated.num_rows:
-        sample = [_key_text(keys, int(i)) for i in np.flatnonzero(null)[:5]] + [
-            _key_text(repeated, i) for i in range(min(5, repeated.num_rows))
-        ]
+        sample = [_key_text(keys, int(i)) for i in np.flatnonzero(null)[:5]]
+        sample += [_key_text(repeated.select(list(key_columns)), i) for i in range(min(5, repeated.num_rows))]
         yield _locate_result(rows.num_rows, null_keys=int(null.sum()), repeated_keys=repeated.num_rows, samples=sample)
         return
 
