@@ -238,7 +238,11 @@ def locate_partition(
         )
         # join keys and row numbers only: Arrow's hash join cannot carry every column type the batch may hold
         probe = keys.append_column("_pcow_row", pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-        hits = probe.join(index_rows, list(key_columns), join_type="inner", use_threads=False)
+        # Arrow builds its hash table from the right side: the smaller one (a small batch against whole buckets)
+        if probe.num_rows <= index_rows.num_rows:
+            hits = index_rows.join(probe, list(key_columns), join_type="inner", use_threads=False)
+        else:
+            hits = probe.join(index_rows, list(key_columns), join_type="inner", use_threads=False)
         at = hits.column("_pcow_row").to_numpy()
         file_ids = hits.column(INDEX_FILE_ID).to_numpy()
         positions = hits.column(INDEX_POS).to_numpy()
