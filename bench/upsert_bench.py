@@ -547,14 +547,12 @@ def run_case(contender: Contender, case: Case, expected: tuple[tuple, tuple], jo
 
 
 PROFILED = (
-    ("_stage", "stage (validate, dedupe)"),
+    ("_stage", "stage (validate, latest change per key)"),
     ("_cast_to_table", "cast to table types"),
-    ("localCheckpoint", "pin the batch (DataFrame.localCheckpoint)"),
     ("_open_index", "open index + ensure_fresh"),
-    ("lookup", "index lookup (RowIndex.lookup)"),
-    ("first", "DataFrame.first (validation counts, inside the stage step)"),
-    ("collect", "DataFrame.collect (duplicate check, touched files + inserts, rewrite job, conflict keys)"),
-    ("_conflict_keys", "conflict keys"),
+    ("_locate", "locate job (route by bucket, Arrow join, fragments per file)"),
+    ("collect", "Spark jobs' collect (validation, locate, rewrite)"),
+    ("_conflict_keys", "conflict keys (from the locate job's fragments)"),
     ("replace_files", "commit (replace_files)"),
     ("apply_commit", "index maintenance (apply_commit)"),
 )
@@ -580,8 +578,8 @@ def profile_ours(contender: PartialCowIceberg, case: Case) -> str:
         for (filename, _, name), (_, ncalls, _, cum, callers) in stats.stats.items():  # type: ignore[attr-defined]
             if name != func:
                 continue
-            spark_action = name in ("first", "collect", "localCheckpoint")
-            in_scope = "partialcow" in filename or (spark_action and "pyspark/sql/dataframe" in filename)
+            spark_action = name == "collect"
+            in_scope = "partialcow" in filename or (spark_action and ("pyspark/sql/dataframe" in filename or "pyspark/rdd" in filename))
             if not in_scope:
                 continue
             if spark_action and not any("changes.py" in c[0] for c in callers):
