@@ -122,8 +122,8 @@ def _stage(
     else:
         known, bad_op, is_delete = [], F.lit(False), F.lit(False)
     # One job counts every problem (when it checks uniqueness without a sequence column, per key, so repeated keys
-    # are counted too); the samples for the message are only fetched when there is a problem. collect(), not first(): first() may run
-    # one job per partition it scans.
+    # are counted too); the samples for the message are only fetched when there is a problem. collect(), not
+    # first(): first() may run one job per partition it scans.
     null_seq = F.col(quote_identifier(spec.sequence_column)).isNull() if spec.sequence_column else F.lit(False)
     if spec.sequence_column or not check_unique:
         counted = changes.select(*keys, F.lit(1).alias("_n"), bad_op.cast("int").alias("_bad"),
@@ -302,7 +302,6 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
     Keys present in the table are updated in place (only changed pages re-encoded) or deleted; keys absent are
     inserted; deletes of absent keys are no-ops.
     """
-
     started = time.monotonic()
     table_schema = _table_schema(spark, table)
     staged, batch_rows = _stage(changes, spec, table_columns=[f.name for f in table_schema.fields], check_unique=False)

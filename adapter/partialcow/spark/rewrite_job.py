@@ -32,7 +32,7 @@ from partialcow.index.sources import POS as INDEX_POS
 from partialcow.parquet import ROW_POSITION, rewrite_file, write_table
 
 __all__ = [
-    "REWRITE_RESULT_SCHEMA", "INSERT_RESULT_SCHEMA", "LOCATE_RESULT_SCHEMA", "FileTask", "rewrite_partition",
+    "LOCATE_RESULT_SCHEMA", "FileTask", "rewrite_partition",
     "write_partition", "locate_partition", "run_file_tasks", "new_file_name",
 ]
 
@@ -42,15 +42,8 @@ DELETE = "_pcow_delete"
 BUCKET = "_pcow_bucket"
 FILE_ID = "_pcow_file_id"  # a located row's data file, as the row index's int id
 
-REWRITE_RESULT_SCHEMA = (
-    "src string, dst string, moved_dst string, moved_rows long, rows_before long, rows_after long, "
-    "rows_updated long, rows_deleted long, "
-    "pages_rewritten long, pages_copied long, bytes_copied long, bytes_reencoded long, duration_ms long, "
-    "removed_positions array<long>"
-)
-INSERT_RESULT_SCHEMA = "dst string, rows long"
 LOCATE_RESULT_SCHEMA = (
-    "rows long, file_ids array<int>, file_rows array<long>, file_upserts array<long>, inserts long, "
+    "rows long, file_ids array<int>, file_rows array<long>, inserts long, "
     "null_keys long, repeated_keys long, samples array<string>, keys_file string"
 )
 
@@ -258,10 +251,8 @@ def locate_partition(
         names=[FILE_ID, POS, DELETE, *located.column_names],
     )
     ids, starts, sizes = np.unique(file_ids, return_index=True, return_counts=True)
-    upserts = []
     for file_id, start, size in zip(ids.tolist(), starts.tolist(), sizes.tolist()):
         _write_fragment(located.slice(start, size), os.path.join(scratch, f"f{file_id}-{task}.arrow"))
-        upserts.append(int(size - is_delete[at[start:start + size]].sum()))
 
     new = ~found & ~is_delete
     if new.any():
@@ -271,13 +262,13 @@ def locate_partition(
         keys_file = os.path.join(scratch, f"keys-{task}.arrow")
         _write_fragment(keys, keys_file)
     yield _locate_result(
-        rows.num_rows, file_ids=ids.tolist(), file_rows=sizes.tolist(), file_upserts=upserts, inserts=int(new.sum()),
+        rows.num_rows, file_ids=ids.tolist(), file_rows=sizes.tolist(), inserts=int(new.sum()),
         keys_file=keys_file,
     )
 
 
 def _locate_result(rows: int, **fields: object) -> pa.RecordBatch:
-    row = {"rows": rows, "file_ids": [], "file_rows": [], "file_upserts": [], "inserts": 0, "null_keys": 0,
+    row = {"rows": rows, "file_ids": [], "file_rows": [], "inserts": 0, "null_keys": 0,
            "repeated_keys": 0, "samples": [], "keys_file": None, **fields}
     return pa.RecordBatch.from_pylist([row], schema=_LOCATE_ARROW)
 
@@ -304,8 +295,8 @@ def run_file_tasks(
 ) -> Iterator[dict[str, object]]:
     """Run this partition's file tasks on the fragments ``locate_partition`` left in ``scratch``.
 
-    Yields one result per task: ``kind`` "rewrite" with the fields of ``REWRITE_RESULT_SCHEMA``, or "insert" with
-    those of ``INSERT_RESULT_SCHEMA``.
+    Yields one result per task: ``kind`` "rewrite" with the fields ``rewrite_partition`` reports (``src``, ``dst``,
+    rows and pages counts, ``removed_positions``...), or "insert" with ``dst`` and ``rows``.
     """
     for task in tasks:
         if task.src is not None:
@@ -326,6 +317,6 @@ def run_file_tasks(
 
 _LOCATE_ARROW = pa.schema([
     ("rows", pa.int64()), ("file_ids", pa.list_(pa.int32())), ("file_rows", pa.list_(pa.int64())),
-    ("file_upserts", pa.list_(pa.int64())), ("inserts", pa.int64()), ("null_keys", pa.int64()),
+    ("inserts", pa.int64()), ("null_keys", pa.int64()),
     ("repeated_keys", pa.int64()), ("samples", pa.list_(pa.string())), ("keys_file", pa.string()),
 ])
