@@ -643,16 +643,19 @@ def plot(results: list[Result], path: Path, title: str) -> None:
         for contender in CONTENDERS:
             points = sorted((r.size, r.write_s) for r in results if r.pattern == pattern and r.contender == contender and r.write_s)
             if points:
-                ax.plot([p[0] * 100 for p in points], [p[1] for p in points], marker="o", label=contender)
+                # one colour per contender in every panel (a panel without some contender must not shift the rest)
+                ax.plot([p[0] * 100 for p in points], [p[1] for p in points], marker="o", label=contender,
+                        color=f"C{CONTENDERS.index(contender)}")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(pattern)
         ax.set_xlabel("batch size (% of rows)")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("upsert time (s)")
-    axes[0][-1].legend(fontsize=8)
+    labelled = {label: line for ax in axes[0] for line, label in zip(*ax.get_legend_handles_labels())}
+    fig.legend(labelled.values(), labelled.keys(), loc="lower center", ncol=len(labelled), fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
