@@ -239,7 +239,7 @@ def locate_partition(
         at = hits.column("_pcow_row").to_numpy()
         file_ids = hits.column(INDEX_FILE_ID).to_numpy()
         positions = hits.column(INDEX_POS).to_numpy()
-    is_delete = rows.column(DELETE).to_numpy(zero_copy_only=False)
+    is_delete = pc.fill_null(rows.column(DELETE), False).to_numpy(zero_copy_only=False)
     found = np.zeros(rows.num_rows, dtype=bool)
     found[at] = True
 
