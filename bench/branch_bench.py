@@ -6,7 +6,7 @@ Measures:
    (targets: +5% and +20%), plus the same view written with NOT EXISTS instead of LEFT ANTI JOIN;
 3. merge of a 1K-key overlay into a 1M-row vs a 100K-row table (fast-forward and three-way).
 
-Run:  PYTHONPATH=adapter python bench/branch_bench.py [--rows 1000000] [--repeat 5]
+Run:  PYTHONPATH=adapter python bench/branch_bench.py [--rows 1000000] [--repeat 5] [--scan values|noop]
 Writes bench/results/branch_bench.md, .json and .png.
 """
 
@@ -20,6 +20,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -66,21 +67,32 @@ def _changed(spark, table: str, every: int, offset: int = 0):
     )
 
 
-def _scan(spark, relation: str) -> None:
-    spark.table(relation).write.format("noop").mode("overwrite").save()
+# What a "full scan" does with the rows it reads.
+SCANS = {
+    "values": "every value read: count(*) and sum(hash(*)), as the upsert benchmark's full scan",
+    "noop": "Spark's noop sink: rows produced, no value read",
+}
 
 
-def run(rows: int, repeat: int, warehouse: str) -> dict:
+def _scan(spark, relation: str, *, kind: str) -> None:
+    if kind == "noop":
+        spark.table(relation).write.format("noop").mode("overwrite").save()
+    else:
+        spark.sql(f"SELECT count(*), sum(cast(hash(*) AS bigint)) FROM {relation}").collect()
+
+
+def run(rows: int, repeat: int, warehouse: str, scan_kind: str = "values") -> dict:
     from partialcow.branch import build_model, create_branch, drop_branch, merge_branch
     from partialcow.branch.overlay import overlay_info, view_sql
     from partialcow.spark.session import get_or_create_session
 
+    scan = partial(_scan, kind=scan_kind)
     spark = get_or_create_session(table_format="iceberg", warehouse=warehouse, master="local[2]")
     spark.sparkContext.setLogLevel("ERROR")
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {META}")
     small = 1000
     results: dict = {"rows": rows, "repeat": repeat, "python": platform.python_version(), "spark": spark.version,
-                     "load_average_at_start": os.getloadavg()[0]}
+                     "load_average_at_start": os.getloadavg()[0], "scan": scan_kind}
 
     # 1. creation: same work whatever the size
     _make_table(spark, "t_small", small)
@@ -98,8 +110,8 @@ def run(rows: int, repeat: int, warehouse: str) -> dict:
     results["create_seconds"] = {k: statistics.median(v) for k, v in create_times.items()}
 
     # 2. reading a branch view (full scan, all columns) vs the table
-    _scan(spark, f"{META}.t_big")  # warm-up
-    base_times = _timed(lambda: _scan(spark, f"{META}.t_big"), repeat)
+    scan(spark, f"{META}.t_big")  # warm-up
+    base_times = _timed(lambda: scan(spark, f"{META}.t_big"), repeat)
     reads = {"table": statistics.median(base_times)}
     build_seconds = {}
     for label, every in (("1K", rows // 1000), ("100K", rows // 100_000)):
@@ -111,17 +123,17 @@ def run(rows: int, repeat: int, warehouse: str) -> dict:
         build_seconds[label] = time.perf_counter() - start
         assert summary.upserts == rows // every, summary
         view = f"{META}__br_{branch}.t_big"
-        _scan(spark, view)
-        reads[f"view, {label} overlay"] = statistics.median(_timed(lambda: _scan(spark, view), repeat))
+        scan(spark, view)
+        reads[f"view, {label} overlay"] = statistics.median(_timed(lambda: scan(spark, view), repeat))
         if label == "1K":
             # the floor of any two-table view: the overlay's rows plus every base row, no filter at all
             info = overlay_info(spark, f"{META}__br_{branch}", "t_big")
             cols = ", ".join(info.columns)
             spark.sql(f"SELECT {cols} FROM {info.table} UNION ALL SELECT {cols} FROM {META}.t_big") \
                 .createOrReplaceTempView("bench_union_floor")
-            _scan(spark, "bench_union_floor")
+            scan(spark, "bench_union_floor")
             reads["floor: overlay UNION ALL table, no filter"] = statistics.median(
-                _timed(lambda: _scan(spark, "bench_union_floor"), repeat)
+                _timed(lambda: scan(spark, "bench_union_floor"), repeat)
             )
         # design probe for the read targets: the same rows with no join at read time, the parent's rows hidden by
         # Iceberg v3 deletion vectors (a copy of the table here; a branch would share the parent's data files)
@@ -133,9 +145,9 @@ def run(rows: int, repeat: int, warehouse: str) -> dict:
         spark.sql(f"DELETE FROM {probe} WHERE id IN (SELECT id FROM {info.table})")
         spark.sql(f"SELECT {cols} FROM {info.table} WHERE _pcow_op = 'U' UNION ALL SELECT {cols} FROM {probe}") \
             .createOrReplaceTempView("bench_dv_probe")
-        _scan(spark, "bench_dv_probe")
+        scan(spark, "bench_dv_probe")
         reads[f"probe: overlay UNION ALL deletion-vector table, {label} overlay"] = statistics.median(
-            _timed(lambda: _scan(spark, "bench_dv_probe"), repeat)
+            _timed(lambda: scan(spark, "bench_dv_probe"), repeat)
         )
         if label == "100K":
             info = overlay_info(spark, f"{META}__br_{branch}", "t_big")
@@ -147,13 +159,13 @@ def run(rows: int, repeat: int, warehouse: str) -> dict:
             )
             assert view_sql(info, (META, "t_big"), materialized=False)  # the form the view uses: LEFT ANTI JOIN
             spark.sql(not_exists).createOrReplaceTempView("bench_not_exists")
-            _scan(spark, "bench_not_exists")
+            scan(spark, "bench_not_exists")
             reads[f"NOT EXISTS form, {label} overlay"] = statistics.median(
-                _timed(lambda: _scan(spark, "bench_not_exists"), repeat)
+                _timed(lambda: scan(spark, "bench_not_exists"), repeat)
             )
         drop_branch(spark, name=branch, meta_schema=META)
     # the table again after the views: JIT warm-up must not favour whatever is measured last
-    reads["table"] = statistics.median(base_times + _timed(lambda: _scan(spark, f"{META}.t_big"), repeat))
+    reads["table"] = statistics.median(base_times + _timed(lambda: scan(spark, f"{META}.t_big"), repeat))
     results["read_seconds"] = reads
     results["read_ratio"] = {k: v / reads["table"] for k, v in reads.items()}
     results["build_seconds"] = build_seconds
@@ -192,8 +204,9 @@ def write_report(results: dict) -> None:
     lines = [
         "# Branch environments benchmark",
         "",
-        f"`PYTHONPATH=adapter python bench/branch_bench.py --rows {results['rows']} --repeat {results['repeat']}` "
-        f"(local[2], Spark {results['spark']}, Iceberg, median of {results['repeat']}; "
+        f"`PYTHONPATH=adapter python bench/branch_bench.py --rows {results['rows']} --repeat {results['repeat']} "
+        f"--scan {results['scan']}` "
+        f"(local[2], Spark {results['spark']}, Iceberg, median of {results['repeat']}; full scan: {SCANS[results['scan']]}; "
         f"load average {results['load_average_at_start']:.1f} at start, "
         f"{results['load_average_at_end']:.1f} at the end on 2 cores).",
         "",
@@ -234,10 +247,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the large table (default 1M)")
     parser.add_argument("--repeat", type=int, default=5, help="timed repetitions per measurement (median)")
+    parser.add_argument("--scan", choices=sorted(SCANS), default="values",
+                        help="what a full scan does with its rows: " + "; ".join(f"{k}: {v}" for k, v in SCANS.items()))
     args = parser.parse_args()
     warehouse = tempfile.mkdtemp(prefix="branch_bench_")
     try:
-        results = run(args.rows, args.repeat, warehouse)
+        results = run(args.rows, args.repeat, warehouse, args.scan)
     finally:
         shutil.rmtree(warehouse, ignore_errors=True)
     write_report(results)
