@@ -15,15 +15,7 @@ import pytest
 from partialcow.index.sources import FILE_ID as INDEX_FILE_ID
 from partialcow.index.sources import POS as INDEX_POS
 from partialcow.parquet import write_table
-from partialcow.spark.rewrite_job import (
-    BUCKET,
-    DELETE,
-    FILE_ID,
-    POS,
-    FileTask,
-    locate_partition,
-    run_file_tasks,
-)
+from partialcow.spark.rewrite_job import BUCKET, DELETE, POS, FileTask, locate_partition, run_file_tasks
 
 KEYS = ["k1", "k2"]
 TABLE = ["k1", "k2", "v"]
@@ -72,16 +64,17 @@ def test_rows_are_split_by_file_with_positions_and_inserts_kept_apart(tmp_path, 
     assert dict(zip(result["file_ids"], result["file_rows"])) == {3: 2, 7: 1}
     assert result["inserts"] == 1 and result["null_keys"] == 0 and result["repeated_keys"] == 0
 
-    names = sorted(os.listdir(scratch))
-    file3 = fragment(scratch / next(n for n in names if n.startswith("f3-")))
+    fragments = dict(zip(result["file_ids"], result["fragments"]))
+    file3 = fragment(fragments[3])
     assert sorted(zip(file3[POS].to_pylist(), file3["v"].to_pylist(), file3[DELETE].to_pylist())) == [
         (0, 10, False), (2, 30, False)]
-    assert set(file3[FILE_ID].to_pylist()) == {3} and file3.column_names[3:] == TABLE
-    file7 = fragment(scratch / next(n for n in names if n.startswith("f7-")))
+    assert file3.column_names == [POS, DELETE, *TABLE]
+    file7 = fragment(fragments[7])
     assert file7[POS].to_pylist() == [0] and file7[DELETE].to_pylist() == [True]
     # the delete of the absent key (8, z) is dropped; the new key (9, z) is the only insert
-    inserts = fragment(scratch / next(n for n in names if n.startswith("ins-")))
-    assert inserts.to_pylist() == [{"k1": 9, "k2": "z", "v": 90}]
+    assert fragment(result["inserts_file"]).to_pylist() == [{"k1": 9, "k2": "z", "v": 90}]
+    written = {result["inserts_file"], result["keys_file"], *result["fragments"]}
+    assert written == {str(scratch / n) for n in os.listdir(scratch)}
     keys = fragment(result["keys_file"])
     assert sorted(zip(keys["k1"].to_pylist(), keys["k2"].to_pylist())) == [(1, "a"), (1, "b"), (3, "a"), (8, "z"), (9, "z")]
 
@@ -117,10 +110,12 @@ def test_file_tasks_rewrite_from_fragments_and_write_inserts(tmp_path, bucket_fi
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     # two locate tasks touch file 3: one updates (1,a), the other deletes (2,a); (9,z) is new
-    locate([changes([(1, "a", 100, False), (9, "z", 90, False)])], {0: bucket_file}, scratch)
-    locate([changes([(2, "a", None, True)])], {0: bucket_file}, scratch)
+    first = locate([changes([(1, "a", 100, False), (9, "z", 90, False)])], {0: bucket_file}, scratch)
+    second = locate([changes([(2, "a", None, True)])], {0: bucket_file}, scratch)
     schema = pa.schema([("k1", pa.int64()), ("k2", pa.string()), ("v", pa.int32())])
-    results = list(run_file_tasks(iter([FileTask(src=str(src), file_id=3), FileTask(src=None, part=0, parts=1)]),
+    tasks = [FileTask(src=str(src), fragments=(*first["fragments"], *second["fragments"])),
+             FileTask(src=None, fragments=(first["inserts_file"],), part=0, parts=1)]
+    results = list(run_file_tasks(iter(tasks),
                                   scratch=str(scratch), update_columns=["v"], moved_schema=None,
                                   insert_schema=schema, data_dir=str(data)))
     rewrite = next(r for r in results if r["kind"] == "rewrite")

@@ -322,8 +322,8 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
         ids = sorted(located.file_rows, key=lambda i: (-located.file_rows[i], i))
         threads = _threads_per_file(cores, len(ids)) if ids else 1
         parts = _insert_files(located.inserts, cores) if located.inserts else 0
-        tasks = [FileTask(src=paths[i], file_id=i, threads=threads) for i in ids]
-        tasks += [FileTask(src=None, part=p, parts=parts) for p in range(parts)]
+        tasks = [FileTask(src=paths[i], fragments=located.fragments[i], threads=threads) for i in ids]
+        tasks += [FileTask(src=None, fragments=located.insert_fragments, part=p, parts=parts) for p in range(parts)]
         results: list[dict] = []
         if tasks:
             job = partial(
@@ -381,10 +381,13 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
 
 @dataclass(frozen=True)
 class _Located:
-    """Where a batch's changes go, from the locate job: rows per touched file id, inserts, the conflict filter."""
+    """Where a batch's changes go, from the locate job: per touched file id its rows and the fragments holding them,
+    the inserted rows and their fragments, the commit's conflict filter."""
 
     file_rows: dict[int, int]
+    fragments: dict[int, tuple[str, ...]]
     inserts: int
+    insert_fragments: tuple[str, ...]
     conflict_keys: dict[str, list[object]]
 
 
@@ -437,12 +440,16 @@ def _locate(
     if any(r["repeated_keys"] for r in results):
         raise _repeated_keys_error(spec, ", ".join([s for r in results for s in r["samples"]][:_SAMPLE]))
     file_rows: dict[int, int] = {}
+    fragments: dict[int, tuple[str, ...]] = {}
     for r in results:
-        for file_id, count in zip(r["file_ids"], r["file_rows"]):
+        for file_id, count, fragment in zip(r["file_ids"], r["file_rows"], r["fragments"]):
             file_rows[file_id] = file_rows.get(file_id, 0) + count
+            fragments[file_id] = (*fragments.get(file_id, ()), fragment)
     return _Located(
         file_rows=file_rows,
+        fragments=fragments,
         inserts=sum(r["inserts"] for r in results),
+        insert_fragments=tuple(r["inserts_file"] for r in results if r["inserts_file"]),
         conflict_keys=_conflict_keys([r["keys_file"] for r in results], spec),
     )
 

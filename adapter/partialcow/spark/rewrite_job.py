@@ -32,7 +32,7 @@ from partialcow.index.sources import POS as INDEX_POS
 from partialcow.parquet import ROW_POSITION, rewrite_file, write_table
 
 __all__ = [
-    "LOCATE_RESULT_SCHEMA", "FileTask", "rewrite_partition",
+    "LOCATE_RESULT_SCHEMA", "FileTask", "rewrite_partition", "rewrite_changed_file",
     "write_partition", "locate_partition", "run_file_tasks", "new_file_name",
 ]
 
@@ -40,11 +40,10 @@ FILE = "_pcow_file"
 POS = "_pcow_pos"
 DELETE = "_pcow_delete"
 BUCKET = "_pcow_bucket"
-FILE_ID = "_pcow_file_id"  # a located row's data file, as the row index's int id
 
 LOCATE_RESULT_SCHEMA = (
-    "rows long, file_ids array<int>, file_rows array<long>, inserts long, "
-    "null_keys long, repeated_keys long, samples array<string>, keys_file string"
+    "rows long, file_ids array<int>, file_rows array<long>, fragments array<string>, inserts long, "
+    "inserts_file string, null_keys long, repeated_keys long, samples array<string>, keys_file string"
 )
 
 
@@ -88,55 +87,65 @@ def rewrite_partition(
         return
     rows = pa.Table.from_batches(batch_list)
     for src in pc.unique(rows[FILE]).to_pylist():
-        mine = rows.filter(pc.equal(rows[FILE], src))
-        local_src = _local(src)
-        in_file = set(pq.read_schema(local_src).names)
-        absent = [c for c in update_columns if c not in in_file]
-        is_delete = mine[DELETE].combine_chunks().fill_null(False)
-        upserts = mine.filter(pc.invert(is_delete))
-        move = _moves(upserts, absent)
-        moved = upserts.filter(move)
-        upserts = upserts.filter(pc.invert(move))
-        deletes = pa.concat_arrays([mine.filter(is_delete)[POS].combine_chunks(), moved[POS].combine_chunks()])
-        moved_dst = None
-        if moved.num_rows:
-            if moved_schema is None or data_dir is None:
-                raise InvalidChangeError(
-                    f"{src}: {moved.num_rows} row(s) set column(s) {absent} this file lacks; moving them needs whole "
-                    "rows (do not restrict merge_update_columns/merge_exclude_columns in that run)"
-                )
-            moved_dst = write_table(
-                moved.select(moved_schema.names).cast(moved_schema), os.path.join(data_dir, new_file_name())
-            ).path
-        updates = None
-        present = [c for c in update_columns if c in in_file]
-        if upserts.num_rows and present:
-            updates = upserts.select([POS, *present]).rename_columns([ROW_POSITION, *present])
-        dst = os.path.join(os.path.dirname(local_src), new_file_name())
-        report = rewrite_file(local_src, dst, updates=updates, deletes=deletes if len(deletes) else None,
-                              threads=threads)
-        yield pa.RecordBatch.from_pylist(
-            [
-                {
-                    "src": src,
-                    "dst": dst,
-                    "moved_dst": moved_dst,
-                    "moved_rows": moved.num_rows,
-                    "rows_before": report.rows_before,
-                    "rows_after": report.rows_after,
-                    "rows_updated": report.rows_updated,
-                    "rows_deleted": report.rows_deleted,
-                    "pages_rewritten": report.pages_rewritten,
-                    "pages_copied": report.pages_copied,
-                    "bytes_copied": report.bytes_copied,
-                    "bytes_reencoded": report.bytes_reencoded,
-                    "duration_ms": int(report.elapsed_seconds * 1000),
-                    # rows of src missing from dst (deleted or moved), so the row index can shift its entries
-                    "removed_positions": np.unique(deletes.to_numpy(zero_copy_only=False)).tolist(),
-                }
-            ],
-            schema=_REWRITE_ARROW,
-        )
+        report = rewrite_changed_file(src, rows.filter(pc.equal(rows[FILE], src)), update_columns=update_columns,
+                                      moved_schema=moved_schema, data_dir=data_dir, threads=threads)
+        yield pa.RecordBatch.from_pylist([report], schema=_REWRITE_ARROW)
+
+
+def rewrite_changed_file(
+    src: str,
+    mine: pa.Table,
+    *,
+    update_columns: Sequence[str],
+    moved_schema: pa.Schema | None = None,
+    data_dir: str | None = None,
+    threads: int = 1,
+) -> dict[str, object]:
+    """Rewrite data file ``src`` with its changed rows ``mine`` (``_pcow_pos``, ``_pcow_delete``, keys, values) and
+    report what was done (see :func:`rewrite_partition`)."""
+    local_src = _local(src)
+    in_file = set(pq.read_schema(local_src).names)
+    absent = [c for c in update_columns if c not in in_file]
+    is_delete = mine[DELETE].combine_chunks().fill_null(False)
+    upserts = mine.filter(pc.invert(is_delete))
+    move = _moves(upserts, absent)
+    moved = upserts.filter(move)
+    upserts = upserts.filter(pc.invert(move))
+    deletes = pa.concat_arrays([mine.filter(is_delete)[POS].combine_chunks(), moved[POS].combine_chunks()])
+    moved_dst = None
+    if moved.num_rows:
+        if moved_schema is None or data_dir is None:
+            raise InvalidChangeError(
+                f"{src}: {moved.num_rows} row(s) set column(s) {absent} this file lacks; moving them needs whole "
+                "rows (do not restrict merge_update_columns/merge_exclude_columns in that run)"
+            )
+        moved_dst = write_table(
+            moved.select(moved_schema.names).cast(moved_schema), os.path.join(data_dir, new_file_name())
+        ).path
+    updates = None
+    present = [c for c in update_columns if c in in_file]
+    if upserts.num_rows and present:
+        updates = upserts.select([POS, *present]).rename_columns([ROW_POSITION, *present])
+    dst = os.path.join(os.path.dirname(local_src), new_file_name())
+    report = rewrite_file(local_src, dst, updates=updates, deletes=deletes if len(deletes) else None,
+                          threads=threads)
+    return {
+        "src": src,
+        "dst": dst,
+        "moved_dst": moved_dst,
+        "moved_rows": moved.num_rows,
+        "rows_before": report.rows_before,
+        "rows_after": report.rows_after,
+        "rows_updated": report.rows_updated,
+        "rows_deleted": report.rows_deleted,
+        "pages_rewritten": report.pages_rewritten,
+        "pages_copied": report.pages_copied,
+        "bytes_copied": report.bytes_copied,
+        "bytes_reencoded": report.bytes_reencoded,
+        "duration_ms": int(report.elapsed_seconds * 1000),
+        # rows of src missing from dst (deleted or moved), so the row index can shift its entries
+        "removed_positions": np.unique(deletes.to_numpy(zero_copy_only=False)).tolist(),
+    }
 
 
 def write_partition(batches: Iterator[pa.RecordBatch], *, schema: pa.Schema, data_dir: str) -> Iterator[pa.RecordBatch]:
@@ -169,9 +178,8 @@ def _write_fragment(table: pa.Table, path: str) -> None:
         writer.write_table(table)
 
 
-def _read_fragments(folder: str, prefix: str) -> list[pa.Table]:
-    names = sorted(n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".arrow"))
-    return [pa.ipc.open_file(pa.memory_map(os.path.join(folder, n))).read_all() for n in names]
+def _read_fragments(paths: Sequence[str]) -> pa.Table:
+    return pa.concat_tables([pa.ipc.open_file(pa.memory_map(p)).read_all() for p in paths])
 
 
 def _key_text(keys: pa.Table, index: int) -> str:
@@ -192,9 +200,9 @@ def locate_partition(
 
     The rows are staged changes (keys, values, ``_pcow_delete``) with their key's index bucket (``_pcow_bucket``);
     only those buckets' files are read (``bucket_paths``: bucket -> local path; empty when the table has no rows).
-    Located rows go to ``f<file id>-<task>.arrow`` (``_pcow_file_id``, ``_pcow_pos``, ``_pcow_delete``,
-    ``carried``), new keys' upserts to ``ins-<task>.arrow`` (``insert_columns``); deletes of absent keys are
-    dropped. Up to ``keys_limit`` rows, the keys also go to ``keys-<task>.arrow`` (the commit's conflict filter).
+    Located rows go to ``f<file id>-<task>.arrow`` (``_pcow_pos``, ``_pcow_delete``, ``carried``), new keys'
+    upserts to ``ins-<task>.arrow`` (``insert_columns``); deletes of absent keys are dropped. The result row lists
+    the fragments written. Up to ``keys_limit`` rows, the keys also go to ``keys-<task>.arrow`` (the commit's conflict filter).
 
     Every change of a key arrives in the same task, so keys given more than once are counted here (and nothing is
     written); so are null keys, which the validation job already refused unless the query is not deterministic.
@@ -247,38 +255,42 @@ def locate_partition(
     at, file_ids, positions = at[order], file_ids[order], positions[order]
     located = rows.select(list(carried)).take(pa.array(at))
     located = pa.table(
-        [pa.array(file_ids, pa.int32()), pa.array(positions, pa.int64()), pa.array(is_delete[at]), *located.columns],
-        names=[FILE_ID, POS, DELETE, *located.column_names],
+        [pa.array(positions, pa.int64()), pa.array(is_delete[at]), *located.columns],
+        names=[POS, DELETE, *located.column_names],
     )
     ids, starts, sizes = np.unique(file_ids, return_index=True, return_counts=True)
+    fragments = []
     for file_id, start, size in zip(ids.tolist(), starts.tolist(), sizes.tolist()):
-        _write_fragment(located.slice(start, size), os.path.join(scratch, f"f{file_id}-{task}.arrow"))
+        fragments.append(os.path.join(scratch, f"f{file_id}-{task}.arrow"))
+        _write_fragment(located.slice(start, size), fragments[-1])
 
     new = ~found & ~is_delete
+    inserts_file = None
     if new.any():
-        _write_fragment(rows.filter(pa.array(new)).select(list(insert_columns)), os.path.join(scratch, f"ins-{task}.arrow"))
+        inserts_file = os.path.join(scratch, f"ins-{task}.arrow")
+        _write_fragment(rows.filter(pa.array(new)).select(list(insert_columns)), inserts_file)
     keys_file = None
     if rows.num_rows <= keys_limit:
         keys_file = os.path.join(scratch, f"keys-{task}.arrow")
         _write_fragment(keys, keys_file)
     yield _locate_result(
-        rows.num_rows, file_ids=ids.tolist(), file_rows=sizes.tolist(), inserts=int(new.sum()),
-        keys_file=keys_file,
+        rows.num_rows, file_ids=ids.tolist(), file_rows=sizes.tolist(), fragments=fragments, inserts=int(new.sum()),
+        inserts_file=inserts_file, keys_file=keys_file,
     )
 
 
 def _locate_result(rows: int, **fields: object) -> pa.RecordBatch:
-    row = {"rows": rows, "file_ids": [], "file_rows": [], "inserts": 0, "null_keys": 0,
-           "repeated_keys": 0, "samples": [], "keys_file": None, **fields}
+    row = {"rows": rows, "file_ids": [], "file_rows": [], "fragments": [], "inserts": 0, "inserts_file": None,
+           "null_keys": 0, "repeated_keys": 0, "samples": [], "keys_file": None, **fields}
     return pa.RecordBatch.from_pylist([row], schema=_LOCATE_ARROW)
 
 
 class FileTask(NamedTuple):
-    """One task of the rewrite job: rewrite data file ``src`` (``file_id``), or write part ``part`` of ``parts`` of
-    the inserted rows (``src`` is then None)."""
+    """One task of the rewrite job: rewrite data file ``src`` with the changes in ``fragments``, or (``src`` None)
+    write part ``part`` of ``parts`` of the inserted rows in ``fragments``."""
 
     src: str | None
-    file_id: int = -1
+    fragments: tuple[str, ...]
     part: int = 0
     parts: int = 1
     threads: int = 1
@@ -299,24 +311,22 @@ def run_file_tasks(
     rows and pages counts, ``removed_positions``...), or "insert" with ``dst`` and ``rows``.
     """
     for task in tasks:
+        rows = _read_fragments(task.fragments)
         if task.src is not None:
-            fragments = _read_fragments(scratch, f"f{task.file_id}-")
-            rows = pa.concat_tables(fragments).drop_columns([FILE_ID])
-            rows = rows.append_column(FILE, pa.array([task.src] * rows.num_rows, pa.string()))
-            for batch in rewrite_partition(iter(rows.to_batches()), update_columns=update_columns,
-                                           moved_schema=moved_schema, data_dir=data_dir, threads=task.threads):
-                yield from ({"kind": "rewrite", **r} for r in batch.to_pylist())
+            report = rewrite_changed_file(task.src, rows, update_columns=update_columns, moved_schema=moved_schema,
+                                          data_dir=data_dir, threads=task.threads)
+            yield {"kind": "rewrite", **report}
         else:
-            inserts = pa.concat_tables(_read_fragments(scratch, "ins-"))
-            start = inserts.num_rows * task.part // task.parts
-            stop = inserts.num_rows * (task.part + 1) // task.parts
-            part = inserts.slice(start, stop - start)
+            start = rows.num_rows * task.part // task.parts
+            stop = rows.num_rows * (task.part + 1) // task.parts
+            part = rows.slice(start, stop - start)
             for batch in write_partition(iter(part.to_batches()), schema=insert_schema, data_dir=data_dir):
                 yield from ({"kind": "insert", **r} for r in batch.to_pylist())
 
 
 _LOCATE_ARROW = pa.schema([
     ("rows", pa.int64()), ("file_ids", pa.list_(pa.int32())), ("file_rows", pa.list_(pa.int64())),
-    ("inserts", pa.int64()), ("null_keys", pa.int64()),
+    ("fragments", pa.list_(pa.string())), ("inserts", pa.int64()), ("inserts_file", pa.string()),
+    ("null_keys", pa.int64()),
     ("repeated_keys", pa.int64()), ("samples", pa.list_(pa.string())), ("keys_file", pa.string()),
 ])
