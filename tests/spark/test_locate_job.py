@@ -116,7 +116,7 @@ def test_file_tasks_rewrite_from_fragments_and_write_inserts(tmp_path, bucket_fi
     tasks = [FileTask(src=str(src), fragments=(*first["fragments"], *second["fragments"])),
              FileTask(src=None, fragments=(first["inserts_file"],), part=0, parts=1)]
     results = list(run_file_tasks(iter(tasks),
-                                  scratch=str(scratch), update_columns=["v"], moved_schema=None,
+                                  update_columns=["v"], moved_schema=None,
                                   insert_schema=schema, data_dir=str(data)))
     rewrite = next(r for r in results if r["kind"] == "rewrite")
     insert = next(r for r in results if r["kind"] == "insert")

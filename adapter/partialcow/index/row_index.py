@@ -318,10 +318,6 @@ class RowIndex:
             raise ConfigurationError(f"the row index of {self.state.table} is not on a local file system")
         return {b: self._store.path(name) for b, name in enumerate(self.state.buckets) if name is not None}
 
-    def key_schema(self) -> pa.Schema:
-        """The Arrow schema of the key columns (the types lookups cast keys to)."""
-        return self._arrow_key_schema()
-
     def new_scratch_dir(self) -> str:
         """A new, empty local folder inside the index folder for one write's intermediate files.
 

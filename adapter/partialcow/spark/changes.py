@@ -328,7 +328,6 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
         if tasks:
             job = partial(
                 run_file_tasks,
-                scratch=scratch,
                 update_columns=value_columns,
                 # rows whose new values land in columns their file lacks move to a new file with the table schema
                 moved_schema=table.file_schema(table_schema) if len(value_columns) + len(spec.key_columns) == len(table_columns) else None,

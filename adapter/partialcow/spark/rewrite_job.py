@@ -299,13 +299,12 @@ class FileTask(NamedTuple):
 def run_file_tasks(
     tasks: Iterator[FileTask],
     *,
-    scratch: str,
     update_columns: Sequence[str],
     moved_schema: pa.Schema | None,
     insert_schema: pa.Schema,
     data_dir: str,
 ) -> Iterator[dict[str, object]]:
-    """Run this partition's file tasks on the fragments ``locate_partition`` left in ``scratch``.
+    """Run this partition's file tasks on the fragments ``locate_partition`` wrote.
 
     Yields one result per task: ``kind`` "rewrite" with the fields ``rewrite_partition`` reports (``src``, ``dst``,
     rows and pages counts, ``removed_positions``...), or "insert" with ``dst`` and ``rows``.
