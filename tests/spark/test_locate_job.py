@@ -71,8 +71,9 @@ def test_rows_are_split_by_file_with_positions_and_inserts_kept_apart(tmp_path, 
     assert file3.column_names == [POS, DELETE, *TABLE]
     file7 = fragment(fragments[7])
     assert file7[POS].to_pylist() == [0] and file7[DELETE].to_pylist() == [True]
-    # the delete of the absent key (8, z) is dropped; the new key (9, z) is the only insert
-    assert fragment(result["inserts_file"]).to_pylist() == [{"k1": 9, "k2": "z", "v": 90}]
+    # keys not in the table: (9, z) is the only insert; the delete of (8, z) is kept, flagged, for the repeat check
+    assert fragment(result["inserts_file"]).to_pylist() == [{"k1": 9, "k2": "z", "v": 90, DELETE: False},
+                                                            {"k1": 8, "k2": "z", "v": None, DELETE: True}]
     written = {result["inserts_file"], result["keys_file"], *result["fragments"]}
     assert written == {str(scratch / n) for n in os.listdir(scratch)}
     keys = fragment(result["keys_file"])
@@ -125,3 +126,55 @@ def test_file_tasks_rewrite_from_fragments_and_write_inserts(tmp_path, bucket_fi
     assert pq.read_table(rewrite["dst"]).to_pylist() == [{"k1": 1, "k2": "a", "v": 100}, {"k1": 3, "k2": "a", "v": 3}]
     assert insert["rows"] == 1
     assert pq.read_table(insert["dst"]).to_pylist() == [{"k1": 9, "k2": "z", "v": 90}]
+
+
+def rewrite_tasks(tmp_path, bucket_file, *batches):
+    """Locate each batch as a task of its own (as in place: a key may reach several tasks); return the file tasks."""
+    data = tmp_path / "data"
+    data.mkdir()
+    src = data / "f3.parquet"
+    write_table(pa.table({"k1": pa.array([1, 2, 3], pa.int64()), "k2": pa.array(["a"] * 3),
+                          "v": pa.array([1, 2, 3], pa.int32())}), src)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    located = [locate([changes(rows)], {0: bucket_file}, scratch) for rows in batches]
+    fragments = tuple(f for r in located for i, f in zip(r["file_ids"], r["fragments"]) if i == 3)
+    inserts = tuple(r["inserts_file"] for r in located if r["inserts_file"])
+    tasks = [FileTask(src=str(src), fragments=fragments)] if fragments else []
+    tasks += [FileTask(src=None, fragments=inserts, part=p, parts=2) for p in range(2)] if inserts else []
+    return tasks, data
+
+
+def run(tasks, data, check_keys=tuple(KEYS)):
+    schema = pa.schema([("k1", pa.int64()), ("k2", pa.string()), ("v", pa.int32())])
+    return list(run_file_tasks(iter(tasks), update_columns=["v"], moved_schema=None, insert_schema=schema,
+                               data_dir=str(data), check_keys=check_keys))
+
+
+@pytest.mark.parametrize("batches, sample", [
+    ([[(1, "a", 10, False)], [(1, "a", 11, False)]], "(k1=1, k2='a')"),
+    ([[(2, "a", 10, False)], [(2, "a", None, True)]], "(k1=2, k2='a')"),
+    ([[(9, "z", 90, False)], [(9, "z", 91, False)]], "(k1=9, k2='z')"),
+    ([[(9, "z", 90, False)], [(9, "z", None, True)]], "(k1=9, k2='z')"),
+    ([[(8, "z", None, True)], [(8, "z", None, True)]], "(k1=8, k2='z')"),
+], ids=["update twice", "update and delete", "insert twice", "insert and delete", "absent key deleted twice"])
+def test_keys_repeated_across_locate_tasks_are_reported_and_not_written(tmp_path, bucket_file, batches, sample):
+    tasks, data = rewrite_tasks(tmp_path, bucket_file, *batches)
+    results = run(tasks, data)
+    repeated = [r for r in results if r["kind"] == "repeated"]
+    assert len(repeated) == 1 and repeated[0]["count"] == 1 and repeated[0]["samples"] == [sample]
+    # the task that found the repeat wrote nothing: every file in the folder is one another task reported (the
+    # driver discards those)
+    written = {r["dst"] for r in results if r["kind"] != "repeated"}
+    assert {str(data / n) for n in os.listdir(data) if n != "f3.parquet"} == written
+
+
+def test_without_repeats_checked_tasks_write_and_deletes_of_absent_keys_write_nothing(tmp_path, bucket_file):
+    tasks, data = rewrite_tasks(tmp_path, bucket_file, [(1, "a", 10, False), (8, "z", None, True)],
+                                [(9, "z", 90, False), (7, "z", None, True)])
+    results = run(tasks, data)
+    assert sorted(r["kind"] for r in results) == ["insert", "rewrite"]  # part 1 of the inserts had no rows
+    insert = next(r for r in results if r["kind"] == "insert")
+    assert pq.read_table(insert["dst"]).to_pylist() == [{"k1": 9, "k2": "z", "v": 90}]
+    rewrite = next(r for r in results if r["kind"] == "rewrite")
+    assert pq.read_table(rewrite["dst"]).column("v").to_pylist() == [10, 2, 3]

@@ -4,9 +4,10 @@ The pipeline, on the driver unless said otherwise:
 
 1. **Stage**: validate the batch (key columns present and non-null, op codes known, values castable) and collapse it to
    the last change per key (by ``sequence_column``; without one, a key may appear once).
-2. **Locate** (executors): the batch is routed by the row index's key bucket, and each task joins its keys with its
-   buckets' index files (no table scan): keys found are updates or deletes of (file, position); keys not found are
-   inserts (or no-op deletes). Tasks leave their rows per touched file in a scratch folder.
+2. **Locate** (executors): the batch is routed by the row index's key bucket (or, when it is large against the table,
+   taken as it is partitioned), and each task joins its keys with its buckets' index files (no table scan): keys
+   found are updates or deletes of (file, position); keys not found are inserts (or no-op deletes). Tasks leave
+   their rows per touched file in a scratch folder.
 3. **Rewrite** (executors, one task per touched file): the Parquet page engine re-encodes only the pages holding
    changed values and copies every other page; inserts become new files written with the product's layout.
 4. **Commit** once: old files replaced by new ones in one optimistic-concurrency commit of the table format.
@@ -54,6 +55,13 @@ _MIN_ROWS_PER_INSERT_FILE = 250_000
 # A locate task holds this many changed rows at most (as Arrow, with their index buckets), unless the index has
 # fewer buckets than that would need tasks.
 _ROWS_PER_LOCATE_TASK = 250_000
+# Locating a batch in place (no shuffle) makes every task read the index buckets its rows hit, often all of them;
+# routing it by bucket sends every changed row through Spark's shuffle. store_sales (23 columns), pattern a 50%:
+# the shuffle costs about 1 us per changed row, an index row read and joined about 50 ns.
+_INDEX_ROWS_PER_SHUFFLED_ROW = 20
+# what a task locating in place may hold: its changed rows and the index rows of its buckets, as Arrow
+_IN_PLACE_MAX_TASK_ROWS = 1_000_000
+_IN_PLACE_MAX_INDEX_ROWS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -316,12 +324,14 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
     cores = spark.sparkContext.defaultParallelism
     scratch = index.new_scratch_dir()
     try:
-        located = _locate(index, staged, spec, value_columns, table_columns, scratch, batch_rows, cores)
+        in_place = _locates_in_place(staged, index, spec, batch_rows)
+        located = _locate(index, staged, spec, value_columns, table_columns, scratch, batch_rows, cores, in_place)
         paths = index.file_paths()
         # one task per touched file, the most changed first, then the insert writers
         ids = sorted(located.file_rows, key=lambda i: (-located.file_rows[i], i))
         threads = _threads_per_file(cores, len(ids)) if ids else 1
-        parts = _insert_files(located.inserts, cores) if located.inserts else 0
+        # an insert writer also runs for deletes of absent keys only: it checks them for repeats (see run_file_tasks)
+        parts = _insert_files(located.inserts, cores) if located.insert_fragments else 0
         tasks = [FileTask(src=paths[i], fragments=located.fragments[i], threads=threads) for i in ids]
         tasks += [FileTask(src=None, fragments=located.insert_fragments, part=p, parts=parts) for p in range(parts)]
         results: list[dict] = []
@@ -333,11 +343,16 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
                 moved_schema=table.file_schema(table_schema) if len(value_columns) + len(spec.key_columns) == len(table_columns) else None,
                 insert_schema=table.file_schema(table_schema),
                 data_dir=table.data_dir,
+                check_keys=spec.key_columns if in_place else (),
             )
             results = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(job).collect()
         rewritten = [r for r in results if r["kind"] == "rewrite"]
-        new_files = [r["dst"] for r in results] + [r["moved_dst"] for r in rewritten if r["moved_dst"]]
+        repeated = [r for r in results if r["kind"] == "repeated"]
+        new_files = [r["dst"] for r in results if r["kind"] != "repeated"]
+        new_files += [r["moved_dst"] for r in rewritten if r["moved_dst"]]
         try:
+            if repeated:
+                raise _repeated_keys_error(spec, ", ".join([s for r in repeated for s in r["samples"]][:_SAMPLE]))
             metrics = WriteMetrics(rows_inserted=located.inserts, files_added=len(new_files), files_removed=len(rewritten))
             for r in rewritten:
                 metrics += WriteMetrics(  # a moved row is an update, though its file saw a delete
@@ -399,9 +414,11 @@ def _locate(
     scratch: str,
     batch_rows: int,
     cores: int,
+    in_place: bool,
 ) -> _Located:
-    """Run the locate job: the batch routed by index bucket (one Spark shuffle), each task joining its keys with its
-    buckets' index files in Arrow and leaving its rows in ``scratch`` per touched file (see ``locate_partition``).
+    """Run the locate job: the batch routed by index bucket (one Spark shuffle), or taken as it is partitioned
+    (``in_place``, see :func:`_locates_in_place`), each task joining its keys with its buckets' index files in Arrow
+    and leaving its rows in ``scratch`` per touched file (see ``locate_partition``).
 
     Raises ``ChangeFeedError`` (nothing written to the table) for a key changed more than once in the batch (no
     sequence column, or a tie on the latest sequence value), and for null keys the validation did not see (a query
@@ -410,7 +427,9 @@ def _locate(
     from pyspark.sql import functions as F
 
     buckets = index.bucket_paths() if index.state.files else {}
-    if buckets:
+    if buckets and in_place:
+        routed = staged.withColumn(BUCKET, index.bucket_column())
+    elif buckets:
         # every bucket's rows in one task, as few buckets per task as the batch's size calls for
         tasks = min(index.state.num_buckets, max(cores, math.ceil(batch_rows / _ROWS_PER_LOCATE_TASK)))
         route = F.element_at(F.array(*[F.lit(r) for r in routes(tasks)]), F.pmod(F.col(BUCKET), F.lit(tasks)) + 1)
@@ -451,6 +470,22 @@ def _locate(
         insert_fragments=tuple(r["inserts_file"] for r in results if r["inserts_file"]),
         conflict_keys=_conflict_keys([r["keys_file"] for r in results], spec),
     )
+
+
+def _locates_in_place(staged: DataFrame, index: RowIndex, spec: ChangeSpec, batch_rows: int) -> bool:
+    """Whether the locate tasks take the batch as it is partitioned instead of routing it by bucket.
+
+    In place, a key's changes may reach several tasks: repeated keys are then checked by the rewrite job, before
+    anything is committed. Chosen when the shuffle would cost more than every task reading the index buckets its rows
+    hit (``_INDEX_ROWS_PER_SHUFFLED_ROW``) and the tasks stay small enough to hold their rows and the index in
+    memory. A batch with a sequence column is routed: it was shuffled by key to pick each key's latest change, into
+    as many partitions as Spark's shuffles make, too many for each to read the index.
+    """
+    index_rows = sum(f.indexed_rows for f in index.state.files)
+    if spec.sequence_column or not 0 < index_rows <= min(_IN_PLACE_MAX_INDEX_ROWS, _INDEX_ROWS_PER_SHUFFLED_ROW * batch_rows):
+        return False
+    tasks = staged.rdd.getNumPartitions()  # plans the batch's query: only asked when in place is likely
+    return batch_rows <= tasks * _IN_PLACE_MAX_TASK_ROWS and tasks * index_rows <= _INDEX_ROWS_PER_SHUFFLED_ROW * batch_rows
 
 
 def _insert_files(rows: int, cores: int) -> int:

@@ -3,14 +3,15 @@ for inserts.
 
 Two Spark jobs, both in Python workers:
 
-1. ``locate_partition`` (``mapInArrow`` over the batch routed by index bucket): each task reads the index buckets of
-   its keys, joins them with Arrow, and leaves its rows, split by the data file they touch, as Arrow IPC fragments
-   in a scratch folder (inserts in fragments of their own).
+1. ``locate_partition`` (``mapInArrow`` over the batch routed by index bucket, or over the batch's own partitions
+   when it is large against the index): each task reads the index buckets of its keys, joins them with Arrow, and
+   leaves its rows, split by the data file they touch, as Arrow IPC fragments in a scratch folder (inserts in
+   fragments of their own).
 2. ``run_file_tasks`` (one task per touched file, plus the insert writers): reads the fragments of its file from
    every locate task and rewrites the file with the Parquet page engine.
 
-The scratch folder is the exchange between the two jobs: the batch is shuffled once by Spark (by bucket) and its
-rows never pass through the JVM again, nor through the driver. Every task returns one small row, so only
+The scratch folder is the exchange between the two jobs: the batch is shuffled by Spark at most once (by bucket)
+and its rows never pass through the JVM again, nor through the driver. Every task returns one small row, so only
 file-level results reach the driver.
 """
 
@@ -200,12 +201,15 @@ def locate_partition(
 
     The rows are staged changes (keys, values, ``_pcow_delete``) with their key's index bucket (``_pcow_bucket``);
     only those buckets' files are read (``bucket_paths``: bucket -> local path; empty when the table has no rows).
-    Located rows go to ``f<file id>-<task>.arrow`` (``_pcow_pos``, ``_pcow_delete``, ``carried``), new keys'
-    upserts to ``ins-<task>.arrow`` (``insert_columns``); deletes of absent keys are dropped. The result row lists
+    Located rows go to ``f<file id>-<task>.arrow`` (``_pcow_pos``, ``_pcow_delete``, ``carried``), the changes of
+    keys not in the table to ``ins-<task>.arrow`` (``insert_columns``, ``_pcow_delete``: the insert writers drop
+    the deletes). The result row lists
     the fragments written. Up to ``keys_limit`` rows, the keys also go to ``keys-<task>.arrow`` (the commit's conflict filter).
 
-    Every change of a key arrives in the same task, so keys given more than once are counted here (and nothing is
-    written); so are null keys, which the validation job already refused unless the query is not deterministic.
+    Keys given more than once in this task are counted here (and nothing is written). A batch routed by bucket
+    brings every change of a key to one task; one located in place does not, and ``run_file_tasks`` checks the rest
+    (``check_keys``). Null keys are counted too: the validation job refused them unless the query is not
+    deterministic.
     """
     batch_list = [b for b in batches if b.num_rows]
     if not batch_list:
@@ -216,11 +220,10 @@ def locate_partition(
     null = np.zeros(rows.num_rows, dtype=bool)
     for column in keys.columns:
         null |= pc.is_null(column).to_numpy(zero_copy_only=False)
-    counts = keys.group_by(list(key_columns), use_threads=False).aggregate([([], "count_all")])
-    repeated = counts.filter(pc.greater(counts.column("count_all"), 1))
+    repeated = _repeated_keys(keys, key_columns)
     if null.any() or repeated.num_rows:
         sample = [_key_text(keys, int(i)) for i in np.flatnonzero(null)[:5]]
-        sample += [_key_text(repeated.select(list(key_columns)), i) for i in range(min(5, repeated.num_rows))]
+        sample += [_key_text(repeated, i) for i in range(min(5, repeated.num_rows))]
         yield _locate_result(rows.num_rows, null_keys=int(null.sum()), repeated_keys=repeated.num_rows, samples=sample)
         return
 
@@ -264,17 +267,21 @@ def locate_partition(
         fragments.append(os.path.join(scratch, f"f{file_id}-{task}.arrow"))
         _write_fragment(located.slice(start, size), fragments[-1])
 
-    new = ~found & ~is_delete
+    # Keys not in the table: upserts to insert, and deletes that change nothing; those stay in the fragment so
+    # that a key also changed by another task is seen repeated (see run_file_tasks), and are dropped there.
+    unmatched = ~found
     inserts_file = None
-    if new.any():
+    if unmatched.any():
         inserts_file = os.path.join(scratch, f"ins-{task}.arrow")
-        _write_fragment(rows.filter(pa.array(new)).select(list(insert_columns)), inserts_file)
+        unmatched_rows = rows.filter(pa.array(unmatched)).select(list(insert_columns))
+        _write_fragment(unmatched_rows.append_column(DELETE, pa.array(is_delete[unmatched])), inserts_file)
     keys_file = None
     if rows.num_rows <= keys_limit:
         keys_file = os.path.join(scratch, f"keys-{task}.arrow")
         _write_fragment(keys, keys_file)
     yield _locate_result(
-        rows.num_rows, file_ids=ids.tolist(), file_rows=sizes.tolist(), fragments=fragments, inserts=int(new.sum()),
+        rows.num_rows, file_ids=ids.tolist(), file_rows=sizes.tolist(), fragments=fragments,
+        inserts=int((unmatched & ~is_delete).sum()),
         inserts_file=inserts_file, keys_file=keys_file,
     )
 
@@ -303,24 +310,43 @@ def run_file_tasks(
     moved_schema: pa.Schema | None,
     insert_schema: pa.Schema,
     data_dir: str,
+    check_keys: Sequence[str] = (),
 ) -> Iterator[dict[str, object]]:
     """Run this partition's file tasks on the fragments ``locate_partition`` wrote.
 
     Yields one result per task: ``kind`` "rewrite" with the fields ``rewrite_partition`` reports (``src``, ``dst``,
     rows and pages counts, ``removed_positions``...), or "insert" with ``dst`` and ``rows``.
+
+    ``check_keys``: when the locate tasks did not see every change of a key (they took the batch's partitions as
+    they were), the key columns to check here: a file task that finds a key changed more than once, or the first
+    insert writer finding a new key inserted more than once, writes nothing and yields ``kind`` "repeated" with
+    ``count`` (keys) and ``samples`` instead.
     """
     for task in tasks:
         rows = _read_fragments(task.fragments)
+        if check_keys and (task.src is not None or task.part == 0):
+            repeated = _repeated_keys(rows, check_keys)
+            if repeated.num_rows:
+                samples = [_key_text(repeated, i) for i in range(min(5, repeated.num_rows))]
+                yield {"kind": "repeated", "count": repeated.num_rows, "samples": samples}
+                continue
         if task.src is not None:
             report = rewrite_changed_file(task.src, rows, update_columns=update_columns, moved_schema=moved_schema,
                                           data_dir=data_dir, threads=task.threads)
             yield {"kind": "rewrite", **report}
         else:
+            rows = rows.filter(pc.invert(rows[DELETE])).drop_columns([DELETE])
             start = rows.num_rows * task.part // task.parts
             stop = rows.num_rows * (task.part + 1) // task.parts
             part = rows.slice(start, stop - start)
             for batch in write_partition(iter(part.to_batches()), schema=insert_schema, data_dir=data_dir):
                 yield from ({"kind": "insert", **r} for r in batch.to_pylist())
+
+
+def _repeated_keys(rows: pa.Table, key_columns: Sequence[str]) -> pa.Table:
+    """The keys that occur more than once in ``rows`` (key columns only)."""
+    counts = rows.select(list(key_columns)).group_by(list(key_columns), use_threads=False).aggregate([([], "count_all")])
+    return counts.filter(pc.greater(counts.column("count_all"), 1)).select(list(key_columns))
 
 
 _LOCATE_ARROW = pa.schema([
