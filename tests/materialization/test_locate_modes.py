@@ -2,12 +2,15 @@
 partitions, when it is large against the table): both must give the same table, and in place a key repeated across
 partitions must still be refused with nothing changed.
 
-The batches are built with one row per Spark partition, so every repeated key reaches two locate tasks.
+The batches are built with one row per Spark partition, so every repeated key reaches two locate tasks. Decimals
+of precision <= 18 travel into the locate tasks as unscaled longs: a table with decimal values (negative, null,
+the widest of each kind) checks the way back in both modes.
 """
 
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 
 import pytest
 from pyspark.sql import functions as F
@@ -114,3 +117,33 @@ def test_a_key_repeated_across_partitions_is_refused_in_both_modes(spark, refusi
     message = str(info.value)
     assert "modes" in message and key in message and "more than once" in message, message
     assert table_state(spark, table) == before
+
+
+DECIMAL_SCHEMA = "k bigint, d7 decimal(7,2), d18 decimal(18,4), d38 decimal(38,10), _op string"
+DECIMAL_SPEC = ChangeSpec(key_columns=("k",), op_column="_op", model="decimals")
+
+
+def test_decimals_keep_their_values_in_both_modes(spark, schema, mode):
+    in_place, taken = mode
+    name = f"{schema}.dec_{uuid.uuid4().hex[:8]}"
+    base = [(i, Decimal(i) / 4, Decimal(-i) / 16, Decimal(i) / 1024, "I") for i in range(200)]
+    create_table(spark, name, spark.createDataFrame(base, DECIMAL_SCHEMA), DECIMAL_SPEC)
+    taken.clear()
+    widest = Decimal("99999999999999.9999")
+    batch = [
+        (1, Decimal("-99999.99"), -widest, Decimal("-1E-10"), "U"),
+        (20, None, widest, None, "U"),  # nulls set
+        (-5, Decimal("99999.99"), Decimal("-0.0001"), Decimal("12345678901234567890.5"), "I"),
+        (2, None, None, None, "D"),
+    ]
+    frame = spark.createDataFrame(batch, DECIMAL_SCHEMA)
+    apply_changes(spark, open_table(spark, name, table_format="iceberg"), frame, DECIMAL_SPEC)
+    assert taken == [in_place]
+    expected = {r[0]: r[1:4] for r in base}
+    for k, *values, op in batch:
+        if op == "D":
+            expected.pop(k)
+        else:
+            expected[k] = tuple(values)
+    assert {r["k"]: (r["d7"], r["d18"], r["d38"]) for r in spark.table(name).collect()} == expected
+    assert RowIndex.open(IcebergSource(spark, name)).verify().ok

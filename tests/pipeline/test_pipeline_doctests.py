@@ -10,6 +10,7 @@ import pytest
 MODULES = [
     "partialcow.metrics",
     "partialcow.spark.changes",
+    "partialcow.spark.rewrite_job",
     "partialcow.spark.tables",
     "partialcow.dbt_adapter.materialization",
     "partialcow.dbt_adapter.python_models",

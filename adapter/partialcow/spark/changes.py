@@ -437,6 +437,7 @@ def _locate(
     else:  # no rows in the table yet: every key is new; rows are still routed by key, so a task sees all of a key's
         tasks = max(cores, math.ceil(batch_rows / _ROWS_PER_LOCATE_TASK))
         routed = staged.withColumn(BUCKET, F.lit(0)).repartition(tasks, *[F.col(quote_identifier(c)) for c in spec.key_columns])
+    routed, unscaled = _unscaled_decimals(routed)
     job = partial(
         locate_partition,
         key_columns=list(spec.key_columns),
@@ -445,6 +446,7 @@ def _locate(
         insert_columns=list(table_columns),
         scratch=scratch,
         keys_limit=_MAX_CONFLICT_KEYS,
+        unscaled_decimals=unscaled,
     )
     results = routed.mapInArrow(job, LOCATE_RESULT_SCHEMA).collect()
     null_keys = sum(r["null_keys"] for r in results)
@@ -470,6 +472,30 @@ def _locate(
         insert_fragments=tuple(r["inserts_file"] for r in results if r["inserts_file"]),
         conflict_keys=_conflict_keys([r["keys_file"] for r in results], spec),
     )
+
+
+def _unscaled_decimals(frame: DataFrame) -> tuple[DataFrame, dict[str, tuple[int, int]]]:
+    """``frame`` with its decimals of precision <= 18 replaced by their unscaled values (longs), and those columns.
+
+    Spark hands decimals to Arrow one ``java.math.BigDecimal`` at a time: for store_sales' 13 decimal columns that
+    was most of the locate job's input conversion (1.44M rows: 2.1-2.6 s, against 1.4-1.5 s as longs). The locate
+    tasks turn them back into decimals (``decimals_from_unscaled``).
+    """
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DecimalType
+
+    expressions = frame.sparkSession._jvm.org.apache.spark.sql.catalyst.expressions  # type: ignore[union-attr]
+    columns, unscaled = [], {}
+    for f in frame.schema.fields:
+        column = F.col(quote_identifier(f.name))
+        if isinstance(f.dataType, DecimalType) and f.dataType.precision <= 18:
+            jcolumn = frame.sparkSession._jvm.org.apache.spark.sql.Column(  # type: ignore[union-attr]
+                expressions.UnscaledValue(column._jc.expr()))  # type: ignore[operator]
+            column = Column(jcolumn)
+            unscaled[f.name] = (f.dataType.precision, f.dataType.scale)
+        columns.append(column.alias(f.name))
+    return (frame.select(*columns), unscaled) if unscaled else (frame, unscaled)
 
 
 def _locates_in_place(staged: DataFrame, index: RowIndex, spec: ChangeSpec, batch_rows: int) -> bool:
