@@ -324,7 +324,7 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
     cores = spark.sparkContext.defaultParallelism
     scratch = index.new_scratch_dir()
     try:
-        in_place = _locates_in_place(staged, index, spec, batch_rows)
+        in_place = _locates_in_place(staged, index, spec, batch_rows, cores)
         located = _locate(index, staged, spec, value_columns, table_columns, scratch, batch_rows, cores, in_place)
         paths = index.file_paths()
         # one task per touched file, the most changed first, then the insert writers
@@ -485,33 +485,33 @@ def _unscaled_decimals(frame: DataFrame) -> tuple[DataFrame, dict[str, tuple[int
     from pyspark.sql import functions as F
     from pyspark.sql.types import DecimalType
 
-    expressions = frame.sparkSession._jvm.org.apache.spark.sql.catalyst.expressions  # type: ignore[union-attr]
+    jvm = frame.sparkSession._jvm  # Catalyst's UnscaledValue has no Python or SQL function
     columns, unscaled = [], {}
     for f in frame.schema.fields:
         column = F.col(quote_identifier(f.name))
         if isinstance(f.dataType, DecimalType) and f.dataType.precision <= 18:
-            jcolumn = frame.sparkSession._jvm.org.apache.spark.sql.Column(  # type: ignore[union-attr]
-                expressions.UnscaledValue(column._jc.expr()))  # type: ignore[operator]
-            column = Column(jcolumn)
+            expression = jvm.org.apache.spark.sql.catalyst.expressions.UnscaledValue(column._jc.expr())  # type: ignore[union-attr]
+            column = Column(jvm.org.apache.spark.sql.Column(expression))  # type: ignore[union-attr]
             unscaled[f.name] = (f.dataType.precision, f.dataType.scale)
         columns.append(column.alias(f.name))
     return (frame.select(*columns), unscaled) if unscaled else (frame, unscaled)
 
 
-def _locates_in_place(staged: DataFrame, index: RowIndex, spec: ChangeSpec, batch_rows: int) -> bool:
+def _locates_in_place(staged: DataFrame, index: RowIndex, spec: ChangeSpec, batch_rows: int, cores: int) -> bool:
     """Whether the locate tasks take the batch as it is partitioned instead of routing it by bucket.
 
     In place, a key's changes may reach several tasks: repeated keys are then checked by the rewrite job, before
     anything is committed. Chosen when the shuffle would cost more than every task reading the index buckets its rows
-    hit (``_INDEX_ROWS_PER_SHUFFLED_ROW``) and the tasks stay small enough to hold their rows and the index in
-    memory. A batch with a sequence column is routed: it was shuffled by key to pick each key's latest change, into
+    hit (``_INDEX_ROWS_PER_SHUFFLED_ROW``), the batch has a partition per core (a routed batch is spread over the
+    cores) and the tasks stay small enough to hold their rows and the index in memory. A batch with a sequence column is routed: it was shuffled by key to pick each key's latest change, into
     as many partitions as Spark's shuffles make, too many for each to read the index.
     """
     index_rows = sum(f.indexed_rows for f in index.state.files)
     if spec.sequence_column or not 0 < index_rows <= min(_IN_PLACE_MAX_INDEX_ROWS, _INDEX_ROWS_PER_SHUFFLED_ROW * batch_rows):
         return False
     tasks = staged.rdd.getNumPartitions()  # plans the batch's query: only asked when in place is likely
-    return batch_rows <= tasks * _IN_PLACE_MAX_TASK_ROWS and tasks * index_rows <= _INDEX_ROWS_PER_SHUFFLED_ROW * batch_rows
+    return (tasks >= cores and batch_rows <= tasks * _IN_PLACE_MAX_TASK_ROWS
+            and tasks * index_rows <= _INDEX_ROWS_PER_SHUFFLED_ROW * batch_rows)
 
 
 def _insert_files(rows: int, cores: int) -> int:
