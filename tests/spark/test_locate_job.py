@@ -102,32 +102,6 @@ def test_without_index_buckets_every_upsert_is_an_insert(tmp_path):
     assert result["file_ids"] == [] and result["inserts"] == 1
 
 
-def test_file_tasks_rewrite_from_fragments_and_write_inserts(tmp_path, bucket_file):
-    data = tmp_path / "data"
-    data.mkdir()
-    src = data / "f3.parquet"
-    write_table(pa.table({"k1": pa.array([1, 2, 3], pa.int64()), "k2": pa.array(["a"] * 3),
-                          "v": pa.array([1, 2, 3], pa.int32())}), src)
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    # two locate tasks touch file 3: one updates (1,a), the other deletes (2,a); (9,z) is new
-    first = locate([changes([(1, "a", 100, False), (9, "z", 90, False)])], {0: bucket_file}, scratch)
-    second = locate([changes([(2, "a", None, True)])], {0: bucket_file}, scratch)
-    schema = pa.schema([("k1", pa.int64()), ("k2", pa.string()), ("v", pa.int32())])
-    tasks = [FileTask(src=str(src), fragments=(*first["fragments"], *second["fragments"])),
-             FileTask(src=None, fragments=(first["inserts_file"],), part=0, parts=1)]
-    results = list(run_file_tasks(iter(tasks),
-                                  update_columns=["v"], moved_schema=None,
-                                  insert_schema=schema, data_dir=str(data)))
-    rewrite = next(r for r in results if r["kind"] == "rewrite")
-    insert = next(r for r in results if r["kind"] == "insert")
-    assert rewrite["src"] == str(src) and rewrite["rows_updated"] == 1 and rewrite["rows_deleted"] == 1
-    assert rewrite["removed_positions"] == [1]
-    assert pq.read_table(rewrite["dst"]).to_pylist() == [{"k1": 1, "k2": "a", "v": 100}, {"k1": 3, "k2": "a", "v": 3}]
-    assert insert["rows"] == 1
-    assert pq.read_table(insert["dst"]).to_pylist() == [{"k1": 9, "k2": "z", "v": 90}]
-
-
 def rewrite_tasks(tmp_path, bucket_file, *batches):
     """Locate each batch as a task of its own (as in place: a key may reach several tasks); return the file tasks."""
     data = tmp_path / "data"
@@ -149,6 +123,19 @@ def run(tasks, data, check_keys=tuple(KEYS)):
     schema = pa.schema([("k1", pa.int64()), ("k2", pa.string()), ("v", pa.int32())])
     return list(run_file_tasks(iter(tasks), update_columns=["v"], moved_schema=None, insert_schema=schema,
                                data_dir=str(data), check_keys=check_keys))
+
+
+def test_file_tasks_rewrite_from_fragments_and_write_inserts(tmp_path, bucket_file):
+    # two locate tasks touch file 3: one updates (1,a), the other deletes (2,a); (9,z) is new
+    tasks, data = rewrite_tasks(tmp_path, bucket_file, [(1, "a", 100, False), (9, "z", 90, False)], [(2, "a", None, True)])
+    results = run(tasks, data, check_keys=())
+    rewrite = next(r for r in results if r["kind"] == "rewrite")
+    insert = next(r for r in results if r["kind"] == "insert")
+    assert rewrite["src"] == str(data / "f3.parquet") and rewrite["rows_updated"] == 1 and rewrite["rows_deleted"] == 1
+    assert rewrite["removed_positions"] == [1]
+    assert pq.read_table(rewrite["dst"]).to_pylist() == [{"k1": 1, "k2": "a", "v": 100}, {"k1": 3, "k2": "a", "v": 3}]
+    assert insert["rows"] == 1
+    assert pq.read_table(insert["dst"]).to_pylist() == [{"k1": 9, "k2": "z", "v": 90}]
 
 
 @pytest.mark.parametrize("batches, sample", [
