@@ -343,7 +343,7 @@ def run_file_tasks(
 
     ``check_keys``: when the locate tasks did not see every change of a key (they took the batch's partitions as
     they were), the key columns to check here: a file task that finds a key changed more than once, or the first
-    insert writer finding a new key inserted more than once, writes nothing and yields ``kind`` "repeated" with
+    insert writer finding a key absent from the table changed more than once, writes nothing and yields ``kind`` "repeated" with
     ``count`` (keys) and ``samples`` instead.
     """
     for task in tasks:
