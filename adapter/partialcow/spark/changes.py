@@ -223,7 +223,7 @@ def _table_schema(spark: SparkSession, table: LakehouseTable):  # type: ignore[n
 def _evolve_schema(spark: SparkSession, table: LakehouseTable, changes_schema, spec: ChangeSpec) -> bool:  # type: ignore[no-untyped-def]
     """``append_new_columns`` / ``sync_all_columns``: add the batch's new columns (and drop the table's columns the
     batch no longer has, for sync) before applying it. Existing files keep their columns; a row that gets a value in
-    a column its file lacks is moved to a new file (see ``rewrite_partition``)."""
+    a column its file lacks is moved to a new file (see ``rewrite_changed_file``)."""
     if spec.on_schema_change not in ("append_new_columns", "sync_all_columns"):
         return False
     table_fields = {f.name: f.dataType for f in spark.table(quote_identifier(table.name)).schema.fields}

@@ -33,11 +33,10 @@ from partialcow.index.sources import POS as INDEX_POS
 from partialcow.parquet import ROW_POSITION, rewrite_file, write_table
 
 __all__ = [
-    "LOCATE_RESULT_SCHEMA", "FileTask", "rewrite_partition", "rewrite_changed_file",
+    "LOCATE_RESULT_SCHEMA", "FileTask", "rewrite_changed_file",
     "write_partition", "locate_partition", "run_file_tasks", "new_file_name", "decimals_from_unscaled",
 ]
 
-FILE = "_pcow_file"
 POS = "_pcow_pos"
 DELETE = "_pcow_delete"
 BUCKET = "_pcow_bucket"
@@ -67,32 +66,6 @@ def _moves(upserts: pa.Table, absent: Sequence[str]) -> pa.Array:
     return mask
 
 
-def rewrite_partition(
-    batches: Iterator[pa.RecordBatch],
-    *,
-    update_columns: Sequence[str],
-    moved_schema: pa.Schema | None = None,
-    data_dir: str | None = None,
-    threads: int = 1,
-) -> Iterator[pa.RecordBatch]:
-    """Rewrite every file named in this partition's rows (``_pcow_file``, ``_pcow_pos``, ``_pcow_delete``, keys,
-    values).
-
-    The new file goes next to the old one; it is not yet part of the table (the driver commits all files at once).
-    A row that sets a column its file does not have (the table gained it later) cannot be patched in place: it is
-    deleted from its file and written, whole, to a new file with ``moved_schema``. ``threads``: column chunks each
-    file rewrite works on at once.
-    """
-    batch_list = list(batches)
-    if not batch_list:
-        return
-    rows = pa.Table.from_batches(batch_list)
-    for src in pc.unique(rows[FILE]).to_pylist():
-        report = rewrite_changed_file(src, rows.filter(pc.equal(rows[FILE], src)), update_columns=update_columns,
-                                      moved_schema=moved_schema, data_dir=data_dir, threads=threads)
-        yield pa.RecordBatch.from_pylist([report], schema=_REWRITE_ARROW)
-
-
 def rewrite_changed_file(
     src: str,
     mine: pa.Table,
@@ -103,7 +76,13 @@ def rewrite_changed_file(
     threads: int = 1,
 ) -> dict[str, object]:
     """Rewrite data file ``src`` with its changed rows ``mine`` (``_pcow_pos``, ``_pcow_delete``, keys, values) and
-    report what was done (see :func:`rewrite_partition`)."""
+    report what was done.
+
+    The new file goes next to the old one; it is not yet part of the table (the driver commits all files at once).
+    A row that sets a column its file does not have (the table gained it later) cannot be patched in place: it is
+    deleted from its file and written, whole, to a new file with ``moved_schema``. ``threads``: column chunks the
+    rewrite works on at once.
+    """
     local_src = _local(src)
     in_file = set(pq.read_schema(local_src).names)
     absent = [c for c in update_columns if c not in in_file]
@@ -159,14 +138,6 @@ def write_partition(batches: Iterator[pa.RecordBatch], *, schema: pa.Schema, dat
     yield pa.RecordBatch.from_pylist([{"dst": written.path, "rows": written.num_rows}], schema=_INSERT_ARROW)
 
 
-_REWRITE_ARROW = pa.schema(
-    [("src", pa.string()), ("dst", pa.string()), ("moved_dst", pa.string())]
-    + [(name, pa.int64()) for name in (
-        "moved_rows", "rows_before", "rows_after", "rows_updated", "rows_deleted", "pages_rewritten", "pages_copied",
-        "bytes_copied", "bytes_reencoded", "duration_ms",
-    )]
-    + [("removed_positions", pa.list_(pa.int64()))]
-)
 _INSERT_ARROW = pa.schema([("dst", pa.string()), ("rows", pa.int64())])
 
 
@@ -338,7 +309,7 @@ def run_file_tasks(
 ) -> Iterator[dict[str, object]]:
     """Run this partition's file tasks on the fragments ``locate_partition`` wrote.
 
-    Yields one result per task: ``kind`` "rewrite" with the fields ``rewrite_partition`` reports (``src``, ``dst``,
+    Yields one result per task: ``kind`` "rewrite" with the fields ``rewrite_changed_file`` reports (``src``, ``dst``,
     rows and pages counts, ``removed_positions``...), or "insert" with ``dst`` and ``rows``.
 
     ``check_keys``: when the locate tasks did not see every change of a key (they took the batch's partitions as
