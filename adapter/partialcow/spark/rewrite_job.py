@@ -107,8 +107,10 @@ def rewrite_changed_file(
     if upserts.num_rows and present:
         updates = upserts.select([POS, *present]).rename_columns([ROW_POSITION, *present])
     dst = os.path.join(os.path.dirname(local_src), new_file_name())
+    # no fsync: new files are as durable as the ones Spark's and Iceberg's own writers (and our insert writers)
+    # leave on a local file system; object stores make a file durable when it is closed
     report = rewrite_file(local_src, dst, updates=updates, deletes=deletes if len(deletes) else None,
-                          threads=threads)
+                          threads=threads, fsync=False)
     return {
         "src": src,
         "dst": dst,

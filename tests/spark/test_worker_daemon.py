@@ -1,0 +1,71 @@
+"""The worker daemon's zip import caches: kept while an archive is unchanged, re-read once it changed; and the
+embedded session's Python workers run under it."""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+import zipimport
+from pathlib import Path
+
+import pytest
+
+from partialcow.spark.worker_daemon import keep_zip_import_caches
+
+needs_eager_zipimport = pytest.mark.skipif(
+    not (3, 10) <= sys.version_info < (3, 12),
+    reason="only Python 3.10 and 3.11 re-read zip archives on invalidate_caches (cpython#103200)",
+)
+
+
+def _archive(path: Path, modules: dict[str, str]) -> None:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, source in modules.items():
+            archive.writestr(f"{name}.py", source)
+
+
+@needs_eager_zipimport
+def test_unchanged_archive_is_not_reread_and_changed_one_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    keep_zip_import_caches()
+    archive = tmp_path / "lib.zip"
+    _archive(archive, {"pcow_zip_a": "VALUE = 1\n"})
+    importer = zipimport.zipimporter(str(archive))
+    reads: list[str] = []
+    read_directory = zipimport._read_directory  # type: ignore[attr-defined]
+    monkeypatch.setattr(zipimport, "_read_directory", lambda p: reads.append(p) or read_directory(p))
+
+    importer.invalidate_caches()  # first call: no stamp yet, so it reads once
+    importer.invalidate_caches()
+    importer.invalidate_caches()
+    assert reads == [str(archive)]
+    assert importer.find_spec("pcow_zip_a") is not None and importer.find_spec("pcow_zip_b") is None
+
+    _archive(archive, {"pcow_zip_a": "VALUE = 1\n", "pcow_zip_b": "VALUE = 2\n"})  # larger: the stamp changes
+    importer.invalidate_caches()
+    assert reads == [str(archive)] * 2
+    assert importer.find_spec("pcow_zip_b") is not None
+
+
+@needs_eager_zipimport
+def test_a_vanished_archive_is_left_to_zipimport(tmp_path: Path) -> None:
+    keep_zip_import_caches()
+    archive = tmp_path / "gone.zip"
+    _archive(archive, {"pcow_zip_gone": "VALUE = 1\n"})
+    importer = zipimport.zipimporter(str(archive))
+    archive.unlink()
+    importer.invalidate_caches()  # zipimport's own handling: the archive's entries are dropped
+    assert importer.find_spec("pcow_zip_gone") is None
+
+
+@pytest.mark.spark
+def test_session_workers_run_under_the_daemon(spark) -> None:
+    assert spark.conf.get("spark.python.daemon.module") == "partialcow.spark.worker_daemon"
+
+    def installed(_rows):
+        import zipimport as worker_zipimport
+
+        yield getattr(worker_zipimport.zipimporter.invalidate_caches, "_pcow", False)
+
+    flags = spark.sparkContext.parallelize(range(2), 2).mapPartitions(installed).collect()
+    expected = (3, 10) <= sys.version_info < (3, 12)
+    assert flags == [expected, expected]
