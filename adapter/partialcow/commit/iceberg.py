@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import json
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
@@ -27,7 +28,7 @@ from partialcow.exceptions import (
     UnsupportedTableFeatureError,
 )
 
-__all__ = ["IcebergCommitter", "NO_SNAPSHOT"]
+__all__ = ["IcebergCommitter", "NO_SNAPSHOT", "top_level_field_ids"]
 
 #: ``current_version()`` of a table without any snapshot yet.
 NO_SNAPSHOT = -1
@@ -148,7 +149,16 @@ class IcebergCommitter:
             self._check_table(table)
             removed = self._removed_files(change, base_files)
             spec, partition = self._target_partition(table, removed)
-            new_files = [self._data_file(table, spec, partition, path) for path in added]
+            mapping_json = table.properties().get("schema.name-mapping.default")
+            # Tables imported from plain Parquet read files without field ids through their name mapping.
+            mapping = None if mapping_json is None else self._jvm.org.apache.iceberg.mapping.NameMappingParser.fromJson(mapping_json)
+            field_ids = set(top_level_field_ids(self._jvm, table).values())
+            metrics_config = self._jvm.org.apache.iceberg.MetricsConfig.forTable(table)
+            new_files = [
+                self._data_file(table, spec, partition, path, mapping=mapping, field_ids=field_ids,
+                                metrics_config=metrics_config)
+                for path in added
+            ]
             commit_id = str(uuid.uuid4())
             overwrite = table.newOverwrite()
             for old in removed:
@@ -303,18 +313,15 @@ class IcebergCommitter:
             return f"file:{path}" if str(table.location()).startswith("file:") else path
         return f"{str(table.location()).rstrip('/')}/data/{path}"
 
-    def _data_file(self, table: Any, spec: Any, partition: Any, path: str) -> Any:
+    def _data_file(
+        self, table: Any, spec: Any, partition: Any, path: str, *, mapping: Any, field_ids: set[int], metrics_config: Any
+    ) -> Any:
         jvm = self._jvm
-        mapping_json = table.properties().get("schema.name-mapping.default")
-        # Tables imported from plain Parquet read files without field ids through their name mapping.
-        mapping = None if mapping_json is None else jvm.org.apache.iceberg.mapping.NameMappingParser.fromJson(mapping_json)
         if mapping is None:
-            self._check_field_ids(table, path)
+            self._check_field_ids(path, field_ids)
         try:
             input_file = table.io().newInputFile(path)
-            metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(
-                input_file, jvm.org.apache.iceberg.MetricsConfig.forTable(table), mapping
-            )
+            metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(input_file, metrics_config, mapping)
             builder = (
                 jvm.org.apache.iceberg.DataFiles.builder(spec)
                 .withPath(path)
@@ -331,7 +338,7 @@ class IcebergCommitter:
                 f"cannot read new data file {path} for Iceberg table {self._name}: {_java_message(exc)}"
             ) from exc
 
-    def _check_field_ids(self, table: Any, path: str) -> None:
+    def _check_field_ids(self, path: str, known: set[int]) -> None:
         """Iceberg resolves Parquet columns by field id: a file without them would read back as nulls."""
         try:
             filesystem, inner = pafs.FileSystem.from_uri(path)
@@ -339,7 +346,6 @@ class IcebergCommitter:
                 schema = pq.read_schema(handle)
         except (OSError, ValueError) as exc:
             raise CommitError(f"cannot read new data file {path} for Iceberg table {self._name}: {exc}") from exc
-        known = {int(f.fieldId()) for f in _iterable(table.schema().columns())}
         ids = []
         for field in schema:
             raw = (field.metadata or {}).get(b"PARQUET:field_id")
@@ -478,8 +484,11 @@ def _java_map(jvm: Any, values: Mapping[str, str]) -> Any:
     return result
 
 
-def _iterable(java_list: Any) -> list[Any]:
-    return [java_list.get(i) for i in range(java_list.size())]
+def top_level_field_ids(jvm: Any, table: Any) -> dict[str, int]:
+    """Column name -> Iceberg field id of ``table``'s top-level columns, read in one py4j call (the schema as JSON),
+    not two per column."""
+    schema = json.loads(str(jvm.org.apache.iceberg.SchemaParser.toJson(table.schema())))
+    return {str(f["name"]): int(f["id"]) for f in schema["fields"]}
 
 
 def _plain(path: str) -> str:

@@ -336,12 +336,13 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
         tasks += [FileTask(src=None, fragments=located.insert_fragments, part=p, parts=parts) for p in range(parts)]
         results: list[dict] = []
         if tasks:
+            insert_schema = table.file_schema(table_schema)
             job = partial(
                 run_file_tasks,
                 update_columns=value_columns,
                 # rows whose new values land in columns their file lacks move to a new file with the table schema
-                moved_schema=table.file_schema(table_schema) if len(value_columns) + len(spec.key_columns) == len(table_columns) else None,
-                insert_schema=table.file_schema(table_schema),
+                moved_schema=insert_schema if len(value_columns) + len(spec.key_columns) == len(table_columns) else None,
+                insert_schema=insert_schema,
                 data_dir=table.data_dir,
                 check_keys=spec.key_columns if in_place else (),
             )

@@ -72,9 +72,11 @@ class LakehouseTable:
 
 
 def _iceberg_field_ids(spark: SparkSession, name: str) -> dict[str, int]:
+    from partialcow.commit.iceberg import top_level_field_ids
+
     jvm = spark.sparkContext._jvm  # noqa: SLF001 - py4j is the way to Iceberg's Java API
     table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)  # noqa: SLF001
-    return {str(c.name()): int(c.fieldId()) for c in table.schema().columns()}
+    return top_level_field_ids(jvm, table)
 
 
 def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> LakehouseTable:
