@@ -1,5 +1,5 @@
 """The worker daemon's zip import caches: kept while an archive is unchanged, re-read once it changed; and the
-embedded session's Python workers run under it."""
+embedded session's Python workers run under it, forked with the task modules already imported."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from partialcow.spark.worker_daemon import keep_zip_import_caches
+from partialcow.spark.worker_daemon import TASK_MODULES, keep_zip_import_caches
 
 needs_eager_zipimport = pytest.mark.skipif(
     not (3, 10) <= sys.version_info < (3, 12),
@@ -62,10 +62,14 @@ def test_session_workers_run_under_the_daemon(spark) -> None:
     assert spark.conf.get("spark.python.daemon.module") == "partialcow.spark.worker_daemon"
 
     def installed(_rows):
+        import os as worker_os
         import zipimport as worker_zipimport
 
-        yield getattr(worker_zipimport.zipimporter.invalidate_caches, "_pcow", False)
+        yield (getattr(worker_zipimport.zipimporter.invalidate_caches, "_pcow", False),
+               worker_os.environ.get("PARTIALCOW_PRELOADED_MODULES", "").split(","))
 
-    flags = spark.sparkContext.parallelize(range(2), 2).mapPartitions(installed).collect()
+    results = spark.sparkContext.parallelize(range(2), 2).mapPartitions(installed).collect()
     expected = (3, 10) <= sys.version_info < (3, 12)
-    assert flags == [expected, expected]
+    assert [flag for flag, _ in results] == [expected, expected]
+    # the daemon imported every task module before forking this worker
+    assert all(modules == list(TASK_MODULES) for _, modules in results), results
