@@ -1,0 +1,185 @@
+"""Benchmark of the data-page size: full-scan time of an Iceberg table against the pages a sparse change touches.
+
+``ROWS_PER_PAGE`` (``partialcow.parquet.writer``) trades two costs. Small pages let a partial rewrite re-encode few
+rows; every page also costs readers a header, a decompression call and a page-index entry. This benchmark writes
+TPC-DS ``store_sales`` with ``write_table`` at several page sizes, registers each layout as an Iceberg table
+(``add_files``), adds the same rows written by Iceberg's own Spark writer, and times full scans (every value read,
+as the upsert benchmark's full scan) in interleaved rounds. Next to each layout it reports the share of data pages
+that uniform random changes of 0.01%, 0.1% and 1% of the rows touch, computed from the files' real page sizes.
+
+    PYTHONPATH=adapter python bench/layout_bench.py                 # SF1, 8 files, 15 rounds (~6 min on 2 cores)
+    PYTHONPATH=adapter python bench/layout_bench.py --rows-per-page 2000,20000 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from partialcow.parquet import write_table
+from partialcow.parquet.inspect import describe
+from partialcow.parquet.writer import ROWS_PER_PAGE
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from upsert_bench import REPO, code_version, ensure_data, full_scan_sql, load_base  # noqa: E402
+
+NAMESPACE = "layout_bench"
+CHANGE_RATES = (0.0001, 0.001, 0.01)
+ICEBERG_WRITER = "iceberg_writer"
+
+
+def data_page_rows(path: Path) -> list[int]:
+    """Rows per data page, over every column chunk of the file."""
+    return [
+        page["rows"]
+        for rg in describe(path)["row_groups"]
+        for column in rg["columns"]
+        for page in column["pages"]
+        if page["type"] != "DICTIONARY_PAGE"
+    ]
+
+
+def touched_share(page_rows: list[int], rate: float) -> float:
+    """Expected share of pages holding at least one of a uniform random ``rate`` of the rows."""
+    return sum(1 - (1 - rate) ** rows for rows in page_rows) / len(page_rows)
+
+
+def write_layout(base, folder: Path, files: int, rows_per_page: int) -> list[int]:  # type: ignore[no-untyped-def]
+    folder.mkdir(parents=True)
+    page_rows: list[int] = []
+    n = base.num_rows
+    for i in range(files):
+        start, stop = n * i // files, n * (i + 1) // files
+        path = folder / f"part-{i:03d}.parquet"
+        write_table(base.slice(start, stop - start), path, max_rows_per_page=rows_per_page)
+        page_rows += data_page_rows(path)
+    return page_rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=int, default=1, help="TPC-DS scale factor")
+    parser.add_argument("--rows-per-page", default="2000,5000,10000,20000", help="comma-separated page sizes in rows")
+    parser.add_argument("--files", type=int, default=8, help="data files per table")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved scan rounds (the first is warm-up)")
+    parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
+    args = parser.parse_args(argv)
+    version = code_version()
+    command = "PYTHONPATH=adapter python bench/layout_bench.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    sizes = [int(s) for s in args.rows_per_page.split(",")]
+
+    work = REPO / "bench" / "work" / f"layout_sf{args.scale}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    source = ensure_data(args.scale)
+    _, base = load_base(source, None, work)
+
+    from partialcow.spark.session import get_or_create_session
+
+    spark = get_or_create_session(table_format="iceberg", warehouse=str(work / "warehouse"), master="local[2]")
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {NAMESPACE}")
+    frame = spark.read.parquet(str(source))
+    columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in frame.schema.fields)
+
+    layouts: dict[str, dict] = {}
+    for rows in sizes:
+        name = f"rows_{rows}"
+        page_rows = write_layout(base, work / "files" / name, args.files, rows)
+        spark.sql(f"CREATE TABLE {NAMESPACE}.{name} ({columns}) USING iceberg")
+        spark.sql(
+            f"CALL spark_catalog.system.add_files(table => '{NAMESPACE}.{name}', "
+            f"source_table => '`parquet`.`{work / 'files' / name}`')"
+        )
+        layouts[name] = {"rows_per_page": rows, "data_pages": len(page_rows),
+                         **{f"touched_{r}": touched_share(page_rows, r) for r in CHANGE_RATES}}
+    frame.repartition(args.files).writeTo(f"{NAMESPACE}.{ICEBERG_WRITER}").using("iceberg").create()
+    layouts[ICEBERG_WRITER] = {"rows_per_page": None, "data_pages": None}
+
+    times: dict[str, list[float]] = {name: [] for name in layouts}
+    expected = None
+    for _ in range(args.rounds):
+        for name in layouts:
+            started = time.perf_counter()
+            result = tuple(spark.sql(full_scan_sql(f"{NAMESPACE}.{name}")).first())
+            times[name].append(time.perf_counter() - started)
+            if expected is None:
+                expected = result
+            elif result != expected:
+                sys.exit(f"{name} scanned {result}, expected {expected}: the layouts do not hold the same rows")
+    reference = statistics.median(times[f"rows_{ROWS_PER_PAGE}"][1:]) if ROWS_PER_PAGE in sizes else None
+    for name, info in layouts.items():
+        info["scan_s"] = statistics.median(times[name][1:])
+        info["runs_s"] = [round(t, 3) for t in times[name]]
+        files = spark.sql(f"SELECT count(*), sum(file_size_in_bytes) FROM {NAMESPACE}.{name}.files").first()
+        info["files"], info["mb"] = files[0], files[1] / 1e6
+        info["vs_default"] = None if reference is None else info["scan_s"] / reference
+    report(args, command, version, base.num_rows, layouts)
+
+
+def report(args: argparse.Namespace, command: str, version: str, rows: int, layouts: dict[str, dict]) -> None:
+    rates = " | ".join(f"pages touched by {r:.2%} changes" for r in CHANGE_RATES)
+    lines = [
+        f"# Page size benchmark: TPC-DS store_sales SF{args.scale}",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end, Spark local[2], "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {version}. {rows:,} rows in {args.files} files per "
+        f"table; full scan `count(*), sum(hash(*))` through Iceberg, median of {args.rounds - 1} interleaved rounds "
+        f"after one warm-up round. The product writes {ROWS_PER_PAGE:,} rows per page (`ROWS_PER_PAGE`).",
+        "",
+        f"| layout | rows per page | data pages | MB | full scan s | vs {ROWS_PER_PAGE:,} | {rates} |",
+        "|---|---:|---:|---:|---:|---:|" + "---:|" * len(CHANGE_RATES),
+    ]
+    for name, info in layouts.items():
+        shares = " | ".join(
+            "" if info.get(f"touched_{r}") is None else f"{info[f'touched_{r}']:.1%}" for r in CHANGE_RATES
+        )
+        ratio = "" if info["vs_default"] is None else f"{info['vs_default']:.2f}"
+        lines.append(
+            f"| {name} | {info['rows_per_page'] or 'writer default'} | {info['data_pages'] or ''} | {info['mb']:.1f} | "
+            f"{info['scan_s']:.3f} | {ratio} | {shares} |"
+        )
+    args.results.mkdir(parents=True, exist_ok=True)
+    stem = args.results / f"layout_sf{args.scale}"
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    stem.with_suffix(".json").write_text(json.dumps({"command": command, "code": version, "layouts": layouts}, indent=1))
+    plot(layouts, stem.with_suffix(".png"), f"store_sales SF{args.scale}: page size vs scan and rewrite granularity")
+    print("\n".join(lines))
+
+
+def plot(layouts: dict[str, dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(layouts)
+    fig, (scan, touched) = plt.subplots(1, 2, figsize=(11, 4))
+    scan.bar(names, [layouts[n]["scan_s"] for n in names], color=["tab:blue"] * (len(names) - 1) + ["tab:gray"])
+    scan.set_ylabel("full scan, s (median)")
+    scan.tick_params(axis="x", rotation=30)
+    sized = [n for n in names if layouts[n]["rows_per_page"]]
+    for rate in CHANGE_RATES:
+        touched.plot([layouts[n]["rows_per_page"] for n in sized], [100 * layouts[n][f"touched_{rate}"] for n in sized],
+                     marker="o", label=f"{rate:.2%} of rows changed")
+    touched.set_xscale("log")
+    touched.set_xlabel("rows per page")
+    touched.set_ylabel("data pages re-encoded, %")
+    touched.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
