@@ -1,11 +1,11 @@
-"""Benchmark of the data-page size: full-scan time of an Iceberg table against the pages a sparse change touches.
+"""Benchmark of the data-page size: scan time of an Iceberg table against the pages a sparse change touches.
 
 ``ROWS_PER_PAGE`` (``partialcow.parquet.writer``) trades two costs. Small pages let a partial rewrite re-encode few
 rows; every page also costs readers a header, a decompression call and a page-index entry. This benchmark writes
 TPC-DS ``store_sales`` with ``write_table`` at several page sizes, registers each layout as an Iceberg table
-(``add_files``), adds the same rows written by Iceberg's own Spark writer, and times full scans (every value read,
-as the upsert benchmark's full scan) in interleaved rounds. Next to each layout it reports the share of data pages
-that uniform random changes of 0.01%, 0.1% and 1% of the rows touch, computed from the files' real page sizes.
+(``add_files``), adds the same rows written by Iceberg's own Spark writer, and times the upsert benchmark's full
+scan (every value read) and selective scan in interleaved rounds. Next to each layout it reports the share of data
+pages that uniform random changes of 0.01%, 0.1% and 1% of the rows touch, computed from the files' real page sizes.
 
     PYTHONPATH=adapter python bench/layout_bench.py                 # SF1, 8 files, 15 rounds (~6 min on 2 cores)
     PYTHONPATH=adapter python bench/layout_bench.py --rows-per-page 2000,20000 --rounds 5
@@ -28,11 +28,12 @@ from partialcow.parquet.inspect import describe
 from partialcow.parquet.writer import ROWS_PER_PAGE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from upsert_bench import REPO, code_version, ensure_data, full_scan_sql, load_base  # noqa: E402
+from upsert_bench import REPO, code_version, ensure_data, full_scan_sql, load_base, selective_scan_sql  # noqa: E402
 
 NAMESPACE = "layout_bench"
 CHANGE_RATES = (0.0001, 0.001, 0.01)
 ICEBERG_WRITER = "iceberg_writer"
+SCANS = {"full": full_scan_sql, "selective": selective_scan_sql}  # the upsert benchmark's two scans
 
 
 def data_page_rows(path: Path) -> list[int]:
@@ -103,24 +104,26 @@ def main(argv: list[str] | None = None) -> None:
     frame.repartition(args.files).writeTo(f"{NAMESPACE}.{ICEBERG_WRITER}").using("iceberg").create()
     layouts[ICEBERG_WRITER] = {"rows_per_page": None, "data_pages": None}
 
-    times: dict[str, list[float]] = {name: [] for name in layouts}
-    expected = None
+    times: dict[tuple[str, str], list[float]] = {}
+    expected: dict[str, tuple] = {}
     for _ in range(args.rounds):
         for name in layouts:
-            started = time.perf_counter()
-            result = tuple(spark.sql(full_scan_sql(f"{NAMESPACE}.{name}")).first())
-            times[name].append(time.perf_counter() - started)
-            if expected is None:
-                expected = result
-            elif result != expected:
-                sys.exit(f"{name} scanned {result}, expected {expected}: the layouts do not hold the same rows")
-    reference = statistics.median(times[f"rows_{ROWS_PER_PAGE}"][1:]) if ROWS_PER_PAGE in sizes else None
+            for scan, sql in SCANS.items():
+                started = time.perf_counter()
+                result = tuple(spark.sql(sql(f"{NAMESPACE}.{name}")).first())
+                times.setdefault((name, scan), []).append(time.perf_counter() - started)
+                if expected.setdefault(scan, result) != result:
+                    sys.exit(f"{name}: {scan} scan gave {result}, expected {expected[scan]}: the layouts differ")
+    default = f"rows_{ROWS_PER_PAGE}" if ROWS_PER_PAGE in sizes else None
     for name, info in layouts.items():
-        info["scan_s"] = statistics.median(times[name][1:])
-        info["runs_s"] = [round(t, 3) for t in times[name]]
         files = spark.sql(f"SELECT count(*), sum(file_size_in_bytes) FROM {NAMESPACE}.{name}.files").first()
         info["files"], info["mb"] = files[0], files[1] / 1e6
-        info["vs_default"] = None if reference is None else info["scan_s"] / reference
+        for scan in SCANS:
+            info[f"{scan}_s"] = statistics.median(times[name, scan][1:])
+            info[f"{scan}_runs_s"] = [round(t, 3) for t in times[name, scan]]
+    for name, info in layouts.items():
+        for scan in SCANS:
+            info[f"{scan}_vs_default"] = None if default is None else info[f"{scan}_s"] / layouts[default][f"{scan}_s"]
     report(args, command, version, base.num_rows, layouts)
 
 
@@ -133,20 +136,25 @@ def report(args: argparse.Namespace, command: str, version: str, rows: int, layo
         "",
         f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end, Spark local[2], "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {version}. {rows:,} rows in {args.files} files per "
-        f"table; full scan `count(*), sum(hash(*))` through Iceberg, median of {args.rounds - 1} interleaved rounds "
-        f"after one warm-up round. The product writes {ROWS_PER_PAGE:,} rows per page (`ROWS_PER_PAGE`).",
+        f"table; the upsert benchmark's scans through Iceberg (full: `count(*), sum(hash(*))`; selective: an "
+        f"`ss_item_sk` range), median of {args.rounds - 1} interleaved rounds after one warm-up round. The product "
+        f"writes {ROWS_PER_PAGE:,} rows per page (`ROWS_PER_PAGE`).",
         "",
-        f"| layout | rows per page | data pages | MB | full scan s | vs {ROWS_PER_PAGE:,} | {rates} |",
-        "|---|---:|---:|---:|---:|---:|" + "---:|" * len(CHANGE_RATES),
+        f"| layout | rows per page | data pages | MB | full scan s | vs {ROWS_PER_PAGE:,} | selective scan s | "
+        f"vs {ROWS_PER_PAGE:,} | {rates} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(CHANGE_RATES),
     ]
     for name, info in layouts.items():
         shares = " | ".join(
             "" if info.get(f"touched_{r}") is None else f"{info[f'touched_{r}']:.1%}" for r in CHANGE_RATES
         )
-        ratio = "" if info["vs_default"] is None else f"{info['vs_default']:.2f}"
+        scans = " | ".join(
+            f"{info[f'{scan}_s']:.3f} | " + ("" if info[f"{scan}_vs_default"] is None else f"{info[f'{scan}_vs_default']:.2f}")
+            for scan in SCANS
+        )
         lines.append(
             f"| {name} | {info['rows_per_page'] or 'writer default'} | {info['data_pages'] or ''} | {info['mb']:.1f} | "
-            f"{info['scan_s']:.3f} | {ratio} | {shares} |"
+            f"{scans} | {shares} |"
         )
     args.results.mkdir(parents=True, exist_ok=True)
     stem = args.results / f"layout_sf{args.scale}"
@@ -164,9 +172,13 @@ def plot(layouts: dict[str, dict], path: Path, title: str) -> None:
 
     names = list(layouts)
     fig, (scan, touched) = plt.subplots(1, 2, figsize=(11, 4))
-    scan.bar(names, [layouts[n]["scan_s"] for n in names], color=["tab:blue"] * (len(names) - 1) + ["tab:gray"])
-    scan.set_ylabel("full scan, s (median)")
-    scan.tick_params(axis="x", rotation=30)
+    width = 0.4
+    for i, kind in enumerate(SCANS):
+        scan.bar([x + (i - 0.5) * width for x in range(len(names))], [layouts[n][f"{kind}_s"] for n in names],
+                 width, label=f"{kind} scan")
+    scan.set_xticks(range(len(names)), names, rotation=30)
+    scan.set_ylabel("scan, s (median)")
+    scan.legend()
     sized = [n for n in names if layouts[n]["rows_per_page"]]
     for rate in CHANGE_RATES:
         touched.plot([layouts[n]["rows_per_page"] for n in sized], [100 * layouts[n][f"touched_{rate}"] for n in sized],

@@ -28,9 +28,11 @@ plus removal of the files the rolled-back write left; Delta: the table folder re
 - ``partialcow_delta``: ``apply_changes`` on the same Delta table the ``delta_rs`` contender starts from.
 
 Timed: only the upsert (reading the change batch included, for every contender). After it: a full scan
-(``count(*), sum(hash(*))`` over all columns) and a selective scan (an ``ss_item_sk`` range), both through Spark and
-timed as the median of three runs; both results are checked against an oracle computed by Spark over plain Parquet (base anti-join changed keys, union the
-changed rows), so a contender that writes wrong rows is flagged in the ``check`` column.
+(``count(*), sum(hash(*))`` over all columns) and a selective scan (an ``ss_item_sk`` range), both through Spark,
+once every contender has written the batch: the median of ``--scan-rounds`` (3) rounds, each round scanning every
+contender's table once; both results are checked against an oracle computed by Spark over plain Parquet (base
+anti-join changed keys, union the changed rows), so a contender that writes wrong rows is flagged in the ``check``
+column.
 
     PYTHONPATH=adapter python bench/upsert_bench.py                 # SF1, everything (tens of minutes)
     PYTHONPATH=adapter python bench/upsert_bench.py --quick         # 1% and 10%, patterns a, b, d
@@ -82,7 +84,6 @@ CONTENDERS = (
 BASELINE = "iceberg_cow"
 SIZE_PRIORITY = {0.01: 0, 0.001: 0, 0.1: 1, 0.05: 2, 0.3: 3, 0.5: 4}
 NAMESPACE = "upsert_bench"
-SCAN_RUNS = 3
 BATCH_ROW_GROUP_ROWS = 256 * 1024
 
 
@@ -517,18 +518,8 @@ def failure_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {line[:200]}"
 
 
-def timed_scan(spark, sql: str) -> tuple[tuple, float]:  # type: ignore[no-untyped-def]
-    """The scan's result and its median time over ``SCAN_RUNS`` runs: one scan varies by +-30% here, more than the
-    5% the scan target allows."""
-    times, result = [], ()
-    for _ in range(SCAN_RUNS):
-        started = time.perf_counter()
-        result = tuple(spark.sql(sql).first())
-        times.append(time.perf_counter() - started)
-    return result, statistics.median(times)
-
-
-def run_case(contender: Contender, case: Case, expected: tuple[tuple, tuple], jobs: JobCounter) -> Result:
+def run_case(contender: Contender, case: Case, jobs: JobCounter) -> Result:
+    """Reset ``contender``'s table and time its write of ``case``; the table stays as written until the next reset."""
     result = Result(contender.name, case.pattern, case.size, case.rows)
     try:
         contender.reset()
@@ -540,19 +531,51 @@ def run_case(contender: Contender, case: Case, expected: tuple[tuple, tuple], jo
             result.write_s = time.perf_counter() - started
         result.spark_jobs = jobs.count
         contender.after(case, result)
-        relation = contender.scan_relation()
-        full, result.full_scan_s = timed_scan(contender.spark, full_scan_sql(relation))
-        selective, result.selective_scan_s = timed_scan(contender.spark, selective_scan_sql(relation))
-        if (full, selective) == expected:
-            result.check = "ok"
-        else:
-            result.check = "WRONG"
-            result.note = f"scan {full} {selective} != oracle {expected[0]} {expected[1]}"
     except Exception as exc:  # a failed run is a result too: recorded, not hidden
         result.check = "FAILED"
         result.note = failure_text(exc)
         traceback.print_exc()
     return result
+
+
+def scan_case(spark, written: list[tuple[Contender, Result]], expected: tuple[tuple, tuple], rounds: int) -> None:  # type: ignore[no-untyped-def]
+    """Time the full and the selective scan of every written table, median over ``rounds`` interleaved rounds (each
+    round scans every table once, so a slow moment of the machine falls on all contenders alike: one scan varies by
+    +-30% here, more than the 5% the scan target allows), and check both results against the oracle."""
+    scanned: list[tuple[Result, str]] = []
+    for contender, result in written:
+        if result.check == "FAILED":
+            continue
+        try:
+            scanned.append((result, contender.scan_relation()))
+        except Exception as exc:
+            result.check, result.note = "FAILED", failure_text(exc)
+            traceback.print_exc()
+    times: dict[tuple[str, int], list[float]] = {}
+    answers: dict[tuple[str, int], tuple] = {}
+    for _ in range(rounds):
+        for result, relation in scanned:
+            for kind, sql in enumerate((full_scan_sql(relation), selective_scan_sql(relation))):
+                if result.check == "FAILED":
+                    continue
+                try:
+                    started = time.perf_counter()
+                    answers[result.contender, kind] = tuple(spark.sql(sql).first())
+                    times.setdefault((result.contender, kind), []).append(time.perf_counter() - started)
+                except Exception as exc:
+                    result.check, result.note = "FAILED", failure_text(exc)
+                    traceback.print_exc()
+    for result, _ in scanned:
+        if result.check == "FAILED":
+            continue
+        result.full_scan_s = statistics.median(times[result.contender, 0])
+        result.selective_scan_s = statistics.median(times[result.contender, 1])
+        full, selective = answers[result.contender, 0], answers[result.contender, 1]
+        if (full, selective) == expected:
+            result.check = "ok"
+        else:
+            result.check = "WRONG"
+            result.note = f"scan {full} {selective} != oracle {expected[0]} {expected[1]}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -685,6 +708,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--patterns", help="comma-separated subset of " + ",".join(PATTERNS))
     parser.add_argument("--sizes", help="comma-separated fractions overriding the update sizes (e.g. 0.01,0.1)")
     parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument("--scan-rounds", type=int, default=3, help="interleaved scan rounds per batch (median kept)")
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile run of apply_changes")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args(argv)
@@ -749,17 +773,21 @@ def main(argv: list[str] | None = None) -> None:
         started = time.perf_counter()
         expected = oracle(spark, base_path, case)
         print(f"{case.label}: oracle {time.perf_counter() - started:.1f} s", flush=True)
+        written: list[tuple[Contender, Result]] = []
         for contender in loaded:
             why_not = contender.supports(case)
             if why_not:
                 results.append(Result(contender.name, case.pattern, case.size, case.rows, note=why_not))
                 continue
-            result = run_case(contender, case, expected, jobs)
+            result = run_case(contender, case, jobs)
+            written.append((contender, result))
+            print(f"  {contender.name:18s} {case.label:22s} write {_fmt(result.write_s)} s {result.note}", flush=True)
+        scan_case(spark, written, expected, args.scan_rounds)
+        for contender, result in written:
             results.append(result)
             print(
-                f"  {contender.name:18s} {case.label:22s} write {_fmt(result.write_s)} s, "
-                f"full scan {_fmt(result.full_scan_s, 2)} s, selective {_fmt(result.selective_scan_s, 2)} s, "
-                f"{result.check} {result.note}",
+                f"  {contender.name:18s} {case.label:22s} full scan {_fmt(result.full_scan_s, 2)} s, "
+                f"selective {_fmt(result.selective_scan_s, 2)} s, {result.check} {result.note}",
                 flush=True,
             )
         ours = next((c for c in loaded if isinstance(c, PartialCowIceberg)), None)
