@@ -3,6 +3,7 @@ embedded session's Python workers run under it, forked with the task modules alr
 
 from __future__ import annotations
 
+import importlib
 import sys
 import zipfile
 import zipimport
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from partialcow.spark import worker_daemon
 from partialcow.spark.worker_daemon import TASK_MODULES, keep_zip_import_caches
 
 needs_eager_zipimport = pytest.mark.skipif(
@@ -55,6 +57,25 @@ def test_a_vanished_archive_is_left_to_zipimport(tmp_path: Path) -> None:
     archive.unlink()
     importer.invalidate_caches()  # zipimport's own handling: the archive's entries are dropped
     assert importer.find_spec("pcow_zip_gone") is None
+
+
+@needs_eager_zipimport
+def test_workers_forked_after_preparation_reread_no_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    archive = tmp_path / "deps.zip"
+    _archive(archive, {"pcow_zip_dep": "VALUE = 1\n"})
+    monkeypatch.syspath_prepend(str(archive))
+    monkeypatch.setattr(worker_daemon, "TASK_MODULES", ("pcow_zip_dep",))  # imported from the archive by preload
+    monkeypatch.setenv("PARTIALCOW_PRELOADED_MODULES", "")
+    try:
+        assert worker_daemon.prepare_daemon() == ["pcow_zip_dep"]
+        reads: list[str] = []
+        read_directory = zipimport._read_directory  # type: ignore[attr-defined]
+        monkeypatch.setattr(zipimport, "_read_directory", lambda p: reads.append(p) or read_directory(p))
+        importlib.invalidate_caches()  # what a forked worker does before its first task
+        assert reads == []
+    finally:
+        sys.modules.pop("pcow_zip_dep", None)
+        sys.path_importer_cache.pop(str(archive), None)
 
 
 @pytest.mark.spark
