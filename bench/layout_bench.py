@@ -1,11 +1,12 @@
-"""Benchmark of the data-page size: scan time of an Iceberg table against the pages a sparse change touches.
+"""Benchmark of the data-page size: scan time of an Iceberg table against what a sparse change re-encodes.
 
 ``ROWS_PER_PAGE`` (``partialcow.parquet.writer``) trades two costs. Small pages let a partial rewrite re-encode few
 rows; every page also costs readers a header, a decompression call and a page-index entry. This benchmark writes
 TPC-DS ``store_sales`` with ``write_table`` at several page sizes, registers each layout as an Iceberg table
 (``add_files``), adds the same rows written by Iceberg's own Spark writer, and times the upsert benchmark's full
 scan (every value read) and selective scan in interleaved rounds. Next to each layout it reports the share of data
-pages that uniform random changes of 0.01%, 0.1% and 1% of the rows touch, computed from the files' real page sizes.
+values a partial rewrite re-encodes (the rows of every page holding a change) when 0.01%, 0.1% and 1% of the rows
+change at random, computed from the files' real page sizes.
 
     PYTHONPATH=adapter python bench/layout_bench.py                 # SF1, 8 files, 15 rounds (~6 min on 2 cores)
     PYTHONPATH=adapter python bench/layout_bench.py --rows-per-page 2000,20000 --rounds 5
@@ -47,9 +48,11 @@ def data_page_rows(path: Path) -> list[int]:
     ]
 
 
-def touched_share(page_rows: list[int], rate: float) -> float:
-    """Expected share of pages holding at least one of a uniform random ``rate`` of the rows."""
-    return sum(1 - (1 - rate) ** rows for rows in page_rows) / len(page_rows)
+def reencoded_share(page_rows: list[int], rate: float) -> float:
+    """Expected share of the values a partial rewrite re-encodes when a uniform random ``rate`` of the rows change:
+    the rows of every page that holds at least one change, over all rows (a page of r rows is touched with
+    probability 1-(1-rate)^r)."""
+    return sum(rows * (1 - (1 - rate) ** rows) for rows in page_rows) / sum(page_rows)
 
 
 def write_layout(base, folder: Path, files: int, rows_per_page: int) -> list[int]:  # type: ignore[no-untyped-def]
@@ -69,9 +72,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scale", type=int, default=1, help="TPC-DS scale factor")
     parser.add_argument("--rows-per-page", default="2000,5000,10000,20000", help="comma-separated page sizes in rows")
     parser.add_argument("--files", type=int, default=8, help="data files per table")
-    parser.add_argument("--rounds", type=int, default=15, help="interleaved scan rounds (the first is warm-up)")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved scan rounds, at least 2 (the first is warm-up)")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args(argv)
+    if args.rounds < 2:
+        parser.error("--rounds must be at least 2: the first round is a warm-up")
     version = code_version()
     command = "PYTHONPATH=adapter python bench/layout_bench.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     sizes = [int(s) for s in args.rows_per_page.split(",")]
@@ -81,6 +86,8 @@ def main(argv: list[str] | None = None) -> None:
     work.mkdir(parents=True)
     source = ensure_data(args.scale)
     _, base = load_base(source, None, work)
+
+    from pyspark.sql import functions as F
 
     from partialcow.spark.session import get_or_create_session
 
@@ -100,8 +107,18 @@ def main(argv: list[str] | None = None) -> None:
             f"source_table => '`parquet`.`{work / 'files' / name}`')"
         )
         layouts[name] = {"rows_per_page": rows, "data_pages": len(page_rows),
-                         **{f"touched_{r}": touched_share(page_rows, r) for r in CHANGE_RATES}}
-    frame.repartition(args.files).writeTo(f"{NAMESPACE}.{ICEBERG_WRITER}").using("iceberg").create()
+                         **{f"reencoded_{r}": reencoded_share(page_rows, r) for r in CHANGE_RATES}}
+    # the source's row order in as many files as ours (a round-robin repartition would scatter rows: larger files)
+    order = "_layout_bench_row"
+    (
+        frame.withColumn(order, F.monotonically_increasing_id())
+        .repartitionByRange(args.files, order)
+        .sortWithinPartitions(order)
+        .drop(order)
+        .writeTo(f"{NAMESPACE}.{ICEBERG_WRITER}")
+        .using("iceberg")
+        .create()
+    )
     layouts[ICEBERG_WRITER] = {"rows_per_page": None, "data_pages": None}
 
     times: dict[tuple[str, str], list[float]] = {}
@@ -128,32 +145,33 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def report(args: argparse.Namespace, command: str, version: str, rows: int, layouts: dict[str, dict]) -> None:
-    rates = " | ".join(f"pages touched by {r:.2%} changes" for r in CHANGE_RATES)
+    rates = " | ".join(f"values re-encoded at {r:.2%} changed" for r in CHANGE_RATES)
     lines = [
         f"# Page size benchmark: TPC-DS store_sales SF{args.scale}",
         "",
         f"Command: `{command}`",
         "",
         f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end, Spark local[2], "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {version}. {rows:,} rows in {args.files} files per "
-        f"table; the upsert benchmark's scans through Iceberg (full: `count(*), sum(hash(*))`; selective: an "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {version}. {rows:,} rows; {args.files} files per table "
+        f"in the source's row order; the upsert benchmark's scans through Iceberg (full: `count(*), sum(hash(*))`; selective: an "
         f"`ss_item_sk` range), median of {args.rounds - 1} interleaved rounds after one warm-up round. The product "
-        f"writes {ROWS_PER_PAGE:,} rows per page (`ROWS_PER_PAGE`).",
+        f"writes {ROWS_PER_PAGE:,} rows per page (`ROWS_PER_PAGE`). Values re-encoded: the expected share of the rows "
+        "that sit in a page holding a change, when that share of rows changes at random.",
         "",
-        f"| layout | rows per page | data pages | MB | full scan s | vs {ROWS_PER_PAGE:,} | selective scan s | "
+        f"| layout | rows per page | files | data pages | MB | full scan s | vs {ROWS_PER_PAGE:,} | selective scan s | "
         f"vs {ROWS_PER_PAGE:,} | {rates} |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(CHANGE_RATES),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(CHANGE_RATES),
     ]
     for name, info in layouts.items():
         shares = " | ".join(
-            "" if info.get(f"touched_{r}") is None else f"{info[f'touched_{r}']:.1%}" for r in CHANGE_RATES
+            "" if info.get(f"reencoded_{r}") is None else f"{info[f'reencoded_{r}']:.1%}" for r in CHANGE_RATES
         )
         scans = " | ".join(
             f"{info[f'{scan}_s']:.3f} | " + ("" if info[f"{scan}_vs_default"] is None else f"{info[f'{scan}_vs_default']:.2f}")
             for scan in SCANS
         )
         lines.append(
-            f"| {name} | {info['rows_per_page'] or 'writer default'} | {info['data_pages'] or ''} | {info['mb']:.1f} | "
+            f"| {name} | {info['rows_per_page'] or 'writer default'} | {info['files']} | {info['data_pages'] or ''} | {info['mb']:.1f} | "
             f"{scans} | {shares} |"
         )
     args.results.mkdir(parents=True, exist_ok=True)
@@ -171,7 +189,7 @@ def plot(layouts: dict[str, dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     names = list(layouts)
-    fig, (scan, touched) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (scan, reencoded) = plt.subplots(1, 2, figsize=(11, 4))
     width = 0.4
     for i, kind in enumerate(SCANS):
         scan.bar([x + (i - 0.5) * width for x in range(len(names))], [layouts[n][f"{kind}_s"] for n in names],
@@ -181,12 +199,12 @@ def plot(layouts: dict[str, dict], path: Path, title: str) -> None:
     scan.legend()
     sized = [n for n in names if layouts[n]["rows_per_page"]]
     for rate in CHANGE_RATES:
-        touched.plot([layouts[n]["rows_per_page"] for n in sized], [100 * layouts[n][f"touched_{rate}"] for n in sized],
+        reencoded.plot([layouts[n]["rows_per_page"] for n in sized], [100 * layouts[n][f"reencoded_{rate}"] for n in sized],
                      marker="o", label=f"{rate:.2%} of rows changed")
-    touched.set_xscale("log")
-    touched.set_xlabel("rows per page")
-    touched.set_ylabel("data pages re-encoded, %")
-    touched.legend()
+    reencoded.set_xscale("log")
+    reencoded.set_xlabel("rows per page")
+    reencoded.set_ylabel("values re-encoded, %")
+    reencoded.legend()
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -712,6 +712,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile run of apply_changes")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args(argv)
+    if args.scan_rounds < 1:
+        parser.error("--scan-rounds must be at least 1")
     version = code_version()  # at start: colleagues may commit while the run goes
     command = "PYTHONPATH=adapter python bench/upsert_bench.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
 

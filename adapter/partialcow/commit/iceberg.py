@@ -152,8 +152,8 @@ class IcebergCommitter:
             mapping_json = table.properties().get("schema.name-mapping.default")
             # Tables imported from plain Parquet read files without field ids through their name mapping.
             mapping = None if mapping_json is None else self._jvm.org.apache.iceberg.mapping.NameMappingParser.fromJson(mapping_json)
-            field_ids = set(top_level_field_ids(self._jvm, table).values())
-            metrics_config = self._jvm.org.apache.iceberg.MetricsConfig.forTable(table)
+            field_ids = set(top_level_field_ids(self._jvm, table).values()) if added and mapping is None else set()
+            metrics_config = self._jvm.org.apache.iceberg.MetricsConfig.forTable(table) if added else None
             new_files = [
                 self._data_file(table, spec, partition, path, mapping=mapping, field_ids=field_ids,
                                 metrics_config=metrics_config)

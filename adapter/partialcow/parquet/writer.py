@@ -16,8 +16,8 @@ __all__ = ["DEFAULT_WRITE_OPTIONS", "ROWS_PER_PAGE", "ROW_GROUP_ROWS", "WrittenF
 # Clustered changes (recent rows, a key range) touch ceil(range/k)+1 pages, so small pages also pay off there.
 # Going smaller costs ~30 header bytes + two page-index entries per page and a little compression: 2,000 keeps that
 # overhead under 1% for typical 4-8 byte columns.
-# Readers pay per page too: an SF1 store_sales Iceberg full scan is 9-13% slower than at 20,000 rows per page, and
-# still 15-20% faster than Iceberg's own files (bench/layout_bench.py).
+# Readers pay per page too: an SF1 store_sales Iceberg full scan measured 5-13% slower than at 20,000 rows per page,
+# and faster than Iceberg's own files (bench/layout_bench.py).
 ROWS_PER_PAGE = 2_000
 # Rows per row group. Page skipping works inside a row group, so the row group only bounds the memory and time of a
 # full-chunk re-encode; ~1M rows keeps a chunk at a few MB for typical columns while footers stay small.

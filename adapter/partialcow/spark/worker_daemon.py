@@ -4,14 +4,14 @@ Before every task PySpark's worker calls ``importlib.invalidate_caches()``. On P
 ``zipimporter`` re-read its archive's whole directory at once (cpython#103200; Spark 4.1 calls it less often,
 SPARK-54744): pyspark.zip, once per imported subpackage, py4j's zip and the spark-core jar. On the 2-core machine of
 ``bench/`` that was about 0.1 s of every Python task, more than a locate or rewrite task of a small batch spends on
-its own work. With this daemon an archive's directory is re-read only when the file changed (size or modification
-time), which is what the invalidation is for; the daemon records every archive's state before it forks, so a fresh
-worker re-reads none either.
+its own work. With this daemon an archive's directory is re-read only when the file changed (inode, size or change
+and modification times), which is what the invalidation is for; the daemon records every archive's state before it
+forks, so a fresh worker re-reads none either.
 
 It also imports the modules the rewrite job's tasks use (pyarrow, numpy, the page engine) before PySpark's daemon
 forks its workers. PySpark stops a worker that has been idle for a minute; a fresh one used to spend about 0.7 s
 importing them, so a ``partial_cow_incremental`` model run after a minute of other work (the benchmark's cells, a dbt
-run's earlier models) paid that in each of its jobs' first tasks: 4.3 s against 2.5 s warm for 1% of store_sales.
+run's earlier models) paid that in each of its jobs' first tasks: 4.3 s against 2.2 s for 1% of store_sales.
 
 The Spark sessions of :mod:`partialcow.spark.session` start it (``spark.python.daemon.module``); it must be
 importable by the executors' Python, as the rewrite job's code must anyway.
@@ -49,7 +49,7 @@ def keep_zip_import_caches() -> bool:
     def invalidate_caches(self: zipimport.zipimporter) -> None:
         try:
             stat = os.stat(self.archive)
-            stamp: tuple[int, int] | None = (stat.st_mtime_ns, stat.st_size)
+            stamp: tuple[int, ...] | None = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
         except OSError:
             stamp = None  # gone or unreadable: let zipimport decide
         if stamp is not None and getattr(self, "_pcow_stamp", None) == stamp:
@@ -83,7 +83,7 @@ def prepare_daemon() -> list[str]:
     """What the daemon does before it forks any worker: keep zip import caches, import :data:`TASK_MODULES`, and
     record every archive's stamp, so a forked worker's first ``invalidate_caches`` re-reads none of them (about
     0.1 s of each fresh worker's first task otherwise). Returns the modules imported, also left in the environment
-    variable ``PARTIALCOW_PRELOADED_MODULES`` that every worker inherits (partialcow doctor's and the tests' evidence).
+    variable ``PARTIALCOW_PRELOADED_MODULES`` that every worker inherits (the tests' evidence).
     """
     keep_zip_import_caches()
     loaded = preload_task_modules()
