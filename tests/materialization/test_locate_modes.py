@@ -3,8 +3,8 @@ partitions, when it is large against the table): both must give the same table, 
 partitions must still be refused with nothing changed.
 
 The batches are built with one row per Spark partition, so every repeated key reaches two locate tasks. Decimals
-of precision <= 18 travel into the locate tasks as unscaled longs: a table with decimal values (negative, null,
-the widest of each kind) checks the way back in both modes.
+of precision <= 18 travel into the locate tasks of large batches as unscaled longs: a table with decimal values
+(negative, null, the widest of each kind) checks the way back in both modes, with and without that conversion.
 """
 
 from __future__ import annotations
@@ -123,8 +123,11 @@ DECIMAL_SCHEMA = "k bigint, d7 decimal(7,2), d18 decimal(18,4), d38 decimal(38,1
 DECIMAL_SPEC = ChangeSpec(key_columns=("k",), op_column="_op", model="decimals")
 
 
-def test_decimals_keep_their_values_in_both_modes(spark, schema, mode):
+@pytest.mark.parametrize("unscaled", [True, False], ids=["as unscaled longs", "as decimals"])
+def test_decimals_keep_their_values_in_both_modes(spark, schema, mode, unscaled, monkeypatch):
     in_place, taken = mode
+    # small batches send decimals as they are; the threshold is lowered to send this one as unscaled longs
+    monkeypatch.setattr(changes_module, "_UNSCALED_DECIMALS_MIN_ROWS", 0 if unscaled else 10**9)
     name = f"{schema}.dec_{uuid.uuid4().hex[:8]}"
     base = [(i, Decimal(i) / 4, Decimal(-i) / 16, Decimal(i) / 1024, "I") for i in range(200)]
     create_table(spark, name, spark.createDataFrame(base, DECIMAL_SCHEMA), DECIMAL_SPEC)
