@@ -11,7 +11,9 @@ forks, so a fresh worker re-reads none either.
 It also imports the modules the rewrite job's tasks use (pyarrow, numpy, the page engine) before PySpark's daemon
 forks its workers. PySpark stops a worker that has been idle for a minute; a fresh one used to spend about 0.7 s
 importing them, so a ``partial_cow_incremental`` model run after a minute of other work (the benchmark's cells, a dbt
-run's earlier models) paid that in each of its jobs' first tasks: 4.3 s against 2.2 s for 1% of store_sales.
+run's earlier models) paid that in each of its jobs' first tasks: 4.3 s against 2.2 s for 1% of store_sales. The
+same holds for ``distutils.version``, which PySpark imports in every worker's first Arrow task (0.6 s where it loads
+setuptools).
 
 The Spark sessions of :mod:`partialcow.spark.session` start it (``spark.python.daemon.module``); it must be
 importable by the executors' Python, as the rewrite job's code must anyway.
