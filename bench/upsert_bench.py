@@ -538,6 +538,20 @@ def run_case(contender: Contender, case: Case, jobs: JobCounter) -> Result:
     return result
 
 
+def median_write(rounds: list[Result]) -> Result:
+    """The last round's result (its table is the one left written) with the median write time of all rounds; the
+    rounds' times are kept in ``extra``. A round that failed makes the result a failure."""
+    result = rounds[-1]
+    failed = next((r for r in rounds if r.check == "FAILED"), None)
+    if failed is not None:
+        result.check, result.note, result.write_s = "FAILED", failed.note, None
+    elif len(rounds) > 1:
+        times = [r.write_s for r in rounds if r.write_s is not None]
+        result.write_s = statistics.median(times)
+        result.extra["write_rounds_s"] = [round(t, 3) for t in times]
+    return result
+
+
 def scan_case(spark, written: list[tuple[Contender, Result]], expected: tuple[tuple, tuple], rounds: int) -> None:  # type: ignore[no-untyped-def]
     """Time the full and the selective scan of every written table, median over ``rounds`` interleaved rounds (each
     round scans every table once, so a slow moment of the machine falls on all contenders alike: one scan varies by
@@ -644,6 +658,12 @@ def _mb(value: int | None) -> str:
     return "" if value is None else f"{value / 1e6:.1f}"
 
 
+def _note(r: Result) -> str:
+    rounds = r.extra.get("write_rounds_s")
+    written = f"writes {', '.join(f'{t:.1f}' for t in rounds)} s" if rounds else ""
+    return "; ".join(n for n in (written, r.note) if n)
+
+
 def markdown(results: list[Result], header: str) -> str:
     base = {(r.pattern, r.size): r for r in results if r.contender == BASELINE}
     lines = [header, ""]
@@ -662,7 +682,7 @@ def markdown(results: list[Result], header: str) -> str:
             f"| {_fmt(r.full_scan_s, 2)} | {_ratio(r.full_scan_s, b and b.full_scan_s)} | {_fmt(r.selective_scan_s, 2)} "
             f"| {_ratio(r.selective_scan_s, b and b.selective_scan_s)} | {r.check} "
             f"| {'' if r.pages_rewritten is None else f'{r.pages_rewritten:,}'} | {'' if r.pages_copied is None else f'{r.pages_copied:,}'} "
-            f"| {_mb(r.bytes_reencoded)} | {_mb(r.bytes_copied)} | {r.note.replace('|', '/')} |"
+            f"| {_mb(r.bytes_reencoded)} | {_mb(r.bytes_copied)} | {_note(r).replace('|', '/')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -709,11 +729,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", help="comma-separated fractions overriding the update sizes (e.g. 0.01,0.1)")
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--scan-rounds", type=int, default=3, help="interleaved scan rounds per batch (median kept)")
+    parser.add_argument("--write-rounds", type=int, default=1,
+                        help="interleaved write rounds per batch (median kept; every round resets and writes each table)")
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile run of apply_changes")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args(argv)
-    if args.scan_rounds < 1:
-        parser.error("--scan-rounds must be at least 1")
+    if args.scan_rounds < 1 or args.write_rounds < 1:
+        parser.error("--scan-rounds and --write-rounds must be at least 1")
     version = code_version()  # at start: colleagues may commit while the run goes
     command = "PYTHONPATH=adapter python bench/upsert_bench.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
 
@@ -775,15 +797,21 @@ def main(argv: list[str] | None = None) -> None:
         started = time.perf_counter()
         expected = oracle(spark, base_path, case)
         print(f"{case.label}: oracle {time.perf_counter() - started:.1f} s", flush=True)
-        written: list[tuple[Contender, Result]] = []
+        writers = []
         for contender in loaded:
             why_not = contender.supports(case)
             if why_not:
                 results.append(Result(contender.name, case.pattern, case.size, case.rows, note=why_not))
-                continue
-            result = run_case(contender, case, jobs)
-            written.append((contender, result))
-            print(f"  {contender.name:18s} {case.label:22s} write {_fmt(result.write_s)} s {result.note}", flush=True)
+            else:
+                writers.append(contender)
+        rounds: dict[str, list[Result]] = {c.name: [] for c in writers}
+        for _ in range(args.write_rounds):
+            for contender in writers:
+                result = run_case(contender, case, jobs)
+                rounds[contender.name].append(result)
+                print(f"  {contender.name:18s} {case.label:22s} write {_fmt(result.write_s)} s {result.note}", flush=True)
+        # every round leaves the same table; the last one is scanned
+        written = [(c, median_write(rounds[c.name])) for c in writers]
         scan_case(spark, written, expected, args.scan_rounds)
         for contender, result in written:
             results.append(result)
@@ -829,7 +857,9 @@ def report(
             f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} when the report was written, "
             "Spark local[2] (driver 2g, 4 shuffle partitions), "
             f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
-            f"{rows:,} rows. One run per cell: compare ratios, not absolute seconds.",
+            f"{rows:,} rows. " + ("One write per cell" if args.write_rounds == 1 else
+              f"Write s = median of {args.write_rounds} interleaved rounds (each round resets and writes every table; "
+              "the rounds' times in the note)") + ": compare ratios, not absolute seconds.",
             "",
             f"Code: {version}",
             "",
