@@ -257,6 +257,26 @@ def test_non_iceberg_table_is_refused(spark) -> None:
         spark.sql(f"DROP TABLE IF EXISTS {name}")
 
 
+def test_one_committer_follows_its_table_through_drop_and_re_create(spark, table: str, tmp_path: Path) -> None:
+    """The committer loads the table once and only refreshes it later: a re-created table must be seen as new, and a
+    dropped or replaced one refused as on a first load."""
+    committer = IcebergCommitter(spark, table)
+    first = committer.current_version()
+    spark.sql(f"DROP TABLE {table} PURGE")
+    spark.sql(f"CREATE TABLE {table} (id BIGINT, v STRING) USING iceberg")
+    assert committer.current_version() == -1
+    assert committer.live_files() == []
+    spark.sql(f"INSERT INTO {table} VALUES (9, 'z')")
+    assert committer.current_version() not in (-1, first)
+    assert [f.record_count for f in committer.live_files()] == [1]
+    spark.sql(f"DROP TABLE {table} PURGE")
+    with pytest.raises(CommitError, match=f"cannot load Iceberg table {table}"):
+        committer.current_version()
+    spark.sql(f"CREATE TABLE {table} (id BIGINT) USING parquet LOCATION '{tmp_path / 'plain'}'")
+    with pytest.raises(UnsupportedTableFeatureError, match=f"{table} is not an Iceberg table"):
+        committer.current_version()
+
+
 def test_unknown_base_snapshot_is_a_conflict(spark, table: str) -> None:
     committer = IcebergCommitter(spark, table)
     old = _file_with(committer, 2)

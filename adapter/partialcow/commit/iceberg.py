@@ -64,6 +64,7 @@ class IcebergCommitter:
         self._spark = spark
         self._jvm = spark._jvm  # noqa: SLF001 - py4j handle, pyspark's only way to the JVM
         self._name = table_name
+        self._loaded: Any = None  # the Java table, loaded once: later calls only refresh it
 
     @property
     def table_name(self) -> str:
@@ -75,6 +76,14 @@ class IcebergCommitter:
         # Each Python thread drives its own JVM thread, whose active session starts empty (dbt runs models on
         # worker threads); without it Iceberg resolves the name through a catalog that returns a non-Iceberg table.
         self._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self._spark._jsparkSession)  # noqa: SLF001
+        if self._loaded is not None:
+            # Resolving the name through Spark's catalogs costs about as much as the refresh (~40 ms here); the
+            # refresh re-reads the name's current metadata, so a table dropped and re-created is seen as it is now.
+            try:
+                self._loaded.refresh()
+                return self._loaded
+            except _java_errors():
+                self._loaded = None  # dropped: load by name again, which reports why it cannot
         try:
             table = self._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
                 self._spark._jsparkSession, self._name  # noqa: SLF001
@@ -88,6 +97,7 @@ class IcebergCommitter:
             raise CommitError(f"cannot load Iceberg table {self._name}: {message}") from exc
         # The session catalog caches table objects: read the latest metadata, not the cached one.
         table.refresh()
+        self._loaded = table
         return table
 
     def current_version(self) -> int:
