@@ -9,6 +9,7 @@
     branch_drop         {name}                drops the overlay schemas and the branch's metadata
     branch_list         {}                    branches, parents, age, overlay rows/tombstones/ratio per model
     branch_materialize  {name, models?}       collapses the branch's models into full tables on the branch
+    branch_refresh      {name}                re-pins the branch's model views to their parents as they are now
     Branch metadata lives in <target schema>.partialcow_branches (Iceberg).
     Each operation dispatches to partialcow__<operation>: define that macro in your project to override it
     (dispatch namespace 'dbt': adapter plugin packages cannot be dispatch namespaces of their own). -#}
@@ -84,4 +85,13 @@
 {% macro partialcow__branch_materialize(name, models) -%}
   {%- set selected = [models] if models is string else models -%}
   {{ return(partialcow_branch_run('materialize', {'name': name, 'models': selected})) }}
+{%- endmacro %}
+
+
+{% macro branch_refresh(name) -%}
+  {{ return(adapter.dispatch('branch_refresh', 'dbt')(name)) }}
+{%- endmacro %}
+
+{% macro partialcow__branch_refresh(name) -%}
+  {{ return(partialcow_branch_run('refresh', {'name': name})) }}
 {%- endmacro %}

@@ -207,12 +207,18 @@ class TestBranchLifecycle:
         run_dbt(["run", "-s", "items"])
         theirs = apply_spec(SEED, MAIN_V1)
         assert rows(spark, f"{schema}.items") == theirs
-        # the branch view: dev's rows for the keys it changed, main's current rows for every other key
+        # dev's view reads its image, which pins main as of dev's last change: main's new rows are not seen yet
+        assert "branch_partialcow_dev" in spark.sql(f"SHOW CREATE TABLE {dev}.items").collect()[0][0]
+        assert rows(spark, f"{dev}.items") == ours
+        # re-pinned: dev's rows for the keys it changed, main's current rows for every other key
+        _, out = run_dbt_and_capture(["run-operation", "branch_refresh", "--args", branch_args("dev")])
+        assert f"{schema}.items: image" in out
         changed_on_dev = {r["id"] for r in spark.table(f"{dev}.items__pcow_overlay").collect()}
         assert changed_on_dev == {2, 3, 4, 5, 7}
         expected_view = {k: v for k, v in theirs.items() if k not in changed_on_dev}
         expected_view |= {k: v for k, v in ours.items() if k in changed_on_dev}
         assert rows(spark, f"{dev}.items") == expected_view
+        assert rows(spark, f"{schema}.items") == theirs  # main itself never sees the branch's image
 
         _, out = run_dbt_and_capture(["run-operation", "branch_merge", "--args", branch_args("dev")],
                                      expect_pass=False)
@@ -237,5 +243,7 @@ class TestBranchLifecycle:
 
         run_dbt(["run-operation", "branch_drop", "--args", branch_args("dev")])
         assert not [d.name for d in spark.catalog.listDatabases() if d.name.startswith(f"{schema}__br_")]
+        for model in ("items", "item_totals", "item_py"):  # the images' refs are gone from the root tables
+            assert [r["name"] for r in spark.sql(f"SELECT name FROM {schema}.{model}.refs").collect()] == ["main"]
         assert not list(Path(spark_warehouse).glob(f"{schema}__br_*"))
         assert spark.table(f"{schema}.partialcow_branches").count() == 0

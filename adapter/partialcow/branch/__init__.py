@@ -8,6 +8,7 @@ Using it from dbt::
     dbt run-operation branch_merge --args '{name: dev}'           # add on_conflict: ours|theirs
     dbt run-operation branch_list
     dbt run-operation branch_materialize --args '{name: dev}'     # optional models: [orders]
+    dbt run-operation branch_refresh --args '{name: dev}'         # re-pin views to the parents as they are now
     dbt run-operation branch_drop --args '{name: dev}'
 
 Layout (branch ``dev``, model ``orders`` of schema ``shop``): everything lives in the overlay schema
@@ -23,8 +24,13 @@ Behaviour:
   parent (new/changed rows 'U', missing parent keys 'D'). Models without ``unique_key``, or whose columns differ
   from the parent's, are *detached*: the overlay holds the whole result and the view reads it alone; a merge
   replaces the parent's rows (a conflict if the parent changed too).
-- The branch view reads the parent *live* for keys the branch did not change, and ``ref()`` reads the nearest
-  level that built the model (branch, parent branch, ..., main). Views and seeds built on a branch are plain
+- The branch view of a keyed model reads its *image*: the overlay applied to the parent as an Iceberg branch
+  ``partialcow_<branch>`` of the model's root table (position deletes for the changed keys plus the changed rows;
+  the parent's data files are shared, ``main`` is never written), so a read is one table scan. The image pins
+  the parent as of the model's last build on the branch; ``branch_refresh`` re-pins it to the parent as it is
+  now. Where there can be no image (detached models, format-version 3 roots, a parent branch without one) the
+  view reads the parent *live* through an anti-join with the overlay. ``ref()`` reads the nearest level that
+  built the model (branch, parent branch, ..., main). Views and seeds built on a branch are plain
   objects in the overlay schema (seeds are copies and are not merged).
 - Merge is three-way by key (base = parent at creation/last merge, ours = branch, theirs = parent now); after a
   merge the branch's overlays are emptied and it continues from the merge result.
@@ -51,6 +57,7 @@ from partialcow.branch.operations import (
     list_branches,
     materialize_branch,
     merge_branch,
+    refresh_branch,
 )
 from partialcow.branch.overlay import build_model, resolve_parent
 from partialcow.branch.store import BranchRecord, BranchStore
@@ -72,6 +79,7 @@ __all__ = [
     "merge_branch",
     "overlay_schema",
     "overlay_table",
+    "refresh_branch",
     "resolve_parent",
     "validate_branch_name",
 ]

@@ -9,7 +9,7 @@ from partialcow.branch.naming import quote
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["table_exists", "list_tables", "schema_exists", "iceberg_snapshot", "iceberg_total_records"]
+__all__ = ["table_exists", "list_tables", "schema_exists", "load_iceberg", "iceberg_snapshot", "iceberg_total_records"]
 
 
 def table_exists(spark: SparkSession, schema: str, table: str) -> bool:
@@ -29,7 +29,7 @@ def list_tables(spark: SparkSession, schema: str) -> list[str]:
     return [row.tableName for row in rows if not row.isTemporary]  # SHOW TABLES also lists temp views
 
 
-def _load_iceberg(spark: SparkSession, schema: str, table: str):  # -> Java org.apache.iceberg.Table | None
+def load_iceberg(spark: SparkSession, schema: str, table: str):  # -> Java org.apache.iceberg.Table | None
     from py4j.protocol import Py4JJavaError
     from pyspark.errors.exceptions.captured import CapturedException
 
@@ -45,7 +45,7 @@ def _load_iceberg(spark: SparkSession, schema: str, table: str):  # -> Java org.
 
 def iceberg_snapshot(spark: SparkSession, schema: str, table: str) -> int | None:
     """Current snapshot id of an Iceberg table; ``-1`` if it has none yet; None if it is not an Iceberg table."""
-    loaded = _load_iceberg(spark, schema, table)
+    loaded = load_iceberg(spark, schema, table)
     if loaded is None:
         return None
     snapshot = loaded.currentSnapshot()
@@ -54,7 +54,7 @@ def iceberg_snapshot(spark: SparkSession, schema: str, table: str) -> int | None
 
 def iceberg_total_records(spark: SparkSession, schema: str, table: str) -> int | None:
     """Row count from the current snapshot's summary (metadata only, no scan); None if unknown."""
-    loaded = _load_iceberg(spark, schema, table)
+    loaded = load_iceberg(spark, schema, table)
     snapshot = None if loaded is None else loaded.currentSnapshot()
     if snapshot is None:
         return None if loaded is None else 0

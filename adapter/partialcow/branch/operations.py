@@ -24,10 +24,12 @@ from partialcow.branch.naming import (
     base_schema_of,
     full_table,
     overlay_schema,
+    overlay_table,
     qualified,
     quote,
     validate_branch_name,
 )
+from partialcow.branch.image import drop_image
 from partialcow.branch.overlay import (
     PRESENT_COLUMN,
     OverlayInfo,
@@ -62,6 +64,8 @@ __all__ = [
     "drop_branch",
     "list_branches",
     "materialize_branch",
+    "refresh_branch",
+    "RefreshResult",
     "DIFF_TABLE",
     "CONFLICT_TABLE",
 ]
@@ -748,6 +752,9 @@ def drop_branch(spark: SparkSession, *, name: str, meta_schema: str) -> DropResu
     objects = 0
     for schema in schemas:
         tables = spark.catalog.listTables(schema)
+        names = {t.name for t in tables}
+        for identifier in sorted(n for n in names if overlay_table(n) in names):
+            drop_image(spark, base_schema_of(schema), identifier, name)  # the image ref on the root table
         for table in sorted(tables, key=lambda t: t.tableType != "VIEW"):  # views first: they read the tables
             if table.isTemporary:
                 continue
@@ -913,3 +920,46 @@ def materialize_branch(
                 "(build them on the branch first)"
             )
     return MaterializeResult(branch=name, models=tuple(done))
+
+
+# ----------------------------------------------------------------------------------------------------- refresh
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    branch: str
+    models: tuple[tuple[str, bool], ...]  # (model, read through an image)
+
+    def describe(self) -> str:
+        if not self.models:
+            return f"branch {self.branch}: no model built on it"
+        return "\n".join(
+            [f"branch {self.branch}: views re-pinned to their parents as they are now"]
+            + [
+                f"  {model}: " + ("image (one scan)" if imaged else "overlay joined to the live parent")
+                for model, imaged in self.models
+            ]
+        )
+
+
+def refresh_branch(spark: SparkSession, *, name: str, meta_schema: str) -> RefreshResult:
+    """Rebuild the images of the branch's models (and its descendants') from their parents as they are now.
+
+    A model's image pins its parent as of the model's last build on the branch; this picks up what the parent
+    changed since, without building the model again. Overlays (what the branch changed) stay as they are.
+
+    >>> refresh_branch(spark, name="dev", meta_schema="shop").models   # doctest: +SKIP
+    (('shop.orders', True),)
+    """
+    from partialcow.branch.image import has_image
+
+    store = BranchStore(spark, meta_schema=meta_schema)
+    store.require(name)
+    levels = store.chain(name)
+    done = []
+    for info in branch_models(spark, name):
+        base_schema = base_schema_of(info.schema)
+        create_branch_view(spark, levels=levels, base_schema=base_schema, identifier=info.identifier)
+        refresh_descendant_views(spark, store=store, branch=name, base_schema=base_schema, identifier=info.identifier)
+        done.append((f"{base_schema}.{info.identifier}", has_image(spark, base_schema, info.identifier, name)))
+    return RefreshResult(branch=name, models=tuple(done))

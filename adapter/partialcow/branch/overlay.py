@@ -6,7 +6,12 @@ model: a parent branch's view, or the table built without a branch):
 - rows that are new or changed, with ``_pcow_op = 'U'``;
 - keys the parent has and the branch result lacks, as tombstones ``_pcow_op = 'D'`` (non-key columns null).
 
-The branch view puts the overlay over the parent::
+The branch view reads the model's *image* when it has one (see :mod:`partialcow.branch.image`: the overlay applied
+to the parent as an Iceberg branch of the root table, one scan at read time, the parent pinned as of the build)::
+
+    SELECT cols FROM shop.orders.branch_partialcow_dev
+
+and otherwise puts the overlay over the live parent::
 
     SELECT cols FROM overlay WHERE _pcow_op = 'U'
     UNION ALL
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Sequence
 
 from partialcow.branch.catalog import iceberg_snapshot, list_tables, table_exists
+from partialcow.branch.image import drop_image, image_relation, refresh_image
 from partialcow.branch.naming import (
     MAIN,
     base_schema_of,
@@ -113,15 +119,19 @@ def _level_schema(base_schema: str, level: str) -> str:
     return overlay_schema(base_schema, level)
 
 
+def _parent_level(spark: SparkSession, levels: Sequence[str], base_schema: str, identifier: str) -> str | None:
+    for level in levels:
+        if table_exists(spark, _level_schema(base_schema, level), identifier):
+            return level
+    return None
+
+
 def resolve_parent(
     spark: SparkSession, levels: Sequence[str], base_schema: str, identifier: str
 ) -> tuple[str, str] | None:
     """The first level in ``levels`` (a parent chain, nearest first) that has the model, as ``(schema, name)``."""
-    for level in levels:
-        schema = _level_schema(base_schema, level)
-        if table_exists(spark, schema, identifier):
-            return schema, identifier
-    return None
+    level = _parent_level(spark, levels, base_schema, identifier)
+    return None if level is None else (_level_schema(base_schema, level), identifier)
 
 
 def overlay_info(spark: SparkSession, schema: str, identifier: str) -> OverlayInfo | None:
@@ -291,11 +301,13 @@ def build_model(
     )
 
 
-def view_sql(info: OverlayInfo, parent: tuple[str, str] | None, *, materialized: bool) -> str:
+def view_sql(info: OverlayInfo, parent: tuple[str, str] | None, *, materialized: bool, image: str | None = None) -> str:
     """The SELECT of a branch view (see the module docstring for the forms)."""
     cols = ", ".join(quote(c) for c in info.columns)
     if materialized:
         return f"SELECT {cols} FROM {qualified(info.schema, full_table(info.identifier))}"
+    if image is not None:
+        return f"SELECT {cols} FROM {image}"
     upserts = f"SELECT {cols} FROM {info.table} WHERE {OP_COLUMN} = '{OP_UPSERT}'"
     if info.mode == "detached" or parent is None:
         return upserts
@@ -310,13 +322,21 @@ def create_branch_view(spark: SparkSession, *, levels: Sequence[str], base_schem
     info = overlay_info(spark, schema, identifier)
     if info is None:
         return
-    parent = resolve_parent(spark, levels[1:], base_schema, identifier)
+    parent_level = _parent_level(spark, levels[1:], base_schema, identifier)
+    parent = None if parent_level is None else (_level_schema(base_schema, parent_level), identifier)
     materialized = table_exists(spark, schema, full_table(identifier))
+    image = None
+    if materialized or parent_level is None:
+        drop_image(spark, base_schema, identifier, levels[0])
+    elif refresh_image(spark, info=info, branch=levels[0], parent_level=parent_level, base_schema=base_schema,
+                       identifier=identifier):
+        image = image_relation(base_schema, identifier, levels[0])
     # Not CREATE OR REPLACE: through Iceberg's SparkSessionCatalog on a Hive metastore, replacing an Iceberg
     # view keeps the old SQL text in the metastore, which is what reads use (Iceberg 1.10, apache/iceberg#15490).
     spark.sql(f"DROP VIEW IF EXISTS {qualified(schema, identifier)}")
     spark.sql(
-        f"CREATE VIEW {qualified(schema, identifier)} AS\n{view_sql(info, parent, materialized=materialized)}"
+        f"CREATE VIEW {qualified(schema, identifier)} AS\n"
+        f"{view_sql(info, parent, materialized=materialized, image=image)}"
     )
 
 

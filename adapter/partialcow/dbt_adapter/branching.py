@@ -19,7 +19,7 @@ __all__ = ["BranchingMixin", "build_python_model_on_branch"]
 
 _T = TypeVar("_T")
 
-_OPERATIONS = ("create", "diff", "merge", "drop", "list", "materialize")
+_OPERATIONS = ("create", "diff", "merge", "drop", "list", "materialize", "refresh")
 
 
 def _spark() -> Any:
@@ -134,7 +134,7 @@ class BranchingMixin(metaclass=AdapterMeta):
 
     @available
     def partialcow_branch_operation(self, operation: str, options: Dict[str, Any], meta_schema: str) -> str:
-        """Run one branch operation (create, diff, merge, drop, list, materialize); returns its log summary."""
+        """Run one branch operation (create, diff, merge, drop, list, materialize, refresh); returns its log summary."""
         from partialcow.branch import operations
 
         if operation not in _OPERATIONS:
@@ -148,5 +148,6 @@ class BranchingMixin(metaclass=AdapterMeta):
             "drop": lambda: operations.drop_branch(spark, meta_schema=meta_schema, **options),
             "list": lambda: operations.list_branches(spark, meta_schema=meta_schema),
             "materialize": lambda: operations.materialize_branch(spark, meta_schema=meta_schema, **options),
+            "refresh": lambda: operations.refresh_branch(spark, meta_schema=meta_schema, **options),
         }
         return _dbt_errors(lambda: calls[operation]().describe())

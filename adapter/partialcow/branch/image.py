@@ -1,0 +1,224 @@
+"""Read images: a model's content on a branch kept as an Iceberg branch (a ref) of the model's root table, so that
+reading the branch view is one table scan, with no join against the overlay.
+
+The overlay table stays the record of what the branch changed (diff, merge and conflicts read it); the image is
+derived from it after every change of the overlay (build, merge, the parent's rebuild) and only serves reads.
+For model ``orders`` of schema ``shop`` on branch ``dev`` the image is the ref ``partialcow_dev`` of ``shop.orders``,
+read as ``shop.orders.branch_partialcow_dev``. Building it copies no parent data:
+
+1. a staging ref is forked from what the parent level shows: the root's ``main`` snapshot, or the parent branch's
+   own image;
+2. one position-delete file per partition hides the fork's rows whose key is in the overlay (their positions come
+   from a semi-join of the fork snapshot with the overlay's keys);
+3. the overlay's upserted rows are appended to the staging ref;
+4. one metadata commit points the image ref at the staging ref's snapshot and removes the staging ref, so readers
+   see the old image or the new one, never a half-built one. ``main`` is never written.
+
+An image pins the parent as of its build: rows the parent changes later show up on the branch at the next build or
+``branch_refresh``. The image's snapshots keep the parent's data files they share alive until the branch is dropped.
+No image (the view joins the overlay to the parent at read time instead) for detached or materialized models, a root
+that is not an Iceberg table of format version 1 or 2 (version 3 takes deletion vectors only), a parent level without
+an image, or an empty overlay.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any, Sequence
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from partialcow.branch.catalog import load_iceberg
+from partialcow.branch.naming import MAIN, OP_COLUMN, OP_UPSERT, qualified, quote
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from partialcow.branch.overlay import OverlayInfo
+
+__all__ = ["image_ref", "image_relation", "refresh_image", "drop_image", "has_image"]
+
+_REF_PREFIX = "partialcow_"
+_STAGE_SUFFIX = "__staging"
+
+# Iceberg's reserved field ids of a position-delete file's columns (spec: "Position Delete Files").
+_DELETE_SCHEMA = pa.schema(
+    [
+        pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": b"2147483546"}),
+        pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"2147483545"}),
+    ]
+)
+
+
+def image_ref(branch: str) -> str:
+    """The name of branch ``branch``'s image ref on a root table.
+
+    >>> image_ref("dev")
+    'partialcow_dev'
+    """
+    return _REF_PREFIX + branch
+
+
+def image_relation(base_schema: str, identifier: str, branch: str) -> str:
+    """The SQL name that reads the image of ``base_schema.identifier`` on ``branch``.
+
+    >>> image_relation("shop", "orders", "dev")
+    '`shop`.`orders`.`branch_partialcow_dev`'
+    """
+    return f"{qualified(base_schema, identifier)}.{quote('branch_' + image_ref(branch))}"
+
+
+def _ref_snapshot(table: Any, ref: str) -> int | None:
+    found = table.refs().get(ref)
+    return None if found is None else int(found.snapshotId())
+
+
+def has_image(spark: SparkSession, base_schema: str, identifier: str, branch: str) -> bool:
+    table = load_iceberg(spark, base_schema, identifier)
+    return table is not None and _ref_snapshot(table, image_ref(branch)) is not None
+
+
+def drop_image(spark: SparkSession, base_schema: str, identifier: str, branch: str) -> None:
+    """Remove ``branch``'s image ref (and a staging ref a crash left) from the root table, if there is one."""
+    table = load_iceberg(spark, base_schema, identifier)
+    if table is None:
+        return
+    refs = [r for r in (image_ref(branch), image_ref(branch) + _STAGE_SUFFIX) if table.refs().containsKey(r)]
+    if not refs:
+        return
+    manage = table.manageSnapshots()
+    for ref in refs:
+        manage = manage.removeBranch(ref)
+    manage.commit()
+    spark.catalog.refreshTable(qualified(base_schema, identifier))
+
+
+def _fork_snapshot(table: Any, parent_level: str) -> int | None:
+    """The snapshot that holds what the parent level shows: ``main``'s, or the parent branch's image."""
+    if parent_level == MAIN:
+        current = table.currentSnapshot()
+        return None if current is None else int(current.snapshotId())
+    return _ref_snapshot(table, image_ref(parent_level))
+
+
+def _files_by_partition(table: Any, fork: int, paths: set[str]) -> dict[str, tuple[Any, Any]]:
+    """``data file path -> (spec, partition)`` for ``paths`` in snapshot ``fork`` (partitioned specs only)."""
+    found: dict[str, tuple[Any, Any]] = {}
+    tasks = table.newScan().useSnapshot(fork).planFiles()
+    try:
+        iterator = tasks.iterator()
+        while iterator.hasNext() and len(found) < len(paths):
+            task = iterator.next()
+            path = str(task.file().location())
+            if path in paths:
+                found[path] = (task.spec(), task.file().partition())
+    finally:
+        tasks.close()
+    return found
+
+
+def _write_position_deletes(spark: SparkSession, table: Any, positions: Sequence[tuple[int, str, int]],
+                            fork: int) -> list[Any]:
+    """One position-delete file per (spec, partition) for ``(spec id, data file, row position)`` rows."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    specs = table.specs()
+    partitioned = {spec_id for spec_id, _, _ in positions if not specs.get(spec_id).isUnpartitioned()}
+    located = _files_by_partition(table, fork, {p for s, p, _ in positions if s in partitioned}) if partitioned else {}
+    groups: dict[tuple[int, str], list[tuple[str, int]]] = defaultdict(list)
+    partitions: dict[tuple[int, str], Any] = {}
+    for spec_id, path, pos in positions:
+        partition = located[path][1] if spec_id in partitioned else None
+        group = (spec_id, "" if partition is None else str(specs.get(spec_id).partitionToPath(partition)))
+        groups[group].append((path, pos))
+        partitions[group] = partition
+    metrics_config = jvm.org.apache.iceberg.MetricsConfig.forPositionDelete(table)
+    delete_files = []
+    for group, rows in groups.items():
+        spec = specs.get(group[0])
+        rows.sort()
+        name = f"partialcow-image-{uuid.uuid4().hex}-deletes.parquet"
+        partition = partitions[group]
+        location = str(
+            table.locationProvider().newDataLocation(name)
+            if partition is None
+            else table.locationProvider().newDataLocation(spec, partition, name)
+        )
+        filesystem, inner = pafs.FileSystem.from_uri(location)
+        filesystem.create_dir(inner.rsplit("/", 1)[0], recursive=True)
+        arrays = [pa.array([r[0] for r in rows], pa.string()), pa.array([r[1] for r in rows], pa.int64())]
+        with filesystem.open_output_stream(inner) as sink:
+            pq.write_table(pa.Table.from_arrays(arrays, schema=_DELETE_SCHEMA), sink)
+        input_file = table.io().newInputFile(location)
+        builder = (
+            jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(spec)
+            .ofPositionDeletes()
+            .withPath(location)
+            .withFormat(jvm.org.apache.iceberg.FileFormat.PARQUET)
+            .withFileSizeInBytes(input_file.getLength())
+            # file_path bounds let readers skip this file for data files it does not name
+            .withMetrics(jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(input_file, metrics_config))
+        )
+        if partition is not None:
+            builder = builder.withPartition(partition)
+        delete_files.append(builder.build())
+    return delete_files
+
+
+def refresh_image(
+    spark: SparkSession, *, info: OverlayInfo, branch: str, parent_level: str, base_schema: str, identifier: str
+) -> bool:
+    """(Re)build ``branch``'s image of the model from its overlay; False (and no image ref) when it cannot have one.
+
+    ``parent_level`` is the nearest level above ``branch`` that has the model (``main`` or a branch).
+    """
+    root = qualified(base_schema, identifier)
+    table = load_iceberg(spark, base_schema, identifier)
+    if table is None:
+        return False
+    fork = _fork_snapshot(table, parent_level)
+    root_columns = spark.table(root).columns
+    if (
+        info.mode != "delta"
+        or int(table.operations().current().formatVersion()) >= 3
+        or fork is None
+        or sorted(c.lower() for c in root_columns) != sorted(c.lower() for c in info.columns)
+        or spark.table(info.table).isEmpty()
+    ):
+        drop_image(spark, base_schema, identifier, branch)
+        return False
+
+    ref, stage = image_ref(branch), image_ref(branch) + _STAGE_SUFFIX
+    manage = table.manageSnapshots()
+    if table.refs().containsKey(stage):  # left by a build that crashed
+        manage = manage.removeBranch(stage)
+    manage.createBranch(stage, fork).commit()
+
+    on = " AND ".join(f"p.{quote(k)} = o.{quote(k)}" for k in info.key_columns)  # overlay keys are never null
+    positions = [
+        (int(r[0]), str(r[1]), int(r[2]))
+        for r in spark.sql(
+            f"SELECT p._spec_id, p._file, p._pos FROM {root} VERSION AS OF {fork} p "
+            f"LEFT SEMI JOIN {info.table} o ON {on}"
+        ).collect()
+    ]
+    if positions:
+        delta = table.newRowDelta().toBranch(stage)
+        for delete_file in _write_position_deletes(spark, table, positions, fork):
+            delta = delta.addDeletes(delete_file)
+        delta.commit()
+    spark.catalog.refreshTable(root)
+    cols = ", ".join(quote(c) for c in root_columns)  # INSERT matches columns by position
+    spark.sql(
+        f"INSERT INTO {root}.{quote('branch_' + stage)} "
+        f"SELECT {cols} FROM {info.table} WHERE {OP_COLUMN} = '{OP_UPSERT}'"
+    )
+    table.refresh()
+    staged = _ref_snapshot(table, stage)
+    manage = table.manageSnapshots()
+    manage = manage.replaceBranch(ref, staged) if table.refs().containsKey(ref) else manage.createBranch(ref, staged)
+    manage.removeBranch(stage).commit()
+    spark.catalog.refreshTable(root)
+    return True

@@ -1,0 +1,143 @@
+"""Branch images (a model's branch content as an Iceberg branch of its root table): the view reads one table and
+returns what the overlay over the parent returns; the parent is pinned until a build or ``refresh_branch``;
+nesting forks from the parent branch's image; ``main`` is never written; dropping a branch removes its refs.
+Expected rows are plain Python dicts; the overlay-over-parent form (the view without an image) is cross-checked."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from partialcow.branch import build_model, create_branch, drop_branch, refresh_branch
+from partialcow.branch.catalog import load_iceberg
+from partialcow.branch.overlay import overlay_info, resolve_parent, view_sql
+
+pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.slow]
+
+ROWS = {i: (i, f"name-{i}", i % 3, i * 10) for i in range(60)}  # id, name, part, qty
+
+
+def _rows(spark, relation: str) -> dict:
+    return {r[0]: tuple(r) for r in spark.table(relation).collect()}
+
+
+def _frame(spark, rows: dict):
+    return spark.createDataFrame(sorted(rows.values()), "id bigint, name string, part int, qty bigint")
+
+
+def _live_rows(spark, meta: str, branch: str, levels: list[str]) -> dict:
+    """The same branch content through the view form without an image: overlay UNION ALL anti-joined parent."""
+    info = overlay_info(spark, f"{meta}__br_{branch}", "items")
+    parent = resolve_parent(spark, levels, meta, "items")
+    return {r[0]: tuple(r) for r in spark.sql(view_sql(info, parent, materialized=False)).collect()}
+
+
+def _view_text(spark, relation: str) -> str:
+    return spark.sql(f"SHOW CREATE TABLE {relation}").collect()[0][0]
+
+
+def _scan_files(spark, meta: str, ref: str) -> tuple[set[str], set[str]]:
+    """The data files and the delete files a scan of ``ref`` reads (Iceberg's own planning)."""
+    tasks = load_iceberg(spark, meta, "items").newScan().useRef(ref).planFiles()
+    data, deletes = set(), set()
+    iterator = tasks.iterator()
+    while iterator.hasNext():
+        task = iterator.next()
+        data.add(str(task.file().location()))
+        deletes |= {str(d.location()) for d in task.deletes()}
+    tasks.close()
+    return data, deletes
+
+
+def _refs(spark, table: str) -> set[str]:
+    return {r["name"] for r in spark.sql(f"SELECT name FROM {table}.refs").collect()}
+
+
+@pytest.mark.parametrize("layout", ["unpartitioned", "partitioned"])
+def test_image_reads_like_the_overlay_and_pins_the_parent(spark, layout):
+    meta = f"img_{uuid.uuid4().hex[:8]}"
+    root = f"{meta}.items"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    partitioning = "PARTITIONED BY (part)" if layout == "partitioned" else ""
+    spark.sql(f"CREATE TABLE {root} (id bigint, name string, part int, qty bigint) USING iceberg {partitioning}")
+    for chunk in range(3):  # several data files per partition
+        _frame(spark, {k: v for k, v in ROWS.items() if k % 3 == chunk}).writeTo(root).append()
+    main_snapshot = spark.sql(f"SELECT snapshot_id FROM {root}.refs WHERE name = 'main'").collect()[0][0]
+
+    # a crashed earlier build left a staging ref: the next build clears it
+    spark.sql(f"ALTER TABLE {root} CREATE BRANCH partialcow_dev__staging")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    dev = dict(ROWS)
+    dev[1] = (1, "changed", 1, 10)
+    dev[5] = (5, "name-5", 2, 555)
+    del dev[7], dev[8]
+    dev[100] = (100, "new", 7, 1)  # a partition value main does not have
+    build_model(spark, _frame(spark, dev), branch="dev", base_schema=meta, identifier="items", key_columns=["id"],
+                meta_schema=meta)
+    view = f"{meta}__br_dev.items"
+    assert "branch_partialcow_dev" in _view_text(spark, view)  # one scan, no join
+    assert _rows(spark, view) == dev
+    assert _live_rows(spark, meta, "dev", ["main"]) == dev
+    assert _refs(spark, root) == {"main", "partialcow_dev"}
+    assert _rows(spark, root) == ROWS  # main never written
+    assert spark.sql(f"SELECT snapshot_id FROM {root}.refs WHERE name = 'main'").collect()[0][0] == main_snapshot
+    # the image shares main's data files and hides the changed keys with position deletes
+    data_files, delete_files = _scan_files(spark, meta, "partialcow_dev")
+    main_data, main_deletes = _scan_files(spark, meta, "main")
+    assert main_data < data_files and not main_deletes and delete_files
+
+    # nested: feat forks from dev's image
+    create_branch(spark, name="feat", parent="dev", meta_schema=meta, models=[(meta, "items")])
+    feat = dict(dev)
+    feat[2] = (2, "feat", 2, 20)
+    del feat[100], feat[3]
+    build_model(spark, _frame(spark, feat), branch="feat", base_schema=meta, identifier="items", key_columns=["id"],
+                meta_schema=meta)
+    assert "branch_partialcow_feat" in _view_text(spark, f"{meta}__br_feat.items")
+    assert _rows(spark, f"{meta}__br_feat.items") == feat
+    assert _live_rows(spark, meta, "feat", ["dev", "main"]) == feat
+
+    # main moves on: the branches keep showing main as of their builds until refreshed
+    spark.sql(f"UPDATE {root} SET qty = -1 WHERE id IN (1, 10)")
+    spark.sql(f"DELETE FROM {root} WHERE id = 11")
+    theirs = dict(ROWS)
+    theirs[1], theirs[10] = (1, "name-1", 1, -1), (10, "name-10", 1, -1)
+    del theirs[11]
+    assert _rows(spark, root) == theirs
+    assert _rows(spark, view) == dev and _rows(spark, f"{meta}__br_feat.items") == feat
+    result = refresh_branch(spark, name="dev", meta_schema=meta)
+    assert result.models == ((f"{meta}.items", True),)
+    dev_now = {k: v for k, v in theirs.items() if k not in {1, 5, 7, 8, 100}} | {k: dev[k] for k in (1, 5, 100)}
+    assert _rows(spark, view) == dev_now == _live_rows(spark, meta, "dev", ["main"])
+    feat_now = {k: v for k, v in dev_now.items() if k not in {2, 3, 100}} | {2: feat[2]}
+    assert _rows(spark, f"{meta}__br_feat.items") == feat_now  # descendants are re-pinned too
+
+    drop_branch(spark, name="feat", meta_schema=meta)
+    assert _refs(spark, root) == {"main", "partialcow_dev"}
+    drop_branch(spark, name="dev", meta_schema=meta)
+    assert _refs(spark, root) == {"main"}
+    assert _rows(spark, root) == theirs
+    spark.sql(f"DROP SCHEMA {meta} CASCADE")
+
+
+def test_without_an_image_the_view_joins_the_live_parent(spark):
+    """A format-version 3 root takes deletion vectors, not position-delete files: no image, the join form."""
+    meta = f"img_{uuid.uuid4().hex[:8]}"
+    root = f"{meta}.items"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    spark.sql(f"CREATE TABLE {root} (id bigint, name string, part int, qty bigint) USING iceberg "
+              "TBLPROPERTIES ('format-version' = '3')")
+    _frame(spark, ROWS).writeTo(root).append()
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    dev = {k: v for k, v in ROWS.items() if k != 4}
+    build_model(spark, _frame(spark, dev), branch="dev", base_schema=meta, identifier="items", key_columns=["id"],
+                meta_schema=meta)
+    view = f"{meta}__br_dev.items"
+    assert "LEFT ANTI JOIN" in _view_text(spark, view)
+    assert _rows(spark, view) == dev
+    assert _refs(spark, root) == {"main"}
+    spark.sql(f"UPDATE {root} SET qty = 0 WHERE id = 9")  # read live: seen at once
+    assert _rows(spark, view)[9] == (9, "name-9", 0, 0)
+    drop_branch(spark, name="dev", meta_schema=meta)
+    spark.sql(f"DROP SCHEMA {meta} CASCADE")
