@@ -140,6 +140,8 @@ class TestBranchLifecycle:
         run_dbt(["run", "--vars", "{branch: dev}", "-s", "item_totals"])
         assert rows(spark, f"{dev}.item_totals") == {k: (k, v[2] * 2) for k, v in base.items()}
         assert spark.table(f"{dev}.item_totals__pcow_overlay").count() == 0
+        view_text = spark.sql(f"SHOW CREATE TABLE {dev}.item_totals").collect()[0][0]
+        assert f"FROM `{schema}`.`item_totals`" in view_text and "JOIN" not in view_text  # empty overlay: no join
 
         # updates, deletes and an insert on dev; main stays as it was
         write_file(model_sql(DEV_V1), project.project_root, "models", "items.sql")

@@ -8,7 +8,7 @@ read as ``shop.orders.branch_partialcow_dev``. Building it copies no parent data
 
 1. a staging ref is forked from what the parent level shows: the root's ``main`` snapshot, or the parent branch's
    own image;
-2. one position-delete file per partition hides the fork's rows whose key is in the overlay (their positions come
+2. position-delete files (one per data file) hide the fork's rows whose key is in the overlay (their positions come
    from a semi-join of the fork snapshot with the overlay's keys);
 3. the overlay's upserted rows are appended to the staging ref;
 4. one metadata commit points the image ref at the staging ref's snapshot and removes the staging ref, so readers
@@ -104,17 +104,17 @@ def _fork_snapshot(table: Any, parent_level: str) -> int | None:
     return _ref_snapshot(table, image_ref(parent_level))
 
 
-def _files_by_partition(table: Any, fork: int, paths: set[str]) -> dict[str, tuple[Any, Any]]:
-    """``data file path -> (spec, partition)`` for ``paths`` in snapshot ``fork`` (partitioned specs only)."""
-    found: dict[str, tuple[Any, Any]] = {}
+def _partitions(table: Any, fork: int, paths: set[str]) -> dict[str, Any]:
+    """``data file path -> partition`` for ``paths`` in snapshot ``fork``."""
+    found: dict[str, Any] = {}
     tasks = table.newScan().useSnapshot(fork).planFiles()
     try:
         iterator = tasks.iterator()
         while iterator.hasNext() and len(found) < len(paths):
-            task = iterator.next()
-            path = str(task.file().location())
+            data_file = iterator.next().file()
+            path = str(data_file.location())
             if path in paths:
-                found[path] = (task.spec(), task.file().partition())
+                found[path] = data_file.partition()
     finally:
         tasks.close()
     return found
@@ -122,25 +122,24 @@ def _files_by_partition(table: Any, fork: int, paths: set[str]) -> dict[str, tup
 
 def _write_position_deletes(spark: SparkSession, table: Any, positions: Sequence[tuple[int, str, int]],
                             fork: int) -> list[Any]:
-    """One position-delete file per (spec, partition) for ``(spec id, data file, row position)`` rows."""
+    """One position-delete file per data file for ``(spec id, data file, row position)`` rows.
+
+    Each names its data file as ``referenced_data_file``, so a reader loads only the deletes of the file it reads.
+    """
     jvm = spark._jvm  # type: ignore[attr-defined]
-    specs = table.specs()
-    partitioned = {spec_id for spec_id, _, _ in positions if not specs.get(spec_id).isUnpartitioned()}
-    located = _files_by_partition(table, fork, {p for s, p, _ in positions if s in partitioned}) if partitioned else {}
-    groups: dict[tuple[int, str], list[tuple[str, int]]] = defaultdict(list)
-    partitions: dict[tuple[int, str], Any] = {}
+    rows_by_file: dict[str, list[int]] = defaultdict(list)
+    spec_of: dict[str, int] = {}
     for spec_id, path, pos in positions:
-        partition = located[path][1] if spec_id in partitioned else None
-        group = (spec_id, "" if partition is None else str(specs.get(spec_id).partitionToPath(partition)))
-        groups[group].append((path, pos))
-        partitions[group] = partition
-    metrics_config = jvm.org.apache.iceberg.MetricsConfig.forPositionDelete(table)
+        rows_by_file[path].append(pos)
+        spec_of[path] = spec_id
+    specs = {spec_id: table.specs().get(spec_id) for spec_id in set(spec_of.values())}
+    partitioned = {spec_id for spec_id, spec in specs.items() if not spec.isUnpartitioned()}
+    partitions = _partitions(table, fork, {p for p, s in spec_of.items() if s in partitioned}) if partitioned else {}
     delete_files = []
-    for group, rows in groups.items():
-        spec = specs.get(group[0])
-        rows.sort()
+    for path in sorted(rows_by_file):
+        spec, rows = specs[spec_of[path]], sorted(rows_by_file[path])
+        partition = partitions.get(path)
         name = f"partialcow-image-{uuid.uuid4().hex}-deletes.parquet"
-        partition = partitions[group]
         location = str(
             table.locationProvider().newDataLocation(name)
             if partition is None
@@ -148,18 +147,17 @@ def _write_position_deletes(spark: SparkSession, table: Any, positions: Sequence
         )
         filesystem, inner = pafs.FileSystem.from_uri(location)
         filesystem.create_dir(inner.rsplit("/", 1)[0], recursive=True)
-        arrays = [pa.array([r[0] for r in rows], pa.string()), pa.array([r[1] for r in rows], pa.int64())]
+        arrays = [pa.array([path] * len(rows), pa.string()), pa.array(rows, pa.int64())]
         with filesystem.open_output_stream(inner) as sink:
             pq.write_table(pa.Table.from_arrays(arrays, schema=_DELETE_SCHEMA), sink)
-        input_file = table.io().newInputFile(location)
         builder = (
             jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(spec)
             .ofPositionDeletes()
             .withPath(location)
             .withFormat(jvm.org.apache.iceberg.FileFormat.PARQUET)
-            .withFileSizeInBytes(input_file.getLength())
-            # file_path bounds let readers skip this file for data files it does not name
-            .withMetrics(jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(input_file, metrics_config))
+            .withFileSizeInBytes(filesystem.get_file_info(inner).size)
+            .withRecordCount(len(rows))
+            .withReferencedDataFile(path)
         )
         if partition is not None:
             builder = builder.withPartition(partition)

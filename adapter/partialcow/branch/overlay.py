@@ -301,13 +301,14 @@ def build_model(
     )
 
 
-def view_sql(info: OverlayInfo, parent: tuple[str, str] | None, *, materialized: bool, image: str | None = None) -> str:
-    """The SELECT of a branch view (see the module docstring for the forms)."""
+def view_sql(info: OverlayInfo, parent: tuple[str, str] | None, *, materialized: bool, source: str | None = None) -> str:
+    """The SELECT of a branch view (see the module docstring for the forms); ``source``: one relation that already
+    holds the branch's rows (the model's image, or the parent when the overlay is empty)."""
     cols = ", ".join(quote(c) for c in info.columns)
     if materialized:
         return f"SELECT {cols} FROM {qualified(info.schema, full_table(info.identifier))}"
-    if image is not None:
-        return f"SELECT {cols} FROM {image}"
+    if source is not None:
+        return f"SELECT {cols} FROM {source}"
     upserts = f"SELECT {cols} FROM {info.table} WHERE {OP_COLUMN} = '{OP_UPSERT}'"
     if info.mode == "detached" or parent is None:
         return upserts
@@ -325,18 +326,20 @@ def create_branch_view(spark: SparkSession, *, levels: Sequence[str], base_schem
     parent_level = _parent_level(spark, levels[1:], base_schema, identifier)
     parent = None if parent_level is None else (_level_schema(base_schema, parent_level), identifier)
     materialized = table_exists(spark, schema, full_table(identifier))
-    image = None
-    if materialized or parent_level is None:
+    source = None
+    if materialized or parent is None:
         drop_image(spark, base_schema, identifier, levels[0])
     elif refresh_image(spark, info=info, branch=levels[0], parent_level=parent_level, base_schema=base_schema,
                        identifier=identifier):
-        image = image_relation(base_schema, identifier, levels[0])
+        source = image_relation(base_schema, identifier, levels[0])
+    elif info.mode == "delta" and spark.table(info.table).isEmpty():
+        source = qualified(*parent)  # nothing changed on the branch: the parent as it is, no join
     # Not CREATE OR REPLACE: through Iceberg's SparkSessionCatalog on a Hive metastore, replacing an Iceberg
     # view keeps the old SQL text in the metastore, which is what reads use (Iceberg 1.10, apache/iceberg#15490).
     spark.sql(f"DROP VIEW IF EXISTS {qualified(schema, identifier)}")
     spark.sql(
         f"CREATE VIEW {qualified(schema, identifier)} AS\n"
-        f"{view_sql(info, parent, materialized=materialized, image=image)}"
+        f"{view_sql(info, parent, materialized=materialized, source=source)}"
     )
 
 
