@@ -6,7 +6,7 @@ import doctest
 
 import pytest
 
-from partialcow.branch import naming
+from partialcow.branch import image, naming
 from partialcow.branch.naming import base_schema_of, overlay_schema, quote, validate_branch_name
 from partialcow.exceptions import BranchError
 
@@ -47,3 +47,5 @@ def test_quote_escapes_backticks():
 
 def test_docstring_examples():
     assert doctest.testmod(naming).failed == 0
+    result = doctest.testmod(image)
+    assert result.attempted >= 2 and result.failed == 0

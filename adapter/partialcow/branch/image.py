@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from partialcow.branch.catalog import load_iceberg
 from partialcow.branch.naming import MAIN, OP_COLUMN, OP_UPSERT, qualified, quote
+from partialcow.exceptions import BranchError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -188,6 +189,23 @@ def refresh_image(
         drop_image(spark, base_schema, identifier, branch)
         return False
 
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    try:
+        _build(spark, table, info=info, branch=branch, fork=fork, root=root, root_columns=root_columns)
+    except (Py4JJavaError, CapturedException) as exc:
+        message = str(exc).strip().splitlines()[0]
+        raise BranchError(
+            f"model {root}: building its image on branch {branch} failed ({message}); the branch's view still "
+            "reads what it read before, and the next build retries"
+        ) from exc
+    return True
+
+
+def _build(spark: SparkSession, table: Any, *, info: OverlayInfo, branch: str, fork: int, root: str,
+           root_columns: Sequence[str]) -> None:
+    """The image's steps (see the module docstring): staging ref, deletes, appended rows, one switch of the ref."""
     ref, stage = image_ref(branch), image_ref(branch) + _STAGE_SUFFIX
     manage = table.manageSnapshots()
     if table.refs().containsKey(stage):  # left by a build that crashed
@@ -219,4 +237,3 @@ def refresh_image(
     manage = manage.replaceBranch(ref, staged) if table.refs().containsKey(ref) else manage.createBranch(ref, staged)
     manage.removeBranch(stage).commit()
     spark.catalog.refreshTable(root)
-    return True
