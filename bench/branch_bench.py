@@ -3,7 +3,9 @@
 Measures:
 1. branch creation time on a 1K-row vs a 1M-row table (creation records snapshots, copies nothing);
 2. full scan of a branch view (it reads the model's image) over a 1M-row table with a 1K-row and a 100K-row overlay
-   vs the table itself (targets: +5% and +20%), plus the view form used without an image (anti-join, live parent);
+   vs the table itself (targets: +5% and +20%), for both image modes (copy-on-write, the default, and
+   merge-on-read), with each build's time and the bytes its image adds to the table; plus the view form used
+   without an image (anti-join, live parent);
 3. merge of a 1K-key overlay into a 1M-row vs a 100K-row table (fast-forward and three-way).
 
 Run:  PYTHONPATH=adapter python bench/branch_bench.py [--rows 1000000] [--repeat 5] [--scan values|noop]
@@ -86,8 +88,30 @@ def _scan(spark, relation: str, *, kind: str) -> None:
         spark.sql(f"SELECT count(*), sum(cast(hash(*) AS bigint)) FROM {relation}").collect()
 
 
+def _image_bytes(spark, ref: str) -> int:
+    """Bytes of the data and delete files ``ref`` of the big table reads that ``main`` does not (all of main's for
+    ``main``)."""
+    from partialcow.branch.catalog import load_iceberg
+
+    table = load_iceberg(spark, META, "t_big")
+
+    def files(name: str) -> dict[str, int]:
+        found, tasks = {}, table.newScan().useRef(name).planFiles()
+        iterator = tasks.iterator()
+        while iterator.hasNext():
+            task = iterator.next()
+            for f in [task.file(), *task.deletes()]:
+                found[str(f.location())] = int(f.fileSizeInBytes())
+        tasks.close()
+        return found
+
+    main = files("main")
+    return sum(main.values()) if ref == "main" else sum(v for k, v in files(ref).items() if k not in main)
+
+
 def run(rows: int, repeat: int, warehouse: str, scan_kind: str = "values") -> dict:
     from partialcow.branch import build_model, create_branch, drop_branch, merge_branch
+    from partialcow.branch.image import IMAGE_MODES, image_ref
     from partialcow.branch.overlay import overlay_info, view_sql
     from partialcow.spark.session import get_or_create_session
 
@@ -118,32 +142,39 @@ def run(rows: int, repeat: int, warehouse: str, scan_kind: str = "values") -> di
     base_times: list[float] = []
     same_rounds: dict[str, float] = {}
     reads = {"table": 0.0}  # filled in below, from every round's scan of the table
-    build_seconds = {}
+    build_seconds, image_bytes = {}, {}
     for label, every in (("1K", rows // 1000), ("100K", rows // 100_000)):
-        branch = f"read_{label.lower()}"
-        create_branch(spark, name=branch, meta_schema=META, models=[(META, "t_big")])
-        start = time.perf_counter()
-        summary = build_model(spark, _changed(spark, "t_big", every), branch=branch, base_schema=META,
-                              identifier="t_big", key_columns=["id"], meta_schema=META)
-        build_seconds[label] = time.perf_counter() - start
-        assert summary.upserts == rows // every, summary
+        forms = {}
+        for mode in IMAGE_MODES:
+            branch = f"read_{label.lower()}_{mode.split('-')[0]}"
+            create_branch(spark, name=branch, meta_schema=META, models=[(META, "t_big")], image_mode=mode)
+            start = time.perf_counter()
+            summary = build_model(spark, _changed(spark, "t_big", every), branch=branch, base_schema=META,
+                                  identifier="t_big", key_columns=["id"], meta_schema=META)
+            build_seconds[f"{label} changed rows, {mode} image"] = time.perf_counter() - start
+            assert summary.upserts == rows // every, summary
+            image_bytes[f"{label} changed rows, {mode} image"] = _image_bytes(spark, image_ref(branch))
+            forms[f"view ({mode} image), {label} overlay"] = f"{META}__br_{branch}.t_big"
         # the same rows through the view form used where a model has no image: overlay anti-joined to the live parent
         info = overlay_info(spark, f"{META}__br_{branch}", "t_big")
         spark.sql(view_sql(info, (META, "t_big"), materialized=False)).createOrReplaceTempView("bench_live_form")
+        forms[f"live join form (no image), {label} overlay"] = "bench_live_form"
         # Each form interleaved with the table's own scan, so drift in the machine's speed hits both alike, and in
         # rounds of its own: scans that apply deletes ran 30-40% slower when the join form ran in the same rounds
         # (Iceberg's own merge-on-read branch too), which a reader of one view never sees.
-        for name, relation in ((f"view, {label} overlay", f"{META}__br_{branch}.t_big"),
-                               (f"live join form (no image), {label} overlay", "bench_live_form")):
+        for name, relation in forms.items():
             timed = _interleaved({"table": f"{META}.t_big", "form": relation}, partial(scan, spark), repeat)
             base_times += timed["table"]
             reads[name] = statistics.median(timed["form"])
             same_rounds[name] = statistics.median(timed["table"])
-        drop_branch(spark, name=branch, meta_schema=META)
+        for mode in IMAGE_MODES:
+            drop_branch(spark, name=f"read_{label.lower()}_{mode.split('-')[0]}", meta_schema=META)
     reads["table"] = statistics.median(base_times)
     results["read_seconds"] = reads
     results["read_ratio"] = {k: v / same_rounds.get(k, reads["table"]) for k, v in reads.items()}
     results["build_seconds"] = build_seconds
+    results["image_bytes"] = image_bytes
+    results["table_bytes"] = _image_bytes(spark, "main")
 
     # 3. merging 1K changed keys into tables of different sizes
     _make_table(spark, "m_small", 100_000)
@@ -197,9 +228,10 @@ def write_report(results: dict) -> None:
             f"| full scan: {label} ({_size(results['rows'])} rows) | {seconds:.3f} | {ratio:.2f}x ({(ratio - 1):+.0%}) |"
         )
     for label, seconds in results["build_seconds"].items():
+        added = results["image_bytes"][label] / results["table_bytes"]
         lines.append(
-            f"| build model on branch, {label} changed rows (diff vs {_size(results['rows'])}-row parent) "
-            f"| {seconds:.3f} | |"
+            f"| build model on branch, {label} (diff vs {_size(results['rows'])}-row parent; the image adds "
+            f"{results['image_bytes'][label] / 1e6:.1f} MB, {added:.0%} of the table's bytes) | {seconds:.3f} | |"
         )
     for label, seconds in results["merge_seconds"].items():
         lines.append(f"| branch_merge 1K keys into {label} | {seconds:.3f} | |")

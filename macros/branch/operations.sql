@@ -1,6 +1,9 @@
 {#- Branch operations, run as `dbt run-operation <name> --args '{...}'`. Each logs a summary.
 
-    branch_create       {name, parent?}       new branch (parent: the selected branch, else main); copies nothing
+    branch_create       {name, parent?,       new branch (parent: the selected branch, else main); copies nothing.
+                         image_mode?}         image_mode: copy-on-write (default: branch reads as fast as the
+                                              table's; builds copy the data files they touch) or merge-on-read
+                                              (builds store position deletes; reads apply them)
     branch_diff         {name}                per model inserted/updated/deleted keys and changed columns, also
                                               written to <target schema>__br_<name>.partialcow_branch_diff
     branch_merge        {name, on_conflict?}  three-way merge into the parent; conflicts go to
@@ -30,13 +33,13 @@
 {%- endmacro %}
 
 
-{% macro branch_create(name, parent=none) -%}
-  {{ return(adapter.dispatch('branch_create', 'dbt')(name, parent)) }}
+{% macro branch_create(name, parent=none, image_mode=none) -%}
+  {{ return(adapter.dispatch('branch_create', 'dbt')(name, parent, image_mode)) }}
 {%- endmacro %}
 
-{% macro partialcow__branch_create(name, parent) -%}
+{% macro partialcow__branch_create(name, parent, image_mode) -%}
   {%- set options = {'name': name, 'parent': parent or partialcow_active_branch() or 'main',
-                     'models': partialcow_branch_graph_models()} -%}
+                     'models': partialcow_branch_graph_models(), 'image_mode': image_mode} -%}
   {{ return(partialcow_branch_run('create', options)) }}
 {%- endmacro %}
 

@@ -1,17 +1,23 @@
 """Branch images (a model's branch content as an Iceberg branch of its root table): the view reads one table and
 returns what the overlay over the parent returns; the parent is pinned until a build or ``refresh_branch``;
 nesting forks from the parent branch's image; ``main`` is never written; dropping a branch removes its refs.
-Expected rows are plain Python dicts; the overlay-over-parent form (the view without an image) is cross-checked."""
+Both image modes: copy-on-write (touched data files rewritten by the page engine) and merge-on-read (position
+deletes). Expected rows are plain Python dicts; the overlay-over-parent form (the view without an image) is
+cross-checked, and the files the copy-on-write image wrote are read by pyarrow and DuckDB."""
 
 from __future__ import annotations
 
 import uuid
 
+import duckdb
+import pyarrow.parquet as pq
 import pytest
 
 from partialcow.branch import build_model, create_branch, drop_branch, refresh_branch
 from partialcow.branch.catalog import load_iceberg
+from partialcow.branch.image import COPY_ON_WRITE, MERGE_ON_READ
 from partialcow.branch.overlay import overlay_info, resolve_parent, view_sql
+from partialcow.spark.tables import local_path
 
 pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.slow]
 
@@ -54,21 +60,51 @@ def _refs(spark, table: str) -> set[str]:
     return {r["name"] for r in spark.sql(f"SELECT name FROM {table}.refs").collect()}
 
 
+def _file_of(spark, root: str, key: int) -> str:
+    return spark.sql(f"SELECT _file FROM {root} WHERE id = {key}").collect()[0][0]
+
+
+def _check_rewritten_files(spark, meta: str, ref: str, expected: dict) -> None:
+    """The data files the copy-on-write image wrote: pyarrow and DuckDB read the same rows, all expected ones, as
+    many as Iceberg records; at least one exists."""
+    tasks = load_iceberg(spark, meta, "items").newScan().useRef(ref).planFiles()
+    iterator, written = tasks.iterator(), []
+    while iterator.hasNext():
+        task = iterator.next()
+        path = str(task.file().location())
+        if "/pcow-" in path:
+            assert task.deletes().isEmpty()
+            written.append((local_path(path), task.file().recordCount()))
+    tasks.close()
+    assert written
+    for path, count in written:
+        by_arrow = sorted(tuple(r.values()) for r in pq.read_table(path).to_pylist())
+        by_duckdb = sorted(duckdb.sql(f"SELECT id, name, part, qty FROM read_parquet('{path}')").fetchall())
+        assert by_arrow == by_duckdb and len(by_arrow) == count
+        assert all(expected[row[0]] == row for row in by_arrow)
+
+
+@pytest.mark.parametrize("mode", [COPY_ON_WRITE, MERGE_ON_READ])
 @pytest.mark.parametrize("layout", ["unpartitioned", "partitioned"])
-def test_image_reads_like_the_overlay_and_pins_the_parent(spark, layout):
+def test_image_reads_like_the_overlay_and_pins_the_parent(spark, layout, mode):
     meta = f"img_{uuid.uuid4().hex[:8]}"
     root = f"{meta}.items"
     spark.sql(f"CREATE SCHEMA {meta}")
     partitioning = "PARTITIONED BY (part)" if layout == "partitioned" else ""
-    spark.sql(f"CREATE TABLE {root} (id bigint, name string, part int, qty bigint) USING iceberg {partitioning}")
+    spark.sql(f"CREATE TABLE {root} (id bigint, name string, part int, qty bigint) USING iceberg {partitioning} "
+              "TBLPROPERTIES ('write.delete.mode' = 'merge-on-read')")
     for chunk in range(3):  # several data files per partition
         _frame(spark, {k: v for k, v in ROWS.items() if k % 3 == chunk}).writeTo(root).append()
+    # main hides a row with a position delete: its file (which dev changes too) must keep it hidden in either mode
+    spark.sql(f"DELETE FROM {root} WHERE id = 20")
+    base = {k: v for k, v in ROWS.items() if k != 20}
+    file_with_deletes = _file_of(spark, root, 5)
     main_snapshot = spark.sql(f"SELECT snapshot_id FROM {root}.refs WHERE name = 'main'").collect()[0][0]
 
     # a crashed earlier build left a staging ref: the next build clears it
     spark.sql(f"ALTER TABLE {root} CREATE BRANCH partialcow_dev__staging")
-    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
-    dev = dict(ROWS)
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")], image_mode=mode)
+    dev = dict(base)
     dev[1] = (1, "changed", 1, 10)
     dev[5] = (5, "name-5", 2, 555)
     del dev[7], dev[8]
@@ -80,15 +116,19 @@ def test_image_reads_like_the_overlay_and_pins_the_parent(spark, layout):
     assert _rows(spark, view) == dev
     assert _live_rows(spark, meta, "dev", ["main"]) == dev
     assert _refs(spark, root) == {"main", "partialcow_dev"}
-    assert _rows(spark, root) == ROWS  # main never written
+    assert _rows(spark, root) == base  # main never written
     assert spark.sql(f"SELECT snapshot_id FROM {root}.refs WHERE name = 'main'").collect()[0][0] == main_snapshot
-    # the image shares main's data files and hides the changed keys with position deletes
     data_files, delete_files = _scan_files(spark, meta, "partialcow_dev")
     main_data, main_deletes = _scan_files(spark, meta, "main")
-    assert main_data < data_files and not main_deletes and delete_files
+    assert file_with_deletes in data_files and main_deletes < delete_files
+    if mode == MERGE_ON_READ:  # main's data files shared, changed keys hidden by position deletes
+        assert main_data < data_files
+    else:  # the touched file without deletes rewritten, untouched ones shared
+        assert _file_of(spark, root, 1) not in data_files and data_files & main_data
+        _check_rewritten_files(spark, meta, "partialcow_dev", dev)
 
     # nested: feat forks from dev's image
-    create_branch(spark, name="feat", parent="dev", meta_schema=meta, models=[(meta, "items")])
+    create_branch(spark, name="feat", parent="dev", meta_schema=meta, models=[(meta, "items")], image_mode=mode)
     feat = dict(dev)
     feat[2] = (2, "feat", 2, 20)
     del feat[100], feat[3]
@@ -97,11 +137,13 @@ def test_image_reads_like_the_overlay_and_pins_the_parent(spark, layout):
     assert "branch_partialcow_feat" in _view_text(spark, f"{meta}__br_feat.items")
     assert _rows(spark, f"{meta}__br_feat.items") == feat
     assert _live_rows(spark, meta, "feat", ["dev", "main"]) == feat
+    if mode == COPY_ON_WRITE:
+        _check_rewritten_files(spark, meta, "partialcow_feat", feat)
 
     # main moves on: the branches keep showing main as of their builds until refreshed
     spark.sql(f"UPDATE {root} SET qty = -1 WHERE id IN (1, 10)")
     spark.sql(f"DELETE FROM {root} WHERE id = 11")
-    theirs = dict(ROWS)
+    theirs = dict(base)
     theirs[1], theirs[10] = (1, "name-1", 1, -1), (10, "name-10", 1, -1)
     del theirs[11]
     assert _rows(spark, root) == theirs
@@ -140,4 +182,24 @@ def test_without_an_image_the_view_joins_the_live_parent(spark):
     spark.sql(f"UPDATE {root} SET qty = 0 WHERE id = 9")  # read live: seen at once
     assert _rows(spark, view)[9] == (9, "name-9", 0, 0)
     drop_branch(spark, name="dev", meta_schema=meta)
+    spark.sql(f"DROP SCHEMA {meta} CASCADE")
+
+
+def test_image_mode_is_recorded_and_checked(spark):
+    """A branch keeps its image mode; a metadata table written before modes existed gains the column, its branches
+    read as copy-on-write; an unknown mode is refused with nothing recorded."""
+    from partialcow.branch.store import BranchStore
+    from partialcow.exceptions import BranchError
+
+    meta = f"img_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    spark.sql(f"CREATE TABLE {meta}.partialcow_branches (name STRING, parent STRING, created_at TIMESTAMP, "
+              "merged_at TIMESTAMP, base_snapshots MAP<STRING, BIGINT>) USING iceberg")
+    spark.sql(f"INSERT INTO {meta}.partialcow_branches VALUES ('old', 'main', current_timestamp(), NULL, map())")
+    create_branch(spark, name="small", meta_schema=meta, image_mode=MERGE_ON_READ)
+    store = BranchStore(spark, meta_schema=meta)
+    assert {r.name: r.image_mode for r in store.all()} == {"old": COPY_ON_WRITE, "small": MERGE_ON_READ}
+    with pytest.raises(BranchError, match="image mode 'fastest' is not one of copy-on-write, merge-on-read"):
+        create_branch(spark, name="fast", meta_schema=meta, image_mode="fastest")
+    assert store.get("fast") is None
     spark.sql(f"DROP SCHEMA {meta} CASCADE")

@@ -25,8 +25,11 @@ Behaviour:
   from the parent's, are *detached*: the overlay holds the whole result and the view reads it alone; a merge
   replaces the parent's rows (a conflict if the parent changed too).
 - The branch view of a keyed model reads its *image*: the overlay applied to the parent as an Iceberg branch
-  ``partialcow_<branch>`` of the model's root table (position deletes for the changed keys plus the changed rows;
-  the parent's data files are shared, ``main`` is never written), so a read is one table scan. The image pins
+  ``partialcow_<branch>`` of the model's root table (the parent's untouched data files shared, ``main`` never
+  written), so a read is one table scan. The branch's ``image_mode`` chooses how changed keys are held:
+  ``copy-on-write`` (default) rewrites the data files they are in with the page engine, so reads cost what the
+  table's cost; ``merge-on-read`` hides them with position deletes (small images, reads apply the deletes). The
+  image pins
   the parent as of the model's last build on the branch; ``branch_refresh`` re-pins it to the parent as it is
   now. Where there can be no image (detached models, format-version 3 roots, a parent branch without one) the
   view reads the parent *live* through an anti-join with the overlay. ``ref()`` reads the nearest level that

@@ -4,13 +4,22 @@ reading the branch view is one table scan, with no join against the overlay.
 The overlay table stays the record of what the branch changed (diff, merge and conflicts read it); the image is
 derived from it after every change of the overlay (build, merge, the parent's rebuild) and only serves reads.
 For model ``orders`` of schema ``shop`` on branch ``dev`` the image is the ref ``partialcow_dev`` of ``shop.orders``,
-read as ``shop.orders.branch_partialcow_dev``. Building it copies no parent data:
+read as ``shop.orders.branch_partialcow_dev``. Building it:
 
 1. a staging ref is forked from what the parent level shows: the root's ``main`` snapshot, or the parent branch's
    own image;
-2. position-delete files (one per data file) hide the fork's rows whose key is in the overlay (their positions come
-   from a semi-join of the fork snapshot with the overlay's keys);
-3. the overlay's upserted rows are appended to the staging ref;
+2. the fork's rows whose key is in the overlay are found (a join of the fork snapshot with the overlay's keys:
+   data file and row position) and changed, per the branch's image mode:
+
+   - ``copy-on-write`` (default): each data file they are in is rewritten by the Parquet page engine, as
+     ``partial_cow_incremental`` does (only the pages holding changed values re-encoded, every other page copied
+     byte for byte); reads then cost what reading the table costs, and the image stores the touched files' bytes;
+   - ``merge-on-read``: one position-delete file per data file hides them; the image stores only deletes and the
+     changed rows, and every read applies the deletes (as Iceberg's own merge-on-read does: +15-20% on a scan);
+
+   a data file that already has deletes in the fork, or lacks a column the table gained later, takes deletes in
+   either mode (Iceberg refuses to replace a file that has deletes, and rightly: they would stop hiding rows);
+3. the overlay's upserted rows not written in place are appended to the staging ref;
 4. one metadata commit points the image ref at the staging ref's snapshot and removes the staging ref, so readers
    see the old image or the new one, never a half-built one. ``main`` is never written.
 
@@ -18,13 +27,15 @@ An image pins the parent as of its build: rows the parent changes later show up 
 ``branch_refresh``. The image's snapshots keep the parent's data files they share alive until the branch is dropped.
 No image (the view joins the overlay to the parent at read time instead) for detached or materialized models, a root
 that is not an Iceberg table of format version 1 or 2 (version 3 takes deletion vectors only), a parent level without
-an image, or an empty overlay.
+an image, an overlay whose columns or types differ from the root's, or an empty overlay.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections import defaultdict
+from functools import partial
 from typing import TYPE_CHECKING, Any, Sequence
 
 import pyarrow as pa
@@ -32,15 +43,23 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from partialcow.branch.catalog import load_iceberg
-from partialcow.branch.naming import MAIN, OP_COLUMN, OP_UPSERT, qualified, quote
+from partialcow.branch.naming import MAIN, OP_COLUMN, OP_DELETE, OP_UPSERT, qualified, quote
 from partialcow.exceptions import BranchError
+from partialcow.spark.rewrite_job import DELETE, FILE, IN_PLACE_RESULT_SCHEMA, POS, rewrite_files_in_place
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from partialcow.branch.overlay import OverlayInfo
 
-__all__ = ["image_ref", "image_relation", "refresh_image", "drop_image", "has_image"]
+__all__ = [
+    "COPY_ON_WRITE", "MERGE_ON_READ", "IMAGE_MODES", "validate_image_mode",
+    "image_ref", "image_relation", "refresh_image", "drop_image", "has_image",
+]
+
+COPY_ON_WRITE = "copy-on-write"
+MERGE_ON_READ = "merge-on-read"
+IMAGE_MODES = (COPY_ON_WRITE, MERGE_ON_READ)
 
 _REF_PREFIX = "partialcow_"
 _STAGE_SUFFIX = "__staging"
@@ -52,6 +71,21 @@ _DELETE_SCHEMA = pa.schema(
         pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"2147483545"}),
     ]
 )
+
+
+def validate_image_mode(mode: str) -> str:
+    """``mode`` if it names an image mode, else a ``BranchError``.
+
+    >>> validate_image_mode("merge-on-read")
+    'merge-on-read'
+    >>> validate_image_mode("fast")
+    Traceback (most recent call last):
+    ...
+    partialcow.exceptions.BranchError: image mode 'fast' is not one of copy-on-write, merge-on-read
+    """
+    if mode not in IMAGE_MODES:
+        raise BranchError(f"image mode {mode!r} is not one of {', '.join(IMAGE_MODES)}")
+    return mode
 
 
 def image_ref(branch: str) -> str:
@@ -167,23 +201,34 @@ def _write_position_deletes(spark: SparkSession, table: Any, positions: Sequence
 
 
 def refresh_image(
-    spark: SparkSession, *, info: OverlayInfo, branch: str, parent_level: str, base_schema: str, identifier: str
+    spark: SparkSession,
+    *,
+    info: OverlayInfo,
+    branch: str,
+    parent_level: str,
+    base_schema: str,
+    identifier: str,
+    mode: str = COPY_ON_WRITE,
 ) -> bool:
     """(Re)build ``branch``'s image of the model from its overlay; False (and no image ref) when it cannot have one.
 
-    ``parent_level`` is the nearest level above ``branch`` that has the model (``main`` or a branch).
+    ``parent_level`` is the nearest level above ``branch`` that has the model (``main`` or a branch); ``mode`` one
+    of :data:`IMAGE_MODES`.
     """
+    validate_image_mode(mode)
     root = qualified(base_schema, identifier)
     table = load_iceberg(spark, base_schema, identifier)
     if table is None:
         return False
     fork = _fork_snapshot(table, parent_level)
-    root_columns = spark.table(root).columns
+    root_types = {f.name.lower(): f.dataType for f in spark.table(root).schema}
+    columns = {c.lower() for c in info.columns}
+    overlay_types = {f.name.lower(): f.dataType for f in spark.table(info.table).schema if f.name.lower() in columns}
     if (
         info.mode != "delta"
         or int(table.operations().current().formatVersion()) >= 3
         or fork is None
-        or sorted(c.lower() for c in root_columns) != sorted(c.lower() for c in info.columns)
+        or root_types != overlay_types
         or spark.table(info.table).isEmpty()
     ):
         drop_image(spark, base_schema, identifier, branch)
@@ -193,7 +238,7 @@ def refresh_image(
     from pyspark.errors.exceptions.captured import CapturedException
 
     try:
-        _build(spark, table, info=info, branch=branch, fork=fork, root=root, root_columns=root_columns)
+        _build(spark, table, info=info, branch=branch, fork=fork, root=root, mode=mode)
     except (Py4JJavaError, CapturedException) as exc:
         message = str(exc).strip().splitlines()[0]
         raise BranchError(
@@ -203,37 +248,132 @@ def refresh_image(
     return True
 
 
-def _build(spark: SparkSession, table: Any, *, info: OverlayInfo, branch: str, fork: int, root: str,
-           root_columns: Sequence[str]) -> None:
-    """The image's steps (see the module docstring): staging ref, deletes, appended rows, one switch of the ref."""
+_SPEC = "_pcow_spec"
+
+
+def _build(spark: SparkSession, table: Any, *, info: OverlayInfo, branch: str, fork: int, root: str, mode: str) -> None:
+    """The image's steps (see the module docstring): staging ref, changed rows, appended rows, one switch of the ref."""
+    from pyspark.sql import functions as F
+
     ref, stage = image_ref(branch), image_ref(branch) + _STAGE_SUFFIX
     manage = table.manageSnapshots()
     if table.refs().containsKey(stage):  # left by a build that crashed
         manage = manage.removeBranch(stage)
     manage.createBranch(stage, fork).commit()
 
-    on = " AND ".join(f"p.{quote(k)} = o.{quote(k)}" for k in info.key_columns)  # overlay keys are never null
-    positions = [
-        (int(r[0]), str(r[1]), int(r[2]))
-        for r in spark.sql(
-            f"SELECT p._spec_id, p._file, p._pos FROM {root} VERSION AS OF {fork} p "
-            f"LEFT SEMI JOIN {info.table} o ON {on}"
-        ).collect()
-    ]
-    if positions:
-        delta = table.newRowDelta().toBranch(stage)
-        for delete_file in _write_position_deletes(spark, table, positions, fork):
-            delta = delta.addDeletes(delete_file)
-        delta.commit()
-    spark.catalog.refreshTable(root)
-    cols = ", ".join(quote(c) for c in root_columns)  # INSERT matches columns by position
-    spark.sql(
-        f"INSERT INTO {root}.{quote('branch_' + stage)} "
-        f"SELECT {cols} FROM {info.table} WHERE {OP_COLUMN} = '{OP_UPSERT}'"
-    )
+    root_columns = spark.table(root).columns
+    keys = list(info.key_columns)
+    on = " AND ".join(f"p.{quote(k)} = o.{quote(k)}" for k in keys)  # overlay keys are never null
+    partition_by = ", ".join(f"o.{quote(k)}" for k in keys)
+    values = ", ".join(f"o.{quote(c)}" for c in root_columns)
+    # The fork's rows the overlay changes. A key the parent holds more than once is deleted wherever it is and its
+    # new row appended once, as the live view form shows it.
+    changed = spark.sql(
+        f"SELECT p._spec_id AS {_SPEC}, p._file AS {FILE}, p._pos AS {POS}, "
+        f"o.{OP_COLUMN} = '{OP_DELETE}' OR count(*) OVER (PARTITION BY {partition_by}) > 1 AS {DELETE}, {values} "
+        f"FROM {root} VERSION AS OF {fork} p JOIN {info.table} o ON {on}"
+    ).persist()
+    try:
+        rewritten = []
+        if mode == COPY_ON_WRITE:
+            key_names = {k.lower() for k in keys}
+            rewritten = _rewrite_in_place(spark, table, changed, fork=fork, stage=stage,
+                                          update_columns=[c for c in root_columns if c.lower() not in key_names])
+        in_place = F.col(FILE).isin(rewritten) if rewritten else F.lit(False)
+        positions = [
+            (int(r[0]), str(r[1]), int(r[2]))
+            for r in changed.filter(~in_place).select(_SPEC, FILE, POS).collect()
+        ]
+        if positions:
+            delta = table.newRowDelta().toBranch(stage)
+            for delete_file in _write_position_deletes(spark, table, positions, fork):
+                delta = delta.addDeletes(delete_file)
+            delta.commit()
+        spark.catalog.refreshTable(root)
+        upserts = spark.table(info.table).filter(F.col(OP_COLUMN) == OP_UPSERT)
+        if rewritten:
+            upserts = upserts.join(changed.filter(in_place & ~F.col(DELETE)).select(*keys), on=keys, how="left_anti")
+        rows = f"_pcow_image_rows_{uuid.uuid4().hex}"  # dbt runs models in threads: no shared temp names
+        upserts.select(*root_columns).createOrReplaceTempView(rows)
+        try:
+            spark.sql(f"INSERT INTO {root}.{quote('branch_' + stage)} SELECT * FROM {rows}")
+        finally:
+            spark.catalog.dropTempView(rows)
+    finally:
+        changed.unpersist()
     table.refresh()
     staged = _ref_snapshot(table, stage)
     manage = table.manageSnapshots()
     manage = manage.replaceBranch(ref, staged) if table.refs().containsKey(ref) else manage.createBranch(ref, staged)
     manage.removeBranch(stage).commit()
     spark.catalog.refreshTable(root)
+
+
+def _rewritable_files(table: Any, fork: int, paths: set[str]) -> dict[str, Any]:
+    """``path -> data file`` for those of ``paths`` that have no deletes in snapshot ``fork``."""
+    found: dict[str, Any] = {}
+    tasks = table.newScan().useSnapshot(fork).planFiles()
+    try:
+        iterator = tasks.iterator()
+        while iterator.hasNext():
+            task = iterator.next()
+            data_file = task.file()
+            path = str(data_file.location())
+            if path in paths and task.deletes().isEmpty():
+                found[path] = data_file
+    finally:
+        tasks.close()
+    return found
+
+
+def _rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: int, stage: str,
+                      update_columns: Sequence[str]) -> list[str]:
+    """Rewrite the data files ``changed`` touches (those that can be) and commit them to ``stage``; their paths."""
+    touched = {str(r[0]) for r in changed.select(FILE).distinct().collect()}
+    files = _rewritable_files(table, fork, touched)
+    if not files:
+        return []
+    job = partial(rewrite_files_in_place, rewritable=frozenset(files), update_columns=tuple(update_columns))
+    parts = min(len(files), spark.sparkContext.defaultParallelism * 2)
+    results = changed.repartition(parts, FILE).mapInArrow(job, IN_PLACE_RESULT_SCHEMA).collect()
+    if not results:
+        return []
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    try:
+        metrics_config = jvm.org.apache.iceberg.MetricsConfig.forTable(table)
+        rewrite = table.newRewrite().toBranch(stage)
+        for result in results:
+            old = files[result["src"]]
+            rewrite = rewrite.deleteFile(old)
+            if result["rows_after"]:
+                rewrite = rewrite.addFile(_data_file(jvm, table, old, result["dst"], metrics_config))
+        rewrite.commit()
+    except BaseException:
+        for result in results:  # not referenced by any snapshot
+            try:
+                os.remove(result["dst"])
+            except FileNotFoundError:
+                pass
+        raise
+    for result in results:
+        if not result["rows_after"]:
+            os.remove(result["dst"])
+    return [result["src"] for result in results]
+
+
+def _data_file(jvm: Any, table: Any, old: Any, dst: str, metrics_config: Any) -> Any:
+    """The Iceberg data file of ``dst``, the rewrite of ``old`` written next to it: same spec and partition."""
+    old_location = str(old.location())
+    location = old_location[: old_location.rindex("/") + 1] + os.path.basename(dst)  # the table's spelling of paths
+    spec = table.specs().get(old.specId())
+    input_file = table.io().newInputFile(location)
+    builder = (
+        jvm.org.apache.iceberg.DataFiles.builder(spec)
+        .withPath(location)
+        .withFormat(jvm.org.apache.iceberg.FileFormat.PARQUET)
+        .withFileSizeInBytes(input_file.getLength())
+        .withMetrics(jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(input_file, metrics_config))
+    )
+    if not spec.isUnpartitioned():
+        builder = builder.withPartition(old.partition())
+    return builder.build()

@@ -29,7 +29,7 @@ from partialcow.branch.naming import (
     quote,
     validate_branch_name,
 )
-from partialcow.branch.image import drop_image
+from partialcow.branch.image import COPY_ON_WRITE, drop_image, has_image, validate_image_mode
 from partialcow.branch.overlay import (
     PRESENT_COLUMN,
     OverlayInfo,
@@ -127,10 +127,14 @@ def create_branch(
     parent: str = MAIN,
     meta_schema: str,
     models: Sequence[Sequence[str]] = (),
+    image_mode: str = COPY_ON_WRITE,
 ) -> CreateResult:
     """Create branch ``name`` from ``parent``: records the parent's snapshots, copies no data.
 
     ``models`` lists ``(schema, identifier)`` of the project's models and seeds (dbt passes its graph).
+    ``image_mode``: how the branch's read images are built (``copy-on-write``: reads as fast as the table's, the
+    image stores the data files a build touches; ``merge-on-read``: the image stores position deletes, reads apply
+    them); see ``partialcow.branch.image``.
 
     >>> create_branch(spark, name="dev", meta_schema="shop", models=[("shop", "orders")]).record.parent  # doctest: +SKIP
     'main'
@@ -138,6 +142,7 @@ def create_branch(
     start = time.perf_counter()
     validate_branch_name(name)
     validate_branch_name(parent, allow_main=True)
+    validate_image_mode(image_mode)
     store = BranchStore(spark, meta_schema=meta_schema)
     if store.get(name) is not None:
         raise BranchError(f"branch {name!r} already exists: drop it first or choose another name")
@@ -146,7 +151,8 @@ def create_branch(
     inherited = [(base_schema_of(i.schema), i.identifier) for lvl in levels[:-1] for i in branch_models(spark, lvl)]
     wanted = _models(models) + inherited
     record = BranchRecord(
-        name=name, parent=parent, created_at=_now(), base_snapshots=record_snapshots(spark, _models(wanted), levels)
+        name=name, parent=parent, created_at=_now(), base_snapshots=record_snapshots(spark, _models(wanted), levels),
+        image_mode=image_mode,
     )
     store.put(record)
     return CreateResult(record=record, seconds=time.perf_counter() - start)
@@ -588,7 +594,8 @@ def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_level
                 spark.sql(full_merge)
     if parent_level != MAIN:
         _unmaterialize(spark, target_schema, info.identifier)  # its collapsed copy no longer matches
-        create_branch_view(spark, levels=store.chain(parent_level), base_schema=base_schema, identifier=info.identifier)
+        create_branch_view(spark, store=store, branch=parent_level, base_schema=base_schema,
+                           identifier=info.identifier)
         refresh_descendant_views(spark, store=store, branch=parent_level, base_schema=base_schema,
                                  identifier=info.identifier)
 
@@ -710,7 +717,8 @@ def _reset_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore,
     spark.sql(f"DELETE FROM {plan.info.table}")
     spark.sql(f"DROP TABLE IF EXISTS {qualified(plan.info.schema, base_image_table(plan.info.identifier))} PURGE")
     _unmaterialize(spark, plan.info.schema, plan.info.identifier)
-    create_branch_view(spark, levels=store.chain(branch), base_schema=plan.base_schema, identifier=plan.info.identifier)
+    create_branch_view(spark, store=store, branch=branch, base_schema=plan.base_schema,
+                       identifier=plan.info.identifier)
 
 
 # ----------------------------------------------------------------------------------------------------- drop
@@ -910,7 +918,7 @@ def materialize_branch(
         live = spark.sql(view_sql(info, parent, materialized=False))
         target = f"{info.schema}.{full_table(info.identifier)}"
         live.writeTo(target).using("iceberg").createOrReplace()
-        create_branch_view(spark, levels=levels, base_schema=base_schema, identifier=info.identifier)
+        create_branch_view(spark, store=store, branch=name, base_schema=base_schema, identifier=info.identifier)
         done.append((f"{base_schema}.{info.identifier}", spark.table(target).count()))
     if wanted is not None:
         unknown = wanted - {m.split(".")[1] for m, _ in done}
@@ -951,15 +959,12 @@ def refresh_branch(spark: SparkSession, *, name: str, meta_schema: str) -> Refre
     >>> refresh_branch(spark, name="dev", meta_schema="shop").models   # doctest: +SKIP
     (('shop.orders', True),)
     """
-    from partialcow.branch.image import has_image
-
     store = BranchStore(spark, meta_schema=meta_schema)
     store.require(name)
-    levels = store.chain(name)
     done = []
     for info in branch_models(spark, name):
         base_schema = base_schema_of(info.schema)
-        create_branch_view(spark, levels=levels, base_schema=base_schema, identifier=info.identifier)
+        create_branch_view(spark, store=store, branch=name, base_schema=base_schema, identifier=info.identifier)
         refresh_descendant_views(spark, store=store, branch=name, base_schema=base_schema, identifier=info.identifier)
         done.append((f"{base_schema}.{info.identifier}", has_image(spark, base_schema, info.identifier, name)))
     return RefreshResult(branch=name, models=tuple(done))

@@ -289,7 +289,7 @@ def build_model(
         # a materialized model keeps its collapsed table in step with the newest build
         result.writeTo(f"{schema}.{full_table(identifier)}").using("iceberg").createOrReplace()
     upserts, tombstones = _count_ops(spark, qualified(schema, overlay_table(identifier)))
-    create_branch_view(spark, levels=levels, base_schema=base_schema, identifier=identifier)
+    create_branch_view(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
     refresh_descendant_views(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
     return BuildSummary(
         branch=branch,
@@ -317,9 +317,11 @@ def view_sql(info: OverlayInfo, parent: tuple[str, str] | None, *, materialized:
     return f"{upserts}\nUNION ALL\nSELECT {parent_cols} FROM {qualified(*parent)} p LEFT ANTI JOIN {info.table} o ON {on}"
 
 
-def create_branch_view(spark: SparkSession, *, levels: Sequence[str], base_schema: str, identifier: str) -> None:
-    """(Re)create the view of ``identifier`` on ``levels[0]`` over its overlay (no-op without an overlay)."""
-    schema = _level_schema(base_schema, levels[0])
+def create_branch_view(spark: SparkSession, *, store: BranchStore, branch: str, base_schema: str,
+                       identifier: str) -> None:
+    """(Re)create the view of ``identifier`` on ``branch`` over its overlay (no-op without an overlay)."""
+    levels = store.chain(branch)
+    schema = _level_schema(base_schema, branch)
     info = overlay_info(spark, schema, identifier)
     if info is None:
         return
@@ -328,9 +330,9 @@ def create_branch_view(spark: SparkSession, *, levels: Sequence[str], base_schem
     materialized = table_exists(spark, schema, full_table(identifier))
     source = None
     if materialized or parent is None:
-        drop_image(spark, base_schema, identifier, levels[0])
-    elif refresh_image(spark, info=info, branch=levels[0], parent_level=parent_level, base_schema=base_schema,
-                       identifier=identifier):
+        drop_image(spark, base_schema, identifier, branch)
+    elif refresh_image(spark, info=info, branch=branch, parent_level=parent_level, base_schema=base_schema,
+                       identifier=identifier, mode=store.image_mode(branch)):
         source = image_relation(base_schema, identifier, levels[0])
     elif info.mode == "delta" and spark.table(info.table).isEmpty():
         source = qualified(*parent)  # nothing changed on the branch: the parent as it is, no join
@@ -350,7 +352,7 @@ def refresh_descendant_views(
     pending = store.children(branch)
     while pending:
         child = pending.pop(0)
-        create_branch_view(spark, levels=store.chain(child), base_schema=base_schema, identifier=identifier)
+        create_branch_view(spark, store=store, branch=child, base_schema=base_schema, identifier=identifier)
         pending.extend(store.children(child))
 
 

@@ -3,7 +3,8 @@
 Columns: ``name``, ``parent`` (``main`` or another branch), ``created_at``, ``merged_at`` (last merge into the
 parent) and ``base_snapshots``: ``schema.table -> snapshot id`` of every parent-chain table (root tables, ancestor
 overlays) when the branch was created or last merged; ``-1`` means the table existed without a snapshot. These
-snapshots are the merge base of the three-way merge (Iceberg time travel, ``VERSION AS OF``).
+snapshots are the merge base of the three-way merge (Iceberg time travel, ``VERSION AS OF``); ``image_mode``: how
+the branch's read images are built (``copy-on-write`` or ``merge-on-read``, see ``partialcow.branch.image``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from partialcow.branch.catalog import table_exists
+from partialcow.branch.image import COPY_ON_WRITE
 from partialcow.branch.naming import MAIN, METADATA_TABLE, qualified, quote, validate_branch_name
 from partialcow.exceptions import BranchError
 
@@ -32,6 +34,7 @@ class BranchRecord:
     created_at: _dt.datetime
     base_snapshots: dict[str, int] = field(default_factory=dict)
     merged_at: _dt.datetime | None = None
+    image_mode: str = COPY_ON_WRITE
 
 
 class BranchStore:
@@ -54,8 +57,10 @@ class BranchStore:
         self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(self.meta_schema)}")
         self.spark.sql(
             f"CREATE TABLE IF NOT EXISTS {self.table} (name STRING, parent STRING, created_at TIMESTAMP, "
-            "merged_at TIMESTAMP, base_snapshots MAP<STRING, BIGINT>) USING iceberg"
+            "merged_at TIMESTAMP, base_snapshots MAP<STRING, BIGINT>, image_mode STRING) USING iceberg"
         )
+        if "image_mode" not in self.spark.table(self.table).columns:  # written before image modes existed
+            self.spark.sql(f"ALTER TABLE {self.table} ADD COLUMNS (image_mode STRING)")
 
     def all(self) -> list[BranchRecord]:
         if not self._exists():
@@ -68,6 +73,7 @@ class BranchStore:
                 created_at=r["created_at"],
                 base_snapshots=dict(r["base_snapshots"] or {}),
                 merged_at=r["merged_at"],
+                image_mode=r.asDict().get("image_mode") or COPY_ON_WRITE,
             )
             for r in rows
         ]
@@ -87,6 +93,10 @@ class BranchStore:
                 f"`dbt run-operation branch_create --args '{{name: {name}}}'`"
             )
         return record
+
+    def image_mode(self, name: str) -> str:
+        """How branch ``name``'s read images are built."""
+        return self.require(name).image_mode
 
     def chain(self, name: str) -> list[str]:
         """``name``, its parent, ... up to ``main`` (``['main']`` for main itself)."""
@@ -117,9 +127,11 @@ class BranchStore:
                 StructField("created_at", TimestampType()),
                 StructField("merged_at", TimestampType()),
                 StructField("base_snapshots", MapType(StringType(), LongType())),
+                StructField("image_mode", StringType()),
             ]
         )
-        row = (record.name, record.parent, record.created_at, record.merged_at, dict(record.base_snapshots))
+        row = (record.name, record.parent, record.created_at, record.merged_at, dict(record.base_snapshots),
+               record.image_mode)
         view = f"_pcow_branch_record_{uuid.uuid4().hex}"  # dbt runs models in threads: no shared temp names
         self.spark.createDataFrame([row], schema).createOrReplaceTempView(view)
         try:

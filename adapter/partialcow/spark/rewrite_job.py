@@ -33,13 +33,14 @@ from partialcow.index.sources import POS as INDEX_POS
 from partialcow.parquet import ROW_POSITION, rewrite_file, write_table
 
 __all__ = [
-    "LOCATE_RESULT_SCHEMA", "FileTask", "rewrite_changed_file",
-    "write_partition", "locate_partition", "run_file_tasks", "new_file_name", "decimals_from_unscaled",
+    "LOCATE_RESULT_SCHEMA", "FileTask", "rewrite_changed_file", "write_partition", "locate_partition",
+    "run_file_tasks", "new_file_name", "decimals_from_unscaled", "IN_PLACE_RESULT_SCHEMA", "rewrite_files_in_place",
 ]
 
 POS = "_pcow_pos"
 DELETE = "_pcow_delete"
 BUCKET = "_pcow_bucket"
+FILE = "_pcow_file"
 
 LOCATE_RESULT_SCHEMA = (
     "rows long, file_ids array<int>, file_rows array<long>, fragments array<string>, inserts long, "
@@ -338,6 +339,39 @@ def run_file_tasks(
             part = rows.slice(start, stop - start)
             for batch in write_partition(iter(part.to_batches()), schema=insert_schema, data_dir=data_dir):
                 yield from ({"kind": "insert", **r} for r in batch.to_pylist())
+
+
+IN_PLACE_RESULT_SCHEMA = (
+    "src string, dst string, rows_after long, rows_updated long, rows_deleted long, pages_rewritten long, "
+    "pages_copied long"
+)
+_IN_PLACE_ARROW = pa.schema([
+    ("src", pa.string()), ("dst", pa.string()), ("rows_after", pa.int64()), ("rows_updated", pa.int64()),
+    ("rows_deleted", pa.int64()),
+    ("pages_rewritten", pa.int64()), ("pages_copied", pa.int64()),
+])
+
+
+def rewrite_files_in_place(
+    batches: Iterator[pa.RecordBatch], *, rewritable: frozenset[str], update_columns: Sequence[str], threads: int = 1
+) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` over changed rows (``_pcow_file``, ``_pcow_pos``, ``_pcow_delete``, values) routed by file:
+    rewrite each file of ``rewritable`` they touch with the page engine, one result row per new file.
+
+    A file that lacks one of ``update_columns`` (the table gained it later) is left alone: no result row, so the
+    caller hides its changed rows another way.
+    """
+    batch_list = list(batches)
+    if not batch_list:
+        return
+    rows = pa.Table.from_batches(batch_list)
+    for src in pc.unique(rows[FILE]).to_pylist():
+        if src not in rewritable or not set(update_columns) <= set(pq.read_schema(_local(src)).names):
+            continue
+        report = rewrite_changed_file(src, rows.filter(pc.equal(rows[FILE], src)), update_columns=update_columns,
+                                      threads=threads)
+        yield pa.RecordBatch.from_pylist([{field.name: report[field.name] for field in _IN_PLACE_ARROW}],
+                                         schema=_IN_PLACE_ARROW)
 
 
 def _repeated_keys(rows: pa.Table, key_columns: Sequence[str]) -> pa.Table:
