@@ -8,7 +8,8 @@ Measures:
    without an image (anti-join, live parent);
 3. merge of a 1K-key overlay into a 1M-row vs a 100K-row table (fast-forward and three-way).
 
-Run:  PYTHONPATH=adapter python bench/branch_bench.py [--rows 1000000] [--repeat 5] [--scan values|noop]
+Run:  PYTHONPATH=adapter python bench/branch_bench.py [--rows 1000000] [--repeat 5] [--read-rounds 31]
+      [--scan values|noop]
 Writes bench/results/branch_bench.md, .json and .png.
 """
 
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import tempfile
@@ -34,13 +36,18 @@ def _size(rows: int) -> str:
 
 
 def _interleaved(relations: dict[str, str], scan, repeat: int) -> dict[str, list[float]]:
-    """Scan each relation once per round, ``repeat`` rounds, after three warm-up rounds (JIT)."""
+    """Scan each relation once per round, ``repeat`` rounds, after three warm-up rounds (JIT), each round in a
+    shuffled order: a copy-on-write view read right after the table in every round measured +26% in one probe,
+    -3% in shuffled rounds the next."""
     for _ in range(3):
         for relation in relations.values():
             scan(relation)
     times: dict[str, list[float]] = {label: [] for label in relations}
+    order = list(relations.items())
+    shuffle = random.Random(6).shuffle
     for _ in range(repeat):
-        for label, relation in relations.items():
+        shuffle(order)
+        for label, relation in order:
             start = time.perf_counter()
             scan(relation)
             times[label].append(time.perf_counter() - start)
@@ -109,7 +116,7 @@ def _image_bytes(spark, ref: str) -> int:
     return sum(main.values()) if ref == "main" else sum(v for k, v in files(ref).items() if k not in main)
 
 
-def run(rows: int, repeat: int, warehouse: str, scan_kind: str = "values") -> dict:
+def run(rows: int, repeat: int, warehouse: str, scan_kind: str = "values", read_rounds: int = 31) -> dict:
     from partialcow.branch import build_model, create_branch, drop_branch, merge_branch
     from partialcow.branch.image import IMAGE_MODES, image_ref
     from partialcow.branch.overlay import overlay_info, view_sql
@@ -120,7 +127,8 @@ def run(rows: int, repeat: int, warehouse: str, scan_kind: str = "values") -> di
     spark.sparkContext.setLogLevel("ERROR")
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {META}")
     small = 1000
-    results: dict = {"rows": rows, "repeat": repeat, "python": platform.python_version(), "spark": spark.version,
+    results: dict = {"rows": rows, "repeat": repeat, "read_rounds": read_rounds,
+                     "python": platform.python_version(), "spark": spark.version,
                      "load_average_at_start": os.getloadavg()[0], "scan": scan_kind}
 
     # 1. creation: same work whatever the size
@@ -143,8 +151,10 @@ def run(rows: int, repeat: int, warehouse: str, scan_kind: str = "values") -> di
     same_rounds: dict[str, float] = {}
     reads = {"table": 0.0}  # filled in below, from every round's scan of the table
     build_seconds, image_bytes = {}, {}
+    # the noise floor: a plain view of the table, no branch, read in the same rounds
+    spark.sql(f"CREATE VIEW {META}.t_big_view AS SELECT * FROM {META}.t_big")
     for label, every in (("1K", rows // 1000), ("100K", rows // 100_000)):
-        forms = {}
+        forms = {f"view of the table itself (no branch; noise floor), {label} rounds": f"{META}.t_big_view"}
         for mode in IMAGE_MODES:
             branch = f"read_{label.lower()}_{mode.split('-')[0]}"
             create_branch(spark, name=branch, meta_schema=META, models=[(META, "t_big")], image_mode=mode)
@@ -158,15 +168,15 @@ def run(rows: int, repeat: int, warehouse: str, scan_kind: str = "values") -> di
         # the same rows through the view form used where a model has no image: overlay anti-joined to the live parent
         info = overlay_info(spark, f"{META}__br_{branch}", "t_big")
         spark.sql(view_sql(info, (META, "t_big"), materialized=False)).createOrReplaceTempView("bench_live_form")
-        forms[f"live join form (no image), {label} overlay"] = "bench_live_form"
-        # Each form interleaved with the table's own scan, so drift in the machine's speed hits both alike, and in
-        # rounds of its own: scans that apply deletes ran 30-40% slower when the join form ran in the same rounds
-        # (Iceberg's own merge-on-read branch too), which a reader of one view never sees.
-        for name, relation in forms.items():
-            timed = _interleaved({"table": f"{META}.t_big", "form": relation}, partial(scan, spark), repeat)
+        # The views and the table in the same rounds, so drift in the machine's speed hits all alike; the join form
+        # in rounds of its own: scans that apply deletes ran 30-40% slower when it ran in the same rounds (Iceberg's
+        # own merge-on-read branch too), which a reader of one view never sees.
+        for group in (forms, {f"live join form (no image), {label} overlay": "bench_live_form"}):
+            timed = _interleaved({"table": f"{META}.t_big", **group}, partial(scan, spark), read_rounds)
             base_times += timed["table"]
-            reads[name] = statistics.median(timed["form"])
-            same_rounds[name] = statistics.median(timed["table"])
+            for name in group:
+                reads[name] = statistics.median(timed[name])
+                same_rounds[name] = statistics.median(timed["table"])
         for mode in IMAGE_MODES:
             drop_branch(spark, name=f"read_{label.lower()}_{mode.split('-')[0]}", meta_schema=META)
     reads["table"] = statistics.median(base_times)
@@ -211,9 +221,10 @@ def write_report(results: dict) -> None:
         "# Branch environments benchmark",
         "",
         f"`PYTHONPATH=adapter python bench/branch_bench.py --rows {results['rows']} --repeat {results['repeat']} "
-        f"--scan {results['scan']}` "
-        f"(local[2], Spark {results['spark']}, Iceberg, median of {results['repeat']}; full scan: {SCANS[results['scan']]}; "
-        "each view's ratio is to the table's scans interleaved with it; "
+        f"--read-rounds {results['read_rounds']} --scan {results['scan']}` "
+        f"(local[2], Spark {results['spark']}, Iceberg, median of {results['repeat']}, full scans median of "
+        f"{results['read_rounds']} rounds; full scan: {SCANS[results['scan']]}; "
+        "each view's ratio is to the table's scans in its rounds, each round in a shuffled order; "
         f"load average {results['load_average_at_start']:.1f} at start, "
         f"{results['load_average_at_end']:.1f} at the end on 2 cores).",
         "",
@@ -255,12 +266,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the large table (default 1M)")
     parser.add_argument("--repeat", type=int, default=5, help="timed repetitions per measurement (median)")
+    parser.add_argument("--read-rounds", type=int, default=31, help="rounds of full scans per view (median)")
     parser.add_argument("--scan", choices=sorted(SCANS), default="values",
                         help="what a full scan does with its rows: " + "; ".join(f"{k}: {v}" for k, v in SCANS.items()))
     args = parser.parse_args()
     warehouse = tempfile.mkdtemp(prefix="branch_bench_")
     try:
-        results = run(args.rows, args.repeat, warehouse, args.scan)
+        results = run(args.rows, args.repeat, warehouse, args.scan, args.read_rounds)
     finally:
         shutil.rmtree(warehouse, ignore_errors=True)
     write_report(results)

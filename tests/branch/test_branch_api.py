@@ -49,7 +49,7 @@ def test_composite_keys_replaced_parent_and_policies(spark):
     assert _rows(spark, f"{meta}__br_b1.items") == ours
 
     (stats,) = [b for b in list_branches(spark, meta_schema=meta).branches if b.name == "b1"]
-    assert stats.parent == "main"
+    assert (stats.parent, stats.image_mode) == ("main", "copy-on-write")
     assert [(m.upserts, m.tombstones, m.ratio) for m in stats.models] == [(2, 1, 3 / len(PARENT))]
 
     # the parent is rebuilt from scratch meanwhile (history lost): w of (1, a) and v of (3, c) change

@@ -182,7 +182,10 @@ class TestBranchLifecycle:
         assert changes == expected
 
         # nested: feat branches off dev and reads dev's views
-        run_dbt(["run-operation", "branch_create", "--args", branch_args("feat", parent="dev")])
+        feat_args = branch_args("feat", parent="dev", image_mode="merge-on-read")
+        run_dbt(["run-operation", "branch_create", "--args", feat_args])
+        modes = spark.sql(f"SELECT name, image_mode FROM {schema}.partialcow_branches").collect()
+        assert dict(modes) == {"dev": "copy-on-write", "feat": "merge-on-read"}
         write_file(model_sql(FEAT), project.project_root, "models", "items.sql")
         run_dbt(["run", "--vars", "{branch: feat}", "-s", "items"])
         ours_feat = apply_spec(SEED, FEAT)
@@ -233,7 +236,8 @@ class TestBranchLifecycle:
             ("qty", str(base[2][2]), str(ours[2][2]), str(theirs[2][2]))
         }
 
-        run_dbt_and_capture(["run-operation", "branch_list"])
+        _, out = run_dbt_and_capture(["run-operation", "branch_list"])
+        assert "dev (parent main, copy-on-write images, age" in out
         _, out = run_dbt_and_capture(["run-operation", "branch_merge", "--args", branch_args("dev", on_conflict="ours")])
         assert rows(spark, f"{schema}.items") == merged
         # the keyless model: main's copy was not rebuilt since the branch, so dev's result replaces it

@@ -802,6 +802,7 @@ class BranchInfo:
     created_at: _dt.datetime
     merged_at: _dt.datetime | None
     models: tuple[ModelStats, ...]
+    image_mode: str = COPY_ON_WRITE
 
 
 @dataclass(frozen=True)
@@ -816,7 +817,7 @@ class ListResult:
         for b in self.branches:
             age = now - b.created_at
             merged = f", last merged {b.merged_at:%Y-%m-%d %H:%M}" if b.merged_at else ""
-            lines.append(f"{b.name} (parent {b.parent}, age {_age(age)}{merged})")
+            lines.append(f"{b.name} (parent {b.parent}, {b.image_mode} images, age {_age(age)}{merged})")
             for m in b.models:
                 ratio = "n/a" if m.ratio is None else f"{m.ratio:.2%}"
                 lines.append(
@@ -839,7 +840,7 @@ def list_branches(spark: SparkSession, *, meta_schema: str) -> ListResult:
     """Every branch with its parent, age and per-model overlay size (rows, tombstones, ratio to the table).
 
     >>> print(list_branches(spark, meta_schema="shop").describe())   # doctest: +SKIP
-    dev (parent main, age 5m)
+    dev (parent main, copy-on-write images, age 5m)
       shop.orders: 3 overlay rows, 1 tombstones, 0.40% of the table
     """
     from pyspark.sql import functions as F
@@ -869,6 +870,7 @@ def list_branches(spark: SparkSession, *, meta_schema: str) -> ListResult:
                 created_at=record.created_at,
                 merged_at=record.merged_at,
                 models=tuple(stats),
+                image_mode=record.image_mode,
             )
         )
     return ListResult(branches=tuple(branches))

@@ -13,6 +13,9 @@ Two Spark jobs, both in Python workers:
 The scratch folder is the exchange between the two jobs: the batch is shuffled by Spark at most once (by bucket)
 and its rows never pass through the JVM again, nor through the driver. Every task returns one small row, so only
 file-level results reach the driver.
+
+Branch images (``partialcow.branch.image``) know their rows' files and positions from a Spark join instead of the
+row index: ``rewrite_files_in_place`` takes those rows routed by file and runs the same per-file rewrite.
 """
 
 from __future__ import annotations
