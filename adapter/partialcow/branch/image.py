@@ -36,7 +36,7 @@ import os
 import uuid
 from collections import defaultdict
 from functools import partial
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence, get_args
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -53,13 +53,14 @@ if TYPE_CHECKING:
     from partialcow.branch.overlay import OverlayInfo
 
 __all__ = [
-    "COPY_ON_WRITE", "MERGE_ON_READ", "IMAGE_MODES", "validate_image_mode",
+    "ImageMode", "COPY_ON_WRITE", "MERGE_ON_READ", "IMAGE_MODES", "validate_image_mode",
     "image_ref", "image_relation", "refresh_image", "drop_image", "has_image",
 ]
 
-COPY_ON_WRITE = "copy-on-write"
-MERGE_ON_READ = "merge-on-read"
-IMAGE_MODES = (COPY_ON_WRITE, MERGE_ON_READ)
+ImageMode = Literal["copy-on-write", "merge-on-read"]
+COPY_ON_WRITE: ImageMode = "copy-on-write"
+MERGE_ON_READ: ImageMode = "merge-on-read"
+IMAGE_MODES: tuple[ImageMode, ...] = get_args(ImageMode)
 
 _REF_PREFIX = "partialcow_"
 _STAGE_SUFFIX = "__staging"
@@ -73,7 +74,7 @@ _DELETE_SCHEMA = pa.schema(
 )
 
 
-def validate_image_mode(mode: str) -> str:
+def validate_image_mode(mode: str) -> ImageMode:
     """``mode`` if it names an image mode, else a ``BranchError``.
 
     >>> validate_image_mode("merge-on-read")
@@ -85,7 +86,7 @@ def validate_image_mode(mode: str) -> str:
     """
     if mode not in IMAGE_MODES:
         raise BranchError(f"image mode {mode!r} is not one of {', '.join(IMAGE_MODES)}")
-    return mode
+    return mode  # type: ignore[return-value]
 
 
 def image_ref(branch: str) -> str:
@@ -208,7 +209,7 @@ def refresh_image(
     parent_level: str,
     base_schema: str,
     identifier: str,
-    mode: str = COPY_ON_WRITE,
+    mode: ImageMode = COPY_ON_WRITE,
 ) -> bool:
     """(Re)build ``branch``'s image of the model from its overlay; False (and no image ref) when it cannot have one.
 
@@ -251,7 +252,8 @@ def refresh_image(
 _SPEC = "_pcow_spec"
 
 
-def _build(spark: SparkSession, table: Any, *, info: OverlayInfo, branch: str, fork: int, root: str, mode: str) -> None:
+def _build(spark: SparkSession, table: Any, *, info: OverlayInfo, branch: str, fork: int, root: str,
+           mode: ImageMode) -> None:
     """The image's steps (see the module docstring): staging ref, changed rows, appended rows, one switch of the ref."""
     from pyspark.sql import functions as F
 

@@ -29,7 +29,7 @@ from partialcow.branch.naming import (
     quote,
     validate_branch_name,
 )
-from partialcow.branch.image import COPY_ON_WRITE, drop_image, has_image, validate_image_mode
+from partialcow.branch.image import COPY_ON_WRITE, ImageMode, drop_image, has_image, validate_image_mode
 from partialcow.branch.overlay import (
     PRESENT_COLUMN,
     OverlayInfo,
@@ -127,7 +127,7 @@ def create_branch(
     parent: str = MAIN,
     meta_schema: str,
     models: Sequence[Sequence[str]] = (),
-    image_mode: str = COPY_ON_WRITE,
+    image_mode: ImageMode = COPY_ON_WRITE,
 ) -> CreateResult:
     """Create branch ``name`` from ``parent``: records the parent's snapshots, copies no data.
 
@@ -802,7 +802,7 @@ class BranchInfo:
     created_at: _dt.datetime
     merged_at: _dt.datetime | None
     models: tuple[ModelStats, ...]
-    image_mode: str = COPY_ON_WRITE
+    image_mode: ImageMode = COPY_ON_WRITE
 
 
 @dataclass(frozen=True)

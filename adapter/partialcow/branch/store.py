@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from partialcow.branch.catalog import table_exists
-from partialcow.branch.image import COPY_ON_WRITE
+from partialcow.branch.image import COPY_ON_WRITE, ImageMode
 from partialcow.branch.naming import MAIN, METADATA_TABLE, qualified, quote, validate_branch_name
 from partialcow.exceptions import BranchError
 
@@ -34,7 +34,7 @@ class BranchRecord:
     created_at: _dt.datetime
     base_snapshots: dict[str, int] = field(default_factory=dict)
     merged_at: _dt.datetime | None = None
-    image_mode: str = COPY_ON_WRITE
+    image_mode: ImageMode = COPY_ON_WRITE
 
 
 class BranchStore:
@@ -94,7 +94,7 @@ class BranchStore:
             )
         return record
 
-    def image_mode(self, name: str) -> str:
+    def image_mode(self, name: str) -> ImageMode:
         """How branch ``name``'s read images are built."""
         return self.require(name).image_mode
 
