@@ -109,8 +109,16 @@ def test_image_reads_like_the_overlay_and_pins_the_parent(spark, layout, mode):
     dev[5] = (5, "name-5", 2, 555)
     del dev[7], dev[8]
     dev[100] = (100, "new", 7, 1)  # a partition value main does not have
-    build_model(spark, _frame(spark, dev), branch="dev", base_schema=meta, identifier="items", key_columns=["id"],
-                meta_schema=meta)
+    summary = build_model(spark, _frame(spark, dev), branch="dev", base_schema=meta, identifier="items",
+                          key_columns=["id"], meta_schema=meta)
+    # ids 1 and 7 share a data file, 5 and 8 the file with main's delete: copy-on-write rewrites the first only
+    image = summary.image
+    assert image is not None and image.mode == mode and image.describe() in summary.describe()
+    if mode == COPY_ON_WRITE:
+        assert (image.files_rewritten, image.files_with_deletes, image.rows_hidden_by_deletes) == (1, 1, 2)
+        assert image.pages_rewritten > 0
+    else:
+        assert (image.files_rewritten, image.files_with_deletes, image.rows_hidden_by_deletes) == (0, 2, 4)
     view = f"{meta}__br_dev.items"
     assert "branch_partialcow_dev" in _view_text(spark, view)  # one scan, no join
     assert _rows(spark, view) == dev
@@ -173,8 +181,9 @@ def test_without_an_image_the_view_joins_the_live_parent(spark):
     _frame(spark, ROWS).writeTo(root).append()
     create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
     dev = {k: v for k, v in ROWS.items() if k != 4}
-    build_model(spark, _frame(spark, dev), branch="dev", base_schema=meta, identifier="items", key_columns=["id"],
-                meta_schema=meta)
+    summary = build_model(spark, _frame(spark, dev), branch="dev", base_schema=meta, identifier="items",
+                          key_columns=["id"], meta_schema=meta)
+    assert summary.image is None and summary.describe().endswith("; no image")
     view = f"{meta}__br_dev.items"
     assert "LEFT ANTI JOIN" in _view_text(spark, view)
     assert _rows(spark, view) == dev

@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Sequence, get_args
 
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from partialcow.branch.overlay import OverlayInfo
 
 __all__ = [
-    "ImageMode", "COPY_ON_WRITE", "MERGE_ON_READ", "IMAGE_MODES", "validate_image_mode",
+    "ImageMode", "ImageReport", "COPY_ON_WRITE", "MERGE_ON_READ", "IMAGE_MODES", "validate_image_mode",
     "image_ref", "image_relation", "refresh_image", "drop_image", "has_image",
 ]
 
@@ -72,6 +73,31 @@ _DELETE_SCHEMA = pa.schema(
         pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"2147483545"}),
     ]
 )
+
+
+@dataclass(frozen=True)
+class ImageReport:
+    """What building an image wrote: data files rewritten in place (their pages re-encoded or copied) and rows
+    hidden by position deletes (in how many data files).
+
+    >>> ImageReport(COPY_ON_WRITE, files_rewritten=2, pages_rewritten=50, pages_copied=200, files_with_deletes=1,
+    ...             rows_hidden_by_deletes=7).describe()
+    'copy-on-write image: 2 data files rewritten (50 pages re-encoded, 200 copied), 7 rows hidden by position deletes in 1 data files'
+    """
+
+    mode: ImageMode
+    files_rewritten: int
+    pages_rewritten: int
+    pages_copied: int
+    files_with_deletes: int
+    rows_hidden_by_deletes: int
+
+    def describe(self) -> str:
+        return (
+            f"{self.mode} image: {self.files_rewritten} data files rewritten ({self.pages_rewritten} pages re-encoded, "
+            f"{self.pages_copied} copied), {self.rows_hidden_by_deletes} rows hidden by position deletes in "
+            f"{self.files_with_deletes} data files"
+        )
 
 
 def validate_image_mode(mode: str) -> ImageMode:
@@ -210,8 +236,9 @@ def refresh_image(
     base_schema: str,
     identifier: str,
     mode: ImageMode = COPY_ON_WRITE,
-) -> bool:
-    """(Re)build ``branch``'s image of the model from its overlay; False (and no image ref) when it cannot have one.
+) -> ImageReport | None:
+    """(Re)build ``branch``'s image of the model from its overlay and report what it wrote; None (and no image ref)
+    when it cannot have one.
 
     ``parent_level`` is the nearest level above ``branch`` that has the model (``main`` or a branch); ``mode`` one
     of :data:`IMAGE_MODES`.
@@ -220,7 +247,7 @@ def refresh_image(
     root = qualified(base_schema, identifier)
     table = load_iceberg(spark, base_schema, identifier)
     if table is None:
-        return False
+        return None
     fork = _fork_snapshot(table, parent_level)
     root_types = {f.name.lower(): f.dataType for f in spark.table(root).schema}
     columns = {c.lower() for c in info.columns}
@@ -233,27 +260,26 @@ def refresh_image(
         or spark.table(info.table).isEmpty()
     ):
         drop_image(spark, base_schema, identifier, branch)
-        return False
+        return None
 
     from py4j.protocol import Py4JJavaError
     from pyspark.errors.exceptions.captured import CapturedException
 
     try:
-        _build(spark, table, info=info, branch=branch, fork=fork, root=root, mode=mode)
+        return _build(spark, table, info=info, branch=branch, fork=fork, root=root, mode=mode)
     except (Py4JJavaError, CapturedException) as exc:
         message = str(exc).strip().splitlines()[0]
         raise BranchError(
             f"model {root}: building its image on branch {branch} failed ({message}); the branch's view still "
             "reads what it read before, and the next build retries"
         ) from exc
-    return True
 
 
 _SPEC = "_pcow_spec"
 
 
 def _build(spark: SparkSession, table: Any, *, info: OverlayInfo, branch: str, fork: int, root: str,
-           mode: ImageMode) -> None:
+           mode: ImageMode) -> ImageReport:
     """The image's steps (see the module docstring): staging ref, changed rows, appended rows, one switch of the ref."""
     from pyspark.sql import functions as F
 
@@ -276,11 +302,12 @@ def _build(spark: SparkSession, table: Any, *, info: OverlayInfo, branch: str, f
         f"FROM {root} VERSION AS OF {fork} p JOIN {info.table} o ON {on}"
     ).persist()
     try:
-        rewritten = []
+        results = []
         if mode == COPY_ON_WRITE:
             key_names = {k.lower() for k in keys}
-            rewritten = _rewrite_in_place(spark, table, changed, fork=fork, stage=stage,
-                                          update_columns=[c for c in root_columns if c.lower() not in key_names])
+            results = _rewrite_in_place(spark, table, changed, fork=fork, stage=stage,
+                                        update_columns=[c for c in root_columns if c.lower() not in key_names])
+        rewritten = [r["src"] for r in results]
         in_place = F.col(FILE).isin(rewritten) if rewritten else F.lit(False)
         positions = [
             (int(r[0]), str(r[1]), int(r[2]))
@@ -309,6 +336,14 @@ def _build(spark: SparkSession, table: Any, *, info: OverlayInfo, branch: str, f
     manage = manage.replaceBranch(ref, staged) if table.refs().containsKey(ref) else manage.createBranch(ref, staged)
     manage.removeBranch(stage).commit()
     spark.catalog.refreshTable(root)
+    return ImageReport(
+        mode=mode,
+        files_rewritten=len(results),
+        pages_rewritten=sum(r["pages_rewritten"] for r in results),
+        pages_copied=sum(r["pages_copied"] for r in results),
+        files_with_deletes=len({path for _, path, _ in positions}),
+        rows_hidden_by_deletes=len(positions),
+    )
 
 
 def _rewritable_files(table: Any, fork: int, paths: set[str]) -> dict[str, Any]:
@@ -329,8 +364,9 @@ def _rewritable_files(table: Any, fork: int, paths: set[str]) -> dict[str, Any]:
 
 
 def _rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: int, stage: str,
-                      update_columns: Sequence[str]) -> list[str]:
-    """Rewrite the data files ``changed`` touches (those that can be) and commit them to ``stage``; their paths."""
+                      update_columns: Sequence[str]) -> list[Any]:
+    """Rewrite the data files ``changed`` touches (those that can be) and commit them to ``stage``; one result row
+    per file (``src``, ``dst``, rows and pages counts)."""
     touched = {str(r[0]) for r in changed.select(FILE).distinct().collect()}
     files = _rewritable_files(table, fork, touched)
     if not files:
@@ -360,7 +396,7 @@ def _rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: in
     for result in results:
         if not result["rows_after"]:
             os.remove(result["dst"])
-    return [result["src"] for result in results]
+    return results
 
 
 def _data_file(jvm: Any, table: Any, old: Any, dst: str, metrics_config: Any) -> Any:

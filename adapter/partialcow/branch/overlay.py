@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Sequence
 
 from partialcow.branch.catalog import iceberg_snapshot, list_tables, table_exists
-from partialcow.branch.image import drop_image, image_relation, refresh_image
+from partialcow.branch.image import ImageReport, drop_image, image_relation, refresh_image
 from partialcow.branch.naming import (
     MAIN,
     base_schema_of,
@@ -106,12 +106,14 @@ class BuildSummary:
     parent: str | None
     upserts: int
     tombstones: int
+    image: ImageReport | None = None  # None: the view reads the overlay and the parent at read time
 
     def describe(self) -> str:
         source = f"over {self.parent}" if self.parent and self.mode == "delta" else "detached (whole result)"
+        image = self.image.describe() if self.image else "no image"
         return (
             f"branch {self.branch}: {self.model} overlay {source}: {self.upserts} upserted rows, "
-            f"{self.tombstones} tombstones"
+            f"{self.tombstones} tombstones; {image}"
         )
 
 
@@ -289,7 +291,7 @@ def build_model(
         # a materialized model keeps its collapsed table in step with the newest build
         result.writeTo(f"{schema}.{full_table(identifier)}").using("iceberg").createOrReplace()
     upserts, tombstones = _count_ops(spark, qualified(schema, overlay_table(identifier)))
-    create_branch_view(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
+    image = create_branch_view(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
     refresh_descendant_views(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
     return BuildSummary(
         branch=branch,
@@ -298,6 +300,7 @@ def build_model(
         parent=None if parent is None else ".".join(parent),
         upserts=upserts,
         tombstones=tombstones,
+        image=image,
     )
 
 
@@ -318,24 +321,27 @@ def view_sql(info: OverlayInfo, parent: tuple[str, str] | None, *, materialized:
 
 
 def create_branch_view(spark: SparkSession, *, store: BranchStore, branch: str, base_schema: str,
-                       identifier: str) -> None:
-    """(Re)create the view of ``identifier`` on ``branch`` over its overlay (no-op without an overlay)."""
+                       identifier: str) -> ImageReport | None:
+    """(Re)create the view of ``identifier`` on ``branch`` over its overlay (no-op without an overlay); what its image
+    build wrote, None when the view has no image."""
     levels = store.chain(branch)
     schema = _level_schema(base_schema, branch)
     info = overlay_info(spark, schema, identifier)
     if info is None:
-        return
+        return None
     parent_level = _parent_level(spark, levels[1:], base_schema, identifier)
     parent = None if parent_level is None else (_level_schema(base_schema, parent_level), identifier)
     materialized = table_exists(spark, schema, full_table(identifier))
-    source = None
+    source, image = None, None
     if materialized or parent is None:
         drop_image(spark, base_schema, identifier, branch)
-    elif refresh_image(spark, info=info, branch=branch, parent_level=parent_level, base_schema=base_schema,
-                       identifier=identifier, mode=store.image_mode(branch)):
-        source = image_relation(base_schema, identifier, levels[0])
-    elif info.mode == "delta" and spark.table(info.table).isEmpty():
-        source = qualified(*parent)  # nothing changed on the branch: the parent as it is, no join
+    else:
+        image = refresh_image(spark, info=info, branch=branch, parent_level=parent_level, base_schema=base_schema,
+                              identifier=identifier, mode=store.image_mode(branch))
+        if image is not None:
+            source = image_relation(base_schema, identifier, branch)
+        elif info.mode == "delta" and spark.table(info.table).isEmpty():
+            source = qualified(*parent)  # nothing changed on the branch: the parent as it is, no join
     # Not CREATE OR REPLACE: through Iceberg's SparkSessionCatalog on a Hive metastore, replacing an Iceberg
     # view keeps the old SQL text in the metastore, which is what reads use (Iceberg 1.10, apache/iceberg#15490).
     spark.sql(f"DROP VIEW IF EXISTS {qualified(schema, identifier)}")
@@ -343,6 +349,7 @@ def create_branch_view(spark: SparkSession, *, store: BranchStore, branch: str, 
         f"CREATE VIEW {qualified(schema, identifier)} AS\n"
         f"{view_sql(info, parent, materialized=materialized, source=source)}"
     )
+    return image
 
 
 def refresh_descendant_views(
