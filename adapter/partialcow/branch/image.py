@@ -166,17 +166,17 @@ def _fork_snapshot(table: Any, parent_level: str) -> int | None:
     return _ref_snapshot(table, image_ref(parent_level))
 
 
-def _partitions(table: Any, fork: int, paths: set[str]) -> dict[str, Any]:
-    """``data file path -> partition`` for ``paths`` in snapshot ``fork``."""
-    found: dict[str, Any] = {}
+def _fork_files(table: Any, fork: int, paths: set[str]) -> dict[str, tuple[Any, bool]]:
+    """``path -> (data file, has deletes)`` for ``paths`` in snapshot ``fork``."""
+    found: dict[str, tuple[Any, bool]] = {}
     tasks = table.newScan().useSnapshot(fork).planFiles()
     try:
         iterator = tasks.iterator()
         while iterator.hasNext() and len(found) < len(paths):
-            data_file = iterator.next().file()
-            path = str(data_file.location())
+            task = iterator.next()
+            path = str(task.file().location())
             if path in paths:
-                found[path] = data_file.partition()
+                found[path] = (task.file(), not task.deletes().isEmpty())
     finally:
         tasks.close()
     return found
@@ -196,7 +196,10 @@ def _write_position_deletes(spark: SparkSession, table: Any, positions: Sequence
         spec_of[path] = spec_id
     specs = {spec_id: table.specs().get(spec_id) for spec_id in set(spec_of.values())}
     partitioned = {spec_id for spec_id, spec in specs.items() if not spec.isUnpartitioned()}
-    partitions = _partitions(table, fork, {p for p, s in spec_of.items() if s in partitioned}) if partitioned else {}
+    partitions: dict[str, Any] = {}
+    if partitioned:
+        located = _fork_files(table, fork, {p for p, s in spec_of.items() if s in partitioned})
+        partitions = {path: data_file.partition() for path, (data_file, _) in located.items()}
     delete_files = []
     for path in sorted(rows_by_file):
         spec, rows = specs[spec_of[path]], sorted(rows_by_file[path])
@@ -346,29 +349,12 @@ def _build(spark: SparkSession, table: Any, *, info: OverlayInfo, branch: str, f
     )
 
 
-def _rewritable_files(table: Any, fork: int, paths: set[str]) -> dict[str, Any]:
-    """``path -> data file`` for those of ``paths`` that have no deletes in snapshot ``fork``."""
-    found: dict[str, Any] = {}
-    tasks = table.newScan().useSnapshot(fork).planFiles()
-    try:
-        iterator = tasks.iterator()
-        while iterator.hasNext():
-            task = iterator.next()
-            data_file = task.file()
-            path = str(data_file.location())
-            if path in paths and task.deletes().isEmpty():
-                found[path] = data_file
-    finally:
-        tasks.close()
-    return found
-
-
 def _rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: int, stage: str,
                       update_columns: Sequence[str]) -> list[Any]:
     """Rewrite the data files ``changed`` touches (those that can be) and commit them to ``stage``; one result row
     per file (``src``, ``dst``, rows and pages counts)."""
     touched = {str(r[0]) for r in changed.select(FILE).distinct().collect()}
-    files = _rewritable_files(table, fork, touched)
+    files = {p: f for p, (f, has_deletes) in _fork_files(table, fork, touched).items() if not has_deletes}
     if not files:
         return []
     job = partial(rewrite_files_in_place, rewritable=frozenset(files), update_columns=tuple(update_columns))
