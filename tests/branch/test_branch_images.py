@@ -212,3 +212,25 @@ def test_image_mode_is_recorded_and_checked(spark):
         create_branch(spark, name="fast", meta_schema=meta, image_mode="fastest")
     assert store.get("fast") is None
     spark.sql(f"DROP SCHEMA {meta} CASCADE")
+
+
+@pytest.mark.parametrize("mode", [COPY_ON_WRITE, MERGE_ON_READ])
+def test_a_key_the_parent_holds_twice_reads_as_the_live_form(spark, mode):
+    """Regression case: a parent with a repeated key (two files) reads on the branch as the live join form does,
+    not with the repeated key patched in place in both files."""
+    meta = f"img_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    spark.sql(f"CREATE TABLE {meta}.items (id bigint, name string, part int, qty bigint) USING iceberg")
+    _frame(spark, {i: (i, f"a{i}", 0, i) for i in range(5)}).writeTo(f"{meta}.items").append()
+    _frame(spark, {3: (3, "again", 0, 3), 7: (7, "b7", 0, 7)}).writeTo(f"{meta}.items").append()
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")], image_mode=mode)
+    dev = {i: (i, f"a{i}", 0, i) for i in range(5)} | {3: (3, "new", 0, 3), 7: (7, "b7", 0, 7)}
+    summary = build_model(spark, _frame(spark, dev), branch="dev", base_schema=meta, identifier="items",
+                          key_columns=["id"], meta_schema=meta)
+    assert summary.image is not None
+    info = overlay_info(spark, f"{meta}__br_dev", "items")
+    live = sorted(tuple(r) for r in spark.sql(view_sql(info, (meta, "items"), materialized=False)).collect())
+    assert sorted(tuple(r) for r in spark.table(f"{meta}__br_dev.items").collect()) == live
+    assert [r for r in live if r[0] == 3] and all(r[1] == "new" for r in live if r[0] == 3)
+    drop_branch(spark, name="dev", meta_schema=meta)
+    spark.sql(f"DROP SCHEMA {meta} CASCADE")

@@ -297,8 +297,8 @@ def _build(spark: SparkSession, table: Any, *, info: OverlayInfo, branch: str, f
     on = " AND ".join(f"p.{quote(k)} = o.{quote(k)}" for k in keys)  # overlay keys are never null
     partition_by = ", ".join(f"o.{quote(k)}" for k in keys)
     values = ", ".join(f"o.{quote(c)}" for c in root_columns)
-    # The fork's rows the overlay changes. A key the parent holds more than once is deleted wherever it is and its
-    # new row appended once, as the live view form shows it.
+    # The fork's rows the overlay changes. A key the parent holds more than once is deleted wherever it is and the
+    # overlay's rows for it appended, as the live view form shows them.
     changed = spark.sql(
         f"SELECT p._spec_id AS {_SPEC}, p._file AS {FILE}, p._pos AS {POS}, "
         f"o.{OP_COLUMN} = '{OP_DELETE}' OR count(*) OVER (PARTITION BY {partition_by}) > 1 AS {DELETE}, {values} "
