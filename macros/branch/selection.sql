@@ -4,7 +4,8 @@
     (the var wins; `main` or empty means no branch). Without one, nothing below changes dbt's behaviour.
     On branch `dev`, a model of schema `shop` is built into the overlay schema `shop__br_dev`: table and
     incremental models as an overlay table `<model>__pcow_overlay` (rows differing from the parent by
-    unique_key) plus the view `<model>`; views and seeds as usual, in the overlay schema.
+    unique_key) plus `<model>`, what readers query: a view, or the model's image table (a read-only Iceberg table
+    dbt sees as a view); views and seeds as usual, in the overlay schema.
     ref() reads the branch's view when the model was built on the branch, else the nearest ancestor's.
     A project's own generate_schema_name or ref macro takes precedence over these and disables branching. -#}
 
@@ -74,5 +75,14 @@ print(build_python_model_on_branch(spark, df, {{ tojson(tojson(spec)) }}))
     {%- do log(summary, info=True) -%}
     {#- the overlay and the view exist now; the materialization's `main` statement runs this no-op -#}
     select {{ "'" ~ (summary | replace("'", "")) ~ "'" }} as partialcow_branch_build
+  {%- endif -%}
+{%- endmacro %}
+
+
+{#- On a branch, a model's relation dbt lists as a view may be its image table (a read-only Iceberg table over the
+    branch's image, sharing the root table's files): it is unregistered, never dropped with its files. -#}
+{% macro partialcow__drop_relation(relation) -%}
+  {%- if relation.type != 'view' or not adapter.partialcow_drop_branch_reader(relation) -%}
+    {{ spark__drop_relation(relation) }}
   {%- endif -%}
 {%- endmacro %}

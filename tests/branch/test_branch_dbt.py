@@ -81,6 +81,12 @@ ITEM_COUNT = """
 {{ config(materialized='table') }}
 select count(*) as n, sum(qty) as total from {{ ref('items') }}
 """
+# On a branch the model's relation is its image table, which dbt must see as a view: never incremental there.
+ITEM_LATEST = """
+{{ config(materialized='incremental', unique_key='id') }}
+select id, qty from {{ ref('items') }}
+{% if is_incremental() %} where id > (select max(id) from {{ this }}) {% endif %}
+"""
 ITEM_NAMES = "{{ config(materialized='view') }}\nselect id, upper(name) as uname from {{ ref('items') }}\n"
 ITEM_PY = """
 def model(dbt, session):
@@ -108,6 +114,7 @@ class TestBranchLifecycle:
             "items.sql": model_sql({"updates": {}, "deletes": set(), "inserts": []}),
             "item_totals.sql": ITEM_TOTALS,
             "item_count.sql": ITEM_COUNT,
+            "item_latest.sql": ITEM_LATEST,
             "item_names.sql": ITEM_NAMES,
             "item_py.py": ITEM_PY,
         }
@@ -164,6 +171,9 @@ class TestBranchLifecycle:
         run_dbt(["run", "--vars", "{branch: dev}", "-s", "items+"])
         ours = apply_spec(SEED, DEV_V2)
         assert rows(spark, f"{dev}.items") == ours
+        properties = dict(tuple(r) for r in spark.sql(f"SHOW TBLPROPERTIES {dev}.item_latest").collect())
+        assert properties["partialcow.image-of"] == f"{schema}.item_latest@partialcow_dev"
+        assert rows(spark, f"{dev}.item_latest") == {k: (k, v[2]) for k, v in ours.items()}  # the full result
 
         # diff: per key and column, against the parent's current rows
         run_dbt(["run-operation", "branch_diff", "--args", branch_args("dev")])
@@ -213,7 +223,8 @@ class TestBranchLifecycle:
         theirs = apply_spec(SEED, MAIN_V1)
         assert rows(spark, f"{schema}.items") == theirs
         # dev's view reads its image, which pins main as of dev's last change: main's new rows are not seen yet
-        assert "branch_partialcow_dev" in spark.sql(f"SHOW CREATE TABLE {dev}.items").collect()[0][0]
+        properties = dict(tuple(r) for r in spark.sql(f"SHOW TBLPROPERTIES {dev}.items").collect())
+        assert properties["partialcow.image-of"] == f"{schema}.items@partialcow_dev"
         assert rows(spark, f"{dev}.items") == ours
         # re-pinned: dev's rows for the keys it changed, main's current rows for every other key
         _, out = run_dbt_and_capture(["run-operation", "branch_refresh", "--args", branch_args("dev")])

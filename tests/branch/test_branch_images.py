@@ -43,6 +43,21 @@ def _view_text(spark, relation: str) -> str:
     return spark.sql(f"SHOW CREATE TABLE {relation}").collect()[0][0]
 
 
+def _image_of(spark, relation: str) -> str | None:
+    """What an image table reads (root table and ref, its table property); None for a view."""
+    rows = spark.sql(f"SHOW TBLPROPERTIES {relation}").collect()
+    return {r[0]: r[1] for r in rows}.get("partialcow.image-of")
+
+
+def _check_image_table(spark, relation: str, root: str, ref: str) -> None:
+    """``relation`` is an image table at ``ref``'s snapshot of ``root``, protected from file deletion."""
+    assert _image_of(spark, relation) == f"{root}@{ref}"
+    image_snapshot = spark.sql(f"SELECT snapshot_id FROM {root}.refs WHERE name = '{ref}'").collect()[0][0]
+    assert [r[0] for r in spark.sql(f"SELECT snapshot_id FROM {relation}.refs").collect()] == [image_snapshot]
+    with pytest.raises(Exception, match="GC is disabled"):
+        spark.sql(f"DROP TABLE {relation} PURGE")
+
+
 def _scan_files(spark, meta: str, ref: str) -> tuple[set[str], set[str]]:
     """The data files and the delete files a scan of ``ref`` reads (Iceberg's own planning)."""
     tasks = load_iceberg(spark, meta, "items").newScan().useRef(ref).planFiles()
@@ -120,7 +135,7 @@ def test_image_reads_like_the_overlay_and_pins_the_parent(spark, layout, mode):
     else:
         assert (image.files_rewritten, image.files_with_deletes, image.rows_hidden_by_deletes) == (0, 2, 4)
     view = f"{meta}__br_dev.items"
-    assert "branch_partialcow_dev" in _view_text(spark, view)  # one scan, no join
+    _check_image_table(spark, view, root, "partialcow_dev")  # read as a table: one scan, no join, no view
     assert _rows(spark, view) == dev
     assert _live_rows(spark, meta, "dev", ["main"]) == dev
     assert _refs(spark, root) == {"main", "partialcow_dev"}
@@ -142,7 +157,7 @@ def test_image_reads_like_the_overlay_and_pins_the_parent(spark, layout, mode):
     del feat[100], feat[3]
     build_model(spark, _frame(spark, feat), branch="feat", base_schema=meta, identifier="items", key_columns=["id"],
                 meta_schema=meta)
-    assert "branch_partialcow_feat" in _view_text(spark, f"{meta}__br_feat.items")
+    _check_image_table(spark, f"{meta}__br_feat.items", root, "partialcow_feat")
     assert _rows(spark, f"{meta}__br_feat.items") == feat
     assert _live_rows(spark, meta, "feat", ["dev", "main"]) == feat
     if mode == COPY_ON_WRITE:
@@ -185,7 +200,7 @@ def test_without_an_image_the_view_joins_the_live_parent(spark):
                           key_columns=["id"], meta_schema=meta)
     assert summary.image is None and summary.describe().endswith("; no image")
     view = f"{meta}__br_dev.items"
-    assert "LEFT ANTI JOIN" in _view_text(spark, view)
+    assert "LEFT ANTI JOIN" in _view_text(spark, view) and _image_of(spark, view) is None
     assert _rows(spark, view) == dev
     assert _refs(spark, root) == {"main"}
     spark.sql(f"UPDATE {root} SET qty = 0 WHERE id = 9")  # read live: seen at once

@@ -44,7 +44,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from partialcow.branch.catalog import load_iceberg
-from partialcow.branch.naming import MAIN, OP_COLUMN, OP_DELETE, OP_UPSERT, qualified, quote
+from partialcow.branch.naming import IMAGE_OF_PROPERTY, MAIN, OP_COLUMN, OP_DELETE, OP_UPSERT, qualified, quote
 from partialcow.exceptions import BranchError
 from partialcow.spark.rewrite_job import DELETE, FILE, IN_PLACE_RESULT_SCHEMA, POS, rewrite_files_in_place
 
@@ -55,7 +55,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ImageMode", "ImageReport", "COPY_ON_WRITE", "MERGE_ON_READ", "IMAGE_MODES", "validate_image_mode",
-    "image_ref", "image_relation", "refresh_image", "drop_image", "has_image",
+    "image_ref", "image_relation", "refresh_image", "drop_image", "has_image", "publish_image_table",
+    "is_image_table", "drop_reader_relation",
 ]
 
 ImageMode = Literal["copy-on-write", "merge-on-read"]
@@ -156,6 +157,62 @@ def drop_image(spark: SparkSession, base_schema: str, identifier: str, branch: s
         manage = manage.removeBranch(ref)
     manage.commit()
     spark.catalog.refreshTable(qualified(base_schema, identifier))
+
+
+def publish_image_table(spark: SparkSession, *, schema: str, base_schema: str, identifier: str, branch: str) -> None:
+    """Make ``schema.identifier`` (what readers of the model on ``branch`` query) a read-only Iceberg table over the
+    image: a copy of the root table's metadata whose ``main`` is the image ref's snapshot, registered in the catalog.
+
+    Why a table and not a view: resolving a view costs two metastore look-ups and a metadata read per query
+    (~25 ms here, +7% on a full scan of 1M rows); a table costs what the root table costs. The image table shares
+    the root's data, delete and manifest files, which the root's image ref keeps alive; ``gc.enabled=false`` makes
+    Iceberg refuse to expire its snapshots or purge it (that would delete the root's files), and it is only ever
+    unregistered (:func:`drop_reader_relation`). Its own folder holds one metadata file.
+    """
+    jvm = spark._jvm  # type: ignore[union-attr]
+    root = load_iceberg(spark, base_schema, identifier)
+    snapshot = None if root is None else _ref_snapshot(root, image_ref(branch))
+    if snapshot is None:
+        raise BranchError(f"model {base_schema}.{identifier} has no image on branch {branch} to publish")
+    current = root.operations().current()
+    location = f"{spark.catalog.getDatabase(schema).locationUri.rstrip('/')}/{identifier}"
+    builder = jvm.org.apache.iceberg.TableMetadata.buildFrom(current)
+    for ref in list(current.refs().keySet().toArray()):
+        if ref != MAIN:
+            builder.removeRef(ref)
+    properties = jvm.java.util.HashMap()
+    for key, value in {
+        "gc.enabled": "false",
+        "write.metadata.delete-after-commit.enabled": "false",  # the metadata log lists the root's files
+        IMAGE_OF_PROPERTY: f"{base_schema}.{identifier}@{image_ref(branch)}",
+    }.items():
+        properties.put(key, value)
+    metadata = builder.setBranchSnapshot(snapshot, MAIN).setLocation(location).setProperties(properties).build()
+    path = f"{location}/metadata/{uuid.uuid4()}.metadata.json"
+    jvm.org.apache.iceberg.TableMetadataParser.write(metadata, root.io().newOutputFile(path))
+    drop_reader_relation(spark, schema, identifier)
+    spark.sql(
+        f"CALL spark_catalog.system.register_table(table => '{qualified(schema, identifier)}', metadata_file => '{path}')"
+    )
+
+
+def is_image_table(spark: SparkSession, schema: str, table: str) -> bool:
+    """True if ``schema.table`` is an image table :func:`publish_image_table` registered."""
+    loaded = load_iceberg(spark, schema, table)
+    return loaded is not None and loaded.properties().containsKey(IMAGE_OF_PROPERTY)
+
+
+def drop_reader_relation(spark: SparkSession, schema: str, identifier: str) -> None:
+    """Drop what readers of a model on a branch query, ``schema.identifier``: its view, or its image table, which is
+    unregistered (never purged: its data files are the root table's) and its own metadata file deleted."""
+    loaded = load_iceberg(spark, schema, identifier)
+    if loaded is None or not loaded.properties().containsKey(IMAGE_OF_PROPERTY):
+        spark.sql(f"DROP VIEW IF EXISTS {qualified(schema, identifier)}")
+        return
+    metadata_file = str(loaded.operations().current().metadataFileLocation())
+    spark.sql(f"DROP TABLE {qualified(schema, identifier)}")
+    if metadata_file.startswith(str(loaded.location()).rstrip("/") + "/metadata/"):
+        loaded.io().deleteFile(metadata_file)
 
 
 def _fork_snapshot(table: Any, parent_level: str) -> int | None:

@@ -2,7 +2,8 @@
 
 A branch ``dev`` of a model ``orders`` that lives in schema ``shop`` keeps:
 
-- ``shop__br_dev.orders``: the view users and ``ref()`` read (branch rows over the parent's),
+- ``shop__br_dev.orders``: what users and ``ref()`` read (branch rows over the parent's): a view, or, when the model
+  has an image, a read-only Iceberg table over it (marked by the table property ``partialcow.image-of``),
 - ``shop__br_dev.orders__pcow_overlay``: the overlay table (changed rows as ``'U'``, deleted keys as ``'D'``),
 - ``shop__br_dev.orders__pcow_base``: for every key in the overlay, the parent's row at the merge base (captured
   when the key enters the overlay; the three-way merge reads it, so it survives a parent table being replaced),
@@ -18,6 +19,7 @@ import re
 from partialcow.exceptions import BranchError
 
 __all__ = [
+    "IMAGE_OF_PROPERTY",
     "MAIN",
     "OP_COLUMN",
     "SEQ_COLUMN",
@@ -42,6 +44,8 @@ OP_UPSERT = "U"
 OP_DELETE = "D"
 #: Table (in the target schema) holding one row per branch.
 METADATA_TABLE = "partialcow_branches"
+# Table property of a branch's image table (what readers of an imaged model query): the root table and ref it reads.
+IMAGE_OF_PROPERTY = "partialcow.image-of"
 
 _BRANCH_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _SUFFIX = "__br_"

@@ -29,7 +29,14 @@ from partialcow.branch.naming import (
     quote,
     validate_branch_name,
 )
-from partialcow.branch.image import COPY_ON_WRITE, ImageMode, drop_image, has_image, validate_image_mode
+from partialcow.branch.image import (
+    COPY_ON_WRITE,
+    ImageMode,
+    drop_image,
+    drop_reader_relation,
+    has_image,
+    validate_image_mode,
+)
 from partialcow.branch.overlay import (
     PRESENT_COLUMN,
     OverlayInfo,
@@ -761,16 +768,18 @@ def drop_branch(spark: SparkSession, *, name: str, meta_schema: str) -> DropResu
     for schema in schemas:
         tables = spark.catalog.listTables(schema)
         names = {t.name for t in tables}
-        for identifier in sorted(n for n in names if overlay_table(n) in names):
+        models = sorted(n for n in names if overlay_table(n) in names)
+        for identifier in models:  # what readers query first (views read the tables; image tables the image)
+            drop_reader_relation(spark, schema, identifier)
             drop_image(spark, base_schema_of(schema), identifier, name)  # the image ref on the root table
-        for table in sorted(tables, key=lambda t: t.tableType != "VIEW"):  # views first: they read the tables
-            if table.isTemporary:
+        for table in sorted(tables, key=lambda t: t.tableType != "VIEW"):
+            if table.isTemporary or table.name in models:
                 continue
             if table.tableType == "VIEW":
                 spark.sql(f"DROP VIEW IF EXISTS {qualified(schema, table.name)}")
             else:
                 spark.sql(f"DROP TABLE IF EXISTS {qualified(schema, table.name)} PURGE")
-            objects += 1
+        objects += len([t for t in tables if not t.isTemporary])
         spark.sql(f"DROP SCHEMA IF EXISTS {quote(schema)}")
     store.delete(name)
     return DropResult(branch=name, schemas=schemas, objects=objects)

@@ -30,7 +30,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Sequence
 
 from partialcow.branch.catalog import iceberg_snapshot, list_tables, table_exists
-from partialcow.branch.image import ImageReport, drop_image, image_relation, refresh_image
+from partialcow.branch.image import (
+    ImageReport,
+    drop_image,
+    drop_reader_relation,
+    image_relation,
+    publish_image_table,
+    refresh_image,
+)
 from partialcow.branch.naming import (
     MAIN,
     base_schema_of,
@@ -322,13 +329,15 @@ def view_sql(info: OverlayInfo, parent: tuple[str, str] | None, *, materialized:
 
 def create_branch_view(spark: SparkSession, *, store: BranchStore, branch: str, base_schema: str,
                        identifier: str) -> ImageReport | None:
-    """(Re)create the view of ``identifier`` on ``branch`` over its overlay (no-op without an overlay); what its image
-    build wrote, None when the view has no image."""
-    levels = store.chain(branch)
+    """(Re)create what readers of ``identifier`` on ``branch`` query (no-op without an overlay): the model's image
+    table when it has an image (see :func:`~partialcow.branch.image.publish_image_table`), else the branch view;
+    returns what the image build wrote, None when there is no image."""
     schema = _level_schema(base_schema, branch)
     info = overlay_info(spark, schema, identifier)
     if info is None:
         return None
+    branches = {record.name: record for record in store.all()}
+    levels = store.chain(branch, branches)
     parent_level = _parent_level(spark, levels[1:], base_schema, identifier)
     parent = None if parent_level is None else (_level_schema(base_schema, parent_level), identifier)
     materialized = table_exists(spark, schema, full_table(identifier))
@@ -337,14 +346,19 @@ def create_branch_view(spark: SparkSession, *, store: BranchStore, branch: str, 
         drop_image(spark, base_schema, identifier, branch)
     else:
         image = refresh_image(spark, info=info, branch=branch, parent_level=parent_level, base_schema=base_schema,
-                              identifier=identifier, mode=store.image_mode(branch))
+                              identifier=identifier, mode=branches[branch].image_mode)
         if image is not None:
-            source = image_relation(base_schema, identifier, branch)
+            root_columns = [c.lower() for c in spark.table(qualified(base_schema, identifier)).columns]
+            if root_columns == [c.lower() for c in info.columns]:
+                publish_image_table(spark, schema=schema, base_schema=base_schema, identifier=identifier,
+                                    branch=branch)
+                return image
+            source = image_relation(base_schema, identifier, branch)  # same columns, another order: a view
         elif info.mode == "delta" and spark.table(info.table).isEmpty():
             source = qualified(*parent)  # nothing changed on the branch: the parent as it is, no join
     # Not CREATE OR REPLACE: through Iceberg's SparkSessionCatalog on a Hive metastore, replacing an Iceberg
     # view keeps the old SQL text in the metastore, which is what reads use (Iceberg 1.10, apache/iceberg#15490).
-    spark.sql(f"DROP VIEW IF EXISTS {qualified(schema, identifier)}")
+    drop_reader_relation(spark, schema, identifier)
     spark.sql(
         f"CREATE VIEW {qualified(schema, identifier)} AS\n"
         f"{view_sql(info, parent, materialized=materialized, source=source)}"

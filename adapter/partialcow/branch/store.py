@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from partialcow.branch.catalog import table_exists
 from partialcow.branch.image import COPY_ON_WRITE, ImageMode
@@ -94,13 +94,10 @@ class BranchStore:
             )
         return record
 
-    def image_mode(self, name: str) -> ImageMode:
-        """How branch ``name``'s read images are built."""
-        return self.require(name).image_mode
-
-    def chain(self, name: str) -> list[str]:
-        """``name``, its parent, ... up to ``main`` (``['main']`` for main itself)."""
-        records = {r.name: r for r in self.all()}
+    def chain(self, name: str, records: Mapping[str, BranchRecord] | None = None) -> list[str]:
+        """``name``, its parent, ... up to ``main`` (``['main']`` for main itself); ``records``: all branches by name,
+        when the caller read them already."""
+        records = {r.name: r for r in self.all()} if records is None else records
         chain = [name]
         while chain[-1] != MAIN:
             record = records.get(chain[-1])

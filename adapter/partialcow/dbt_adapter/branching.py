@@ -25,8 +25,11 @@ _OPERATIONS = ("create", "diff", "merge", "drop", "list", "materialize", "refres
 def _spark() -> Any:
     from pyspark.sql import SparkSession
 
-    # dbt-spark's session method and our connection manager already created it
-    return SparkSession.builder.getOrCreate()
+    from partialcow.spark.session import bind_to_current_thread
+
+    # dbt-spark's session method and our connection manager already created it; bound to dbt's worker thread, or
+    # Iceberg's Java API sees the root tables as V1 tables and no branch image is built
+    return bind_to_current_thread(SparkSession.builder.getOrCreate())
 
 
 def _dbt_errors(call: Callable[[], _T]) -> _T:
@@ -68,7 +71,10 @@ def build_python_model_on_branch(spark: Any, df: Any, spec_json: str) -> str:
 
     ``spec_json`` carries ``schema``, ``identifier``, ``unique_key``, ``branch`` and ``meta_schema``.
     """
+    from partialcow.spark.session import bind_to_current_thread
+
     spec = json.loads(spec_json)
+    bind_to_current_thread(spark)
     return _dbt_errors(lambda: _build(df, **spec))
 
 
@@ -115,6 +121,18 @@ class BranchingMixin(metaclass=AdapterMeta):
             return relation.incorporate(path={"schema": found[0] if found else base_schema})
 
         return _dbt_errors(resolve)
+
+    @available
+    def partialcow_drop_branch_reader(self, relation: Any) -> bool:
+        """Drop ``relation`` if it is what readers of a model on a branch query in an overlay schema: its view or its
+        image table (which dbt lists as a view; unregistered, never purged). False elsewhere: dbt drops it."""
+        from partialcow.branch import base_schema_of
+        from partialcow.branch.image import drop_reader_relation
+
+        if base_schema_of(relation.schema) == relation.schema:
+            return False
+        _dbt_errors(lambda: drop_reader_relation(_spark(), relation.schema, relation.identifier))
+        return True
 
     @available
     def partialcow_branch_build(

@@ -7,8 +7,10 @@ from typing import Any, Callable, Dict, List, Mapping, Type
 
 from dbt.adapters.base import PythonJobHelper, available
 from dbt.adapters.contracts.connection import AdapterResponse
+from dbt.adapters.contracts.relation import RelationType
 from dbt.adapters.spark.impl import SparkAdapter
 
+from partialcow.branch.naming import IMAGE_OF_PROPERTY
 from partialcow.dbt_adapter.branching import BranchingMixin
 from partialcow.dbt_adapter.connections import PartialcowConnectionManager
 from partialcow.dbt_adapter.materialization import PartialCowMixin
@@ -40,9 +42,13 @@ class PartialcowAdapter(PartialCowMixin, BranchingMixin, SparkAdapter):
         # Through Iceberg's SparkSessionCatalog, SHOW TABLE EXTENDED reports Iceberg tables as "Provider: hive";
         # only the table_type property tells. dbt-spark would otherwise drop and re-create them (losing history)
         # instead of an atomic CREATE OR REPLACE.
+        # A branch's image table (see partialcow.branch.image.publish_image_table) is the model's read-only view
+        # of the branch to dbt: never incremental, dropped (unregistered) and rebuilt with the model.
         relations = super()._build_spark_relation_list(row_list, relation_info_func)
         return [
-            r.incorporate(is_iceberg=True) if "table_type=iceberg" in (r.information or "").lower() else r
+            r.incorporate(type=RelationType.View) if IMAGE_OF_PROPERTY in (r.information or "")
+            else r.incorporate(is_iceberg=True) if "table_type=iceberg" in (r.information or "").lower()
+            else r
             for r in relations
         ]
 
