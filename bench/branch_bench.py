@@ -2,8 +2,8 @@
 
 Measures:
 1. branch creation time on a 1K-row vs a 1M-row table (creation records snapshots, copies nothing);
-2. full scan of a branch view (it reads the model's image) over a 1M-row table with a 1K-row and a 100K-row overlay
-   vs the table itself (targets: +5% and +20%), for both image modes (copy-on-write, the default, and
+2. full scan of a model on a branch (what users and ref() read: its image table) over a 1M-row table with a 1K-row
+   and a 100K-row overlay vs the table itself (targets: +5% and +20%), for both image modes (copy-on-write, the default, and
    merge-on-read), with each build's time and the bytes its image adds to the table; plus the view form used
    without an image (anti-join, live parent);
 3. merge of a 1K-key overlay into a 1M-row vs a 100K-row table (fast-forward and three-way).
@@ -37,7 +37,7 @@ def _size(rows: int) -> str:
 
 def _interleaved(relations: dict[str, str], scan, repeat: int) -> dict[str, list[float]]:
     """Scan each relation once per round, ``repeat`` rounds, after three warm-up rounds (JIT), each round in a
-    shuffled order: a copy-on-write view read right after the table in every round measured +26% in one probe,
+    shuffled order: a branch relation read right after the table in every round measured +26% in one probe,
     -3% in shuffled rounds the next."""
     for _ in range(3):
         for relation in relations.values():
@@ -146,15 +146,15 @@ def run(rows: int, repeat: int, warehouse: str, scan_kind: str = "values", read_
         create_times[label] = times
     results["create_seconds"] = {k: statistics.median(v) for k, v in create_times.items()}
 
-    # 2. reading a branch view (full scan, all columns) vs the table
+    # 2. reading a model on a branch (full scan, all columns) vs the table
     base_times: list[float] = []
     same_rounds: dict[str, float] = {}
     reads = {"table": 0.0}  # filled in below, from every round's scan of the table
     build_seconds, image_bytes = {}, {}
-    # the noise floor: a plain view of the table, no branch, read in the same rounds
+    # what a view costs: a plain view of the table, no branch, read in the same rounds
     spark.sql(f"CREATE VIEW {META}.t_big_view AS SELECT * FROM {META}.t_big")
     for label, every in (("1K", rows // 1000), ("100K", rows // 100_000)):
-        forms = {f"view of the table itself (no branch; noise floor), {label} rounds": f"{META}.t_big_view"}
+        forms = {f"plain view of the table (no branch: what a view adds), {label} rounds": f"{META}.t_big_view"}
         for mode in IMAGE_MODES:
             branch = f"read_{label.lower()}_{mode.split('-')[0]}"
             create_branch(spark, name=branch, meta_schema=META, models=[(META, "t_big")], image_mode=mode)
@@ -164,11 +164,11 @@ def run(rows: int, repeat: int, warehouse: str, scan_kind: str = "values", read_
             build_seconds[f"{label} changed rows, {mode} image"] = time.perf_counter() - start
             assert summary.upserts == rows // every, summary
             image_bytes[f"{label} changed rows, {mode} image"] = _image_bytes(spark, image_ref(branch))
-            forms[f"view ({mode} image), {label} overlay"] = f"{META}__br_{branch}.t_big"
+            forms[f"branch ({mode} image table), {label} overlay"] = f"{META}__br_{branch}.t_big"
         # the same rows through the view form used where a model has no image: overlay anti-joined to the live parent
         info = overlay_info(spark, f"{META}__br_{branch}", "t_big")
         spark.sql(view_sql(info, (META, "t_big"), materialized=False)).createOrReplaceTempView("bench_live_form")
-        # The views and the table in the same rounds, so drift in the machine's speed hits all alike; the join form
+        # The branch forms, the plain view and the table in the same rounds, so drift in the machine's speed hits all alike; the join form
         # in rounds of its own: scans that apply deletes ran 30-40% slower when it ran in the same rounds (Iceberg's
         # own merge-on-read branch too), which a reader of one view never sees.
         for group in (forms, {f"live join form (no image), {label} overlay": "bench_live_form"}):
@@ -224,7 +224,7 @@ def write_report(results: dict) -> None:
         f"--read-rounds {results['read_rounds']} --scan {results['scan']}` "
         f"(local[2], Spark {results['spark']}, Iceberg, median of {results['repeat']}, full scans median of "
         f"{results['read_rounds']} rounds; full scan: {SCANS[results['scan']]}; "
-        "each view's ratio is to the table's scans in its rounds, each round in a shuffled order; "
+        "each form's ratio is to the table's scans in its rounds, each round in a shuffled order; "
         f"load average {results['load_average_at_start']:.1f} at start, "
         f"{results['load_average_at_end']:.1f} at the end on 2 cores).",
         "",
@@ -269,7 +269,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the large table (default 1M)")
     parser.add_argument("--repeat", type=int, default=5, help="timed repetitions per measurement (median)")
-    parser.add_argument("--read-rounds", type=int, default=31, help="rounds of full scans per view (median)")
+    parser.add_argument("--read-rounds", type=int, default=31, help="rounds of full scans per form (median)")
     parser.add_argument("--scan", choices=sorted(SCANS), default="values",
                         help="what a full scan does with its rows: " + "; ".join(f"{k}: {v}" for k, v in SCANS.items()))
     args = parser.parse_args()

@@ -8,11 +8,11 @@ Using it from dbt::
     dbt run-operation branch_merge --args '{name: dev}'           # add on_conflict: ours|theirs
     dbt run-operation branch_list
     dbt run-operation branch_materialize --args '{name: dev}'     # optional models: [orders]
-    dbt run-operation branch_refresh --args '{name: dev}'         # re-pin views to the parents as they are now
+    dbt run-operation branch_refresh --args '{name: dev}'         # re-pin models to the parents as they are now
     dbt run-operation branch_drop --args '{name: dev}'
 
 Layout (branch ``dev``, model ``orders`` of schema ``shop``): everything lives in the overlay schema
-``shop__br_dev``: the view ``orders`` (what users and ``ref()`` read), the overlay table ``orders__pcow_overlay``
+``shop__br_dev``: ``orders`` (what users and ``ref()`` read: a view, or an image table, below), the overlay table ``orders__pcow_overlay``
 (the model's columns + ``_pcow_op`` 'U'/'D' + ``_pcow_seq``, one row per key that differs from the parent),
 ``orders__pcow_base`` (the parent's rows at the merge base for those keys) and, after ``branch_materialize``,
 ``orders__pcow_full``. Branch metadata is the Iceberg table ``<target schema>.partialcow_branches``. Branch names
@@ -24,9 +24,11 @@ Behaviour:
   parent (new/changed rows 'U', missing parent keys 'D'). Models without ``unique_key``, or whose columns differ
   from the parent's, are *detached*: the overlay holds the whole result and the view reads it alone; a merge
   replaces the parent's rows (a conflict if the parent changed too).
-- The branch view of a keyed model reads its *image*: the overlay applied to the parent as an Iceberg branch
+- A keyed model on a branch is read through its *image*: the overlay applied to the parent as an Iceberg branch
   ``partialcow_<branch>`` of the model's root table (the parent's untouched data files shared, ``main`` never
-  written), so a read is one table scan. The branch's ``image_mode`` chooses how changed keys are held:
+  written), registered as the read-only Iceberg table ``orders`` of the overlay schema (``gc.enabled=false``,
+  table property ``partialcow.image-of``; dbt lists it as a view), so a read is one table scan with no view to
+  resolve. The branch's ``image_mode`` chooses how changed keys are held:
   ``copy-on-write`` (default) rewrites the data files they are in with the page engine, so reads cost what the
   table's cost; ``merge-on-read`` hides them with position deletes (small images, reads apply the deletes). The
   image pins

@@ -1,10 +1,10 @@
 """Read images: a model's content on a branch kept as an Iceberg branch (a ref) of the model's root table, so that
-reading the branch view is one table scan, with no join against the overlay.
+reading the model on the branch is one table scan, with no join against the overlay.
 
 The overlay table stays the record of what the branch changed (diff, merge and conflicts read it); the image is
 derived from it after every change of the overlay (build, merge, the parent's rebuild) and only serves reads.
 For model ``orders`` of schema ``shop`` on branch ``dev`` the image is the ref ``partialcow_dev`` of ``shop.orders``,
-read as ``shop.orders.branch_partialcow_dev``. Building it:
+published as the read-only Iceberg table ``shop__br_dev.orders`` (:func:`publish_image_table`). Building it:
 
 1. a staging ref is forked from what the parent level shows: the root's ``main`` snapshot, or the parent branch's
    own image;
@@ -21,7 +21,8 @@ read as ``shop.orders.branch_partialcow_dev``. Building it:
    either mode (Iceberg refuses to replace a file that has deletes, and rightly: they would stop hiding rows);
 3. the overlay's upserted rows not written in place are appended to the staging ref;
 4. one metadata commit points the image ref at the staging ref's snapshot and removes the staging ref, so readers
-   see the old image or the new one, never a half-built one. ``main`` is never written.
+   see the old image or the new one, never a half-built one. ``main`` is never written;
+5. the image table is registered anew over the new snapshot (readers in between get "table not found").
 
 An image pins the parent as of its build: rows the parent changes later show up on the branch at the next build or
 ``branch_refresh``. The image's snapshots keep the parent's data files they share alive until the branch is dropped.
@@ -330,7 +331,7 @@ def refresh_image(
     except (Py4JJavaError, CapturedException) as exc:
         message = str(exc).strip().splitlines()[0]
         raise BranchError(
-            f"model {root}: building its image on branch {branch} failed ({message}); the branch's view still "
+            f"model {root}: building its image on branch {branch} failed ({message}); the branch's model still "
             "reads what it read before, and the next build retries"
         ) from exc
 

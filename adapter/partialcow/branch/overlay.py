@@ -6,12 +6,10 @@ model: a parent branch's view, or the table built without a branch):
 - rows that are new or changed, with ``_pcow_op = 'U'``;
 - keys the parent has and the branch result lacks, as tombstones ``_pcow_op = 'D'`` (non-key columns null).
 
-The branch view reads the model's *image* when it has one (see :mod:`partialcow.branch.image`: the overlay applied
-to the parent as an Iceberg branch of the root table, one scan at read time, the parent pinned as of the build)::
-
-    SELECT cols FROM shop.orders.branch_partialcow_dev
-
-and otherwise puts the overlay over the live parent::
+What readers query, ``shop__br_dev.orders``, is the model's *image* when it has one (see
+:mod:`partialcow.branch.image`: the overlay applied to the parent as an Iceberg branch of the root table, the parent
+pinned as of the build), registered as a read-only Iceberg table: one scan and no view to resolve. Otherwise it is a
+view that puts the overlay over the live parent::
 
     SELECT cols FROM overlay WHERE _pcow_op = 'U'
     UNION ALL
