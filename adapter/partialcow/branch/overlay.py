@@ -212,7 +212,10 @@ def _diff_against_parent(result: DataFrame, parent: DataFrame, keys: Sequence[st
         for i, c in enumerate(columns)
     ]
     op = F.when(in_result, F.lit(OP_UPSERT)).otherwise(F.lit(OP_DELETE)).alias(OP_COLUMN)
-    return joined.where(changed).select(out + [op, F.lit(seq).cast("bigint").alias(SEQ_COLUMN)])
+    # a key the parent holds more than once joins once per copy: one overlay row for it, not one per copy
+    return joined.where(changed).select(out + [op]).dropDuplicates().withColumn(
+        SEQ_COLUMN, F.lit(seq).cast("bigint")
+    )
 
 
 def write_overlay(
