@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ImageMode", "ImageReport", "COPY_ON_WRITE", "MERGE_ON_READ", "IMAGE_MODES", "validate_image_mode",
     "image_ref", "image_relation", "refresh_image", "drop_image", "has_image", "publish_image_table",
-    "is_image_table", "drop_reader_relation",
+    "drop_reader_relation",
 ]
 
 ImageMode = Literal["copy-on-write", "merge-on-read"]
@@ -195,12 +195,6 @@ def publish_image_table(spark: SparkSession, *, schema: str, base_schema: str, i
     spark.sql(
         f"CALL spark_catalog.system.register_table(table => '{qualified(schema, identifier)}', metadata_file => '{path}')"
     )
-
-
-def is_image_table(spark: SparkSession, schema: str, table: str) -> bool:
-    """True if ``schema.table`` is an image table :func:`publish_image_table` registered."""
-    loaded = load_iceberg(spark, schema, table)
-    return loaded is not None and loaded.properties().containsKey(IMAGE_OF_PROPERTY)
 
 
 def drop_reader_relation(spark: SparkSession, schema: str, identifier: str) -> None:
