@@ -597,12 +597,14 @@ def test_one_changed_page_under_a_dictionary_of_mostly_distinct_values_rewrites_
 def test_layout_mismatch_falls_back_to_whole_file(tmp_path: Path, table: pa.Table,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """When pyarrow cannot re-encode a page with the source's physical layout, the file is rewritten whole."""
-    import partialcow.parquet._engine as engine
+    import partialcow.parquet._pagecodec as pagecodec
+    import partialcow.parquet._rewriter as rewriter
 
     def refuse(*args, **kwargs):
-        raise engine._NeedFullFile("simulated layout mismatch")
+        raise pagecodec._NeedFullFile("simulated layout mismatch")
 
-    monkeypatch.setattr(engine, "_encode_mini", refuse)
+    monkeypatch.setattr(pagecodec, "_encode_mini", refuse)
+    monkeypatch.setattr(rewriter, "_encode_mini", refuse)
     src, dst = tmp_path / "src.parquet", tmp_path / "dst.parquet"
     pq.write_table(table, src, write_page_index=True, max_rows_per_page=500,
                    bloom_filter_options={"k": {"ndv": N}})

@@ -462,3 +462,26 @@ class ParquetLayout:
         if page.header is None:
             page.header, page.header_size = self.page_header(page.offset)
         return page.header
+
+
+# -- chunk geometry ----------------------------------------------------------------------------------------
+
+
+def _pages_holding(ch: Chunk, *sorted_rows: np.ndarray) -> np.ndarray:
+    """Indexes of the chunk's pages that hold any of the rows (each array sorted, chunk-relative).
+
+    Searches page starts in the rows (pages x log rows), not rows in the pages: a 50% batch has a million rows.
+    """
+    bounds = np.append(ch.page_arrays[2], ch.num_rows)
+    hit = np.zeros(len(ch.pages), dtype=bool)
+    for rows in sorted_rows:
+        if rows.size:
+            hit |= np.diff(np.searchsorted(rows, bounds)) > 0
+    return np.flatnonzero(hit)
+
+
+def _max_page_rows(ch: Chunk) -> int | None:
+    """Rows in the chunk's largest data page (None when pages' first rows are unknown: no page index, nested)."""
+    if not ch.rows_known:
+        return None
+    return int(np.diff(np.append(ch.page_arrays[2], ch.num_rows)).max())

@@ -1,0 +1,225 @@
+"""The change set of one rewrite: validated update/delete positions, and rows patched with it.
+
+``_prepare`` checks what the caller passed (positions in range, no repeats, castable values) before any byte is
+written; ``_patch`` applies the change to decoded rows; ``_changed_mask`` tells real changes from updates to the
+value a row already holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from partialcow.exceptions import InvalidChangeError
+from partialcow.parquet._layout import ParquetLayout
+
+ROW_POSITION = "_partialcow_row_position"
+
+
+@dataclass
+class _Changes:
+    upd_pos: np.ndarray  # sorted global positions
+    upd: dict[str, pa.Array]  # top-level name -> new values, aligned with upd_pos, cast to the file's read type
+    del_pos: np.ndarray  # sorted unique global positions
+    # per column, the positions whose value really differs (known once compared, see _real_changes)
+    changed: dict[str, np.ndarray] | None = None
+
+    def candidate_rows(self, name: str) -> np.ndarray:
+        """Global positions where column ``name`` may change (deletes excluded)."""
+        if name not in self.upd:
+            return self.upd_pos[:0]
+        return self.upd_pos if self.changed is None else self.changed[name]
+
+
+def _distinct_rows(parts: list[np.ndarray], num_rows: int) -> int:
+    """How many distinct positions the parts hold (a mask, not a sort: parts may total many times ``num_rows``)."""
+    if not parts:
+        return 0
+    seen = np.zeros(num_rows, dtype=bool)
+    for part in parts:
+        seen[part] = True
+    return int(np.count_nonzero(seen))
+
+
+def _unique(a: np.ndarray) -> np.ndarray:
+    """Sorted unique values (numpy 2's hash-based np.unique is far slower on large int arrays)."""
+    a = np.sort(a)
+    if a.size < 2:
+        return a
+    return a[np.concatenate(([True], a[1:] != a[:-1]))]
+
+
+def _positions(values: Any, what: str, path: str) -> np.ndarray:
+    if isinstance(values, (pa.ChunkedArray, pa.Array)):
+        if values.null_count:
+            raise InvalidChangeError(f"{what} for {path} contain nulls; give a row position for every entry")
+        values = values.to_numpy(zero_copy_only=False)
+    arr = np.asarray(values)
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.dtype.kind not in "iu":
+        raise InvalidChangeError(f"{what} for {path} must be integers, got {arr.dtype}")
+    return arr.astype(np.int64, copy=False).ravel()
+
+
+def _check_range(pos: np.ndarray, n: int, what: str, path: str) -> None:
+    if pos.size and (pos.min() < 0 or pos.max() >= n):
+        bad = pos[(pos < 0) | (pos >= n)]
+        raise InvalidChangeError(
+            f"{what} for {path} are out of range: {bad.size} position(s) outside [0, {n}), e.g. {int(bad[0])}")
+
+
+def _prepare(lay: ParquetLayout, read_schema: pa.Schema, updates: pa.Table | None, deletes: Any) -> _Changes:
+    path = lay.path
+    n = lay.num_rows
+    del_pos = _unique(_positions(deletes if deletes is not None else [], "deletes", path))
+    _check_range(del_pos, n, "deletes", path)
+    upd: dict[str, pa.Array] = {}
+    upd_pos = np.zeros(0, dtype=np.int64)
+    if updates is not None:
+        if isinstance(updates, pa.RecordBatch):
+            updates = pa.Table.from_batches([updates])
+        if not isinstance(updates, pa.Table):
+            raise InvalidChangeError(f"updates for {path} must be a pyarrow.Table, got {type(updates).__name__}")
+        if ROW_POSITION not in updates.column_names:
+            raise InvalidChangeError(f"updates for {path} lack the {ROW_POSITION!r} column (0-based row positions)")
+        pos = _positions(updates.column(ROW_POSITION), "update positions", path)
+        _check_range(pos, n, "update positions", path)
+        order = np.argsort(pos, kind="stable")
+        upd_pos = pos[order]
+        if upd_pos.size > 1 and (dup := upd_pos[1:][upd_pos[1:] == upd_pos[:-1]]).size:
+            raise InvalidChangeError(
+                f"updates for {path} repeat row position(s) {sorted(set(dup.tolist()))[:5]}: give each row once")
+        both = upd_pos[np.isin(upd_pos, del_pos, kind="sort")] if del_pos.size else upd_pos[:0]
+        if both.size:
+            raise InvalidChangeError(f"row position(s) {both[:5].tolist()} of {path} are both updated and deleted; "
+                                     "pass each row to one of them")
+        take = pa.array(order)
+        for name in updates.column_names:
+            if name == ROW_POSITION:
+                continue
+            idx = read_schema.get_field_index(name)
+            if idx < 0:
+                raise InvalidChangeError(f"updates name column {name!r}, which {path} does not have; "
+                                         f"its columns are {read_schema.names}")
+            target = read_schema.field(idx)
+            col = updates.column(name)
+            if col.type in _VIEW_TYPES:  # no take kernel for view types
+                col = col.cast(_VIEW_TYPES[col.type])
+            col = col.take(take).combine_chunks()
+            try:
+                col = col.cast(target.type, safe=True) if col.type != target.type else col
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise InvalidChangeError(f"cannot cast the new values of column {name!r} ({col.type}) to the type "
+                                         f"of {path} ({target.type}): {exc}") from exc
+            if not target.nullable and col.null_count:
+                raise InvalidChangeError(f"column {name!r} of {path} is required (non-nullable) but the updates "
+                                         f"set {col.null_count} row(s) to null")
+            upd[name] = col
+    return _Changes(upd_pos, upd, del_pos)
+
+
+_VIEW_TYPES = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}
+
+
+def _patch(arr: pa.Array, base: int, upd_rows: np.ndarray, upd_vals: pa.Array | None, del_rows: np.ndarray
+           ) -> pa.Array:
+    """Rows ``base .. base+len(arr)`` of a chunk with updates applied and deleted rows removed."""
+    n = len(arr)
+    if not upd_rows.size and not del_rows.size:
+        return arr
+    if arr.type in _VIEW_TYPES:  # pyarrow has no take kernel for view types
+        vals = upd_vals.cast(_VIEW_TYPES[arr.type]) if upd_vals is not None else None
+        return _patch(arr.cast(_VIEW_TYPES[arr.type]), base, upd_rows, vals, del_rows).cast(arr.type)
+    if upd_rows.size and (patched := _patch_fixed_width(arr, upd_rows - base, upd_vals)) is not None:
+        if not del_rows.size:
+            return patched
+        arr, upd_rows = patched, upd_rows[:0]
+    idx = np.arange(n, dtype=np.int64)
+    if upd_rows.size:
+        idx[upd_rows - base] = n + np.arange(upd_rows.size, dtype=np.int64)
+        arr = pa.concat_arrays([arr, upd_vals])
+    if del_rows.size:
+        keep = np.ones(n, dtype=bool)
+        keep[del_rows - base] = False
+        idx = idx[keep]
+    return arr.take(pa.array(idx))
+
+
+def _patch_fixed_width(arr: pa.Array, rows: np.ndarray, vals: pa.Array) -> pa.Array | None:
+    """``arr`` with ``vals`` written at ``rows`` by copying its value buffer (a gather of every row costs ~10x more
+    when few rows change); None for types without one fixed-width value buffer (strings, booleans, nested)."""
+    t = arr.type
+    if (isinstance(t, pa.ExtensionType) or pa.types.is_boolean(t) or pa.types.is_dictionary(t)
+            or arr.offset or vals.offset or vals.type != t or len(arr.buffers()) != 2):
+        return None
+    try:
+        width = t.byte_width
+    except ValueError:  # not a fixed-width type
+        return None
+    n = len(arr)
+    unit = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(width)
+    if unit is None and rows.size * 8 > n:  # wide values scattered over many rows: the gather is faster
+        return None
+    if unit is not None:
+        data = np.frombuffer(arr.buffers()[1], dtype=unit, count=n).copy()
+        data[rows] = np.frombuffer(vals.buffers()[1], dtype=unit, count=len(vals))
+    else:
+        data = np.frombuffer(arr.buffers()[1], dtype=np.uint8, count=n * width).reshape(n, width).copy()
+        data[rows] = np.frombuffer(vals.buffers()[1], dtype=np.uint8, count=len(vals) * width).reshape(-1, width)
+    validity = None
+    if arr.null_count or vals.null_count:
+        valid = arr.is_valid().to_numpy(zero_copy_only=False).copy()
+        valid[rows] = vals.is_valid().to_numpy(zero_copy_only=False)
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(t, n, [validity, pa.py_buffer(data)])
+
+
+def _float_bits(arr: pa.Array) -> np.ndarray:
+    width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[arr.type.byte_width]
+    return arr.fill_null(0).to_numpy(zero_copy_only=False).view(width)
+
+
+def _changed_mask(old: pa.Array, new: pa.Array) -> np.ndarray:
+    """True where ``new`` differs from ``old`` (nulls equal nulls; floats bit for bit, except any NaN equals NaN)."""
+    if not len(old):
+        return np.zeros(0, dtype=bool)
+    t = old.type
+    if pa.types.is_floating(t):
+        o_null = old.is_null().to_numpy(zero_copy_only=False)
+        n_null = new.is_null().to_numpy(zero_copy_only=False)
+        o, n = old.fill_null(0).to_numpy(zero_copy_only=False), new.fill_null(0).to_numpy(zero_copy_only=False)
+        same = (_float_bits(old) == _float_bits(new)) | (np.isnan(o) & np.isnan(n))
+        return np.where(o_null | n_null, o_null != n_null, ~same)
+    if pa.types.is_nested(t) or pa.types.is_dictionary(t) or isinstance(t, pa.ExtensionType):
+        return np.array([a != b for a, b in zip(old.to_pylist(), new.to_pylist())], dtype=bool)
+    try:
+        same = pc.fill_null(pc.equal(old, new), False)
+    except pa.ArrowNotImplementedError:
+        return np.array([a != b for a, b in zip(old.to_pylist(), new.to_pylist())], dtype=bool)
+    same = pc.or_(same, pc.and_(pc.is_null(old), pc.is_null(new)))
+    return ~same.to_numpy(zero_copy_only=False)
+
+
+def _real_changes(table: pa.Table, changes: _Changes) -> _Changes:
+    """``changes`` without the updates that set values equal to the current ones (``table``: the whole file)."""
+    if not changes.upd_pos.size:
+        return changes
+    idx = pa.array(changes.upd_pos)
+    changed = np.zeros(changes.upd_pos.size, dtype=bool)
+    per_column = {}
+    for name, vals in changes.upd.items():
+        col = table.column(name)
+        col = col.cast(_VIEW_TYPES[col.type]) if col.type in _VIEW_TYPES else col
+        old = col.take(idx).combine_chunks()
+        mask = _changed_mask(old, vals.cast(old.type))
+        if mask.any():  # a column whose values all stay is no longer an update
+            per_column[name] = mask
+            changed |= mask
+    keep = pa.array(changed)
+    return _Changes(changes.upd_pos[changed], {k: changes.upd[k].filter(keep) for k in per_column},
+                    changes.del_pos, {k: changes.upd_pos[m] for k, m in per_column.items()})

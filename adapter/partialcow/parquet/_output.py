@@ -1,0 +1,285 @@
+"""The output side of a rewrite: column chunks as byte pieces, and the file written from them.
+
+A ``_ChunkOut`` is one output chunk: ranges copied from the source and re-encoded bytes, with its metadata holding
+offsets relative to the chunk. ``_write_output`` lays the chunks out in file order, then the page indexes, bloom
+filters and the footer.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from partialcow.parquet import _format as F
+from partialcow.parquet._layout import ParquetLayout
+from partialcow.parquet._offset_index import PageLocations, encode_offset_indexes
+from partialcow.parquet._thrift import T_I32, T_I64, T_LIST, T_STRUCT, TList, TStruct
+
+if TYPE_CHECKING:
+    from partialcow.parquet._rewriter import _Stats
+
+
+@dataclass
+class _MovedOffsetIndex:
+    """An untouched chunk's OffsetIndex: the source's, with offsets moved to where the chunk lands."""
+
+    cc: TStruct
+
+
+@dataclass
+class _ChunkOut:
+    """One column chunk of the output: byte pieces plus metadata with offsets relative to the chunk start."""
+
+    leaf: int
+    cc: TStruct
+    cmd: TStruct
+    pieces: list[tuple[str, Any, int]]  # ("copy", src_offset, length) | ("data", bytes, length)
+    length: int
+    rel_offsets: dict[int, int]  # ColumnMetaData field id -> offset relative to chunk start
+    # when an OffsetIndex is written: (relative offset, size, first row) per page, a chunk's locations (offsets
+    # relative) with the source OffsetIndex's later fields, or an untouched chunk's source OffsetIndex
+    locs: list[tuple[int, int, int]] | np.ndarray | PageLocations | _MovedOffsetIndex | None
+    ci: TStruct | bytes | None
+    bloom: bytes | None = None
+    src_start: int = 0
+
+
+def _copy_chunk(lay: ParquetLayout, rg: int, leaf: int) -> _ChunkOut:
+    """An untouched chunk: one byte range; its OffsetIndex only moves (no page headers are read)."""
+    cc = lay.column_chunk(rg, leaf)
+    cmd = cc.val(F.CC_META_DATA)
+    start, end = lay.chunk_range(rg, leaf)
+    rel = {fid: cmd.val(fid) - start for fid in (F.CMD_DATA_PAGE_OFFSET, F.CMD_DICTIONARY_PAGE_OFFSET,
+                                                F.CMD_INDEX_PAGE_OFFSET) if cmd.val(fid)}
+    # the OffsetIndex is decoded when the output is written, while rewritten chunks are still being encoded
+    locs = _MovedOffsetIndex(cc) if F.CC_OFFSET_INDEX_OFFSET in cc else None
+    ci = None
+    if F.CC_COLUMN_INDEX_OFFSET in cc:
+        off = cc.val(F.CC_COLUMN_INDEX_OFFSET)
+        ci = bytes(lay.buf[off:off + cc.val(F.CC_COLUMN_INDEX_LENGTH)])
+    return _ChunkOut(leaf, cc, cmd, [("copy", start, end - start)], end - start, rel, locs, ci,
+                     _bloom_bytes(lay, cmd), start)
+
+
+def _bloom_bytes(lay: ParquetLayout, cmd: TStruct) -> bytes | None:
+    off = cmd.val(F.CMD_BLOOM_FILTER_OFFSET)
+    if off is None:
+        return None
+    length = cmd.val(F.CMD_BLOOM_FILTER_LENGTH)
+    if length is None:  # header (numBytes = field 1) followed by the bitset
+        header, hsize = lay.read_struct(off)
+        length = hsize + header.val(1)
+    return bytes(lay.buf[off:off + length])
+
+
+def _boundary_order(leaf_key, null_pages: list[int], mins: list[bytes], maxs: list[bytes]) -> int:
+    if leaf_key is None:
+        return F.UNORDERED
+    try:
+        pairs = [(leaf_key(lo), leaf_key(hi)) for n, lo, hi in zip(null_pages, mins, maxs) if n != 1]
+    except (ValueError, struct.error):  # a NaN bound or a malformed entry: claim no order
+        return F.UNORDERED
+    if all(a[0] <= b[0] and a[1] <= b[1] for a, b in zip(pairs, pairs[1:])):
+        return F.ASCENDING
+    if all(a[0] >= b[0] and a[1] >= b[1] for a, b in zip(pairs, pairs[1:])):
+        return F.DESCENDING
+    return F.UNORDERED
+
+
+def _combine_bounds(leaf_key, old: TStruct | None, old_all_null: bool, news: list[TStruct | None],
+                    new_all_null: list[bool]) -> tuple[bytes, bytes] | None:
+    """Union of min/max bounds (old chunk statistics and re-encoded pages), or None when unknown."""
+    if leaf_key is None:
+        return None
+    cands = []
+    if not old_all_null:
+        if old is None or F.ST_MIN_VALUE not in old or F.ST_MAX_VALUE not in old:
+            return None
+        cands.append((old.val(F.ST_MIN_VALUE), old.val(F.ST_MAX_VALUE)))
+    for st, empty in zip(news, new_all_null):
+        if empty:
+            continue
+        if st is None or F.ST_MIN_VALUE not in st or F.ST_MAX_VALUE not in st:
+            return None
+        cands.append((st.val(F.ST_MIN_VALUE), st.val(F.ST_MAX_VALUE)))
+    if not cands:
+        return None
+    try:
+        lo = min((c[0] for c in cands), key=leaf_key)
+        hi = max((c[1] for c in cands), key=leaf_key)
+    except (ValueError, struct.error):  # a NaN bound, or a bound of the wrong width
+        return None
+    return lo, hi
+
+
+class _Sink:
+    """Sequential output: small writes are buffered; copied ranges go through ``os.copy_file_range`` when it works,
+    adjacent ones (consecutive untouched chunks) in one call."""
+
+    def __init__(self, fd: int, src: ParquetLayout) -> None:
+        self.fd = fd
+        self.src = src
+        self.pos = 0
+        self._buf = bytearray()
+        self._copy: tuple[int, int] | None = None  # (source offset, length) not yet copied
+        self._cfr = hasattr(os, "copy_file_range")
+
+    def write(self, data: bytes) -> None:
+        self._flush_copy()
+        self._buf += data
+        self.pos += len(data)
+        if len(self._buf) > 1 << 22:
+            self.flush()
+
+    def flush(self) -> None:
+        self._flush_copy()
+        view = memoryview(self._buf)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+        self._buf = bytearray()
+
+    def copy(self, offset: int, length: int) -> None:
+        if length <= 0:
+            return
+        self.pos += length
+        if self._copy is not None and self._copy[0] + self._copy[1] == offset:
+            self._copy = (self._copy[0], self._copy[1] + length)
+            return
+        self._flush_copy()
+        self._copy = (offset, length)
+
+    def _flush_copy(self) -> None:
+        if self._copy is None:
+            return
+        offset, length = self._copy
+        self._copy = None
+        if self._buf:
+            self.flush()
+        if self._cfr:
+            done = 0
+            try:
+                while done < length:
+                    n = os.copy_file_range(self.src._fh.fileno(), self.fd, length - done, offset + done)
+                    if n == 0:
+                        break
+                    done += n
+            except OSError:
+                self._cfr = False
+            offset, length = offset + done, length - done
+        step = 1 << 23
+        for o in range(offset, offset + length, step):
+            chunk = self.src.buf[o:min(o + step, offset + length)]
+            view = memoryview(chunk)
+            while view:
+                n = os.write(self.fd, view)
+                view = view[n:]
+
+
+def _write_output(lay: ParquetLayout, fd: int, groups: Iterable[tuple[int, list[_ChunkOut], int]], stats: _Stats
+                  ) -> int:
+    """Write the chunks of ``groups`` (consumed once, in file order), the page indexes and the footer; the size.
+
+    ``stats`` is read only after ``groups`` is exhausted (a streaming rewriter completes it at the end)."""
+    clock = lay.clock
+    sink = _Sink(fd, lay)
+    sink.write(b"PAR1")
+    placed: list[tuple[TStruct, _ChunkOut, int]] = []  # (new ColumnChunk, chunk out, absolute start)
+    new_rgs = []
+    rg_sources = []
+    total_rows = 0
+    for ordinal, (rg_idx, outs, rows) in enumerate(groups):
+        total_rows += rows
+        rg_sources.append(rg_idx)
+        src_rg = lay.row_groups[rg_idx]
+        rg = src_rg.copy()
+        ccs = []
+        rg_start = sink.pos
+        total_unc = total_comp = 0
+        for out in outs:
+            start = sink.pos
+            for kind, what, length in out.pieces:
+                if kind == "copy":
+                    sink.copy(what, length)
+                else:
+                    sink.write(what)
+            assert sink.pos - start == out.length, "chunk length mismatch"
+            cmd = out.cmd.copy()
+            for fid, rel in out.rel_offsets.items():
+                cmd.put(fid, T_I64, start + rel)
+            cc = out.cc.copy()
+            old_fo = out.cc.val(F.CC_FILE_OFFSET, 0)
+            cc.put(F.CC_FILE_OFFSET, T_I64, old_fo + (start - out.src_start) if old_fo else 0)
+            cc.drop(F.CC_OFFSET_INDEX_OFFSET, F.CC_OFFSET_INDEX_LENGTH, F.CC_COLUMN_INDEX_OFFSET,
+                    F.CC_COLUMN_INDEX_LENGTH)
+            cc.put(F.CC_META_DATA, T_STRUCT, cmd)
+            ccs.append(cc)
+            placed.append((cc, out, start))
+            total_unc += cmd.val(F.CMD_TOTAL_UNCOMPRESSED_SIZE)
+            total_comp += cmd.val(F.CMD_TOTAL_COMPRESSED_SIZE)
+        rg.put(F.RG_COLUMNS, T_LIST, TList(T_STRUCT, ccs))
+        rg.put(F.RG_NUM_ROWS, T_I64, rows)
+        rg.put(F.RG_TOTAL_BYTE_SIZE, T_I64, total_unc)
+        if F.RG_TOTAL_COMPRESSED_SIZE in rg:
+            rg.put(F.RG_TOTAL_COMPRESSED_SIZE, T_I64, total_comp)
+        if F.RG_FILE_OFFSET in rg:
+            rg.put(F.RG_FILE_OFFSET, T_I64, rg_start)
+        if F.RG_ORDINAL in rg:
+            rg.put(F.RG_ORDINAL, rg[F.RG_ORDINAL][0], ordinal)
+        new_rgs.append(rg)
+    for rg_idx, rg in zip(rg_sources, new_rgs):
+        if rg_idx in stats.sort_broken:
+            rg.drop(F.RG_SORTING_COLUMNS)
+    # page indexes: all column indexes, then all offset indexes, then bloom filters
+    for cc, out, _ in placed:
+        if out.ci is None or out.locs is None:
+            continue
+        data = out.ci if isinstance(out.ci, bytes) else clock.encode(out.ci)
+        cc.put(F.CC_COLUMN_INDEX_OFFSET, T_I64, sink.pos)
+        cc.put(F.CC_COLUMN_INDEX_LENGTH, T_I32, len(data))
+        sink.write(data)
+    indexed, all_locations, unmoved = [], [], {}
+    for cc, out, start in placed:
+        if out.locs is None:
+            continue
+        # untouched chunks keep their OffsetIndex extras; rebuilt ones drop unencoded_byte_array_data_bytes
+        if isinstance(out.locs, _MovedOffsetIndex) and start == out.src_start:  # not moved: the source's bytes
+            off = out.locs.cc.val(F.CC_OFFSET_INDEX_OFFSET)
+            unmoved[len(indexed)] = bytes(lay.buf[off:off + out.locs.cc.val(F.CC_OFFSET_INDEX_LENGTH)])
+            indexed.append(cc)
+            continue
+        if isinstance(out.locs, _MovedOffsetIndex):  # later OffsetIndex fields are kept (src.tail)
+            src = lay.page_locations(out.locs.cc)
+            locations = PageLocations(src.offsets + (start - out.src_start), src.sizes, src.first_rows, src.tail)
+        elif isinstance(out.locs, PageLocations):
+            locations = PageLocations(out.locs.offsets + start, out.locs.sizes, out.locs.first_rows, out.locs.tail)
+        else:
+            rows = np.array(out.locs, dtype=np.int64).reshape(-1, 3)
+            locations = PageLocations(rows[:, 0] + start, rows[:, 1], rows[:, 2])
+        indexed.append(cc)
+        all_locations.append(locations)
+    encoded = iter(encode_offset_indexes(all_locations))
+    for i, cc in enumerate(indexed):
+        data = unmoved[i] if i in unmoved else next(encoded)
+        cc.put(F.CC_OFFSET_INDEX_OFFSET, T_I64, sink.pos)
+        cc.put(F.CC_OFFSET_INDEX_LENGTH, T_I32, len(data))
+        sink.write(data)
+    for cc, out, _ in placed:
+        if out.bloom is None:
+            continue
+        cmd = cc.val(F.CC_META_DATA)
+        cmd.put(F.CMD_BLOOM_FILTER_OFFSET, T_I64, sink.pos)
+        cmd.put(F.CMD_BLOOM_FILTER_LENGTH, T_I32, len(out.bloom))
+        sink.write(out.bloom)
+    fmd = lay.fmd.copy()
+    fmd.put(F.FMD_ROW_GROUPS, T_LIST, TList(T_STRUCT, new_rgs))
+    fmd.put(F.FMD_NUM_ROWS, T_I64, total_rows)
+    footer = clock.encode(fmd)
+    sink.write(footer + len(footer).to_bytes(4, "little") + b"PAR1")
+    sink.flush()
+    return sink.pos

@@ -1,0 +1,494 @@
+"""The page path of a rewrite: for each touched column chunk, decode the candidate pages, keep the real changes,
+re-encode the pages that change and splice them between copied page ranges (or re-encode the chunk whole where the
+cost model says so).
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from partialcow.parquet import _format as F
+from partialcow.parquet._changes import _Changes, _changed_mask, _patch
+from partialcow.parquet._column_index import PageBounds, encode_column_index
+from partialcow.parquet._layout import Chunk, ParquetLayout, TopField, _max_page_rows, _pages_holding, sort_key_fn
+from partialcow.parquet._output import _boundary_order, _bloom_bytes, _ChunkOut, _combine_bounds, _copy_chunk
+from partialcow.parquet._pagecodec import (
+    _CODEC_TO_ARROW, _DICTIONARY_TOO_LARGE, _decode_pages, _dictionary_encoded_pages, _dictionary_pays,
+    _dictionary_size, _dictionary_too_large, _dictionary_values, _encode_mini, _encode_runs, _Encoded,
+    _page_encoding, _page_num_values, _page_type_for_stats, _stats_key)
+from partialcow.parquet._thrift import T_BINARY, T_I32, T_I64, T_LIST, T_STRUCT, TList, TStruct
+
+
+@dataclass
+class _Stats:
+    pages_total: int = 0
+    pages_rewritten: int = 0
+    pages_copied: int = 0
+    bytes_copied: int = 0
+    bytes_reencoded: int = 0
+    columns: set[str] = field(default_factory=set)
+    full_chunks: list[tuple[int, str, str]] = field(default_factory=list)
+    blooms_dropped: list[tuple[int, str]] = field(default_factory=list)
+    sort_broken: set[int] = field(default_factory=set)  # row groups whose sorting_columns no longer hold
+
+
+@dataclass
+class _Task:
+    """A chunk rewrite to run later, possibly in another thread: ``fn(rewriter, *args)``."""
+
+    fn: Callable[..., _ChunkOut | list[_ChunkOut]]
+    args: tuple
+
+
+class _Rewriter:
+    def __init__(self, lay: ParquetLayout, changes: _Changes, read_schema: pa.Schema, *, full_chunk_threshold: float,
+                 writer_options: dict[str, Any]) -> None:
+        self.lay = lay
+        self.ch = changes
+        self.read_schema = read_schema
+        self.full_chunk_threshold = full_chunk_threshold
+        self.opts = writer_options
+        self.stats = _Stats()
+        self.changed_parts: list[np.ndarray] = []  # global positions whose value really changed (per chunk)
+
+    def _chunk_setup(self, ch: Chunk) -> dict[str, Any]:
+        h = self.lay.ensure_header(ch.pages[0])
+        return dict(codec=ch.cmd.val(F.CMD_CODEC), v2=h.val(F.PH_TYPE) == F.DATA_PAGE_V2, crc=F.PH_CRC in h,
+                    rows_per_page=_max_page_rows(ch))
+
+    # -- one row group -------------------------------------------------------------------------------------
+    def row_group(self, rg: int, rg_start: int) -> tuple[list[_ChunkOut | _Task], int] | None:
+        """Copied chunks of one row group, and tasks for the chunks to rewrite (see ``run``); None: all deleted."""
+        lay = self.lay
+        nrows = lay.rg_rows(rg)
+        lo, hi = np.searchsorted(self.ch.del_pos, [rg_start, rg_start + nrows])
+        dels = self.ch.del_pos[lo:hi] - rg_start
+        if dels.size == nrows:
+            for leaf in lay.leaves:
+                self.stats.pages_total += lay.page_count(rg, leaf.index)
+                self.stats.pages_rewritten += lay.page_count(rg, leaf.index)
+            return None  # every row deleted: drop the row group
+        ulo, uhi = np.searchsorted(self.ch.upd_pos, [rg_start, rg_start + nrows])
+        ups = self.ch.upd_pos[ulo:uhi] - rg_start
+        outs: list[_ChunkOut | _Task] = []
+        for top in lay.tops:
+            vals = self.ch.upd.get(top.name)
+            t_ups = ups if vals is not None else np.zeros(0, dtype=np.int64)
+            t_vals = vals.slice(ulo, uhi - ulo) if vals is not None else None
+            if not t_ups.size and not dels.size:
+                for leaf in top.leaves:
+                    outs.append(_copy_chunk(lay, rg, leaf))
+                    self._count_copy(rg, leaf)
+                continue
+            chunks = [lay.chunk(rg, i) for i in top.leaves]
+            if len(chunks) == 1 and not lay.leaves[top.leaves[0]].nested and chunks[0].rows_known:
+                outs.append(_Task(_Rewriter._flat_chunk, (top, chunks[0], t_ups, t_vals, dels, rg_start)))
+            else:
+                reason = ("nested column without page row boundaries" if not all(c.rows_known for c in chunks)
+                          else "nested column")
+                outs.append(_Task(_Rewriter._whole_field, (top, chunks, t_ups, t_vals, dels, rg_start, reason)))
+        return outs, nrows - dels.size
+
+    def run(self, groups: list[tuple[int, list[_ChunkOut | _Task], int]], threads: int
+            ) -> Iterator[tuple[int, list[_ChunkOut], int]]:
+        """Run the row groups' chunk tasks, ``threads`` at a time, yielding each row group in file order as soon as
+        its chunks are done: the caller writes (copies) the output while later chunks are still being rewritten.
+
+        Each task works on a fork of this rewriter (its own counts), merged back in file order once all are done:
+        the report does not depend on which thread finished first. pyarrow's decoders and encoders release the GIL.
+        """
+        tasks = [t for _, outs, _ in groups for t in outs if isinstance(t, _Task)]
+        forks = [self._fork() for _ in tasks]
+        pool = None
+        if threads > 1 and len(tasks) > 1:
+            pool = ThreadPoolExecutor(max_workers=min(threads, len(tasks)), thread_name_prefix="partialcow-rewrite")
+        try:
+            if pool is not None:
+                futures = [pool.submit(t.fn, f, *t.args) for t, f in zip(tasks, forks)]
+                done = (f.result() for f in futures)
+            else:
+                done = (t.fn(f, *t.args) for t, f in zip(tasks, forks))
+            for rg, outs, rows in groups:
+                chunks: list[_ChunkOut] = []
+                for item in outs:
+                    if isinstance(item, _Task):
+                        res = next(done)
+                        chunks.extend(res if isinstance(res, list) else [res])
+                    else:
+                        chunks.append(item)
+                yield rg, chunks, rows
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        for f in forks:
+            self._absorb(f)
+
+    def _fork(self) -> _Rewriter:
+        fork = copy.copy(self)
+        fork.stats = _Stats()
+        fork.changed_parts = []
+        return fork
+
+    def _absorb(self, fork: _Rewriter) -> None:
+        st, other = self.stats, fork.stats
+        for name in ("pages_total", "pages_rewritten", "pages_copied", "bytes_copied", "bytes_reencoded"):
+            setattr(st, name, getattr(st, name) + getattr(other, name))
+        st.columns |= other.columns
+        st.full_chunks.extend(other.full_chunks)
+        st.blooms_dropped.extend(other.blooms_dropped)
+        st.sort_broken |= other.sort_broken
+        self.changed_parts.extend(fork.changed_parts)
+
+    def _count_copy(self, rg: int, leaf: int) -> None:
+        pages = self.lay.page_count(rg, leaf)
+        start, end = self.lay.chunk_range(rg, leaf)
+        self.stats.pages_total += pages
+        self.stats.pages_copied += pages
+        self.stats.bytes_copied += end - start
+
+    def _record_changes(self, top: TopField, rg: int, rg_start: int, changed: np.ndarray) -> None:
+        if changed.size:
+            self.stats.columns.add(top.name)
+            self.changed_parts.append(changed + rg_start)
+            for sc in (self.lay.row_groups[rg].val(F.RG_SORTING_COLUMNS) or TList(T_STRUCT, [])).items:
+                if self.lay.leaves[sc.val(F.SC_COLUMN_IDX)].top == top.index:
+                    self.stats.sort_broken.add(rg)
+
+    # -- a top-level field re-encoded as a whole (nested columns, cost model) ---------------------------------
+    def _whole_field(self, top: TopField, chunks: list[Chunk], ups: np.ndarray, vals: pa.Array | None,
+                     dels: np.ndarray, rg_start: int, reason: str) -> list[_ChunkOut]:
+        lay = self.lay
+        rg = chunks[0].rg
+        old = _decode_pages(lay, top, rg, None, chunks[0].num_rows)
+        return self._reencode_field(top, chunks, old, ups, vals, dels, rg_start, reason)
+
+    def _reencode_field(self, top: TopField, chunks: list[Chunk], old: pa.Array, ups: np.ndarray,
+                        vals: pa.Array | None, dels: np.ndarray, rg_start: int, reason: str, *,
+                        compared: bool = False) -> list[_ChunkOut]:
+        """Re-encode whole chunks (all leaves of ``top``); ``compared``: ``ups`` already hold only real changes."""
+        lay = self.lay
+        rg = chunks[0].rg
+        changed = ups
+        if ups.size and not compared:
+            mask = _changed_mask(old.take(pa.array(ups)), vals)
+            changed = ups[mask]
+            vals = vals.filter(pa.array(mask))
+            self._record_changes(top, rg, rg_start, changed)
+        if not changed.size and not dels.size:
+            outs = []
+            for ch in chunks:
+                outs.append(_copy_chunk(lay, ch.rg, ch.leaf))
+                self._count_copy(ch.rg, ch.leaf)
+            return outs
+        new = _patch(old, 0, changed, vals, dels)
+        setup = self._chunk_setup(chunks[0])
+        nullable = lay.schema[top.schema_start].val(F.SE_REPETITION, F.REQUIRED) != F.REQUIRED
+        # a chunk written without a dictionary (PLAIN) stays PLAIN; one with a dictionary keeps it if it pays
+        dictionary = any(_dictionary_pays(lay, ch) for ch in chunks)
+        mini = _encode_mini(lay, top, [new], nullable, codec=setup["codec"], dictionary=dictionary, v2=setup["v2"],
+                            crc=setup["crc"], rows_per_page=setup["rows_per_page"], opts=self.opts)
+        outs = []
+        for ch, mch in zip(chunks, mini.chunks[0]):
+            name = ".".join(lay.leaves[ch.leaf].path)
+            self.stats.full_chunks.append((rg, name, reason))
+            self.stats.pages_total += len(ch.pages)
+            self.stats.pages_rewritten += len(ch.pages)
+            self.stats.bytes_reencoded += mch.end - mch.start
+            cmd = mch.cmd.copy()
+            cmd.put(F.CMD_PATH, T_LIST, ch.cmd.val(F.CMD_PATH))
+            cmd.drop(F.CMD_KV, F.CMD_BLOOM_FILTER_OFFSET, F.CMD_BLOOM_FILTER_LENGTH)
+            if F.CMD_KV in ch.cmd:
+                cmd.put(F.CMD_KV, T_LIST, ch.cmd.val(F.CMD_KV))
+            rel = {fid: cmd.val(fid) - mch.start for fid in (F.CMD_DATA_PAGE_OFFSET, F.CMD_DICTIONARY_PAGE_OFFSET)
+                   if cmd.val(fid) is not None}
+            locs = ci = None
+            if F.CC_OFFSET_INDEX_OFFSET in ch.cc:
+                locs = [(p.offset - mch.start, p.size, p.first_row) for p in mch.pages]
+                if F.CC_COLUMN_INDEX_OFFSET in ch.cc:
+                    ci = mini.lay.column_index_bytes(mch.cc)
+            bloom = _bloom_bytes(lay, ch.cmd)
+            if bloom is not None and changed.size:
+                self.stats.blooms_dropped.append((rg, name))
+                bloom = None
+            data = bytes(mini.lay.buf[mch.start:mch.end])
+            outs.append(_ChunkOut(ch.leaf, ch.cc, cmd, [("data", data, len(data))], len(data), rel, locs, ci,
+                                  bloom, ch.start))
+        return outs
+
+    # -- a flat column chunk patched page by page --------------------------------------------------------------
+    def _flat_chunk(self, top: TopField, ch: Chunk, ups: np.ndarray, vals: pa.Array | None, dels: np.ndarray,
+                    rg_start: int) -> _ChunkOut:
+        lay = self.lay
+        leaf = lay.leaves[ch.leaf]
+        data_bytes = ch.end - ch.prefix_end
+        cand = _pages_holding(ch, ups, dels)
+        sizes = ch.page_arrays[1]
+        cand_bytes = int(sizes[cand].sum())
+        whole = cand_bytes > self.full_chunk_threshold * data_bytes
+        if whole:
+            runs = [(0, len(ch.pages) - 1)]
+        else:
+            runs = []
+            for i in cand.tolist():
+                if runs and runs[-1][1] == i - 1:
+                    runs[-1] = (runs[-1][0], i)
+                else:
+                    runs.append((i, i))
+        # decode candidate runs, find rows whose value really changes
+        decoded: list[tuple[int, int, int, pa.Array]] = []  # (first page, last page, first row, values)
+        changed_parts, vals_parts = [], []
+        bounds = [(ch.pages[a].first_row, ch.page_rows(b)[1]) for a, b in runs]
+        if whole:
+            every = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
+        else:  # all runs' pages in one sub-file (pages are self-contained): one decode, sliced per run
+            every = _decode_pages(lay, top, ch.rg, {ch.leaf: [p for a, b in runs for p in ch.pages[a:b + 1]]},
+                                  sum(r1 - r0 for r0, r1 in bounds))
+        start = 0
+        for (a, b), (r0, r1) in zip(runs, bounds):
+            arr = every.slice(start, r1 - r0)
+            start += r1 - r0
+            decoded.append((a, b, r0, arr))
+            lo, hi = np.searchsorted(ups, [r0, r1])
+            if hi > lo:
+                rows = ups[lo:hi]
+                v = vals.slice(lo, hi - lo)
+                mask = _changed_mask(arr.take(pa.array(rows - r0)), v)
+                changed_parts.append(rows[mask])
+                vals_parts.append(v.filter(pa.array(mask)))
+        changed = np.concatenate(changed_parts) if changed_parts else np.zeros(0, dtype=np.int64)
+        new_vals = (pa.concat_arrays(vals_parts) if vals_parts else None)
+        self._record_changes(top, ch.rg, rg_start, changed)
+        touched = _pages_holding(ch, changed, dels)
+        if not touched.size:
+            self._count_copy(ch.rg, ch.leaf)
+            return _copy_chunk(lay, ch.rg, ch.leaf)
+        if int(sizes[touched].sum()) > self.full_chunk_threshold * data_bytes:
+            old = decoded[0][3] if whole else _decode_pages(lay, top, ch.rg, None, ch.num_rows)
+            return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start, "most pages touched",
+                                        compared=True)[0]
+        return self._splice(top, ch, leaf, decoded, touched, changed, new_vals, dels, rg_start)
+
+    def _splice(self, top: TopField, ch: Chunk, leaf: Any, decoded: list, touched: np.ndarray, changed: np.ndarray,
+                new_vals: pa.Array | None, dels: np.ndarray, rg_start: int) -> _ChunkOut:
+        lay = self.lay
+        setup = self._chunk_setup(ch)
+        if setup["codec"] not in _CODEC_TO_ARROW:  # pages of a chunk share its codec: re-encode the chunk
+            old = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
+            return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start,
+                                        f"codec {F.CODEC_NAMES[setup['codec']]} cannot be written",
+                                        compared=True)[0]
+        nullable = leaf.element.val(F.SE_REPETITION, F.REQUIRED) != F.REQUIRED
+        key = sort_key_fn(leaf)
+        dict_pages = _dictionary_encoded_pages(lay, ch)
+        # sub-runs of consecutive touched pages of the same kind (dictionary-encoded or not)
+        subruns: list[list[int]] = []
+        for i in touched.tolist():
+            if subruns and subruns[-1][1] == i - 1 and dict_pages[i] == dict_pages[i - 1]:
+                subruns[-1][1] = i
+            else:
+                subruns.append([i, i])
+        offsets, sizes, first_rows = ch.page_arrays
+        deleted_before = np.searchsorted(dels, first_rows)  # rows deleted before each page
+        patched: list[pa.Array] = []
+        removed_nulls = 0
+        for a, b in subruns:
+            r0, r1 = ch.pages[a].first_row, ch.page_rows(b)[1]
+            da, db, dr0, arr = next(d for d in decoded if d[0] <= a and b <= d[1])
+            old = arr.slice(r0 - dr0, r1 - r0)
+            removed_nulls += old.null_count
+            ulo, uhi = np.searchsorted(changed, [r0, r1])
+            dlo, dhi = np.searchsorted(dels, [r0, r1])
+            patched.append(_patch(old, r0, changed[ulo:uhi], new_vals.slice(ulo, uhi - ulo) if uhi > ulo else None,
+                                  dels[dlo:dhi]))
+        # Dictionary-encoded pages are replaced by dictionary-encoded pages over the same dictionary, extended with
+        # new values at its end (old pages' indices stay valid): Spark's vectorized reader cannot read a PLAIN page
+        # followed by a dictionary-encoded one, the pattern a PLAIN patch in the middle of a chunk would create.
+        if _dictionary_too_large(lay, ch, [len(p) for (a, _), p in zip(subruns, patched) if dict_pages[a] and len(p)]):
+            old = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
+            return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start, _DICTIONARY_TOO_LARGE,
+                                        compared=True)[0]
+        dictionary = new_dict_page = None
+        extend = False
+        if any(dict_pages[a] for a, _ in subruns):
+            dictionary = _dictionary_values(lay, top, ch, decoded[0][3].type)
+            # only updated values can be missing from the dictionary
+            in_dict_runs = np.zeros(changed.size, dtype=bool)
+            for a, b in subruns:
+                if dict_pages[a]:
+                    lo, hi = np.searchsorted(changed, [ch.pages[a].first_row, ch.page_rows(b)[1]])
+                    in_dict_runs[lo:hi] = True
+            # One run: pyarrow appends the values the dictionary lacks itself (see _encode_runs), no search
+            # needed. Not for floats: pyarrow may merge NaN payloads the dictionary keeps apart, and a merge
+            # plus a new value would leave the entry count unchanged.
+            extend = (sum(1 for (a, _), p in zip(subruns, patched) if dict_pages[a] and len(p)) == 1
+                      and not pa.types.is_floating(dictionary.type))
+            if in_dict_runs.any() and not extend:
+                fresh = pc.unique(new_vals.filter(pa.array(in_dict_runs)).drop_null())
+                # hash the few new values and scan the dictionary, not the other way round: a dictionary can hold
+                # a whole chunk's distinct values, and hashing it cost more than the rest of a small patch
+                known = dictionary.filter(pc.is_in(dictionary, value_set=fresh.cast(dictionary.type)))
+                fresh = fresh.filter(pc.invert(pc.is_in(fresh, value_set=known.cast(fresh.type))))
+                if len(fresh):
+                    dictionary = pa.concat_arrays([dictionary, fresh.cast(dictionary.type)])
+        encoded: dict[int, _Encoded | None] = {a: None for a, _ in subruns}
+        for in_dict in (False, True):  # one in-memory file for the PLAIN runs, one for the dictionary-encoded runs
+            todo = [(a, new) for (a, _), new in zip(subruns, patched) if len(new) and dict_pages[a] == in_dict]
+            if not todo:
+                continue
+            encs = _encode_runs(lay, top, [new for _, new in todo], nullable, setup, self.opts,
+                                dictionary if in_dict else None, extend=in_dict and extend)
+            if encs is None:  # pyarrow did not reproduce the dictionary order: re-encode the chunk
+                old = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
+                return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start,
+                                            "dictionary could not be extended", compared=True)[0]
+            for (a, _), enc in zip(todo, encs):
+                if enc.dict_page is not None:
+                    new_dict_page = new_dict_page or enc.dict_page
+                encoded[a] = enc
+        subrun_end = {a: b for a, b in subruns}
+        subrun_starts = sorted(subrun_end)
+
+        # assemble pieces, page locations and column-index entries
+        src_ci = lay.page_bounds(ch.cc) if F.CC_COLUMN_INDEX_OFFSET in ch.cc else None
+        if src_ci is not None and len(src_ci) != len(ch.pages):  # a malformed index: rebuild none rather than misalign
+            src_ci = None
+        want_oi = F.CC_OFFSET_INDEX_OFFSET in ch.cc
+        unc = ch.cmd.val(F.CMD_TOTAL_UNCOMPRESSED_SIZE)
+        pieces: list[tuple[str, Any, int]] = []
+        if new_dict_page is not None and new_dict_page[2] > _dictionary_size(lay, ch):
+            h, hs = lay.page_header(ch.start)
+            unc += new_dict_page[1] - hs - h.val(F.PH_UNCOMPRESSED_SIZE)
+            pieces.append(("data", new_dict_page[0], len(new_dict_page[0])))
+            if ch.prefix_end > ch.start + hs + h.val(F.PH_COMPRESSED_SIZE):  # keep anything after the dictionary
+                rest = ch.start + hs + h.val(F.PH_COMPRESSED_SIZE)
+                pieces.append(("copy", rest, ch.prefix_end - rest))
+            self.stats.bytes_reencoded += len(new_dict_page[0])
+        elif ch.prefix_end > ch.start:
+            pieces.append(("copy", ch.start, ch.prefix_end - ch.start))
+            self.stats.bytes_copied += ch.prefix_end - ch.start
+        pos = sum(p[2] for p in pieces)
+        loc_blocks: list[np.ndarray] = []  # (offset in the chunk, size, first row) per page, a block per run
+        ci_parts: list[PageBounds] | None = [] if src_ci is not None else None
+        enc_delta: dict[tuple[int, int], int] = {}
+        num_values = ch.cmd.val(F.CMD_NUM_VALUES)
+        new_stats: list[TStruct | None] = []
+        new_all_null: list[bool] = []
+        added_nulls = 0
+        new_encodings: list[int] = []
+
+        i = 0
+        while i < len(ch.pages):
+            if i in subrun_end:
+                b = subrun_end[i]
+                for j in range(i, b + 1):
+                    p = ch.pages[j]
+                    pt_enc = _stats_key(*_page_encoding(lay, p))
+                    enc_delta[pt_enc] = enc_delta.get(pt_enc, 0) - 1
+                    num_values -= _page_num_values(lay, p)
+                    unc -= p.header_size + lay.ensure_header(p).val(F.PH_UNCOMPRESSED_SIZE)
+                    self.stats.pages_rewritten += 1
+                enc = encoded[i]
+                if enc is not None:
+                    new_first = ch.pages[i].first_row - int(deleted_before[i])
+                    pieces.append(("data", enc.data, len(enc.data)))
+                    self.stats.bytes_reencoded += len(enc.data)
+                    loc_blocks.append(np.array(enc.pages, dtype=np.int64).reshape(-1, 3) + [pos, 0, new_first])
+                    pos += len(enc.data)
+                    num_values += enc.num_values
+                    unc += enc.uncompressed
+                    for k, count in enc.page_encodings.items():
+                        enc_delta[k] = enc_delta.get(k, 0) + count
+                    new_encodings.extend(enc.encodings)
+                    added_nulls += enc.null_count
+                    new_stats.append(enc.stats)
+                    new_all_null.append(enc.null_count == enc.rows)
+                    if ci_parts is not None:
+                        ci_parts = None if enc.bounds is None else ci_parts + [enc.bounds]
+                i = b + 1
+                continue
+            # a run of untouched pages up to the next touched one: one byte range
+            nxt = bisect.bisect_right(subrun_starts, i)
+            j = subrun_starts[nxt] - 1 if nxt < len(subrun_starts) else len(ch.pages) - 1
+            start, end = ch.pages[i].offset, ch.pages[j].offset + ch.pages[j].size
+            pieces.append(("copy", start, end - start))
+            loc_blocks.append(np.column_stack([pos - start + offsets[i:j + 1], sizes[i:j + 1],
+                                               first_rows[i:j + 1] - deleted_before[i:j + 1]]))
+            if ci_parts is not None:
+                ci_parts.append(src_ci.slice(i, j + 1))
+            self.stats.pages_copied += j - i + 1
+            self.stats.bytes_copied += end - start
+            pos += end - start
+            i = j + 1
+        self.stats.pages_total += len(ch.pages)
+
+        # column metadata
+        cmd = ch.cmd.copy()
+        cmd.put(F.CMD_NUM_VALUES, T_I64, num_values)
+        cmd.put(F.CMD_TOTAL_COMPRESSED_SIZE, T_I64, pos)
+        cmd.put(F.CMD_TOTAL_UNCOMPRESSED_SIZE, T_I64, unc)
+        encs = list(cmd.val(F.CMD_ENCODINGS).items)
+        encs += [e for e in dict.fromkeys(new_encodings) if e not in encs]
+        cmd.put(F.CMD_ENCODINGS, T_LIST, TList(T_I32, encs))
+        if F.CMD_ENCODING_STATS in cmd:
+            entries = []
+            seen = set()
+            data_type = None
+            for e in cmd.val(F.CMD_ENCODING_STATS).items:
+                k = _stats_key(e.val(F.PES_PAGE_TYPE), e.val(F.PES_ENCODING))
+                if k[0] == F.DATA_PAGE:
+                    data_type = e.val(F.PES_PAGE_TYPE)
+                seen.add(k)
+                count = e.val(F.PES_COUNT) + enc_delta.get(k, 0)
+                if count > 0:
+                    ne = e.copy()
+                    ne.put(F.PES_COUNT, T_I32, count)
+                    entries.append(ne)
+            for k, d in enc_delta.items():
+                if k not in seen and d > 0:
+                    ne = TStruct()
+                    ne.put(F.PES_PAGE_TYPE, T_I32, data_type if k[0] == F.DATA_PAGE and data_type is not None
+                           else _page_type_for_stats(k[0], ch, lay))
+                    ne.put(F.PES_ENCODING, T_I32, k[1])
+                    ne.put(F.PES_COUNT, T_I32, d)
+                    entries.append(ne)
+            cmd.put(F.CMD_ENCODING_STATS, T_LIST, TList(T_STRUCT, entries))
+        old_st = ch.cmd.val(F.CMD_STATISTICS)
+        if old_st is not None:
+            st = TStruct()
+            old_nulls = old_st.val(F.ST_NULL_COUNT)
+            if old_nulls is not None:
+                st.put(F.ST_NULL_COUNT, T_I64, old_nulls - removed_nulls + added_nulls)
+            old_all_null = old_nulls is not None and old_nulls == ch.num_rows and F.ST_MIN_VALUE not in old_st
+            bounds = _combine_bounds(key, old_st, old_all_null, new_stats, new_all_null)
+            if bounds is not None:
+                st.put(F.ST_MAX_VALUE, T_BINARY, bounds[1])
+                st.put(F.ST_MIN_VALUE, T_BINARY, bounds[0])
+            cmd.put(F.CMD_STATISTICS, T_STRUCT, st)
+        cmd.drop(F.CMD_SIZE_STATISTICS)
+        name = ".".join(leaf.path)
+        bloom = _bloom_bytes(lay, ch.cmd)
+        if changed.size:
+            cmd.drop(F.CMD_GEOSPATIAL_STATISTICS)
+            if bloom is not None:
+                self.stats.blooms_dropped.append((ch.rg, name))
+                bloom = None
+        cmd.drop(F.CMD_BLOOM_FILTER_OFFSET, F.CMD_BLOOM_FILTER_LENGTH)
+        rel = {fid: cmd.val(fid) - ch.start for fid in (F.CMD_DICTIONARY_PAGE_OFFSET, F.CMD_INDEX_PAGE_OFFSET)
+               if cmd.val(fid)}
+        locs = np.concatenate(loc_blocks) if loc_blocks else np.zeros((0, 3), dtype=np.int64)
+        rel[F.CMD_DATA_PAGE_OFFSET] = int(locs[0, 0]) if len(locs) else ch.prefix_end - ch.start
+        ci = None
+        if ci_parts is not None and want_oi:
+            bounds = PageBounds.concat(ci_parts)
+            bounds.boundary_order = _boundary_order(key, bounds.null_pages.tolist(), bounds.mins, bounds.maxs)
+            ci = encode_column_index(bounds)
+        return _ChunkOut(ch.leaf, ch.cc, cmd, pieces, pos, rel, locs if want_oi else None, ci, bloom, ch.start)
