@@ -43,6 +43,7 @@ __all__ = [
     "delta_case",
     "duckdb_case",
     "fresh_column",
+    "legacy_dictionary_offsets",
     "make_changes",
     "make_table",
     "pyarrow_case",
@@ -245,6 +246,33 @@ PYARROW_CASES: list[SourceCase] = [
     pyarrow_case("pa_nested_v1_noindex", 1500, ("i32", "str") + NESTED, compression="snappy", data_page_version="1.0", max_rows_per_page=100),
     pyarrow_case("pa_nested_v1_index", 1500, ("i32",) + NESTED, compression="snappy", data_page_version="1.0", write_page_index=True, max_rows_per_page=100),
 ]
+
+
+def legacy_dictionary_offsets(path: Path) -> int:
+    """Rewrite ``path``'s footer the way parquet-mr 1.12 (and other writers) lay it out: no dictionary_page_offset,
+    data_page_offset pointing at the dictionary page. Page bytes are untouched. Returns the chunks changed.
+
+    The footer is re-encoded with the engine's Thrift codec (byte-identical round trips are tested in
+    test_engine_thrift.py); callers check that pyarrow still reads the file as before.
+    """
+    from partialcow.parquet import _format as F
+    from partialcow.parquet._thrift import T_I64, decode_struct, encode
+
+    raw = path.read_bytes()
+    flen = int.from_bytes(raw[-8:-4], "little")
+    fmd, _ = decode_struct(raw[-8 - flen : -8])
+    changed = 0
+    for rg in fmd.val(F.FMD_ROW_GROUPS).items:
+        for cc in rg.val(F.RG_COLUMNS).items:
+            cmd = cc.val(F.CC_META_DATA)
+            dict_off = cmd.val(F.CMD_DICTIONARY_PAGE_OFFSET)
+            if dict_off:
+                cmd.put(F.CMD_DATA_PAGE_OFFSET, T_I64, dict_off)
+                cmd.drop(F.CMD_DICTIONARY_PAGE_OFFSET)
+                changed += 1
+    footer = encode(fmd)
+    path.write_bytes(raw[: -8 - flen] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
+    return changed
 
 
 def duckdb_case(cid: str, n: int, columns: Sequence[str], copy_options: str, *, layout_fallback_ok: bool = False) -> SourceCase:

@@ -217,3 +217,54 @@ def test_bug_column_index_shorter_than_pages(tmp_path: Path) -> None:
     with ParquetLayout(dst) as out:
         cc = out.column_chunk(0, 0)
         assert out.page_bounds(cc) is None and len(out.page_locations(cc)) == 10
+
+
+def _assert_dictionary_offsets_stated(path: Path) -> None:
+    """Every chunk that starts with a dictionary page says so in the footer; data_page_offset is the first data page."""
+    from pagewalk import DICTIONARY_PAGE, read_file_view
+
+    for rg in read_file_view(path).chunks:
+        for chunk in rg:
+            first_data = next(p.offset for p in chunk.pages if p.is_data)
+            assert chunk.meta[9] == first_data, f"{chunk.path}: data_page_offset {chunk.meta[9]} != {first_data}"
+            if chunk.pages[0].page_type == DICTIONARY_PAGE:
+                assert chunk.meta.get(11) == chunk.pages[0].offset, f"{chunk.path}: dictionary page not in the footer"
+            else:
+                assert not chunk.meta.get(11), f"{chunk.path}: dictionary_page_offset without a dictionary page"
+
+
+@pytest.mark.parametrize("change", ["one_page", "new_dictionary_value", "most_rows", "deletes"])
+@pytest.mark.parametrize(("version", "index"), [("1.0", True), ("1.0", False), ("2.0", True), ("2.0", False)])
+def test_bug_dictionary_page_missing_from_footer_is_orphaned(tmp_path: Path, change: str, version: str, index: bool) -> None:
+    """parquet-mr 1.12-era footers leave dictionary_page_offset unset and point data_page_offset at the dictionary
+    page. Patching pages of such a chunk wrote a footer pointing at the first data page and no dictionary offset:
+    the dictionary page was orphaned and pyarrow ("Dictionary page must be before data page"), DuckDB and Spark
+    failed to read the column."""
+    from corpus import legacy_dictionary_offsets
+
+    n = 3000
+    table = pa.table({"id": pa.array(np.arange(n), pa.int64()), "s": pa.array([f"v{i % 17}" for i in range(n)]),
+                      "d": pa.array(np.arange(n) % 5 * 1.5)})
+    src = _write(table, tmp_path / "src.parquet", data_page_version=version, write_page_index=index,
+                 row_group_size=2000, max_rows_per_page=250)
+    assert legacy_dictionary_offsets(src) == 6
+    original = pq.read_table(src)
+    assert original.equals(table)  # the legacy footer is one readers accept
+    rng = np.random.default_rng(5)
+    deletes = None
+    if change == "one_page":
+        upd = pa.table({ROW_POSITION: pa.array([260, 270], pa.int64()), "s": ["v3", "v4"], "d": [3.0, 4.5]})
+    elif change == "new_dictionary_value":
+        upd = pa.table({ROW_POSITION: pa.array([10, 2100], pa.int64()), "s": ["brand-new", "v1"], "d": [9.25, 0.0]})
+    elif change == "most_rows":
+        pos = np.sort(rng.choice(n, 2500, replace=False))
+        upd = pa.table({ROW_POSITION: pa.array(pos), "s": pa.array([f"w{i % 3}" for i in range(len(pos))]),
+                        "d": pa.array(np.arange(len(pos)) % 4 * 0.5)})
+    else:
+        upd, deletes = None, np.array([1, 500, 2999])
+    dst = tmp_path / "dst.parquet"
+    rewrite_file(src, dst, upd, deletes)
+    expected = apply_changes(original, upd, deletes, ROW_POSITION)
+    assert_same_rows(pq.read_table(dst), expected, "pyarrow")
+    assert_same_rows(read_duckdb(dst), expected, "duckdb")
+    _assert_dictionary_offsets_stated(dst)

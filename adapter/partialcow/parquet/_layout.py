@@ -147,6 +147,9 @@ class Chunk:
     pages: Sequence[Page]
     rows_known: bool  # every page's first row is known (OffsetIndex, v2 pages, or flat v1 pages)
     num_rows: int
+    # absolute offset of the dictionary page, found from the first page header (not the footer: parquet-mr 1.12
+    # and others leave dictionary_page_offset unset and point data_page_offset at the dictionary page)
+    dictionary_page: int | None = None
 
     @cached_property
     def page_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -428,7 +431,41 @@ class ParquetLayout:
                                           f"overrun the chunk ({pos} != {end})")
         if not pages:
             raise ParquetRewriteError(f"{self.path}: row group {rg}, column {'.'.join(leaf.path)} has no data pages")
-        return Chunk(rg, leaf_idx, cc, cmd, start, end, pages[0].offset, pages, rows_known, nrows)
+        dictionary_page = None
+        if pages[0].offset > start:
+            dictionary_page = self._dictionary_page_at(start)
+        return Chunk(rg, leaf_idx, cc, cmd, start, end, pages[0].offset, pages, rows_known, nrows, dictionary_page)
+
+    def _dictionary_page_at(self, start: int) -> int | None:
+        header, _ = self.page_header(start)
+        return start if header.val(F.PH_TYPE) == F.DICTIONARY_PAGE else None
+
+    def chunk_head(self, rg: int, leaf: int) -> tuple[int | None, int]:
+        """(dictionary page offset or None, first data page offset) of a chunk, from its page headers.
+
+        Reads one or two headers, not the whole chunk: what a copied chunk needs to get a footer any reader accepts.
+        A footer that sets a dictionary offset before the data page offset is trusted (the common case: no read).
+        """
+        if (rg, leaf) in self._chunks:
+            ch = self._chunks[(rg, leaf)]
+            return ch.dictionary_page, ch.prefix_end
+        cmd = self.column_chunk(rg, leaf).val(F.CC_META_DATA)
+        data_off = cmd.val(F.CMD_DATA_PAGE_OFFSET)
+        dict_off = cmd.val(F.CMD_DICTIONARY_PAGE_OFFSET)
+        start, end = self.chunk_range(rg, leaf)
+        if dict_off and dict_off == start < data_off and not cmd.val(F.CMD_INDEX_PAGE_OFFSET):
+            return dict_off, data_off
+        pos, dictionary_page = start, None
+        while pos < end:
+            header, hsize = self.page_header(pos)
+            ptype = header.val(F.PH_TYPE)
+            if ptype in (F.DATA_PAGE, F.DATA_PAGE_V2):
+                return dictionary_page, pos
+            if ptype == F.DICTIONARY_PAGE and pos == start:
+                dictionary_page = pos
+            pos += hsize + header.val(F.PH_COMPRESSED_SIZE)
+        path = ".".join(self.leaves[leaf].path)
+        raise ParquetRewriteError(f"{self.path}: row group {rg}, column {path} has no data pages")
 
     def chunk_range(self, rg: int, leaf: int) -> tuple[int, int]:
         """[start, end) of a column chunk's pages (dictionary page included), from the footer alone."""

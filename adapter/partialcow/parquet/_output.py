@@ -52,10 +52,10 @@ class _ChunkOut:
 def _copy_chunk(lay: ParquetLayout, rg: int, leaf: int) -> _ChunkOut:
     """An untouched chunk: one byte range; its OffsetIndex only moves (no page headers are read)."""
     cc = lay.column_chunk(rg, leaf)
-    cmd = cc.val(F.CC_META_DATA)
+    cmd = cc.val(F.CC_META_DATA).copy()
     start, end = lay.chunk_range(rg, leaf)
-    rel = {fid: cmd.val(fid) - start for fid in (F.CMD_DATA_PAGE_OFFSET, F.CMD_DICTIONARY_PAGE_OFFSET,
-                                                F.CMD_INDEX_PAGE_OFFSET) if cmd.val(fid)}
+    dictionary_page, first_data_page = lay.chunk_head(rg, leaf)
+    rel = _page_offsets(cmd, start, dictionary_page, first_data_page)
     # the OffsetIndex is decoded when the output is written, while rewritten chunks are still being encoded
     locs = _MovedOffsetIndex(cc) if F.CC_OFFSET_INDEX_OFFSET in cc else None
     ci = None
@@ -64,6 +64,21 @@ def _copy_chunk(lay: ParquetLayout, rg: int, leaf: int) -> _ChunkOut:
         ci = bytes(lay.buf[off:off + cc.val(F.CC_COLUMN_INDEX_LENGTH)])
     return _ChunkOut(leaf, cc, cmd, [("copy", start, end - start)], end - start, rel, locs, ci,
                      _bloom_bytes(lay, cmd), start)
+
+
+def _page_offsets(cmd: TStruct, start: int, dictionary_page: int | None, first_data_page: int) -> dict[int, int]:
+    """The chunk's page offsets relative to ``start`` as the footer must state them: data_page_offset at the first
+    data page, dictionary_page_offset at the dictionary page when there is one and absent otherwise (``cmd`` loses
+    a stale one). Writers that leave the dictionary offset unset (parquet-mr 1.12) are read by readers that guess;
+    a footer that states it is read by all."""
+    rel = {F.CMD_DATA_PAGE_OFFSET: first_data_page - start}
+    if dictionary_page is not None:
+        rel[F.CMD_DICTIONARY_PAGE_OFFSET] = dictionary_page - start
+    else:
+        cmd.drop(F.CMD_DICTIONARY_PAGE_OFFSET)
+    if cmd.val(F.CMD_INDEX_PAGE_OFFSET):
+        rel[F.CMD_INDEX_PAGE_OFFSET] = cmd.val(F.CMD_INDEX_PAGE_OFFSET) - start
+    return rel
 
 
 def _bloom_bytes(lay: ParquetLayout, cmd: TStruct) -> bytes | None:

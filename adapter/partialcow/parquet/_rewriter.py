@@ -20,7 +20,8 @@ from partialcow.parquet import _format as F
 from partialcow.parquet._changes import _Changes, _changed_mask, _patch
 from partialcow.parquet._column_index import PageBounds, encode_column_index
 from partialcow.parquet._layout import Chunk, ParquetLayout, TopField, _max_page_rows, _pages_holding, sort_key_fn
-from partialcow.parquet._output import _boundary_order, _bloom_bytes, _ChunkOut, _combine_bounds, _copy_chunk
+from partialcow.parquet._output import (_boundary_order, _bloom_bytes, _ChunkOut, _combine_bounds, _copy_chunk,
+                                        _page_offsets)
 from partialcow.parquet._pagecodec import (
     _CODEC_TO_ARROW, _DICTIONARY_TOO_LARGE, _decode_pages, _dictionary_encoded_pages, _dictionary_pays,
     _dictionary_size, _dictionary_too_large, _dictionary_values, _encode_mini, _encode_runs, _Encoded,
@@ -375,7 +376,7 @@ class _Rewriter:
         elif ch.prefix_end > ch.start:
             pieces.append(("copy", ch.start, ch.prefix_end - ch.start))
             self.stats.bytes_copied += ch.prefix_end - ch.start
-        pos = sum(p[2] for p in pieces)
+        pos = prefix_len = sum(p[2] for p in pieces)
         loc_blocks: list[np.ndarray] = []  # (offset in the chunk, size, first row) per page, a block per run
         ci_parts: list[PageBounds] | None = [] if src_ci is not None else None
         enc_delta: dict[tuple[int, int], int] = {}
@@ -482,10 +483,10 @@ class _Rewriter:
                 self.stats.blooms_dropped.append((ch.rg, name))
                 bloom = None
         cmd.drop(F.CMD_BLOOM_FILTER_OFFSET, F.CMD_BLOOM_FILTER_LENGTH)
-        rel = {fid: cmd.val(fid) - ch.start for fid in (F.CMD_DICTIONARY_PAGE_OFFSET, F.CMD_INDEX_PAGE_OFFSET)
-               if cmd.val(fid)}
         locs = np.concatenate(loc_blocks) if loc_blocks else np.zeros((0, 3), dtype=np.int64)
-        rel[F.CMD_DATA_PAGE_OFFSET] = int(locs[0, 0]) if len(locs) else ch.prefix_end - ch.start
+        # the prefix (dictionary page, new or copied) starts the chunk; the first data page follows it
+        first_data = ch.start + (int(locs[0, 0]) if len(locs) else prefix_len)
+        rel = _page_offsets(cmd, ch.start, ch.dictionary_page, first_data)
         ci = None
         if ci_parts is not None and want_oi:
             bounds = PageBounds.concat(ci_parts)
