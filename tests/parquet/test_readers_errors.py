@@ -145,3 +145,29 @@ def test_unsorted_and_numpy_deletes_are_accepted(src: Path, tmp_path: Path) -> N
         keep = [r for r in range(N) if r not in (2, 9, 400)]
         assert pq.read_table(dst).column("id").to_pylist() == original.column("id").take(pa.array(keep)).to_pylist()
         assert report.rows_after == N - 3
+
+
+@pytest.mark.parametrize(("footer_rows", "row_groups"), [(0, (6,)), (10, (6,)), (6, (3, 3)), (0, (3, 3))])
+def test_bug_footer_row_count_disagrees_with_row_groups(tmp_path: Path, footer_rows: int, row_groups: tuple) -> None:
+    """A footer saying 0 rows while its row group holds 6 was refused as "update positions ... out of range: 1
+    position(s) outside [0, 0)": safe, but blaming the change. The message names the inconsistent footer."""
+    from partialcow.parquet import _format as F
+    from partialcow.parquet._thrift import T_I64, decode_struct, encode
+
+    path = tmp_path / "src.parquet"
+    pq.write_table(pa.table({"v": pa.array(range(sum(row_groups)), pa.int32())}), path, row_group_size=row_groups[0])
+    raw = path.read_bytes()
+    flen = int.from_bytes(raw[-8:-4], "little")
+    fmd, _ = decode_struct(raw[-8 - flen:-8])
+    assert [rg.val(F.RG_NUM_ROWS) for rg in fmd.val(F.FMD_ROW_GROUPS).items] == list(row_groups)
+    fmd.put(F.FMD_NUM_ROWS, T_I64, footer_rows)
+    footer = encode(fmd)
+    path.write_bytes(raw[:-8 - flen] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
+    if footer_rows == sum(row_groups):  # consistent: the rewrite goes through
+        rewrite_file(path, tmp_path / "out.parquet", updates=_updates([1], v=pa.array([9], pa.int32())))
+        assert pq.read_table(tmp_path / "out.parquet").column("v").to_pylist()[:3] == [0, 9, 2]
+        return
+    _assert_refused(ParquetRewriteError, path, tmp_path / "out.parquet", f"FileMetaData.num_rows is {footer_rows}",
+                    updates=_updates([1], v=pa.array([9], pa.int32())))
+    with pytest.raises(ParquetRewriteError, match=f"hold {sum(row_groups)} rows"):
+        rewrite_file(path, tmp_path / "out2.parquet", deletes=[0])

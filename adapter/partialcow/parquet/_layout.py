@@ -288,6 +288,13 @@ class ParquetLayout:
             self.leaves, self.tops = _read_schema(self.schema)
             self.row_groups: list[TStruct] = self.fmd.val(F.FMD_ROW_GROUPS).items
             self.num_rows: int = self.fmd.val(F.FMD_NUM_ROWS)
+            rg_rows = [rg.val(F.RG_NUM_ROWS) for rg in self.row_groups]
+            if sum(rg_rows) != self.num_rows:
+                shown = ", ".join(map(str, rg_rows[:8])) + (", ..." if len(rg_rows) > 8 else "")
+                raise ParquetRewriteError(
+                    f"{self.path} has an inconsistent footer: FileMetaData.num_rows is {self.num_rows} but its "
+                    f"{len(rg_rows)} row group(s) hold {sum(rg_rows)} rows ({shown}); readers disagree on such a "
+                    "file, so it is not changed in place. Rewrite it with a full writer (e.g. Spark) first.")
             for rg in self.row_groups:
                 for cc in rg.val(F.RG_COLUMNS).items:
                     if F.CC_CRYPTO_METADATA in cc or F.CC_ENCRYPTED_COLUMN_METADATA in cc:
