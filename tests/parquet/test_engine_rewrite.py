@@ -592,26 +592,3 @@ def test_one_changed_page_under_a_dictionary_of_mostly_distinct_values_rewrites_
     assert kinds == {"few": {"dict"}, "distinct": {"plain"}}
     before, after = page_bytes(src)[(0, 0)], page_bytes(dst)[(0, 0)]
     assert [i for i, (a, b) in enumerate(zip(before, after)) if a != b] == [2]  # rows 1000..1499 of "few"
-
-
-def test_layout_mismatch_falls_back_to_whole_file(tmp_path: Path, table: pa.Table,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """When pyarrow cannot re-encode a page with the source's physical layout, the file is rewritten whole."""
-    import partialcow.parquet._pagecodec as pagecodec
-    import partialcow.parquet._rewriter as rewriter
-
-    def refuse(*args, **kwargs):
-        raise pagecodec._NeedFullFile("simulated layout mismatch")
-
-    monkeypatch.setattr(pagecodec, "_encode_mini", refuse)
-    monkeypatch.setattr(rewriter, "_encode_mini", refuse)
-    src, dst = tmp_path / "src.parquet", tmp_path / "dst.parquet"
-    pq.write_table(table, src, write_page_index=True, max_rows_per_page=500,
-                   bloom_filter_options={"k": {"ndv": N}})
-    pos = np.array([3, 4])
-    new = {"s": pa.array(["x", table.column("s")[4].as_py()])}  # the second value is unchanged
-    report = rewrite_file(src, dst, pa.table({ROW_POSITION: pa.array(pos, pa.int64()), **new}), [9])
-    assert report.full_file_rewrite == "simulated layout mismatch"
-    assert report.rows_updated == 1 and report.bloom_filters_dropped == ()
-    assert_same_rows(dst, expected(table, pos, new, np.array([9])))
-    assert pq.ParquetFile(dst).metadata.metadata == pq.ParquetFile(src).metadata.metadata

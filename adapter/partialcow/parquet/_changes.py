@@ -203,23 +203,3 @@ def _changed_mask(old: pa.Array, new: pa.Array) -> np.ndarray:
         return np.array([a != b for a, b in zip(old.to_pylist(), new.to_pylist())], dtype=bool)
     same = pc.or_(same, pc.and_(pc.is_null(old), pc.is_null(new)))
     return ~same.to_numpy(zero_copy_only=False)
-
-
-def _real_changes(table: pa.Table, changes: _Changes) -> _Changes:
-    """``changes`` without the updates that set values equal to the current ones (``table``: the whole file)."""
-    if not changes.upd_pos.size:
-        return changes
-    idx = pa.array(changes.upd_pos)
-    changed = np.zeros(changes.upd_pos.size, dtype=bool)
-    per_column = {}
-    for name, vals in changes.upd.items():
-        col = table.column(name)
-        col = col.cast(_VIEW_TYPES[col.type]) if col.type in _VIEW_TYPES else col
-        old = col.take(idx).combine_chunks()
-        mask = _changed_mask(old, vals.cast(old.type))
-        if mask.any():  # a column whose values all stay is no longer an update
-            per_column[name] = mask
-            changed |= mask
-    keep = pa.array(changed)
-    return _Changes(changes.upd_pos[changed], {k: changes.upd[k].filter(keep) for k in per_column},
-                    changes.del_pos, {k: changes.upd_pos[m] for k, m in per_column.items()})

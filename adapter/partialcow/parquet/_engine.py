@@ -9,13 +9,22 @@ How a rewrite runs (see ``rewrite_file``):
 3. Compare with the new values; pages whose rows really change (or lose rows) are re-encoded by writing the patched
    rows with pyarrow into another small in-memory file (a "mini file") whose data pages replace them. Runs of
    untouched pages are copied as single byte ranges.
-4. Rebuild chunk/row-group/file metadata and the page indexes; write ``dst`` through a temporary file and rename.
+4. Rebuild chunk/row-group/file metadata and the page indexes under the source's schema (kept exactly); write
+   ``dst`` through a temporary file.
+5. Verify the temporary file (``_verify``): footer, page headers and offsets of every rewritten chunk, and a decode
+   of the re-encoded pages against the values meant; only then rename it to ``dst``.
 
 Steps 2-3 run per touched column chunk in a thread pool (one thread per core by default) while step 4 writes the
 output in file order, copying untouched ranges as soon as the chunks before them are done; the bytes do not depend
 on the thread count. A per-chunk cost model switches to a full-chunk re-encode when most of a chunk is touched, or
 when patching would re-encode a dictionary that holds most of the chunk's values (the chunk is then written PLAIN),
-and, with a single thread, to a whole-file pyarrow rewrite when nearly everything is touched.
+and, with a single thread, re-encodes every touched chunk whole when nearly everything is touched (the "whole-file"
+mode: untouched chunks are still copied). Re-encoded pages keep the source's physical layout (``_physical``);
+where pyarrow cannot write it the rewrite fails rather than change the file's schema.
+
+Modules: ``_changes`` (validating the change, patching rows), ``_pagecodec`` (in-memory files through which
+pyarrow decodes and encodes pages), ``_physical`` (the source's physical layout), ``_rewriter`` (per chunk: what
+to copy, what to re-encode), ``_output`` (chunk pieces and the file written from them), ``_verify``.
 """
 
 from __future__ import annotations
@@ -30,15 +39,15 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from partialcow.metrics import WriteMetrics
-from partialcow.parquet._changes import ROW_POSITION, _distinct_rows, _prepare, _real_changes
-from partialcow.parquet._layout import ParquetLayout, ThriftClock
+from partialcow.parquet import _format as F
+from partialcow.parquet._changes import ROW_POSITION, _Changes, _distinct_rows, _prepare
+from partialcow.parquet._layout import ParquetLayout, ThriftClock, _pages_holding
 from partialcow.parquet._output import _write_output
-from partialcow.parquet._pagecodec import _NeedFullFile, _read_schema
+from partialcow.parquet._pagecodec import _read_schema
 from partialcow.parquet._rewriter import _Rewriter
-from partialcow.parquet._wholefile import _full_file_reason, _rewrite_whole
+from partialcow.parquet._verify import verify_output
 
 __all__ = ["ROW_POSITION", "RewriteReport", "rewrite_file"]
 
@@ -48,8 +57,10 @@ class RewriteReport:
     """What one :func:`rewrite_file` call did.
 
     Page counts are data pages of the source: ``pages_rewritten`` were replaced by re-encoded pages,
-    ``pages_copied`` were copied byte for byte. ``thrift_seconds`` is the part of ``elapsed_seconds`` spent
-    (de)serialising Thrift (footer, page headers, page indexes).
+    ``pages_copied`` were copied byte for byte. ``full_chunk_rewrites`` lists (row group, column, reason) of chunks
+    re-encoded whole; ``full_file_rewrite`` says why every touched chunk was (the cost model's whole-file mode), or
+    None. ``thrift_seconds`` is the part of ``elapsed_seconds`` spent (de)serialising Thrift (footer, page headers,
+    page indexes).
     """
 
     src: str
@@ -97,12 +108,14 @@ def rewrite_file(
 
     Options: ``full_chunk_threshold`` (fraction of a chunk's page bytes touched above which the chunk is re-encoded
     whole, with a dictionary), ``full_file_threshold`` (fraction of all page bytes holding candidate changes above
-    which the file is rewritten by pyarrow; default 0.85 with one thread, never with more: chunks re-encoded in
-    parallel beat pyarrow's single-threaded writer), ``writer_options`` (extra ``pyarrow.parquet.ParquetWriter`` options for
-    re-encoded pages, e.g. ``{"compression_level": 3}``), ``fsync``, ``threads`` (column chunks rewritten at once;
-    default: the machine's cores, at most 8).
+    which every touched chunk is re-encoded whole without decoding candidate pages first; default 0.85 with one
+    thread, never with more), ``writer_options`` (extra ``pyarrow.parquet.ParquetWriter`` options for re-encoded
+    pages, e.g. ``{"compression_level": 3}``), ``fsync``, ``threads`` (column chunks rewritten at once; default: the
+    machine's cores, at most 8).
 
-    ``dst`` appears only when the rewrite succeeded (written to a temporary name, fsynced, renamed).
+    ``dst`` appears only when the rewrite succeeded and the written file passed verification (written to a
+    temporary name, verified, fsynced, renamed); otherwise ParquetRewriteError names the file, row group, column
+    and what failed.
 
     >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os
     >>> from partialcow.parquet import write_table
@@ -125,42 +138,23 @@ def rewrite_file(
     with ParquetLayout(src, clock=clock) as lay:
         read_schema = _read_schema(lay)
         changes = _prepare(lay, read_schema, updates, deletes)
+        reason = None
+        if full_file_threshold < math.inf:
+            reason = _full_file_reason(lay, changes, full_file_threshold, full_chunk_threshold)
+        # the whole-file mode re-encodes every touched chunk whole; untouched chunks are still copied
+        rw = _Rewriter(lay, changes, read_schema, full_chunk_threshold=0.0 if reason else full_chunk_threshold,
+                       writer_options=opts)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            reason = None
-            if full_file_threshold < math.inf:
-                reason = _full_file_reason(lay, changes, full_file_threshold, full_chunk_threshold)
-            table = None
-            if reason is not None and changes.upd:
-                # decide on the values that really change (equal-value updates must not force a rewrite)
-                table = pq.read_table(src)
-                changes = _real_changes(table, changes)
-                reason = _full_file_reason(lay, changes, full_file_threshold, full_chunk_threshold)
-            rw = _Rewriter(lay, changes, read_schema, full_chunk_threshold=full_chunk_threshold,
-                           writer_options=opts)
-            if reason is None:
-                table = None  # the page path reads only the pages it needs
-            if reason is None:
-                try:
-                    planned = []
-                    row = 0
-                    for rg in range(len(lay.row_groups)):
-                        res = rw.row_group(rg, row)
-                        row += lay.rg_rows(rg)
-                        if res is not None:
-                            planned.append((rg, res[0], res[1]))
-                    size = _write_output(lay, fd, rw.run(planned, threads), rw.stats)
-                except _NeedFullFile as exc:
-                    reason = str(exc)
-                    os.ftruncate(fd, 0)
-                    os.lseek(fd, 0, os.SEEK_SET)
-            if reason is not None:
-                total_pages = sum(lay.page_count(rg, leaf.index) for rg in range(len(lay.row_groups))
-                                  for leaf in lay.leaves)
-                if table is None:  # the page path gave up (see _NeedFullFile)
-                    table = pq.read_table(src)
-                    changes = _real_changes(table, changes)
-                size, whole_blooms_dropped = _rewrite_whole(lay, table, fd, tmp, changes, opts)
+            planned = []
+            row = 0
+            for rg in range(len(lay.row_groups)):
+                res = rw.row_group(rg, row)
+                row += lay.rg_rows(rg)
+                if res is not None:
+                    planned.append((rg, res[0], res[1]))
+            size, rewritten = _write_output(lay, fd, rw.run(planned, threads), rw.stats)
+            verify_output(tmp, dst, lay, rewritten, clock=clock)
             if fsync:
                 os.fsync(fd)
         except BaseException:
@@ -176,19 +170,12 @@ def rewrite_file(
     if fsync:
         _fsync_dir(os.path.dirname(os.path.abspath(dst)))
     st = rw.stats
-    if reason is not None:
-        pages_total = total_pages
-        upd_rows = changes.upd_pos.size
-        return RewriteReport(src, dst, lay.num_rows, lay.num_rows - changes.del_pos.size, upd_rows,
-                             int(changes.del_pos.size), pages_total, pages_total, 0, 0, size,
-                             tuple(sorted(changes.upd)), (), reason, tuple(whole_blooms_dropped),
-                             time.perf_counter() - t0, clock.seconds)
     rows_after = sum(rows for _, _, rows in planned)
     rows_updated = _distinct_rows(rw.changed_parts, lay.num_rows)
     return RewriteReport(
         src, dst, lay.num_rows, rows_after, rows_updated, int(changes.del_pos.size), st.pages_total,
         st.pages_rewritten, st.pages_copied, st.bytes_copied, st.bytes_reencoded, tuple(sorted(st.columns)),
-        tuple(st.full_chunks), None, tuple(st.blooms_dropped), time.perf_counter() - t0, clock.seconds)
+        tuple(st.full_chunks), reason, tuple(st.blooms_dropped), time.perf_counter() - t0, clock.seconds)
 
 
 def _fsync_dir(path: str) -> None:
@@ -202,3 +189,37 @@ def _fsync_dir(path: str) -> None:
         pass  # some file systems refuse fsync on directories
     finally:
         os.close(dfd)
+
+
+def _full_file_reason(lay: ParquetLayout, changes: _Changes, threshold: float, chunk_threshold: float
+                      ) -> str | None:
+    """Why every touched chunk is re-encoded whole: the pages holding candidate changes are nearly all page bytes
+    (then decoding candidate pages first, to patch only some, would cost more than it saves)."""
+    if not changes.upd_pos.size and not changes.del_pos.size:
+        return None
+    total = touched = 0
+    row = 0
+    for rg in range(len(lay.row_groups)):
+        n = lay.rg_rows(rg)
+        dlo, dhi = np.searchsorted(changes.del_pos, [row, row + n])
+        dels = changes.del_pos[dlo:dhi] - row
+        for leaf in lay.leaves:
+            cmd = lay.column_chunk(rg, leaf.index).val(F.CC_META_DATA)
+            size = cmd.val(F.CMD_TOTAL_COMPRESSED_SIZE)
+            total += size
+            cand_rows = changes.candidate_rows(lay.tops[leaf.top].name)
+            ulo, uhi = np.searchsorted(cand_rows, [row, row + n])
+            ups = cand_rows[ulo:uhi] - row
+            if not ups.size and not dels.size:
+                continue
+            ch = lay.chunk(rg, leaf.index)
+            if not ch.rows_known or leaf.nested:
+                touched += size
+                continue
+            cand = int(ch.page_arrays[1][_pages_holding(ch, ups, dels)].sum())
+            # above the chunk threshold the chunk is re-encoded whole, dictionary page included
+            touched += size if cand > chunk_threshold * (ch.end - ch.prefix_end) else cand
+        row += n
+    if total and touched > threshold * total:
+        return f"{touched / total:.0%} of the page bytes hold changes (threshold {threshold:.0%})"
+    return None

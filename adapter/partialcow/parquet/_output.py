@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pyarrow as pa
 
 from partialcow.parquet import _format as F
 from partialcow.parquet._layout import ParquetLayout
@@ -47,6 +48,29 @@ class _ChunkOut:
     ci: TStruct | bytes | None
     bloom: bytes | None = None
     src_start: int = 0
+    expect: _Expected | None = None  # set on rewritten chunks: what the post-write check decodes and compares
+
+
+@dataclass
+class _Expected:
+    """What a rewritten chunk must decode to (checked by ``_verify`` once the file is written).
+
+    ``runs``: re-encoded data pages as (offset relative to the chunk start, byte length, values they encode);
+    ``field_values``: the values of a top-level field re-encoded whole (on its first leaf's chunk only).
+    """
+
+    top: int
+    runs: list[tuple[int, int, pa.Array]] = field(default_factory=list)
+    field_values: pa.Array | None = None
+
+
+@dataclass
+class _Written:
+    """A rewritten chunk as placed in the output: output row group ordinal, source row group, the chunk."""
+
+    ordinal: int
+    src_rg: int
+    out: _ChunkOut
 
 
 def _copy_chunk(lay: ParquetLayout, rg: int, leaf: int) -> _ChunkOut:
@@ -197,8 +221,9 @@ class _Sink:
 
 
 def _write_output(lay: ParquetLayout, fd: int, groups: Iterable[tuple[int, list[_ChunkOut], int]], stats: _Stats
-                  ) -> int:
-    """Write the chunks of ``groups`` (consumed once, in file order), the page indexes and the footer; the size.
+                  ) -> tuple[int, list[_Written]]:
+    """Write the chunks of ``groups`` (consumed once, in file order), the page indexes and the footer; returns the
+    size and where the rewritten chunks went (for ``_verify``).
 
     ``stats`` is read only after ``groups`` is exhausted (a streaming rewriter completes it at the end)."""
     clock = lay.clock
@@ -207,6 +232,7 @@ def _write_output(lay: ParquetLayout, fd: int, groups: Iterable[tuple[int, list[
     placed: list[tuple[TStruct, _ChunkOut, int]] = []  # (new ColumnChunk, chunk out, absolute start)
     new_rgs = []
     rg_sources = []
+    written: list[_Written] = []
     total_rows = 0
     for ordinal, (rg_idx, outs, rows) in enumerate(groups):
         total_rows += rows
@@ -235,6 +261,8 @@ def _write_output(lay: ParquetLayout, fd: int, groups: Iterable[tuple[int, list[
             cc.put(F.CC_META_DATA, T_STRUCT, cmd)
             ccs.append(cc)
             placed.append((cc, out, start))
+            if out.expect is not None:
+                written.append(_Written(ordinal, rg_idx, out))
             total_unc += cmd.val(F.CMD_TOTAL_UNCOMPRESSED_SIZE)
             total_comp += cmd.val(F.CMD_TOTAL_COMPRESSED_SIZE)
         rg.put(F.RG_COLUMNS, T_LIST, TList(T_STRUCT, ccs))
@@ -297,4 +325,4 @@ def _write_output(lay: ParquetLayout, fd: int, groups: Iterable[tuple[int, list[
     footer = clock.encode(fmd)
     sink.write(footer + len(footer).to_bytes(4, "little") + b"PAR1")
     sink.flush()
-    return sink.pos
+    return sink.pos, written

@@ -19,13 +19,10 @@ from partialcow.exceptions import ParquetRewriteError
 from partialcow.parquet import _format as F
 from partialcow.parquet._column_index import PageBounds
 from partialcow.parquet._layout import Chunk, Page, ParquetLayout, TopField, _max_page_rows
+from partialcow.parquet._physical import check_same_layout, column_encoding, writable_type
 from partialcow.parquet._thrift import T_BINARY, T_I32, T_I64, T_LIST, T_STRUCT, TList, TStruct
 
 _CODEC_TO_ARROW = {0: "none", 1: "snappy", 2: "gzip", 4: "brotli", 6: "zstd", 7: "lz4"}
-
-
-class _NeedFullFile(Exception):
-    """Raised inside the page path when a page cannot be re-encoded faithfully; the caller rewrites the file."""
 
 
 def _page_num_values(lay: ParquetLayout, page: Page) -> int:
@@ -130,15 +127,21 @@ class _Mini:
 
 
 def _encode_mini(lay: ParquetLayout, top: TopField, groups: list[pa.Array], nullable: bool, *, codec: int,
-                 dictionary: bool, v2: bool, crc: bool, rows_per_page: int | None, opts: dict[str, Any]) -> _Mini:
+                 dictionary: bool, v2: bool, crc: bool, rows_per_page: int | None, opts: dict[str, Any],
+                 encoding: int | None = None, bloom: bool = False) -> _Mini:
     """Encode ``groups`` (one row group each) as a one-column Parquet file in memory, laid out like ``top``'s chunks.
 
     One writer and one footer parse for every group: a fixed cost paid per chunk, not per run of touched pages.
+    ``encoding``: the value encoding of the pages replaced, kept where pyarrow writes it (see ``_physical``);
+    ``bloom``: write a bloom filter (flat columns). Raises ParquetRewriteError when pyarrow cannot write the
+    source's physical layout.
     """
     leaves = [lay.leaves[i] for i in top.leaves]
     ptypes = {leaf.physical_type for leaf in leaves}
-    sink = pa.BufferOutputStream()
-    schema = pa.schema([pa.field(top.name, groups[0].type, nullable=nullable)])
+    write_type = writable_type(groups[0].type, leaves)
+    if write_type != groups[0].type:
+        groups = [g.cast(write_type) for g in groups]
+    schema = pa.schema([pa.field(top.name, write_type, nullable=nullable)])
     kwargs: dict[str, Any] = dict(
         compression=_CODEC_TO_ARROW.get(codec, "lz4"), use_dictionary=dictionary, write_statistics=True,
         data_page_version="2.0" if v2 else "1.0", write_page_checksum=crc, write_page_index=True,
@@ -147,22 +150,40 @@ def _encode_mini(lay: ParquetLayout, top: TopField, groups: list[pa.Array], null
         use_deprecated_int96_timestamps=F.INT96 in ptypes)
     if rows_per_page:
         kwargs["max_rows_per_page"] = max(1, int(rows_per_page))
+    single = len(leaves) == 1 and not leaves[0].nested
+    if bloom and single:
+        kwargs["bloom_filter_options"] = {top.name: {"ndv": max(1, sum(len(g) for g in groups))}}
+    name = column_encoding(leaves[0], encoding) if single and not dictionary else None
+    if name is not None:
+        kwargs["column_encoding"] = {top.name: name}
     kwargs.update(opts)
-    with pq.ParquetWriter(sink, schema, **kwargs) as writer:
-        for arr in groups:
-            writer.write_table(pa.table([arr], schema=schema), row_group_size=max(1, len(arr)))
-    mini = ParquetLayout(sink.getvalue().to_pybytes(), clock=lay.clock, name="<re-encoded pages>")
-    if len(mini.leaves) != len(leaves):
-        raise _NeedFullFile(f"column {top.name!r} re-encodes to {len(mini.leaves)} leaves, not {len(leaves)}")
-    for src, new in zip(leaves, mini.leaves):
-        a = (src.physical_type, src.type_length if src.physical_type == F.FIXED_LEN_BYTE_ARRAY else None,
-             src.max_def, src.max_rep)
-        b = (new.physical_type, new.type_length if new.physical_type == F.FIXED_LEN_BYTE_ARRAY else None,
-             new.max_def, new.max_rep)
-        if a != b:
-            raise _NeedFullFile(f"pyarrow cannot re-encode column {'.'.join(src.path)} with the same physical "
-                                f"layout (type/length/def/rep {a} vs {b})")
+
+    def write(kw: dict[str, Any]) -> bytes:
+        sink = pa.BufferOutputStream()
+        with pq.ParquetWriter(sink, schema, **kw) as writer:
+            for arr in groups:
+                writer.write_table(pa.table([arr], schema=schema), row_group_size=max(1, len(arr)))
+        return sink.getvalue().to_pybytes()
+
+    try:
+        data = write(kwargs)
+    except (pa.ArrowException, ValueError):
+        if name is None:
+            raise
+        kwargs.pop("column_encoding")  # an encoding pyarrow refuses for this type: PLAIN is the closest layout
+        data = write(kwargs)
+    mini = ParquetLayout(data, clock=lay.clock, name="<re-encoded pages>")
+    check_same_layout(lay.path, top.name, leaves, mini.leaves)
     return _Mini(mini, [[mini.chunk(rg, i) for i in range(len(leaves))] for rg in range(len(groups))])
+
+
+def _value_encoding(lay: ParquetLayout, ch: Chunk) -> int | None:
+    """The encoding of the chunk's pages that are not dictionary-encoded, None if all are.
+
+    Dictionary fallback happens once per chunk, so the last page tells (one header read).
+    """
+    enc = _page_encoding(lay, ch.pages[len(ch.pages) - 1])[1]
+    return None if enc in (F.PLAIN_DICTIONARY, F.RLE_DICTIONARY) else enc
 
 
 def _dictionary_encoded_pages(lay: ParquetLayout, ch: Chunk) -> list[bool]:
@@ -328,8 +349,10 @@ class _Encoded:
 
 
 def _encode_runs(lay: ParquetLayout, top: TopField, runs: list[pa.Array], nullable: bool, setup: dict[str, Any],
-                 opts: dict[str, Any], dictionary: pa.Array | None, *, extend: bool = False) -> list[_Encoded] | None:
-    """Encode each of ``runs`` as data pages like the chunk's: PLAIN, or indices into ``dictionary`` when given.
+                 opts: dict[str, Any], dictionary: pa.Array | None, *, extend: bool = False,
+                 encoding: int | None = None) -> list[_Encoded] | None:
+    """Encode each of ``runs`` as data pages like the chunk's: with ``encoding`` (PLAIN by default), or as indices
+    into ``dictionary`` when given.
 
     All runs go through one in-memory file, one row group per run. pyarrow numbers dictionary entries in order of
     first appearance, so each run is preceded by the dictionary's values (padded to whole pages by repeating its
@@ -348,7 +371,8 @@ def _encode_runs(lay: ParquetLayout, top: TopField, runs: list[pa.Array], nullab
         groups = [pa.concat_arrays([dictionary.cast(v.type), pad.cast(v.type), v]) for v in runs]
         extra = {"dictionary_pagesize_limit": 1 << 62, "data_page_size": 1 << 62}
     mini = _encode_mini(lay, top, groups, nullable, codec=setup["codec"], dictionary=dictionary is not None,
-                        v2=setup["v2"], crc=setup["crc"], rows_per_page=rows_per_page, opts={**opts, **extra})
+                        v2=setup["v2"], crc=setup["crc"], rows_per_page=rows_per_page, opts={**opts, **extra},
+                        encoding=encoding)
     out = []
     for values, (mch,) in zip(runs, mini.chunks):
         first = next((i for i, p in enumerate(mch.pages) if p.first_row >= skip), None)

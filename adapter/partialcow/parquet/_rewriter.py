@@ -21,11 +21,13 @@ from partialcow.parquet._changes import _Changes, _changed_mask, _patch
 from partialcow.parquet._column_index import PageBounds, encode_column_index
 from partialcow.parquet._layout import Chunk, ParquetLayout, TopField, _max_page_rows, _pages_holding, sort_key_fn
 from partialcow.parquet._output import (_boundary_order, _bloom_bytes, _ChunkOut, _combine_bounds, _copy_chunk,
-                                        _page_offsets)
+                                        _Expected, _page_offsets)
 from partialcow.parquet._pagecodec import (
     _CODEC_TO_ARROW, _DICTIONARY_TOO_LARGE, _decode_pages, _dictionary_encoded_pages, _dictionary_pays,
     _dictionary_size, _dictionary_too_large, _dictionary_values, _encode_mini, _encode_runs, _Encoded,
-    _page_encoding, _page_num_values, _page_type_for_stats, _stats_key)
+    _page_encoding, _page_num_values, _page_type_for_stats, _stats_key, _value_encoding)
+
+_DICT = -1  # page kind of dictionary-encoded pages (others: their value encoding)
 from partialcow.parquet._thrift import T_BINARY, T_I32, T_I64, T_LIST, T_STRUCT, TList, TStruct
 
 
@@ -195,10 +197,14 @@ class _Rewriter:
         nullable = lay.schema[top.schema_start].val(F.SE_REPETITION, F.REQUIRED) != F.REQUIRED
         # a chunk written without a dictionary (PLAIN) stays PLAIN; one with a dictionary keeps it if it pays
         dictionary = any(_dictionary_pays(lay, ch) for ch in chunks)
+        # an updated chunk's bloom filter is rebuilt where pyarrow can (flat columns); deletes keep it valid
+        had_bloom = [F.CMD_BLOOM_FILTER_OFFSET in ch.cmd for ch in chunks]
+        rebuild_bloom = bool(changed.size) and len(chunks) == 1 and had_bloom[0]
         mini = _encode_mini(lay, top, [new], nullable, codec=setup["codec"], dictionary=dictionary, v2=setup["v2"],
-                            crc=setup["crc"], rows_per_page=setup["rows_per_page"], opts=self.opts)
+                            crc=setup["crc"], rows_per_page=setup["rows_per_page"], opts=self.opts,
+                            encoding=None if dictionary else _value_encoding(lay, chunks[0]), bloom=rebuild_bloom)
         outs = []
-        for ch, mch in zip(chunks, mini.chunks[0]):
+        for k, (ch, mch) in enumerate(zip(chunks, mini.chunks[0])):
             name = ".".join(lay.leaves[ch.leaf].path)
             self.stats.full_chunks.append((rg, name, reason))
             self.stats.pages_total += len(ch.pages)
@@ -218,11 +224,13 @@ class _Rewriter:
                     ci = mini.lay.column_index_bytes(mch.cc)
             bloom = _bloom_bytes(lay, ch.cmd)
             if bloom is not None and changed.size:
-                self.stats.blooms_dropped.append((rg, name))
-                bloom = None
+                bloom = _bloom_bytes(mini.lay, mch.cmd) if rebuild_bloom else None
+                if bloom is None:
+                    self.stats.blooms_dropped.append((rg, name))
             data = bytes(mini.lay.buf[mch.start:mch.end])
+            expect = _Expected(top.index, field_values=new if k == 0 else None)
             outs.append(_ChunkOut(ch.leaf, ch.cc, cmd, [("data", data, len(data))], len(data), rel, locs, ci,
-                                  bloom, ch.start))
+                                  bloom, ch.start, expect))
         return outs
 
     # -- a flat column chunk patched page by page --------------------------------------------------------------
@@ -290,10 +298,12 @@ class _Rewriter:
         nullable = leaf.element.val(F.SE_REPETITION, F.REQUIRED) != F.REQUIRED
         key = sort_key_fn(leaf)
         dict_pages = _dictionary_encoded_pages(lay, ch)
-        # sub-runs of consecutive touched pages of the same kind (dictionary-encoded or not)
+        # a touched page is re-encoded like the source page: dictionary-encoded, or with its value encoding
+        kinds = {i: _DICT if dict_pages[i] else _page_encoding(lay, ch.pages[i])[1] for i in touched.tolist()}
+        # sub-runs of consecutive touched pages of the same kind
         subruns: list[list[int]] = []
         for i in touched.tolist():
-            if subruns and subruns[-1][1] == i - 1 and dict_pages[i] == dict_pages[i - 1]:
+            if subruns and subruns[-1][1] == i - 1 and kinds[i] == kinds[i - 1]:
                 subruns[-1][1] = i
             else:
                 subruns.append([i, i])
@@ -341,12 +351,14 @@ class _Rewriter:
                 if len(fresh):
                     dictionary = pa.concat_arrays([dictionary, fresh.cast(dictionary.type)])
         encoded: dict[int, _Encoded | None] = {a: None for a, _ in subruns}
-        for in_dict in (False, True):  # one in-memory file for the PLAIN runs, one for the dictionary-encoded runs
-            todo = [(a, new) for (a, _), new in zip(subruns, patched) if len(new) and dict_pages[a] == in_dict]
+        for kind in dict.fromkeys(kinds[a] for a, _ in subruns):  # one in-memory file per kind of page
+            in_dict = kind == _DICT
+            todo = [(a, new) for (a, _), new in zip(subruns, patched) if len(new) and kinds[a] == kind]
             if not todo:
                 continue
             encs = _encode_runs(lay, top, [new for _, new in todo], nullable, setup, self.opts,
-                                dictionary if in_dict else None, extend=in_dict and extend)
+                                dictionary if in_dict else None, extend=in_dict and extend,
+                                encoding=None if in_dict else kind)
             if encs is None:  # pyarrow did not reproduce the dictionary order: re-encode the chunk
                 old = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
                 return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start,
@@ -357,6 +369,8 @@ class _Rewriter:
                 encoded[a] = enc
         subrun_end = {a: b for a, b in subruns}
         subrun_starts = sorted(subrun_end)
+        patched_at = {a: new for (a, _), new in zip(subruns, patched)}
+        expect = _Expected(top.index)
 
         # assemble pieces, page locations and column-index entries
         src_ci = lay.page_bounds(ch.cc) if F.CC_COLUMN_INDEX_OFFSET in ch.cc else None
@@ -400,6 +414,7 @@ class _Rewriter:
                 enc = encoded[i]
                 if enc is not None:
                     new_first = ch.pages[i].first_row - int(deleted_before[i])
+                    expect.runs.append((pos, len(enc.data), patched_at[i]))
                     pieces.append(("data", enc.data, len(enc.data)))
                     self.stats.bytes_reencoded += len(enc.data)
                     loc_blocks.append(np.array(enc.pages, dtype=np.int64).reshape(-1, 3) + [pos, 0, new_first])
@@ -492,4 +507,5 @@ class _Rewriter:
             bounds = PageBounds.concat(ci_parts)
             bounds.boundary_order = _boundary_order(key, bounds.null_pages.tolist(), bounds.mins, bounds.maxs)
             ci = encode_column_index(bounds)
-        return _ChunkOut(ch.leaf, ch.cc, cmd, pieces, pos, rel, locs if want_oi else None, ci, bloom, ch.start)
+        return _ChunkOut(ch.leaf, ch.cc, cmd, pieces, pos, rel, locs if want_oi else None, ci, bloom, ch.start,
+                         expect)
