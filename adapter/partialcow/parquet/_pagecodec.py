@@ -51,23 +51,32 @@ def _page_encoding(lay: ParquetLayout, page: Page) -> tuple[int, int]:
 
 
 def _decode_pages(lay: ParquetLayout, top: TopField, rg: int, pages: dict[int, list[Page]] | None, nrows: int,
+                  *, prefixes: dict[int, tuple[int, int]] | None = None, num_values: dict[int, int] | None = None
                   ) -> pa.Array:
-    """Decode rows of one top-level field: ``pages`` maps each leaf to the pages to decode (None: whole chunks)."""
+    """Decode rows of one top-level field: ``pages`` maps each leaf to the pages to decode (None: whole chunks).
+
+    ``prefixes`` (leaf -> [start, first data page) of its chunk) and ``num_values`` (leaf -> values in ``pages``)
+    spare the page discovery and header reads when the caller knows them.
+    """
     buf = bytearray(b"PAR1")
     ccs = []
     for leaf in top.leaves:
-        ch = lay.chunk(rg, leaf)
-        start = len(buf)
-        buf += lay.buf[ch.start:ch.prefix_end]
-        data_start = len(buf)
-        cmd = ch.cmd.copy()
-        if pages is None:
-            buf += lay.buf[ch.prefix_end:ch.end]
+        if prefixes is not None:
+            chunk_start, prefix_end = prefixes[leaf]
+            cmd = lay.column_chunk(rg, leaf).val(F.CC_META_DATA).copy()
         else:
-            nvals = 0
+            ch = lay.chunk(rg, leaf)
+            chunk_start, prefix_end = ch.start, ch.prefix_end
+            cmd = ch.cmd.copy()
+        start = len(buf)
+        buf += lay.buf[chunk_start:prefix_end]
+        data_start = len(buf)
+        if pages is None:
+            buf += lay.buf[prefix_end:ch.end]
+        else:
             for p in pages[leaf]:
                 buf += lay.buf[p.offset:p.offset + p.size]
-                nvals += _page_num_values(lay, p)
+            nvals = num_values[leaf] if num_values is not None else sum(_page_num_values(lay, p) for p in pages[leaf])
             cmd.put(F.CMD_NUM_VALUES, T_I64, nvals)
         cmd.drop(F.CMD_INDEX_PAGE_OFFSET, F.CMD_STATISTICS, F.CMD_ENCODING_STATS, F.CMD_BLOOM_FILTER_OFFSET,
                  F.CMD_BLOOM_FILTER_LENGTH, F.CMD_SIZE_STATISTICS, F.CMD_GEOSPATIAL_STATISTICS,

@@ -7,17 +7,24 @@ module re-opens it and checks what a reader relies on, for every chunk that was 
 - the page headers walk exactly over [chunk start, start + total_compressed_size); the chunk starts with a
   dictionary page iff dictionary_page_offset is set (and points at it); data_page_offset points at the first data
   page; the data pages' num_values add up to the chunk's (and their rows to the row group's where pages say);
-- the OffsetIndex lists exactly the walked data pages, first rows strictly increasing from 0;
-- pyarrow decodes the re-encoded pages (with the chunk's dictionary page, as written) to the values the rewrite
-  meant to write: compared value by value for flat columns, by ``equals`` for nested ones without floats, by
-  count otherwise.
+- the OffsetIndex lists exactly the walked data pages, first rows strictly increasing from 0, matching the rows
+  the pages hold; a ColumnIndex has one entry per data page;
+- pyarrow decodes re-encoded pages, with the chunk's dictionary page as written, to the values the rewrite meant to
+  write, compared value by value (NaN equals NaN, -0.0 differs from 0.0).
 
-Copied chunks are only checked to lie inside the file: their pages are the source's, byte for byte. The cost is
-one header decode per page of a rewritten chunk and one pyarrow decode of its re-encoded pages (all runs of a
-chunk in one in-memory file).
+Copied chunks are only checked to lie inside the file: their pages are the source's, byte for byte.
+
+Cost: the walk reads every page header of a rewritten chunk with a lean decoder (no objects built). Decoding every
+re-encoded value again would cost a good part of the rewrite (a whole-chunk re-encode decodes and encodes the
+chunk; its verification would decode it once more), so values are decoded for a bounded sample of pages per
+chunk: the first and last re-encoded page of each re-encoded run (where splices go wrong), for at most
+``SAMPLE_RUNS`` runs spread over the chunk, with the dictionary page. Nested fields re-encoded whole, whose page
+row boundaries are not all known, are decoded whole.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -25,15 +32,31 @@ import pyarrow as pa
 from partialcow.exceptions import ParquetRewriteError
 from partialcow.parquet import _format as F
 from partialcow.parquet._changes import _changed_mask
-from partialcow.parquet._layout import ParquetLayout, ThriftClock
+from partialcow.parquet._layout import Page, ParquetLayout, ThriftClock
 from partialcow.parquet._output import _Written
 from partialcow.parquet._pagecodec import _decode_pages
+from partialcow.parquet._thrift import ThriftError, _read_value, _varint
 
-__all__ = ["verify_output"]
+__all__ = ["SAMPLE_RUNS", "verify_output"]
+
+SAMPLE_RUNS = 8  # re-encoded runs per chunk whose boundary pages are decoded and compared
 
 
 class _Failed(Exception):
     """One check failed (message: which)."""
+
+
+@dataclass
+class _Walked:
+    """A rewritten chunk's pages as its headers say: start/prefix end, and per data page offset, size, values,
+    rows (None where the page does not say: v1 pages of repeated columns)."""
+
+    start: int
+    prefix_end: int
+    offsets: np.ndarray
+    sizes: np.ndarray
+    values: list[int]
+    rows: list[int] | None
 
 
 def verify_output(path: str, dst: str, src: ParquetLayout, written: list[_Written], *,
@@ -50,12 +73,13 @@ def verify_output(path: str, dst: str, src: ParquetLayout, written: list[_Writte
             if out.fmd.val(F.FMD_SCHEMA).items != src.fmd.val(F.FMD_SCHEMA).items:
                 raise _Failed("the schema differs from the source's")
             _check_chunk_bounds(out)
+            walked = []
             for w in written:
                 where = _where(out, w)
-                _check_pages(out, w)
-            for w in written:
+                walked.append(_check_pages(out, w))
+            for w, pages in zip(written, walked):
                 where = _where(out, w)
-                _check_values(out, w)
+                _check_values(out, w, pages)
     except _Failed as exc:
         raise ParquetRewriteError(
             f"{dst}: the rewrite of {src.path} failed its post-write check and was not written "
@@ -77,31 +101,116 @@ def _check_chunk_bounds(out: ParquetLayout) -> None:
                               f"outside the file's data [4, {out.footer_start})")
 
 
-def _check_pages(out: ParquetLayout, w: _Written) -> None:
+def _zigzag(n: int) -> int:
+    return (n >> 1) ^ -(n & 1)
+
+
+def _skip(b: bytes, pos: int, ttype: int) -> int:
+    """The position after a compact-protocol value of ``ttype`` at ``pos`` (structs and binaries are skipped, not
+    built: page statistics sit in most headers)."""
+    if ttype == 8:  # binary
+        n, pos = _varint(b, pos)
+        return pos + n
+    if ttype == 12:  # struct
+        while True:
+            head = b[pos]
+            pos += 1
+            if head == 0:
+                return pos
+            if not head >> 4:  # long-form field id
+                _, pos = _varint(b, pos)
+            ftype = head & 0x0F
+            if ftype in (4, 5, 6):
+                _, pos = _varint(b, pos)
+            elif ftype not in (1, 2):
+                pos = _skip(b, pos, ftype)
+    return _read_value(b, pos, ttype)[1]
+
+
+def _ints(b: bytes, pos: int, wanted: tuple[int, ...]) -> tuple[dict[int, int], int]:
+    """The integer fields ``wanted`` of the compact struct at ``pos`` (others skipped); returns them and its end."""
+    found: dict[int, int] = {}
+    last = 0
+    while True:
+        head = b[pos]
+        pos += 1
+        if head == 0:
+            return found, pos
+        ttype, delta = head & 0x0F, head >> 4
+        if delta:
+            fid = last + delta
+        else:
+            raw, pos = _varint(b, pos)
+            fid = _zigzag(raw)
+        last = fid
+        if ttype in (4, 5, 6):  # i16 / i32 / i64
+            raw = b[pos]
+            if raw < 0x80:  # one-byte varint: the common case
+                pos += 1
+            else:
+                raw, pos = _varint(b, pos)
+            if fid in wanted:
+                found[fid] = (raw >> 1) ^ -(raw & 1)
+        elif ttype not in (1, 2):  # bools carry no payload
+            pos = _skip(b, pos, ttype)
+
+
+_SUB_HEADER = {F.DATA_PAGE: F.PH_DATA_PAGE_HEADER, F.DICTIONARY_PAGE: F.PH_DICTIONARY_PAGE_HEADER,
+               F.DATA_PAGE_V2: F.PH_DATA_PAGE_HEADER_V2}
+
+
+def _header(b: bytes, pos: int) -> tuple[int, int, int, int, int | None]:
+    """(page type, compressed size, header length, num_values, num_rows or None) of the page header at ``pos``."""
+    found: dict[int, int] = {}
+    sub: dict[int, int] = {}
+    start, last = pos, 0
+    while True:
+        head = b[pos]
+        pos += 1
+        if head == 0:
+            break
+        ttype, delta = head & 0x0F, head >> 4
+        if delta:
+            fid = last + delta
+        else:
+            raw, pos = _varint(b, pos)
+            fid = _zigzag(raw)
+        last = fid
+        if ttype in (4, 5, 6):
+            raw = b[pos]
+            if raw < 0x80:
+                pos += 1
+            else:
+                raw, pos = _varint(b, pos)
+            found[fid] = (raw >> 1) ^ -(raw & 1)
+        elif ttype == 12 and fid == _SUB_HEADER.get(found.get(F.PH_TYPE, -1)):
+            sub, pos = _ints(b, pos, (1, 3))
+        elif ttype not in (1, 2):
+            pos = _skip(b, pos, ttype)
+    ptype = found.get(F.PH_TYPE)
+    csize = found.get(F.PH_COMPRESSED_SIZE)
+    if ptype is None or csize is None or csize < 0 or ptype not in (0, 1, 2, 3):
+        raise _Failed(f"byte {start} holds no page header (type {ptype}, compressed size {csize})")
+    return ptype, csize, pos - start, sub.get(1, 0), sub.get(3) if ptype == F.DATA_PAGE_V2 else None
+
+
+def _check_pages(out: ParquetLayout, w: _Written) -> _Walked:
     rg, leaf = w.ordinal, out.leaves[w.out.leaf]
     cc = out.column_chunk(rg, leaf.index)
     cmd = cc.val(F.CC_META_DATA)
     start, end = out.chunk_range(rg, leaf.index)
+    b = bytes(out.buf[start:end])
     pages: list[tuple[int, int, int, int, int | None]] = []  # (offset, size, type, num_values, num_rows)
-    pos = start
-    while pos < end:
+    pos = 0
+    while pos < len(b):
         try:
-            header, hsize = out.page_header(pos)
-        except ParquetRewriteError as exc:
-            raise _Failed(f"the page header at byte {pos} does not decode") from exc
-        ptype, csize = header.val(F.PH_TYPE), header.val(F.PH_COMPRESSED_SIZE)
-        if ptype not in (F.DATA_PAGE, F.INDEX_PAGE, F.DICTIONARY_PAGE, F.DATA_PAGE_V2) or csize is None or csize < 0:
-            raise _Failed(f"byte {pos} holds no page header (type {ptype}, compressed size {csize})")
-        nvals = nrows = None
-        if ptype == F.DATA_PAGE:
-            nvals = header.val(F.PH_DATA_PAGE_HEADER).val(F.DPH_NUM_VALUES)
-        elif ptype == F.DATA_PAGE_V2:
-            v2 = header.val(F.PH_DATA_PAGE_HEADER_V2)
-            nvals, nrows = v2.val(F.DPH2_NUM_VALUES), v2.val(F.DPH2_NUM_ROWS)
-        pages.append((pos, hsize + csize, ptype, nvals or 0, nrows))
+            ptype, csize, hsize, nvals, nrows = _header(b, pos)
+        except (ThriftError, IndexError) as exc:
+            raise _Failed(f"the page header at byte {start + pos} does not decode") from exc
+        pages.append((start + pos, hsize + csize, ptype, nvals, nrows))
         pos += hsize + csize
-    if pos != end:
-        raise _Failed(f"the page headers walk to byte {pos}, not to the chunk's end {end} (start {start} + "
+    if pos != len(b):
+        raise _Failed(f"the page headers walk to byte {start + pos}, not to the chunk's end {end} (start {start} + "
                       f"total_compressed_size {cmd.val(F.CMD_TOTAL_COMPRESSED_SIZE)})")
     data = [p for p in pages if p[2] in (F.DATA_PAGE, F.DATA_PAGE_V2)]
     if not data:
@@ -116,20 +225,22 @@ def _check_pages(out: ParquetLayout, w: _Written) -> None:
     if cmd.val(F.CMD_DATA_PAGE_OFFSET) != data[0][0]:
         raise _Failed(f"data_page_offset is {cmd.val(F.CMD_DATA_PAGE_OFFSET)} but the first data page is at "
                       f"byte {data[0][0]}")
-    total_values = sum(p[3] for p in data)
-    if total_values != cmd.val(F.CMD_NUM_VALUES):
-        raise _Failed(f"the data pages hold {total_values} values but num_values is {cmd.val(F.CMD_NUM_VALUES)}")
+    values = [p[3] for p in data]
+    if sum(values) != cmd.val(F.CMD_NUM_VALUES):
+        raise _Failed(f"the data pages hold {sum(values)} values but num_values is {cmd.val(F.CMD_NUM_VALUES)}")
     rg_rows = out.rg_rows(rg)
     if all(p[4] is not None for p in data):
-        page_rows = [p[4] for p in data]
+        rows: list[int] | None = [p[4] for p in data]
     elif leaf.max_rep == 0:
-        page_rows = [p[3] for p in data]  # a flat column holds one value (or null) per row
+        rows = values  # a flat column holds one value (or null) per row
     else:
-        page_rows = None
-    if page_rows is not None and sum(page_rows) != rg_rows:
-        raise _Failed(f"the data pages hold {sum(page_rows)} rows but the row group has {rg_rows}")
+        rows = None
+    if rows is not None and sum(rows) != rg_rows:
+        raise _Failed(f"the data pages hold {sum(rows)} rows but the row group has {rg_rows}")
+    walked = _Walked(start, data[0][0], np.array([p[0] for p in data], dtype=np.int64),
+                     np.array([p[1] for p in data], dtype=np.int64), values, rows)
     if F.CC_OFFSET_INDEX_OFFSET in cc:
-        _check_offset_index(out, cc, data, page_rows, rg_rows)
+        _check_offset_index(out, cc, walked, rg_rows)
     if F.CC_COLUMN_INDEX_OFFSET in cc:
         try:
             bounds = out.page_bounds(cc)
@@ -137,50 +248,73 @@ def _check_pages(out: ParquetLayout, w: _Written) -> None:
             raise _Failed(f"the ColumnIndex does not decode ({exc})") from exc
         if bounds is not None and len(bounds) != len(data):
             raise _Failed(f"the ColumnIndex has {len(bounds)} entries for {len(data)} data pages")
+    return walked
 
 
-def _check_offset_index(out: ParquetLayout, cc, data: list, page_rows: list[int] | None, rg_rows: int) -> None:
+def _check_offset_index(out: ParquetLayout, cc, walked: _Walked, rg_rows: int) -> None:  # noqa: ANN001
     try:
         locs = out.page_locations(cc)
     except Exception as exc:  # noqa: BLE001 - an OffsetIndex that does not decode is the finding
         raise _Failed(f"the OffsetIndex does not decode ({exc})") from exc
-    offsets = np.array([p[0] for p in data], dtype=np.int64)
-    sizes = np.array([p[1] for p in data], dtype=np.int64)
-    if len(locs) != len(data) or not np.array_equal(locs.offsets, offsets) or not np.array_equal(locs.sizes, sizes):
-        bad = next((i for i in range(min(len(locs), len(data)))
-                    if (locs.offsets[i], locs.sizes[i]) != (offsets[i], sizes[i])), min(len(locs), len(data)))
-        raise _Failed(f"the OffsetIndex lists {len(locs)} pages for {len(data)} data pages; page {bad} differs")
+    offsets, sizes = walked.offsets, walked.sizes
+    if len(locs) != len(offsets) or not np.array_equal(locs.offsets, offsets) or not np.array_equal(locs.sizes, sizes):
+        n = min(len(locs), len(offsets))
+        bad = next((i for i in range(n) if (locs.offsets[i], locs.sizes[i]) != (offsets[i], sizes[i])), n)
+        raise _Failed(f"the OffsetIndex lists {len(locs)} pages for {len(offsets)} data pages; page {bad} differs")
     firsts = locs.first_rows
     if firsts[0] != 0 or (len(firsts) > 1 and not (np.diff(firsts) > 0).all()) or firsts[-1] >= max(rg_rows, 1):
         raise _Failed(f"the OffsetIndex first rows are not strictly increasing from 0 below {rg_rows}: "
                       f"{firsts[:8].tolist()}...")
-    if page_rows is not None and not np.array_equal(firsts, np.cumsum([0] + page_rows[:-1])):
+    if walked.rows is not None and not np.array_equal(firsts, np.cumsum([0] + walked.rows[:-1])):
         raise _Failed("the OffsetIndex first rows disagree with the rows the pages hold")
 
 
-def _check_values(out: ParquetLayout, w: _Written) -> None:
+def _sample(runs: list[tuple[int, int]]) -> list[int]:
+    """Page indexes to decode: the first and last page of at most SAMPLE_RUNS runs ([first, last] page indexes),
+    spread over the chunk and including its first and last run."""
+    if len(runs) > SAMPLE_RUNS:
+        picks = np.unique(np.linspace(0, len(runs) - 1, SAMPLE_RUNS).round().astype(int))
+        runs = [runs[i] for i in picks]
+    return sorted({i for a, b in runs for i in (a, b)})
+
+
+def _check_values(out: ParquetLayout, w: _Written, walked: _Walked) -> None:
     expect = w.out.expect
     if expect is None:
         return
     top = out.tops[expect.top]
     try:
-        if expect.field_values is not None:
+        if expect.field_values is not None and (len(top.leaves) > 1 or walked.rows is None):
             got = _decode_pages(out, top, w.ordinal, None, out.rg_rows(w.ordinal))
             want = expect.field_values
-        elif expect.runs:
-            ch = out.chunk(w.ordinal, w.out.leaf)
-            offsets, sizes, _ = ch.page_arrays
-            picked = []
-            for rel, length, _values in expect.runs:
-                a = ch.start + rel
-                i0, i1 = np.searchsorted(offsets, [a, a + length])
-                if i0 == i1 or offsets[i0] != a or offsets[i1 - 1] + sizes[i1 - 1] != a + length:
-                    raise _Failed(f"re-encoded pages at [{a}, {a + length}) do not start and end at pages")
-                picked.extend(ch.pages[i] for i in range(int(i0), int(i1)))
-            want = pa.concat_arrays([values for _, _, values in expect.runs])
-            got = _decode_pages(out, top, w.ordinal, {w.out.leaf: picked}, len(want))
         else:
-            return
+            if expect.field_values is not None:  # a flat chunk re-encoded whole: one run of all its pages
+                spans = [(0, len(walked.offsets) - 1, expect.field_values)]
+            else:
+                spans = []
+                for rel, length, values in expect.runs:
+                    a = walked.start + rel
+                    i0, i1 = (int(i) for i in np.searchsorted(walked.offsets, [a, a + length]))
+                    ends = walked.offsets + walked.sizes
+                    if i0 == i1 or walked.offsets[i0] != a or ends[i1 - 1] != a + length:
+                        raise _Failed(f"re-encoded pages at [{a}, {a + length}) do not start and end at pages")
+                    spans.append((i0, i1 - 1, values))
+            if not spans:
+                return
+            assert walked.rows is not None  # runs are spliced into flat chunks only
+            first_row = np.cumsum([0] + walked.rows)
+            picked = _sample([(a, b) for a, b, _ in spans])
+            wanted = []
+            for a, b, values in spans:
+                for i in picked:
+                    if a <= i <= b:
+                        lo = int(first_row[i] - first_row[a])
+                        wanted.append(values.slice(lo, walked.rows[i]))
+            want = pa.concat_arrays(wanted)
+            pages = [Page(int(walked.offsets[i]), int(walked.sizes[i]), None) for i in picked]
+            got = _decode_pages(out, top, w.ordinal, {w.out.leaf: pages}, len(want),
+                                prefixes={w.out.leaf: (walked.start, walked.prefix_end)},
+                                num_values={w.out.leaf: sum(walked.values[i] for i in picked)})
     except _Failed:
         raise
     except Exception as exc:  # noqa: BLE001 - pages that do not decode are the finding
