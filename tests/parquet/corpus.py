@@ -37,7 +37,9 @@ __all__ = [
     "NESTED",
     "PARQUET_RS_CASES",
     "PYARROW_CASES",
+    "SOURCE_WRITERS",
     "SPARK_READABLE_FLAT",
+    "WRITER_CODECS",
     "Changes",
     "SourceCase",
     "delta_case",
@@ -48,8 +50,11 @@ __all__ = [
     "make_table",
     "pyarrow_case",
     "random_array",
+    "spark_property_sources",
     "spark_write_cases",
     "tpch_case",
+    "writer_columns",
+    "write_source",
 ]
 
 FLAT_TYPES: dict[str, pa.DataType] = {
@@ -344,28 +349,31 @@ PARQUET_RS_CASES: list[SourceCase] = [
 ]
 
 
+_SPARK_FLAT = (
+    "id",
+    "CAST(id % 120 AS TINYINT) AS i8",
+    "CAST(IF(id % 11 = 0, NULL, id * 7 % 30000) AS SMALLINT) AS i16",
+    "CAST(IF(id % 13 = 0, NULL, hash(id)) AS INT) AS i32",
+    "IF(id % 17 = 0, NULL, xxhash64(id)) AS i64",
+    "CAST(IF(id % 19 = 0, NULL, hash(id) / 7.0) AS FLOAT) AS f32",
+    "IF(id % 23 = 0, NULL, IF(id % 29 = 0, double('NaN'), hash(id) / 3.0)) AS f64",
+    "CAST(IF(id % 7 = 0, NULL, (hash(id) % 99999) / 100) AS DECIMAL(5,2)) AS dec5_2",
+    "CAST(IF(id % 5 = 0, NULL, xxhash64(id) / 1000) AS DECIMAL(15,3)) AS dec15_3",
+    "CAST(IF(id % 3 = 0, NULL, xxhash64(id) * 1000.5) AS DECIMAL(30,5)) AS dec30_5",
+    "IF(id % 10 = 0, NULL, IF(id % 9 = 0, '', concat('v', hash(id) % 50, '_é漢'))) AS str",
+    "IF(id % 8 = 0, NULL, unhex(hex(hash(id)))) AS bin",
+    "IF(id % 6 = 0, NULL, id % 2 = 0) AS bool",
+    "IF(id % 12 = 0, NULL, date_add(DATE'2000-01-01', CAST(hash(id) % 20000 AS INT))) AS date",
+    "IF(id % 14 = 0, NULL, timestamp_micros(abs(xxhash64(id)) % 4000000000000000)) AS ts",
+)
+
+
 def spark_write_cases(spark: object, folder: Path) -> dict[str, Path]:
     """Files written by Spark's parquet-mr writer: INT96 + decimals + snappy, and zstd with nested columns.
 
     Small pages (``parquet.page.row.count.limit``) so that page-level copying is visible.
     """
-    exprs = [
-        "id",
-        "CAST(id % 120 AS TINYINT) AS i8",
-        "CAST(IF(id % 11 = 0, NULL, id * 7 % 30000) AS SMALLINT) AS i16",
-        "CAST(IF(id % 13 = 0, NULL, hash(id)) AS INT) AS i32",
-        "IF(id % 17 = 0, NULL, xxhash64(id)) AS i64",
-        "CAST(IF(id % 19 = 0, NULL, hash(id) / 7.0) AS FLOAT) AS f32",
-        "IF(id % 23 = 0, NULL, IF(id % 29 = 0, double('NaN'), hash(id) / 3.0)) AS f64",
-        "CAST(IF(id % 7 = 0, NULL, (hash(id) % 99999) / 100) AS DECIMAL(5,2)) AS dec5_2",
-        "CAST(IF(id % 5 = 0, NULL, xxhash64(id) / 1000) AS DECIMAL(15,3)) AS dec15_3",
-        "CAST(IF(id % 3 = 0, NULL, xxhash64(id) * 1000.5) AS DECIMAL(30,5)) AS dec30_5",
-        "IF(id % 10 = 0, NULL, IF(id % 9 = 0, '', concat('v', hash(id) % 50, '_é漢'))) AS str",
-        "IF(id % 8 = 0, NULL, unhex(hex(hash(id)))) AS bin",
-        "IF(id % 6 = 0, NULL, id % 2 = 0) AS bool",
-        "IF(id % 12 = 0, NULL, date_add(DATE'2000-01-01', CAST(hash(id) % 20000 AS INT))) AS date",
-        "IF(id % 14 = 0, NULL, timestamp_micros(abs(xxhash64(id)) % 4000000000000000)) AS ts",
-    ]
+    exprs = list(_SPARK_FLAT)
     nested = [
         "id",
         "CAST(hash(id) AS INT) AS i32",
@@ -401,6 +409,124 @@ def spark_write_cases(spark: object, folder: Path) -> dict[str, Path]:
         (data_file,) = sorted(target.glob("part-*.parquet"))
         out[name] = folder / f"{name}.parquet"
         shutil.copyfile(data_file, out[name])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Writers for the property tests: one call writes a table the way a given writer lays it out
+
+
+SOURCE_WRITERS = ("pyarrow", "pyarrow_legacy_dict", "duckdb", "arrow-rs")
+# Every codec each writer can write. pyarrow's and DuckDB's "lz4" is LZ4_RAW; arrow-rs also writes the older,
+# framed LZ4 (codec 5), which the engine reads but cannot write (such chunks are re-encoded whole as LZ4_RAW).
+WRITER_CODECS = {
+    "pyarrow": ("none", "snappy", "gzip", "brotli", "zstd", "lz4"),
+    "pyarrow_legacy_dict": ("none", "snappy", "gzip", "brotli", "zstd", "lz4"),
+    "duckdb": ("uncompressed", "snappy", "gzip", "zstd", "brotli", "lz4"),
+    "arrow-rs": ("UNCOMPRESSED", "SNAPPY", "GZIP", "BROTLI", "LZ4", "ZSTD", "LZ4_RAW"),
+}
+
+
+def writer_columns(writer: str, v2: bool) -> tuple[str, ...]:
+    """The FLAT_TYPES/NESTED_TYPES keys ``writer`` can write (and pyarrow 26 can read back)."""
+    if writer == "arrow-rs":
+        return DELTA_FLAT + NESTED
+    if writer == "duckdb" and v2:
+        # DuckDB's V2 DELTA_BINARY_PACKED for full-range 32-bit ints (also inside lists and structs) is unreadable
+        # by pyarrow 26 ("InitBlock EOF") before any rewrite
+        return tuple(c for c in ALL_FLAT + NESTED if c not in ("i32", "u32", "list_i32", "struct"))
+    return ALL_FLAT + NESTED
+
+
+def write_source(writer: str, table: pa.Table, path: Path, *, codec: str, v2: bool, page_rows: int, dictionary: bool,
+                 page_index: bool, row_group_rows: int, crc: bool) -> Path:
+    """Write ``table`` to ``path`` with ``writer`` (one of SOURCE_WRITERS) and the options it supports.
+
+    "pyarrow_legacy_dict" is pyarrow's file with the footer of parquet-mr 1.12 (see legacy_dictionary_offsets);
+    DuckDB lays out pages itself (no page size, dictionary or page index options); arrow-rs (through delta-rs)
+    writes v1 pages with a page index.
+    """
+    if writer in ("pyarrow", "pyarrow_legacy_dict"):
+        pq.write_table(table, path, compression=codec, data_page_version="2.0" if v2 else "1.0",
+                       max_rows_per_page=page_rows, use_dictionary=dictionary, write_page_index=page_index,
+                       row_group_size=row_group_rows, write_page_checksum=crc)
+        if writer == "pyarrow_legacy_dict":
+            legacy_dictionary_offsets(path)
+        return path
+    if writer == "duckdb":
+        import duckdb
+
+        con = duckdb.connect()
+        try:
+            con.register("src", table)
+            con.execute(f"COPY (SELECT * FROM src) TO '{path}' (FORMAT parquet, CODEC '{codec}', "
+                        f"ROW_GROUP_SIZE {max(row_group_rows, 2048)}, PARQUET_VERSION {'v2' if v2 else 'v1'})")
+        finally:
+            con.close()
+        return path
+    if writer == "arrow-rs":
+        from deltalake import ColumnProperties, WriterProperties, write_deltalake
+
+        table_dir = path.with_suffix(".delta")
+        shutil.rmtree(table_dir, ignore_errors=True)
+        props = WriterProperties(compression=codec, data_page_row_count_limit=page_rows, write_batch_size=page_rows,
+                                 max_row_group_size=row_group_rows,
+                                 default_column_properties=ColumnProperties(dictionary_enabled=dictionary))
+        write_deltalake(str(table_dir), table, writer_properties=props)
+        (data_file,) = sorted(table_dir.glob("*.parquet"))
+        shutil.copyfile(data_file, path)
+        shutil.rmtree(table_dir)
+        return path
+    raise ValueError(f"unknown writer {writer!r}; expected one of {SOURCE_WRITERS}")
+
+
+def spark_property_sources(spark: object, folder: Path) -> dict[str, Path]:
+    """Files written by Spark's parquet-mr (1.13 in Spark 3.5) in several layouts, for the Spark property test:
+    v1 and v2 pages (v2 brings parquet-mr's DELTA_* encodings), dictionary on and off, INT96 and micros timestamps,
+    four codecs, and one with the parquet-mr 1.12 footer. Columns carry a per-file prefix (``s<k>_``) so that the
+    files never disagree on a column's type when read together."""
+    nested = [
+        "IF(id % 10 = 0, NULL, sequence(0, CAST(id % 4 AS INT))) AS list_i32",
+        "IF(id % 9 = 0, NULL, named_struct('a', CAST(id AS INT), 'b', concat('s', id % 37))) AS struct",
+        "IF(id % 8 = 0, NULL, map('k', id, concat('k', id % 3), id * 2)) AS map",
+    ]
+    variants = [
+        ("int96_snappy_v1_dict", {"spark.sql.parquet.outputTimestampType": "INT96",
+                                  "spark.sql.parquet.compression.codec": "snappy"}, {}),
+        ("micros_zstd_v2_dict", {"spark.sql.parquet.compression.codec": "zstd"}, {"parquet.writer.version": "v2"}),
+        ("micros_gzip_v1_plain", {"spark.sql.parquet.compression.codec": "gzip"}, {"parquet.enable.dictionary": "false"}),
+        ("micros_none_v2_plain", {"spark.sql.parquet.compression.codec": "none"},
+         {"parquet.writer.version": "v2", "parquet.enable.dictionary": "false"}),
+        ("micros_lz4raw_v1_dict", {"spark.sql.parquet.compression.codec": "lz4raw"}, {}),
+    ]
+    out = {}
+    for k, (name, conf, options) in enumerate(variants):
+        conf = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS", **conf}
+        saved = {key: spark.conf.get(key, None) for key in conf}  # type: ignore[attr-defined]
+        for key, value in conf.items():
+            spark.conf.set(key, value)  # type: ignore[attr-defined]
+        target = folder / f"spark_{name}_dir"
+        try:
+            df = spark.range(0, 1200 + 300 * k, 1, 1).selectExpr(*_SPARK_FLAT, *nested)  # type: ignore[attr-defined]
+            df = df.toDF(*[f"s{k}_{c}" for c in df.columns])
+            writer = df.write.option("parquet.page.row.count.limit", str(100 + 150 * (k % 2))).option(
+                "parquet.page.size", "8192").option("parquet.block.size", str(64 * 1024))
+            for key, value in options.items():
+                writer = writer.option(key, value)
+            writer.parquet(str(target))
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    spark.conf.unset(key)  # type: ignore[attr-defined]
+                else:
+                    spark.conf.set(key, value)  # type: ignore[attr-defined]
+        (data_file,) = sorted(target.glob("part-*.parquet"))
+        out[f"spark_{name}"] = folder / f"spark_{name}.parquet"
+        shutil.copyfile(data_file, out[f"spark_{name}"])
+    legacy = folder / "spark_int96_snappy_v1_dict_legacy_footer.parquet"
+    shutil.copyfile(out["spark_int96_snappy_v1_dict"], legacy)
+    assert legacy_dictionary_offsets(legacy) > 0
+    out["spark_int96_snappy_v1_dict_legacy_footer"] = legacy
     return out
 
 
