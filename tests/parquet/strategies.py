@@ -15,9 +15,10 @@ __all__ = ["change_sets", "source_files"]
 
 @st.composite
 def source_files(draw: st.DrawFn, writers: tuple[str, ...] = SOURCE_WRITERS,
-                 allowed: tuple[str, ...] | None = None) -> dict:
+                 allowed: tuple[str, ...] | None = None, no_codecs: tuple[str, ...] = ()) -> dict:
     """A source file's recipe: writer, column types (a random schema; ``allowed`` narrows it), rows, nulls and the
-    writer's layout options (page version, codec, page size, dictionary, page index, row groups, checksums)."""
+    writer's layout options (page version, codec but ``no_codecs``, page size, dictionary, page index, row groups,
+    checksums)."""
     writer = draw(st.sampled_from(writers))
     v2 = draw(st.booleans()) if writer != "arrow-rs" else False
     pool = [c for c in writer_columns(writer, v2) if allowed is None or c in allowed]
@@ -30,7 +31,7 @@ def source_files(draw: st.DrawFn, writers: tuple[str, ...] = SOURCE_WRITERS,
         "low_cardinality": draw(st.booleans()),
         "seed": draw(st.integers(0, 2**31)),
         "opts": {
-            "codec": draw(st.sampled_from(WRITER_CODECS[writer])),
+            "codec": draw(st.sampled_from([c for c in WRITER_CODECS[writer] if c.lower() not in no_codecs])),
             "v2": v2,
             "page_rows": draw(st.sampled_from([30, 100, 700, 20_000])),
             "dictionary": draw(st.booleans()),
