@@ -16,7 +16,7 @@ import partialcow.parquet
 
 MODULES = sorted(m.name for m in pkgutil.iter_modules(partialcow.parquet.__path__, "partialcow.parquet."))
 WITH_EXAMPLES = {"partialcow.parquet._thrift", "partialcow.parquet._layout", "partialcow.parquet._engine",
-                 "partialcow.parquet._offset_index", "partialcow.parquet._column_index",
+                 "partialcow.parquet._offset_index", "partialcow.parquet._column_index", "partialcow.parquet._physical",
                  "partialcow.parquet.writer", "partialcow.parquet.inspect"}
 
 

@@ -451,7 +451,8 @@ class ParquetLayout:
         """(dictionary page offset or None, first data page offset) of a chunk, from its page headers.
 
         Reads one or two headers, not the whole chunk: what a copied chunk needs to get a footer any reader accepts.
-        A footer that sets a dictionary offset before the data page offset is trusted (the common case: no read).
+        No header is read where the footer leaves no doubt: a dictionary offset before the data page offset, or no
+        dictionary offset and no dictionary encoding among the chunk's encodings.
         """
         if (rg, leaf) in self._chunks:
             ch = self._chunks[(rg, leaf)]
@@ -460,8 +461,13 @@ class ParquetLayout:
         data_off = cmd.val(F.CMD_DATA_PAGE_OFFSET)
         dict_off = cmd.val(F.CMD_DICTIONARY_PAGE_OFFSET)
         start, end = self.chunk_range(rg, leaf)
-        if dict_off and dict_off == start < data_off and not cmd.val(F.CMD_INDEX_PAGE_OFFSET):
-            return dict_off, data_off
+        if not cmd.val(F.CMD_INDEX_PAGE_OFFSET):
+            if dict_off and dict_off == start < data_off:
+                return dict_off, data_off
+            encodings = cmd.val(F.CMD_ENCODINGS)
+            if not dict_off and encodings is not None and not {F.PLAIN_DICTIONARY, F.RLE_DICTIONARY} & set(
+                    encodings.items):
+                return None, data_off
         pos, dictionary_page = start, None
         while pos < end:
             header, hsize = self.page_header(pos)
