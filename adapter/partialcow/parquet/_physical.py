@@ -48,9 +48,21 @@ def decimal_precision_for(leaf: Leaf) -> int | None:
     return None
 
 
+def _natural_width(precision: int) -> int:
+    """The bytes pyarrow gives a FIXED_LEN_BYTE_ARRAY decimal of ``precision`` (the fewest that hold it)."""
+    width = 1
+    while 10 ** precision - 1 >= 2 ** (8 * width - 1):
+        width += 1
+    return width
+
+
 def _decimal(t: pa.DataType, leaf: Leaf) -> pa.DataType:
+    ptype, p = leaf.physical_type, t.precision
+    if ((ptype == F.INT32 and p <= 9) or (ptype == F.INT64 and 9 < p <= 18)
+            or (ptype == F.FIXED_LEN_BYTE_ARRAY and leaf.type_length == _natural_width(p))):
+        return t  # pyarrow chooses this layout itself: no cast
     precision = decimal_precision_for(leaf)
-    if precision is None or precision == t.precision or precision < t.precision:
+    if precision is None or precision < p:
         return t  # a source precision its width cannot hold is left for the layout check to report
     if precision <= 38:
         return pa.decimal128(precision, t.scale)
