@@ -184,3 +184,25 @@ def test_value_encodings_are_kept(tmp_path: Path, version: str, shape: str) -> N
             if chunk.path in encodings:
                 got = {p.encoding for p in chunk.data_pages}
                 assert got == {_ENCODING_IDS[encodings[chunk.path]]}, f"{chunk.path}: page encodings {got}"
+
+
+def test_bug_whole_file_mode_reencodes_untouched_columns(tmp_path: Path) -> None:
+    """When nearly every page holds a change, the single-threaded cost model rewrites "the whole file": that path
+    re-encoded every column through pyarrow. Now it re-encodes the touched chunks and copies the others."""
+    import duckdb
+
+    src = tmp_path / "src.parquet"
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT (i % 100)::TINYINT AS k, repeat('x', 80) || i AS s FROM range({N}) t(i)) "
+                f"TO '{src}' (FORMAT parquet, ROW_GROUP_SIZE 2048)")
+    con.close()
+    original = pq.read_table(src)
+    pos = np.arange(0, N, 2)
+    upd = pa.table({ROW_POSITION: pa.array(pos), "s": pa.array([f"new-{i}" for i in pos])})
+    dst = tmp_path / "dst.parquet"
+    report = rewrite_file(src, dst, upd, threads=1)
+    assert report.full_file_rewrite is not None, "the cost model did not choose the whole-file mode"
+    assert_same_rows(pq.read_table(dst), apply_changes(original, upd, None, ROW_POSITION), "pyarrow")
+    before, after = _chunk_bytes(src), _chunk_bytes(dst)
+    assert all(before[k] == after[k] for k in before if k[1] == "k"), "untouched column k was re-encoded"
+    assert _schema(dst) == _schema(src)
