@@ -134,7 +134,7 @@ def check_same_layout(path: str, column: str, src: list[Leaf], new: list[Leaf]) 
     else:
         for a, b in zip(src, new):
             if key(a) != key(b):
-                problem = (f"its leaf {'.'.join(a.path)} is {describe(a)}; pyarrow writes {describe(b)}")
+                problem = f"its leaf {'.'.join(a.path)} is {describe(a)}; pyarrow writes {describe(b)}"
                 break
     if problem is not None:
         raise ParquetRewriteError(

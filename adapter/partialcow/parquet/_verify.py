@@ -35,7 +35,7 @@ from partialcow.parquet._changes import _changed_mask
 from partialcow.parquet._layout import Page, ParquetLayout, ThriftClock
 from partialcow.parquet._output import _Written
 from partialcow.parquet._pagecodec import _decode_pages
-from partialcow.parquet._thrift import ThriftError, _read_value, _varint
+from partialcow.parquet._thrift import ThriftError, TStruct, _read_value, _varint
 
 __all__ = ["SAMPLE_RUNS", "verify_output"]
 
@@ -251,7 +251,7 @@ def _check_pages(out: ParquetLayout, w: _Written) -> _Walked:
     return walked
 
 
-def _check_offset_index(out: ParquetLayout, cc, walked: _Walked, rg_rows: int) -> None:  # noqa: ANN001
+def _check_offset_index(out: ParquetLayout, cc: TStruct, walked: _Walked, rg_rows: int) -> None:
     try:
         locs = out.page_locations(cc)
     except Exception as exc:  # noqa: BLE001 - an OffsetIndex that does not decode is the finding
