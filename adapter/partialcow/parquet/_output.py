@@ -55,13 +55,44 @@ class _ChunkOut:
 class _Expected:
     """What a rewritten chunk must decode to (checked by ``_verify`` once the file is written).
 
-    ``runs``: re-encoded data pages as (offset relative to the chunk start, byte length, values they encode);
-    ``field_values``: the values of a top-level field re-encoded whole (on its first leaf's chunk only).
+    ``pages``: a sample of its re-encoded data pages (see ``sample_runs``) as (offset relative to the chunk start,
+    size, values the page encodes): only those values are kept until the check, not the chunk's;
+    ``field_values``: the values of a top-level field of several leaves re-encoded whole (on its first leaf's chunk
+    only; such fields are decoded whole).
     """
 
     top: int
-    runs: list[tuple[int, int, pa.Array]] = field(default_factory=list)
+    pages: list[tuple[int, int, pa.Array]] = field(default_factory=list)
     field_values: pa.Array | None = None
+
+
+SAMPLE_RUNS = 8  # re-encoded runs per chunk whose first and last pages the post-write check decodes
+
+
+def sample_runs(runs: list[list[tuple[int, int, pa.Array]]]) -> list[tuple[int, int, pa.Array]]:
+    """The pages to check of a chunk's re-encoded ``runs`` (each: its pages as in _Expected.pages, in file order):
+    the first and last page of at most SAMPLE_RUNS runs spread over the chunk, its first and last run included.
+    Splices go wrong at run boundaries; the pages in between are pyarrow's, laid out by pyarrow."""
+    if len(runs) > SAMPLE_RUNS:
+        picks = np.unique(np.linspace(0, len(runs) - 1, SAMPLE_RUNS).round().astype(int))
+        runs = [runs[i] for i in picks]
+    out = []
+    for pages in runs:
+        out.extend(pages[:1] + pages[1:][-1:])
+    return out
+
+
+def run_pages(base: int, pages: list[tuple[int, int, int]], values: pa.Array) -> list[tuple[int, int, pa.Array]]:
+    """A run's first and last page for ``sample_runs``: ``pages`` are (offset, size, first row) relative to the run,
+    which starts ``base`` bytes into the chunk and encodes ``values``."""
+    picked = sorted({0, len(pages) - 1})
+    out = []
+    for i in picked:
+        offset, size, first = pages[i]
+        end = pages[i + 1][2] if i + 1 < len(pages) else len(values)
+        # a copy: a slice would keep the whole chunk's values alive until the check
+        out.append((base + offset, size, pa.concat_arrays([values.slice(first, end - first)])))
+    return out
 
 
 @dataclass

@@ -21,7 +21,7 @@ from partialcow.parquet._changes import _Changes, _changed_mask, _patch
 from partialcow.parquet._column_index import PageBounds, encode_column_index
 from partialcow.parquet._layout import Chunk, ParquetLayout, TopField, _max_page_rows, _pages_holding, sort_key_fn
 from partialcow.parquet._output import (_boundary_order, _bloom_bytes, _ChunkOut, _combine_bounds, _copy_chunk,
-                                        _Expected, _page_offsets)
+                                        _Expected, _page_offsets, run_pages, sample_runs)
 from partialcow.parquet._pagecodec import (
     _CODEC_TO_ARROW, _DICTIONARY_TOO_LARGE, _decode_pages, _dictionary_encoded_pages, _dictionary_pays,
     _dictionary_size, _dictionary_too_large, _dictionary_values, _encode_mini, _encode_runs, _Encoded,
@@ -228,7 +228,11 @@ class _Rewriter:
                 if bloom is None:
                     self.stats.blooms_dropped.append((rg, name))
             data = bytes(mini.lay.buf[mch.start:mch.end])
-            expect = _Expected(top.index, field_values=new if k == 0 else None)
+            if len(chunks) == 1:  # pages of the mini file start at row boundaries (it has an OffsetIndex)
+                pages = [(int(o), int(s), int(r)) for o, s, r in zip(*mch.page_arrays)]
+                expect = _Expected(top.index, pages=sample_runs([run_pages(-mch.start, pages, new)]))
+            else:
+                expect = _Expected(top.index, field_values=new if k == 0 else None)
             outs.append(_ChunkOut(ch.leaf, ch.cc, cmd, [("data", data, len(data))], len(data), rel, locs, ci,
                                   bloom, ch.start, expect))
         return outs
@@ -370,7 +374,7 @@ class _Rewriter:
         subrun_end = {a: b for a, b in subruns}
         subrun_starts = sorted(subrun_end)
         patched_at = {a: new for (a, _), new in zip(subruns, patched)}
-        expect = _Expected(top.index)
+        run_samples: list[list[tuple[int, int, pa.Array]]] = []
 
         # assemble pieces, page locations and column-index entries
         src_ci = lay.page_bounds(ch.cc) if F.CC_COLUMN_INDEX_OFFSET in ch.cc else None
@@ -414,7 +418,7 @@ class _Rewriter:
                 enc = encoded[i]
                 if enc is not None:
                     new_first = ch.pages[i].first_row - int(deleted_before[i])
-                    expect.runs.append((pos, len(enc.data), patched_at[i]))
+                    run_samples.append(run_pages(pos, enc.pages, patched_at[i]))
                     pieces.append(("data", enc.data, len(enc.data)))
                     self.stats.bytes_reencoded += len(enc.data)
                     loc_blocks.append(np.array(enc.pages, dtype=np.int64).reshape(-1, 3) + [pos, 0, new_first])
@@ -508,4 +512,4 @@ class _Rewriter:
             bounds.boundary_order = _boundary_order(key, bounds.null_pages.tolist(), bounds.mins, bounds.maxs)
             ci = encode_column_index(bounds)
         return _ChunkOut(ch.leaf, ch.cc, cmd, pieces, pos, rel, locs if want_oi else None, ci, bloom, ch.start,
-                         expect)
+                         _Expected(top.index, pages=sample_runs(run_samples)))

@@ -10,16 +10,17 @@ module re-opens it and checks what a reader relies on, for every chunk that was 
 - the OffsetIndex lists exactly the walked data pages, first rows strictly increasing from 0, matching the rows
   the pages hold; a ColumnIndex has one entry per data page;
 - pyarrow decodes re-encoded pages, with the chunk's dictionary page as written, to the values the rewrite meant to
-  write, compared value by value (NaN equals NaN, -0.0 differs from 0.0).
+  write, compared value by value (NaN equals NaN, -0.0 differs from 0.0), for a sample of pages (below).
 
 Copied chunks are only checked to lie inside the file: their pages are the source's, byte for byte.
 
 Cost: the walk reads every page header of a rewritten chunk with a lean decoder (no objects built). Decoding every
 re-encoded value again would cost a good part of the rewrite (a whole-chunk re-encode decodes and encodes the
-chunk; its verification would decode it once more), so values are decoded for a bounded sample of pages per
-chunk: the first and last re-encoded page of each re-encoded run (where splices go wrong), for at most
-``SAMPLE_RUNS`` runs spread over the chunk, with the dictionary page. Nested fields re-encoded whole, whose page
-row boundaries are not all known, are decoded whole.
+chunk; its check would decode it once more), and keeping those values until the file is written would hold every
+re-encoded chunk in memory, so the rewriter keeps the values of a sample of pages (``_output.sample_runs``: the
+first and last page of at most ``SAMPLE_RUNS`` re-encoded runs per chunk, where splices go wrong), decoded here
+together with the dictionary page as written. Top-level fields of several leaves (structs, maps) re-encoded whole
+are decoded whole.
 """
 
 from __future__ import annotations
@@ -37,9 +38,7 @@ from partialcow.parquet._output import _Written
 from partialcow.parquet._pagecodec import _decode_pages
 from partialcow.parquet._thrift import ThriftError, TStruct, _read_value, _varint
 
-__all__ = ["SAMPLE_RUNS", "verify_output"]
-
-SAMPLE_RUNS = 8  # re-encoded runs per chunk whose boundary pages are decoded and compared
+__all__ = ["verify_output"]
 
 
 class _Failed(Exception):
@@ -269,48 +268,25 @@ def _check_offset_index(out: ParquetLayout, cc: TStruct, walked: _Walked, rg_row
         raise _Failed("the OffsetIndex first rows disagree with the rows the pages hold")
 
 
-def _sample(runs: list[tuple[int, int]]) -> list[int]:
-    """Page indexes to decode: the first and last page of at most SAMPLE_RUNS runs ([first, last] page indexes),
-    spread over the chunk and including its first and last run."""
-    if len(runs) > SAMPLE_RUNS:
-        picks = np.unique(np.linspace(0, len(runs) - 1, SAMPLE_RUNS).round().astype(int))
-        runs = [runs[i] for i in picks]
-    return sorted({i for a, b in runs for i in (a, b)})
-
-
 def _check_values(out: ParquetLayout, w: _Written, walked: _Walked) -> None:
     expect = w.out.expect
-    if expect is None:
+    if expect is None or (expect.field_values is None and not expect.pages):
         return
     top = out.tops[expect.top]
     try:
-        if expect.field_values is not None and (len(top.leaves) > 1 or walked.rows is None):
+        if expect.field_values is not None:
             got = _decode_pages(out, top, w.ordinal, None, out.rg_rows(w.ordinal))
             want = expect.field_values
         else:
-            if expect.field_values is not None:  # a flat chunk re-encoded whole: one run of all its pages
-                spans = [(0, len(walked.offsets) - 1, expect.field_values)]
-            else:
-                spans = []
-                for rel, length, values in expect.runs:
-                    a = walked.start + rel
-                    i0, i1 = (int(i) for i in np.searchsorted(walked.offsets, [a, a + length]))
-                    ends = walked.offsets + walked.sizes
-                    if i0 == i1 or walked.offsets[i0] != a or ends[i1 - 1] != a + length:
-                        raise _Failed(f"re-encoded pages at [{a}, {a + length}) do not start and end at pages")
-                    spans.append((i0, i1 - 1, values))
-            if not spans:
-                return
-            assert walked.rows is not None  # runs are spliced into flat chunks only
-            first_row = np.cumsum([0] + walked.rows)
-            picked = _sample([(a, b) for a, b, _ in spans])
-            wanted = []
-            for a, b, values in spans:
-                for i in picked:
-                    if a <= i <= b:
-                        lo = int(first_row[i] - first_row[a])
-                        wanted.append(values.slice(lo, walked.rows[i]))
-            want = pa.concat_arrays(wanted)
+            picked = []
+            for rel, size, _ in expect.pages:
+                a = walked.start + rel
+                i = int(np.searchsorted(walked.offsets, a))
+                if i == len(walked.offsets) or walked.offsets[i] != a or walked.sizes[i] != size:
+                    raise _Failed(f"a re-encoded page of {size} bytes at byte {a} is not where the chunk's page "
+                                  "headers are")
+                picked.append(i)
+            want = pa.concat_arrays([values for _, _, values in expect.pages])
             pages = [Page(int(walked.offsets[i]), int(walked.sizes[i]), None) for i in picked]
             got = _decode_pages(out, top, w.ordinal, {w.out.leaf: pages}, len(want),
                                 prefixes={w.out.leaf: (walked.start, walked.prefix_end)},
