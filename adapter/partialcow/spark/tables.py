@@ -8,6 +8,7 @@ One small interface over both formats, chosen once from the table format:
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -16,13 +17,13 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 
 from partialcow.commit.base import TableCommitter
-from partialcow.exceptions import ConfigurationError
+from partialcow.exceptions import ConfigurationError, UnsupportedTableFeatureError
 from partialcow.index import DeltaSource, IcebergSource, TableSource
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["LakehouseTable", "open_table", "local_path"]
+__all__ = ["LakehouseTable", "open_table", "local_path", "delta_spark_schema"]
 
 TableFormat = Literal["iceberg", "delta"]
 
@@ -69,6 +70,36 @@ class LakehouseTable:
                 raise ConfigurationError(f"Iceberg table {self.name} has no column {field.name!r}")
             fields.append(field.with_metadata({b"PARQUET:field_id": str(ids[field.name]).encode()}))
         return pa.schema(fields)
+
+
+def delta_spark_schema(schema_json: str, *, table: str) -> Any:
+    """A Delta table's schema (its log's ``schemaString``) as the Spark ``StructType`` the change pipeline casts to.
+
+    Delta's schema serialisation is Spark's, so it is parsed as such: ``timestamp_ntz`` stays ``TimestampNTZType``
+    (a zoned ``TimestampType`` would shift wall-clock values by the session time zone on their way to the file),
+    and decimals, nested types and nullability come through unchanged. A type this Spark cannot represent is
+    refused by name.
+
+    >>> delta_spark_schema('{"type":"struct","fields":[{"name":"t","type":"timestamp_ntz","nullable":true,'
+    ...                    '"metadata":{}}]}', table="t").simpleString()
+    'struct<t:timestamp_ntz>'
+    """
+    from pyspark.sql.types import StructType
+
+    doc = json.loads(schema_json)
+    try:
+        return StructType.fromJson(doc)
+    except Exception as exc:  # noqa: BLE001 - pyspark raises several kinds for a type it does not know
+        raise UnsupportedTableFeatureError(
+            f"Delta table {table} has a column type Spark {_spark_version()} cannot represent ({exc}); "
+            "partial copy-on-write needs every column's type in Spark"
+        ) from exc
+
+
+def _spark_version() -> str:
+    import pyspark
+
+    return pyspark.__version__
 
 
 def _iceberg_field_ids(spark: SparkSession, name: str) -> dict[str, int]:
