@@ -82,18 +82,19 @@ def test_regression_timestamp_ntz_keeps_the_wall_clock(spark, tmp_path, zone: st
     initial = pa.table({"id": pa.array([1, 2], pa.int64()), "ntz": pa.array([before, before], pa.timestamp("us")),
                         "ts": pa.array([before.replace(tzinfo=dt.timezone.utc)] * 2, pa.timestamp("us", tz="UTC"))})
     write_deltalake(root, initial)
-    with session_time_zone(spark, zone):
-        changes = spark.sql(
-            "SELECT * FROM VALUES (1L, TIMESTAMP'2021-06-07 08:09:10', TIMESTAMP'2021-06-07 08:09:10+00:00', 'U'), "
-            "(3L, TIMESTAMP'2021-06-07 08:09:10', TIMESTAMP'2021-06-07 08:09:10+00:00', 'I') AS t(id, ntz, ts, _op)")
-        apply_changes(spark, open_table(spark, root, table_format="delta"), changes, SPEC)
+    value = "TIMESTAMP'2021-06-07 08:09:10', TIMESTAMP'2021-06-07 08:09:10+00:00'"
     wall = dt.datetime(2021, 6, 7, 8, 9, 10)
-    instant = wall.replace(tzinfo=dt.timezone.utc)
-    expected = {0: [{"id": 1, "ntz": before, "ts": before.replace(tzinfo=dt.timezone.utc)},
-                    {"id": 2, "ntz": before, "ts": before.replace(tzinfo=dt.timezone.utc)}],
-                1: [{"id": 1, "ntz": wall, "ts": instant},
-                    {"id": 2, "ntz": before, "ts": before.replace(tzinfo=dt.timezone.utc)},
-                    {"id": 3, "ntz": wall, "ts": instant}]}
-    assert DeltaTable(root).version() == 1
-    # delta-rs and polars here; the matrix above reads through delta-spark too
-    assert_readers_agree([DeltaCheck(root, expected=expected)], delta_spark=False)
+    old = {"ntz": before, "ts": before.replace(tzinfo=dt.timezone.utc)}
+    new = {"ntz": wall, "ts": wall.replace(tzinfo=dt.timezone.utc)}
+    expected = {0: [{"id": 1, **old}, {"id": 2, **old}]}
+    # an update alone first (it was stored shifted), then an insert (it was refused) with another update
+    batches = [([f"(1L, {value}, 'U')"], [{"id": 1, **new}, {"id": 2, **old}]),
+               ([f"(3L, {value}, 'I')", f"(2L, {value}, 'U')"], [{"id": 1, **new}, {"id": 2, **new}, {"id": 3, **new}])]
+    for version, (rows, after) in enumerate(batches, start=1):
+        with session_time_zone(spark, zone):
+            changes = spark.sql(f"SELECT * FROM VALUES {', '.join(rows)} AS t(id, ntz, ts, _op)")
+            apply_changes(spark, open_table(spark, root, table_format="delta"), changes, SPEC)
+        expected[version] = after
+        assert DeltaTable(root).version() == version
+        # delta-rs and polars here; the matrix above reads through delta-spark too
+        assert_readers_agree([DeltaCheck(root, expected=expected)], delta_spark=False)
