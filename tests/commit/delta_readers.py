@@ -132,8 +132,8 @@ def assert_readers_agree(
             pl_rows = _canonical_rows(_read_polars(check.root, version), check)
             if check.expected is not None:
                 expected = _canonical_dicts(check.expected[version], check)
-                _assert_same(rs, expected, f"delta-rs read of {where}")
-            _assert_same(pl_rows, rs, f"polars read of {where} (against delta-rs)")
+                assert_same_rows(rs, expected, f"delta-rs read of {where}")
+            assert_same_rows(pl_rows, rs, f"polars read of {where} (against delta-rs)")
             states[version] = rs
             _check_stats(check.root, version)
             for vectorized in (True, False) if use_spark else ():
@@ -142,15 +142,15 @@ def assert_readers_agree(
                 pending.append((f"delta-spark ({'vectorized' if vectorized else 'row'} reader, session time zone "
                                 f"{tz}) read of {where}", ("rows", check, rs)))
         if check.filters:
-            boundaries = _boundary_values(check, states[latest])
+            boundaries = boundary_values(check.schema, states[latest])
             for column, value, wanted in boundaries:
                 what = f"filter {column} = {value!r} on {check.root} at version {latest}"
-                _assert_ids(_filter_delta_rs(check.root, latest, column, value, check), wanted, f"delta-rs {what}")
-                _assert_ids(_filter_polars(check.root, latest, column, value, check), wanted, f"polars {what}")
+                assert_same_keys(_filter_delta_rs(check.root, latest, column, value, check), wanted, f"delta-rs {what}")
+                assert_same_keys(_filter_polars(check.root, latest, column, value, check), wanted, f"polars {what}")
             if use_spark and boundaries:
                 # one query, a filtered scan per value (each skips files by the stats on its own)
                 tz = spark_time_zones[len(spark_reads) % len(spark_time_zones)]
-                wheres = [f"`{column}` = {_sql_literal(value, _type_of(check, column))}" for column, value, _ in boundaries]
+                wheres = [f"`{column}` = {sql_literal(value, _type_of(check, column))}" for column, value, _ in boundaries]
                 spark_reads.append({"root": check.root, "version": latest, "tz": tz, "vectorized": True,
                                     "wheres": wheres, "key": check.key})
                 pending.append((f"delta-spark (session time zone {tz}) filters on {check.root} at version {latest}",
@@ -160,13 +160,13 @@ def assert_readers_agree(
     answers = _run_delta_spark(spark_reads, jars)
     for (what, (kind, check, want)), answer in zip(pending, answers):
         if kind == "rows":
-            _assert_same(_canonical_rows(answer, check), want, what)
+            assert_same_rows(_canonical_rows(answer, check), want, what)
         else:
             for i, (column, value, wanted) in enumerate(want):
-                _assert_ids([k for f, k in answer if f == i], wanted, f"{what}: {column} = {value!r}")
+                assert_same_keys([k for f, k in answer if f == i], wanted, f"{what}: {column} = {value!r}")
 
 
-def _assert_same(got: Mapping[Any, Any], want: Mapping[Any, Any], what: str) -> None:
+def assert_same_rows(got: Mapping[Any, Any], want: Mapping[Any, Any], what: str) -> None:
     if got == want:
         return
     missing = sorted(set(want) - set(got), key=repr)[:5]
@@ -177,7 +177,7 @@ def _assert_same(got: Mapping[Any, Any], want: Mapping[Any, Any], what: str) -> 
                          f"expected) {diffs}")
 
 
-def _assert_ids(got: Sequence[Any], want: set[Any], what: str) -> None:
+def assert_same_keys(got: Sequence[Any], want: set[Any], what: str) -> None:
     assert set(got) == want, f"{what}: got keys {sorted(got, key=repr)}, expected {sorted(want, key=repr)}"
 
 
@@ -265,15 +265,27 @@ def _run_delta_spark(reads: list[dict[str, Any]], jars: list[str]) -> list[Any]:
 
 
 def _canonical_rows(table: pa.Table, check: DeltaCheck) -> dict[Any, dict[str, Any]]:
-    """key -> {column: value} in one form whatever the reader: instants in UTC, maps as sorted pairs, NaN as text."""
-    return _canonical_dicts(table.to_pylist(), check)
+    return canonical_rows(table.to_pylist(), check.schema, check.key)
 
 
 def _canonical_dicts(rows: Sequence[Mapping[str, Any]], check: DeltaCheck) -> dict[Any, dict[str, Any]]:
-    fields = {f["name"]: f["type"] for f in check.schema["fields"]}
+    return canonical_rows(rows, check.schema, check.key)
+
+
+def canonical_rows(rows: Sequence[Mapping[str, Any]], schema: Mapping[str, Any], key: str) -> dict[Any, dict[str, Any]]:
+    """key -> {column: value} in one form whatever the reader: instants in UTC, maps as sorted pairs, NaN as text.
+
+    ``schema`` is a schema in Spark's (= Delta's) JSON form: ``json.loads(df.schema.json())`` or a Delta schema.
+
+    >>> schema = {"fields": [{"name": "id", "type": "long"}, {"name": "m", "type": {"type": "map",
+    ...           "keyType": "string", "valueType": "integer"}}]}
+    >>> canonical_rows([{"id": 1, "m": [{"key": "b", "value": 2}, {"key": "a", "value": None}]}], schema, "id")
+    {1: {'id': 1, 'm': [('a', None), ('b', 2)]}}
+    """
+    fields = {f["name"]: f["type"] for f in schema["fields"]}
     out: dict[Any, dict[str, Any]] = {}
     for row in rows:
-        out[row[check.key]] = {name: _canonical(row.get(name), dtype) for name, dtype in fields.items()}
+        out[row[key]] = {name: _canonical(row.get(name), dtype) for name, dtype in fields.items()}
     return out
 
 
@@ -429,10 +441,11 @@ def _type_of(check: DeltaCheck, column: str) -> Any:
     return next(f["type"] for f in check.schema["fields"] if f["name"] == column)
 
 
-def _boundary_values(check: DeltaCheck, rows: Mapping[Any, Mapping[str, Any]]) -> list[tuple[str, Any, set[Any]]]:
-    """(column, value, keys holding it) for the smallest and largest value of each filterable top-level column."""
+def boundary_values(schema: Mapping[str, Any], rows: Mapping[Any, Mapping[str, Any]]) -> list[tuple[str, Any, set[Any]]]:
+    """(column, value, keys holding it) for the smallest and largest value of each filterable top-level column of
+    canonical ``rows`` (see :func:`canonical_rows`): the values a reader skipping files by their stats may lose."""
     out = []
-    for f in check.schema["fields"]:
+    for f in schema["fields"]:
         dtype = f["type"]
         if not (isinstance(dtype, str) and (dtype in _FILTERED_TYPES or dtype.startswith("decimal"))):
             continue
@@ -442,7 +455,8 @@ def _boundary_values(check: DeltaCheck, rows: Mapping[Any, Mapping[str, Any]]) -
     return out
 
 
-def _sql_literal(value: Any, dtype: str) -> str:
+def sql_literal(value: Any, dtype: str) -> str:
+    """A Spark SQL literal of ``value`` as a column of Delta/Spark type ``dtype``, whatever the session time zone."""
     if dtype == "string":
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     if dtype == "date":

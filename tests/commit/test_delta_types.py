@@ -69,7 +69,7 @@ def test_delta_type_matrix_across_time_zones(spark, tmp_path) -> None:
         pytest.skip(f"read back through delta-rs and polars only: {NO_DELTA_SPARK}")
 
 
-@pytest.mark.parametrize("zone", TIME_ZONES)
+@pytest.mark.parametrize("zone", [z for z in TIME_ZONES if z != "UTC"])  # the matrix covers UTC
 def test_regression_timestamp_ntz_keeps_the_wall_clock(spark, tmp_path, zone: str) -> None:
     """Issue 22: an update of a timestamp_ntz column stored the value shifted by the session time zone
     (08:09:10 became 15:09:10 under America/Los_Angeles) and an insert was refused ("new file ... has type

@@ -7,9 +7,9 @@ sub-millisecond. No dates before 1582-10-15 or timestamps before 1900: Spark ref
 writers it does not know (calendar rebasing), whoever wrote them. Decimals reach precision 38; strings hold
 supplementary-plane characters and run past Delta's 32-character stats prefix; binary holds zero bytes.
 
->>> row = make_row(3, 1)
+>>> row = make_row(1, 1)
 >>> row["id"], type(row["ntz"]).__name__, row["ts"].tzinfo is not None
-(3, 'datetime', True)
+(1, 'datetime', True)
 """
 
 from __future__ import annotations

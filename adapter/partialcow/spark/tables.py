@@ -63,12 +63,12 @@ class LakehouseTable:
         schema = to_arrow_schema(spark_schema)
         if self.table_format != "iceberg":
             return schema
-        ids = _iceberg_field_ids(self.spark, self.name)
+        columns = {f["name"]: f for f in _iceberg_schema(self.spark, self.name)["fields"]}
         fields = []
         for field in schema:
-            if field.name not in ids:
+            if field.name not in columns:
                 raise ConfigurationError(f"Iceberg table {self.name} has no column {field.name!r}")
-            fields.append(field.with_metadata({b"PARQUET:field_id": str(ids[field.name]).encode()}))
+            fields.append(with_iceberg_field_ids(field, columns[field.name]["id"], columns[field.name]["type"]))
         return pa.schema(fields)
 
 
@@ -102,12 +102,49 @@ def _spark_version() -> str:
     return pyspark.__version__
 
 
-def _iceberg_field_ids(spark: SparkSession, name: str) -> dict[str, int]:
-    from partialcow.commit.iceberg import top_level_field_ids
-
+def _iceberg_schema(spark: SparkSession, name: str) -> dict[str, Any]:
+    """The table's Iceberg schema as Iceberg's JSON (field ids of nested fields included), in one py4j call."""
     jvm = spark.sparkContext._jvm  # noqa: SLF001 - py4j is the way to Iceberg's Java API
     table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)  # noqa: SLF001
-    return top_level_field_ids(jvm, table)
+    return json.loads(str(jvm.org.apache.iceberg.SchemaParser.toJson(table.schema())))
+
+
+def with_iceberg_field_ids(field: pa.Field, field_id: int, iceberg_type: Any) -> pa.Field:
+    """``field`` with the Parquet field ids of Iceberg column ``field_id`` of type ``iceberg_type`` (Iceberg's schema
+    JSON), nested fields included: Iceberg resolves every field by id, and reads a struct member, list element or
+    map key/value without one as missing (null), or fails in its vectorized reader.
+
+    >>> t = {"type": "list", "element-id": 7, "element": "long", "element-required": False}
+    >>> f = with_iceberg_field_ids(pa.field("xs", pa.list_(pa.int64())), 3, t)
+    >>> f.metadata[b"PARQUET:field_id"], f.type.value_field.metadata[b"PARQUET:field_id"]
+    (b'3', b'7')
+    """
+    return field.with_type(_typed_ids(field.type, iceberg_type, field.name)).with_metadata(
+        {**(field.metadata or {}), b"PARQUET:field_id": str(field_id).encode()}
+    )
+
+
+def _typed_ids(arrow_type: pa.DataType, iceberg_type: Any, name: str) -> pa.DataType:
+    if not isinstance(iceberg_type, dict):
+        return arrow_type
+    kind = iceberg_type.get("type")
+    if kind == "struct" and pa.types.is_struct(arrow_type):
+        members = {f["name"]: f for f in iceberg_type["fields"]}
+        children = []
+        for child in (arrow_type.field(i) for i in range(arrow_type.num_fields)):
+            if child.name not in members:
+                raise ConfigurationError(f"Iceberg column {name} has no field {child.name!r}")
+            member = members[child.name]
+            children.append(with_iceberg_field_ids(child, member["id"], member["type"]))
+        return pa.struct(children)
+    if kind == "list" and pa.types.is_list(arrow_type):
+        element = with_iceberg_field_ids(arrow_type.value_field, iceberg_type["element-id"], iceberg_type["element"])
+        return pa.list_(element)
+    if kind == "map" and pa.types.is_map(arrow_type):
+        key = with_iceberg_field_ids(arrow_type.key_field, iceberg_type["key-id"], iceberg_type["key"])
+        value = with_iceberg_field_ids(arrow_type.item_field, iceberg_type["value-id"], iceberg_type["value"])
+        return pa.map_(key, value)
+    raise ConfigurationError(f"Iceberg column {name} is a {kind}, but the batch gives {arrow_type}")
 
 
 def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> LakehouseTable:
