@@ -108,10 +108,13 @@ def assert_readers_agree(
     *,
     spark_time_zones: Sequence[str] = ("UTC",),
     delta_spark: bool | None = None,
+    stats_strings: Sequence[str] = (),
 ) -> None:
     """Check every table of ``checks`` (see the module docstring); raises AssertionError naming reader and version.
 
     ``delta_spark``: None reads through delta-spark when its jars are here, True requires them, False skips it.
+    ``stats_strings``: strings whose stats bounds our committer must truncate exactly as delta-spark's own writer
+    does (its ``substring`` for the min and ``truncateMaxStringAgg`` for the max, called in the same JVM).
     """
     from deltalake import DeltaTable
 
@@ -155,11 +158,20 @@ def assert_readers_agree(
                                     "wheres": wheres, "key": check.key})
                 pending.append((f"delta-spark (session time zone {tz}) filters on {check.root} at version {latest}",
                                 ("filters", check, boundaries)))
+    if use_spark and stats_strings:
+        spark_reads.append({"truncate": list(stats_strings), "prefix": 32})
+        pending.append(("delta-spark's string stats truncation", ("truncate", None, list(stats_strings))))
     if not spark_reads:
         return
     answers = _run_delta_spark(spark_reads, jars)
     for (what, (kind, check, want)), answer in zip(pending, answers):
-        if kind == "rows":
+        if kind == "truncate":
+            from partialcow.commit.delta import truncate_string_max, truncate_string_min
+
+            ours = [[truncate_string_min(t), truncate_string_max(t)] for t in want]
+            wrong = [(t, o, a) for t, o, a in zip(want, ours, answer) if o != a]
+            assert not wrong, f"{what}: (string, ours, delta-spark's) {wrong[:5]}"
+        elif kind == "rows":
             assert_same_rows(_canonical_rows(answer, check), want, what)
         else:
             for i, (column, value, wanted) in enumerate(want):
@@ -219,6 +231,13 @@ spark = get_or_create_session(table_format="delta", warehouse=args["warehouse"],
                               delta_jars=args["jars"])
 answers = []
 for i, r in enumerate(args["reads"]):
+    if "truncate" in r:  # delta-spark's own stats truncation (StatisticsCollection), for the same strings
+        stats = getattr(getattr(spark.sparkContext._jvm.org.apache.spark.sql.delta.stats, "StatisticsCollection$"),
+                        "MODULE$")
+        texts = spark.createDataFrame([(t,) for t in r["truncate"]], "s string")
+        mins = [row[0] for row in texts.selectExpr(f"substring(s, 0, {r['prefix']})").collect()]
+        answers.append([[low, stats.truncateMaxStringAgg(r["prefix"], t)] for t, low in zip(r["truncate"], mins)])
+        continue
     spark.conf.set("spark.sql.session.timeZone", r["tz"])
     spark.conf.set("spark.sql.parquet.enableVectorizedReader", str(r["vectorized"]).lower())
     frame = spark.read.format("delta").option("versionAsOf", str(r["version"])).load(r["root"])
@@ -252,7 +271,7 @@ def _run_delta_spark(reads: list[dict[str, Any]], jars: list[str]) -> list[Any]:
         answers = json.loads(proc.stdout.split("RESULT", 1)[1])
         out: list[Any] = []
         for read, answer in zip(reads, answers):
-            if "wheres" in read:
+            if "wheres" in read or "truncate" in read:
                 out.append(answer)
             elif answer is None:
                 out.append(pa.table({}))

@@ -165,3 +165,19 @@ BATCHES = [
     {"inserts": [23, 33], "updates": [3, 6, 22], "deletes": [9, 98]},
 ]
 INITIAL_IDS = range(12)
+
+
+def stats_strings(count: int = 300, seed: int = 22) -> list[str]:
+    """Strings around Delta's 32-unit stats prefix, from an alphabet of the truncation's edge cases: ASCII below
+    and at U+007F, BMP characters, supplementary ones (two UTF-16 units), U+10FFFF (cannot be outgrown)."""
+    import random
+
+    rng = random.Random(seed)
+    alphabet = ["a", "z", "~", "\x7f", "\x00", "é", "\ud7ff", "\ue000", "\uffff", "\U00010000", "\U00020000",
+                "\U0001f600", "\U0010fffe", "\U0010ffff"]
+    texts = [*_TEXT, "x" * 31 + "\U00020000yz", "x" * 32 + "\U0010ffff" * 16 + "a", "x" * 32 + "\U0010ffff" * 17]
+    while len(texts) < count:
+        head = "".join(rng.choice(alphabet[:3]) for _ in range(rng.randint(0, 34)))
+        tail = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        texts.append(head + tail)
+    return texts
