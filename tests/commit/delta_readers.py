@@ -131,10 +131,10 @@ def assert_readers_agree(
         states: dict[int, dict[Any, dict[str, Any]]] = {}
         for version in versions:
             where = f"{check.root} at version {version}"
-            rs = _canonical_rows(_read_delta_rs(check.root, version), check)
-            pl_rows = _canonical_rows(_read_polars(check.root, version), check)
+            rs = _canonical_rows(_read_delta_rs(check.root, version), check, f"delta-rs read of {where}")
+            pl_rows = _canonical_rows(_read_polars(check.root, version), check, f"polars read of {where}")
             if check.expected is not None:
-                expected = _canonical_dicts(check.expected[version], check)
+                expected = canonical_rows(check.expected[version], check.schema, check.key)
                 assert_same_rows(rs, expected, f"delta-rs read of {where}")
             assert_same_rows(pl_rows, rs, f"polars read of {where} (against delta-rs)")
             states[version] = rs
@@ -172,7 +172,7 @@ def assert_readers_agree(
             wrong = [(t, o, a) for t, o, a in zip(want, ours, answer) if o != a]
             assert not wrong, f"{what}: (string, ours, delta-spark's) {wrong[:5]}"
         elif kind == "rows":
-            assert_same_rows(_canonical_rows(answer, check), want, what)
+            assert_same_rows(_canonical_rows(answer, check, what), want, what)
         else:
             for i, (column, value, wanted) in enumerate(want):
                 assert_same_keys([k for f, k in answer if f == i], wanted, f"{what}: {column} = {value!r}")
@@ -283,15 +283,13 @@ def _run_delta_spark(reads: list[dict[str, Any]], jars: list[str]) -> list[Any]:
 # ------------------------------------------------------------------------------------------------ canonical rows
 
 
-def _canonical_rows(table: pa.Table, check: DeltaCheck) -> dict[Any, dict[str, Any]]:
-    return canonical_rows(table.to_pylist(), check.schema, check.key)
+def _canonical_rows(table: pa.Table, check: DeltaCheck, what: str) -> dict[Any, dict[str, Any]]:
+    return canonical_rows(table.to_pylist(), check.schema, check.key, what=what)
 
 
-def _canonical_dicts(rows: Sequence[Mapping[str, Any]], check: DeltaCheck) -> dict[Any, dict[str, Any]]:
-    return canonical_rows(rows, check.schema, check.key)
-
-
-def canonical_rows(rows: Sequence[Mapping[str, Any]], schema: Mapping[str, Any], key: str) -> dict[Any, dict[str, Any]]:
+def canonical_rows(
+    rows: Sequence[Mapping[str, Any]], schema: Mapping[str, Any], key: str, *, what: str = "rows"
+) -> dict[Any, dict[str, Any]]:
     """key -> {column: value} in one form whatever the reader: instants in UTC, maps as sorted pairs, NaN as text.
 
     ``schema`` is a schema in Spark's (= Delta's) JSON form: ``json.loads(df.schema.json())`` or a Delta schema.
@@ -300,10 +298,13 @@ def canonical_rows(rows: Sequence[Mapping[str, Any]], schema: Mapping[str, Any],
     ...           "keyType": "string", "valueType": "integer"}}]}
     >>> canonical_rows([{"id": 1, "m": [{"key": "b", "value": 2}, {"key": "a", "value": None}]}], schema, "id")
     {1: {'id': 1, 'm': [('a', None), ('b', 2)]}}
+
+    A key given twice is an error (an update that became a second row must not collapse into one).
     """
     fields = {f["name"]: f["type"] for f in schema["fields"]}
     out: dict[Any, dict[str, Any]] = {}
     for row in rows:
+        assert row[key] not in out, f"{what}: key {key}={row[key]!r} appears twice"
         out[row[key]] = {name: _canonical(row.get(name), dtype) for name, dtype in fields.items()}
     return out
 
