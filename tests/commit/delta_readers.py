@@ -5,9 +5,10 @@ A reusable checker for tests that write Delta tables (issue 22 item 2, issue 26 
 - every version asked for (time travel to the version before each write included) is read by delta-rs, polars and,
   when its jars are here, delta-spark (vectorized and not, under the Spark session time zones given), and each read
   must equal the expected rows when the test gives them, and the other readers' rows in any case;
-- the log's stats of every live file our committer added are checked against the file itself: ``numRecords`` and ``nullCount`` exactly,
-  ``minValues``/``maxValues`` as bounds (exact for numbers, dates and decimals; timestamps within the millisecond
-  Delta keeps; strings a prefix of the true bound, the max with at most one tie-breaker appended);
+- the log's stats of every live file our committer added are checked against the file itself: ``numRecords`` and
+  ``nullCount`` exactly, ``minValues``/``maxValues`` as bounds (exact for numbers, dates and decimals; timestamps
+  within the millisecond Delta keeps; strings a prefix of the true bound, the max with at most one tie-breaker);
+- our string bounds can be compared with delta-spark's own truncation (``stats_strings``);
 - filtered reads on each column's smallest and largest value (data skipping uses the stats) return every row that
   holds the value, through all three readers.
 
@@ -55,7 +56,8 @@ def delta_spark_jars() -> list[str]:
     jars = [p for p in listed if p and Path(p).is_file()]
     if not jars:
         shared = REPO.parent / "shared" / "jars"
-        jars = sorted(glob.glob(str(shared / "delta-spark_2.12-*.jar")) + glob.glob(str(shared / "delta-storage-*.jar")))
+        jars = sorted(glob.glob(str(shared / "delta-spark_2.12-*.jar")))
+        jars += sorted(glob.glob(str(shared / "delta-storage-*.jar")))
     return jars if _has_extension(jars) and shutil.which("java") else []
 
 
@@ -153,7 +155,8 @@ def assert_readers_agree(
             if use_spark and boundaries:
                 # one query, a filtered scan per value (each skips files by the stats on its own)
                 tz = spark_time_zones[len(spark_reads) % len(spark_time_zones)]
-                wheres = [f"`{column}` = {sql_literal(value, _type_of(check, column))}" for column, value, _ in boundaries]
+                wheres = [f"`{column}` = {sql_literal(value, _type_of(check, column))}"
+                          for column, value, _ in boundaries]
                 spark_reads.append({"root": check.root, "version": latest, "tz": tz, "vectorized": True,
                                     "wheres": wheres, "key": check.key})
                 pending.append((f"delta-spark (session time zone {tz}) filters on {check.root} at version {latest}",
@@ -461,7 +464,9 @@ def _type_of(check: DeltaCheck, column: str) -> Any:
     return next(f["type"] for f in check.schema["fields"] if f["name"] == column)
 
 
-def boundary_values(schema: Mapping[str, Any], rows: Mapping[Any, Mapping[str, Any]]) -> list[tuple[str, Any, set[Any]]]:
+def boundary_values(
+    schema: Mapping[str, Any], rows: Mapping[Any, Mapping[str, Any]]
+) -> list[tuple[str, Any, set[Any]]]:
     """(column, value, keys holding it) for the smallest and largest value of each filterable top-level column of
     canonical ``rows`` (see :func:`canonical_rows`): the values a reader skipping files by their stats may lose."""
     out = []

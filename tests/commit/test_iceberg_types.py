@@ -85,7 +85,8 @@ def test_iceberg_type_matrix_across_time_zones(spark, tmp_path) -> None:
                     batches = (spark.read.option("snapshot-id", snapshot).option("vectorization-enabled", vectorized)
                                .table(name)._collect_as_arrow())
                 got = canonical_rows(pa.Table.from_batches(batches).to_pylist(), schema, "id")
-                assert_same_rows(got, want, f"Spark read (vectorized={vectorized}, session time zone {zone}) of {where}")
+                assert_same_rows(got, want,
+                                 f"Spark read (vectorized={vectorized}, session time zone {zone}) of {where}")
 
         latest = canonical_rows(list(state.values()), schema, "id")
         for number, (column, value, keys) in enumerate(boundary_values(schema, latest)):
