@@ -112,7 +112,7 @@ def test_delta_spark_reads_our_commit(tmp_path: Path) -> None:
     out = json.loads(proc.stdout.split("RESULT", 1)[1])
 
     expected_before = {i: batch([i])["name"][0].as_py() for i in range(12)}
-    expected_after = dict(expected_before, **{2: "changed-" + "x" * 60})
+    expected_after = {**expected_before, 2: "changed-" + "x" * 60}
     assert {r["id"]: r["name"] for r in out["current"]} == expected_after
     assert {r["id"]: r["name"] for r in out["previous"]} == expected_before
     assert out["history"][0]["version"] == result.version

@@ -8,35 +8,51 @@ pytest.importorskip("deltalake")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from partialcow.commit.delta import STATS_STRING_PREFIX, _truncate_upper  # noqa: E402
+from partialcow.commit.delta import STATS_STRING_PREFIX, truncate_string_max, truncate_string_min  # noqa: E402
 
-# Code points without surrogates (not encodable in UTF-8), weighted towards the edges where carrying happens.
+# Code points without surrogates (not encodable in UTF-8), weighted towards the edges: U+10FFFF (cannot be
+# outgrown), U+007F (the ASCII tie-breaker), supplementary characters (two UTF-16 units in Delta's count).
 chars = st.one_of(
     st.characters(blacklist_categories=("Cs",)),
-    st.sampled_from(["\U0010ffff", "\ud7ff", "\ue000", "\x7f", "a", "z"]),
+    st.sampled_from(["\U0010ffff", "\U00020000", "\U00010000", "\ud7ff", "\ue000", "\x7f", "\x7e", "a", "z"]),
 )
 
 
+def _utf16_units(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
 @settings(max_examples=400, deadline=None)
-@given(st.lists(chars, max_size=3 * STATS_STRING_PREFIX).map("".join), st.text(max_size=5))
-def test_truncated_max_is_an_upper_bound_in_byte_order(text: str, suffix: str) -> None:
-    bound = _truncate_upper(text)
-    if bound is None:  # only when every kept character is U+10FFFF
-        assert set(text[:STATS_STRING_PREFIX]) == {"\U0010ffff"}
+@given(st.lists(chars, max_size=3 * STATS_STRING_PREFIX).map("".join))
+def test_truncated_bounds_bound_in_byte_order(text: str) -> None:
+    low, high = truncate_string_min(text), truncate_string_max(text)
+    assert text.startswith(low) and len(low) == min(len(text), STATS_STRING_PREFIX)
+    if high is None:  # Delta leaves the max out when U+10FFFF runs past twice the prefix
+        assert "\U0010ffff" * (STATS_STRING_PREFIX // 2) in text
         return
-    assert len(bound) <= STATS_STRING_PREFIX
-    assert bound.encode("utf-8") >= text.encode("utf-8")
-    if len(text) > STATS_STRING_PREFIX:
-        # it bounds every string sharing the kept prefix, whatever follows
-        same_prefix = text[:STATS_STRING_PREFIX] + suffix
-        assert bound.encode("utf-8") > same_prefix.encode("utf-8", "surrogatepass")
-    else:
-        assert bound == text
+    assert high.encode("utf-8") >= text.encode("utf-8")
+    if _utf16_units(text) <= STATS_STRING_PREFIX:
+        assert high == text
+    else:  # a prefix (never splitting a character) and one tie-breaker
+        assert high == text or text.startswith(high[:-1]) and high[-1] in ("\x7f", "\U0010ffff")
+        assert _utf16_units(high) <= 2 * STATS_STRING_PREFIX + 2
 
 
-def test_surrogate_range_is_skipped() -> None:
-    text = "x" * (STATS_STRING_PREFIX - 1) + "\ud7ff" + "tail"
-    assert _truncate_upper(text) == "x" * (STATS_STRING_PREFIX - 1) + "\ue000"
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("x" * 40, "x" * 32 + "\x7f"),  # the next character is ASCII: the ASCII tie-breaker
+        ("x" * 32 + "\u00e9", "x" * 32 + "\U0010ffff"),
+        ("x" * 31 + "\U00020000" + "yz", "x" * 31 + "\U00020000" + "\x7f"),  # a pair is kept whole (33 units)
+        ("x" * 32 + "\U0010ffff" + "a", "x" * 32 + "\U0010ffff" + "\x7f"),  # U+10FFFF cannot be outgrown: kept
+        ("x" * 32 + "\U0010ffff" * 16 + "a", "x" * 32 + "\U0010ffff" * 16 + "\x7f"),  # 64 units: still kept
+        ("x" * 32 + "\U0010ffff" * 17 + "a", None),  # past twice the prefix: no max
+        ("x" * 32 + "\U0010ffff" * 16, "x" * 32 + "\U0010ffff" * 16),  # the whole string fits the expansion
+    ],
+)
+def test_truncated_max_follows_delta_spark(text: str, expected: str | None) -> None:
+    """delta-spark 3.3's ``truncateMaxStringAgg`` rule (cross-checked against the jar in test_delta_readers)."""
+    assert truncate_string_max(text) == expected
 
 
 # ------------------------------------------------------------------ footer stats vs. the data itself
@@ -143,3 +159,38 @@ def test_footer_stats_bound_the_data(empty_table: DeltaTable, case: tuple[pa.Tab
             assert (lo, hi) == (min(values), max(values)), name  # exact where no rounding is needed
         if name in ("ts", "ntz"):
             assert min(values) - lo < dt.timedelta(milliseconds=1) and hi - max(values) < dt.timedelta(milliseconds=1)
+
+
+# ------------------------------------------------------------------ issue 22 item 3: string stats as raw UTF-8
+
+SUPPLEMENTARY = ["\U0010ffff-43073", "\U00020000-1", "\U00010000-2", "\U0001f600-4", "\ud7ff-3", "plain-5"]
+
+
+def test_regression_supplementary_plane_string_stats_are_raw_utf8(tmp_path) -> None:
+    """Escaped surrogate pairs in the stats were decoded wrongly by delta-rs (U+10FFFF as U+FFFFF): filtered
+    reads skipped the file holding the row. One file per value, so a wrong bound prunes exactly that row."""
+    import os
+
+    import polars as pl
+    from deltalake import QueryBuilder, write_deltalake
+
+    from partialcow.commit.base import FileReplacement
+    from partialcow.commit.delta import DeltaCommitter
+
+    root = str(tmp_path / "t")
+    write_deltalake(root, pa.table({"id": pa.array([0], pa.int64()), "name": ["seed"]}))
+    names = []
+    for i, value in enumerate(SUPPLEMENTARY):
+        names.append(f"n{i}.parquet")
+        pq.write_table(pa.table({"id": pa.array([i + 1], pa.int64()), "name": [value]}), os.path.join(root, names[-1]))
+    DeltaCommitter(root).replace_files(FileReplacement(base_version=0, removed=[], added=names))
+
+    log = (tmp_path / "t" / "_delta_log" / "00000000000000000001.json").read_bytes()
+    assert "\U0010ffff-43073".encode() in log  # raw UTF-8, as Delta's own writers emit
+    assert b"\\\\ud" not in log.lower()  # no escaped surrogates left in the stats string
+    table = DeltaTable(root)
+    for value in SUPPLEMENTARY:
+        assert table.to_pyarrow_table(filters=[("name", "=", value)])["name"].to_pylist() == [value], "delta-rs"
+        assert pl.scan_delta(root).filter(pl.col("name") == value).collect()["name"].to_list() == [value], "polars"
+        found = QueryBuilder().register("t", table).execute(f"SELECT name FROM t WHERE name = '{value}'").read_all()
+        assert pa.table(found)["name"].to_pylist() == [value], "delta-rs DataFusion"

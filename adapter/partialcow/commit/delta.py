@@ -34,7 +34,7 @@ from partialcow.exceptions import (
     UnsupportedTableFeatureError,
 )
 
-__all__ = ["DeltaCommitter", "STATS_STRING_PREFIX"]
+__all__ = ["DeltaCommitter", "STATS_STRING_PREFIX", "truncate_string_max", "truncate_string_min"]
 
 #: Characters of a string column kept in min/max stats (Delta's default prefix length).
 STATS_STRING_PREFIX = 32
@@ -773,6 +773,13 @@ def _file_stats(metadata: pq.FileMetaData, table: Any, rel: str, table_uri: str)
             mins[name] = min(low)
         if all(v is not None for v in high):
             maxes[name] = max(high)
+        if dtype == "string":  # truncated once, from the file's own bounds, as Delta's writer does
+            if name in mins:
+                mins[name] = truncate_string_min(mins[name])
+            if name in maxes:
+                maxes[name] = truncate_string_max(maxes[name])
+                if maxes[name] is None:
+                    del maxes[name]
     doc = {
         "numRecords": metadata.num_rows,
         "minValues": {k: _json_value(v) for k, v in mins.items()},
@@ -878,29 +885,63 @@ def _stat_value(dtype: str, chunk: Any, raw: Any, *, upper: bool) -> Any:
         if physical != "BYTE_ARRAY":
             return None
         try:
-            text = bytes(raw).decode("utf-8") if not isinstance(raw, str) else raw
+            return bytes(raw).decode("utf-8") if not isinstance(raw, str) else raw
         except UnicodeDecodeError:
             return None  # a writer cut the bound inside a character
-        return _truncate_upper(text) if upper else text[:STATS_STRING_PREFIX]
     # float/double: footers leave NaN out of min/max while Spark orders NaN above every number, so a max
     # without NaN could skip files a `> x` predicate must read. boolean/binary: Delta does not index them.
     return None
 
 
-def _truncate_upper(text: str) -> str | None:
-    """A string of at most STATS_STRING_PREFIX characters that is >= ``text`` in code-point (= UTF-8 byte) order."""
-    if len(text) <= STATS_STRING_PREFIX:
+def truncate_string_min(text: str, prefix: int = STATS_STRING_PREFIX) -> str:
+    r"""A string column's ``minValues`` entry: its first ``prefix`` characters (code points), as delta-spark writes it.
+
+    Delta's writer takes Spark's ``substring(min, 0, prefix)``, which counts code points: a prefix never splits a
+    character, and a prefix of a string sorts before it.
+
+    >>> truncate_string_min("abcdef", 3), len(truncate_string_min("\U00020000xyz", 2))
+    ('abc', 2)
+    """
+    return text[:prefix]
+
+
+def truncate_string_max(text: str, prefix: int = STATS_STRING_PREFIX) -> str | None:
+    r"""A string column's ``maxValues`` entry, as delta-spark writes it (``truncateMaxStringAgg``), or None.
+
+    Up to ``prefix`` UTF-16 units are kept (a surrogate pair is kept whole), then a tie-breaker is appended that
+    sorts above the character it replaces in UTF-8 byte order, Spark's and delta-rs' string order: U+007F when that
+    character is below it, U+10FFFF otherwise. U+10FFFF characters in the string cannot be outgrown and are kept
+    (up to twice ``prefix`` units); past that there is no short upper bound and None says "leave the max out".
+
+    >>> truncate_string_max("abcdef", 3), truncate_string_max("abc\u00e9f", 3), truncate_string_max("ab", 3)
+    ('abc\x7f', 'abc\U0010ffff', 'ab')
+    >>> truncate_string_max("ab\U0010ffffz", 2), truncate_string_max("a\U0010ffff\U0010ffffz", 2)
+    ('ab\U0010ffff\x7f', None)
+    """
+    if _utf16_units(text) <= prefix:
         return text
-    prefix = list(text[:STATS_STRING_PREFIX])
-    while prefix:
-        nxt = ord(prefix[-1]) + 1
-        if 0xD800 <= nxt <= 0xDFFF:
-            nxt = 0xE000  # surrogates are not valid in UTF-8
-        if nxt <= 0x10FFFF:
-            prefix[-1] = chr(nxt)
-            return "".join(prefix)
-        prefix.pop()  # U+10FFFF cannot grow: carry into the previous character
+    kept = units = 0
+    while units < prefix:  # a pair straddling the limit is kept whole, never split
+        units += _utf16_units(text[kept])
+        kept += 1
+    while units <= 2 * prefix:
+        if kept >= len(text):
+            return text
+        nxt = text[kept]
+        if nxt == _MAX_CHAR:
+            kept, units = kept + 1, units + 2
+        elif nxt < "\x7f":
+            return text[:kept] + "\x7f"
+        else:
+            return text[:kept] + _MAX_CHAR
     return None
+
+
+_MAX_CHAR = "\U0010ffff"
+
+
+def _utf16_units(text: str) -> int:
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
 
 
 def _json_value(value: Any) -> Any:
@@ -929,7 +970,9 @@ def _dumps_with_decimals(doc: Mapping[str, Any]) -> str:
             return {k: encode(v) for k, v in value.items()}
         return value
 
-    text = json.dumps(encode(doc), separators=(",", ":"))
+    # Raw UTF-8, as Delta's own writers emit: delta-rs decodes some escaped surrogate pairs wrongly (U+10FFFF as
+    # U+FFFFF), and a wrong string bound makes readers skip files that hold matching rows.
+    text = json.dumps(encode(doc), separators=(",", ":"), ensure_ascii=False)
     for token, literal in literals.items():
         text = text.replace(f'"{token}"', literal)
     return text

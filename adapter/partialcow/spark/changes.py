@@ -577,12 +577,10 @@ def _conflict_keys(keys_files: Sequence[str | None], spec: ChangeSpec) -> dict[s
 
 def _delta_schema(spark: SparkSession, table: LakehouseTable):  # type: ignore[no-untyped-def]
     from deltalake import DeltaTable
-    from pyspark.sql.pandas.types import from_arrow_schema
 
-    arrow = DeltaTable(table.name).schema().to_arrow()
-    import pyarrow as pa
+    from partialcow.spark.tables import delta_spark_schema
 
-    return from_arrow_schema(pa.schema(arrow))
+    return delta_spark_schema(DeltaTable(table.name).schema().to_json(), table=table.name)
 
 
 # Writer settings of tables we create: small pages so a change touches few of them (see partialcow.parquet.writer).

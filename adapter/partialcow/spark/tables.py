@@ -8,6 +8,7 @@ One small interface over both formats, chosen once from the table format:
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -16,13 +17,13 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 
 from partialcow.commit.base import TableCommitter
-from partialcow.exceptions import ConfigurationError
+from partialcow.exceptions import ConfigurationError, UnsupportedTableFeatureError
 from partialcow.index import DeltaSource, IcebergSource, TableSource
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["LakehouseTable", "open_table", "local_path"]
+__all__ = ["LakehouseTable", "open_table", "local_path", "delta_spark_schema"]
 
 TableFormat = Literal["iceberg", "delta"]
 
@@ -62,21 +63,88 @@ class LakehouseTable:
         schema = to_arrow_schema(spark_schema)
         if self.table_format != "iceberg":
             return schema
-        ids = _iceberg_field_ids(self.spark, self.name)
+        columns = {f["name"]: f for f in _iceberg_schema(self.spark, self.name)["fields"]}
         fields = []
         for field in schema:
-            if field.name not in ids:
+            if field.name not in columns:
                 raise ConfigurationError(f"Iceberg table {self.name} has no column {field.name!r}")
-            fields.append(field.with_metadata({b"PARQUET:field_id": str(ids[field.name]).encode()}))
+            fields.append(with_iceberg_field_ids(field, columns[field.name]["id"], columns[field.name]["type"]))
         return pa.schema(fields)
 
 
-def _iceberg_field_ids(spark: SparkSession, name: str) -> dict[str, int]:
-    from partialcow.commit.iceberg import top_level_field_ids
+def delta_spark_schema(schema_json: str, *, table: str) -> Any:
+    """A Delta table's schema (its log's ``schemaString``) as the Spark ``StructType`` the change pipeline casts to.
 
+    Delta's schema serialisation is Spark's, so it is parsed as such: ``timestamp_ntz`` stays ``TimestampNTZType``
+    (a zoned ``TimestampType`` would shift wall-clock values by the session time zone on their way to the file),
+    and decimals, nested types and nullability come through unchanged. A type this Spark cannot represent is
+    refused by name.
+
+    >>> delta_spark_schema('{"type":"struct","fields":[{"name":"t","type":"timestamp_ntz","nullable":true,'
+    ...                    '"metadata":{}}]}', table="t").simpleString()
+    'struct<t:timestamp_ntz>'
+    """
+    from pyspark.sql.types import StructType
+
+    doc = json.loads(schema_json)
+    try:
+        return StructType.fromJson(doc)
+    except Exception as exc:  # noqa: BLE001 - pyspark raises several kinds for a type it does not know
+        raise UnsupportedTableFeatureError(
+            f"Delta table {table} has a column type Spark {_spark_version()} cannot represent ({exc}); "
+            "partial copy-on-write needs every column's type in Spark"
+        ) from exc
+
+
+def _spark_version() -> str:
+    import pyspark
+
+    return pyspark.__version__
+
+
+def _iceberg_schema(spark: SparkSession, name: str) -> dict[str, Any]:
+    """The table's Iceberg schema as Iceberg's JSON (field ids of nested fields included), in one py4j call."""
     jvm = spark.sparkContext._jvm  # noqa: SLF001 - py4j is the way to Iceberg's Java API
     table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)  # noqa: SLF001
-    return top_level_field_ids(jvm, table)
+    return json.loads(str(jvm.org.apache.iceberg.SchemaParser.toJson(table.schema())))
+
+
+def with_iceberg_field_ids(field: pa.Field, field_id: int, iceberg_type: Any) -> pa.Field:
+    """``field`` with the Parquet field ids of Iceberg column ``field_id`` of type ``iceberg_type`` (Iceberg's schema
+    JSON), nested fields included: Iceberg resolves every field by id, and reads a struct member, list element or
+    map key/value without one as missing (null), or fails in its vectorized reader.
+
+    >>> t = {"type": "list", "element-id": 7, "element": "long", "element-required": False}
+    >>> f = with_iceberg_field_ids(pa.field("xs", pa.list_(pa.int64())), 3, t)
+    >>> f.metadata[b"PARQUET:field_id"], f.type.value_field.metadata[b"PARQUET:field_id"]
+    (b'3', b'7')
+    """
+    return field.with_type(_typed_ids(field.type, iceberg_type, field.name)).with_metadata(
+        {**(field.metadata or {}), b"PARQUET:field_id": str(field_id).encode()}
+    )
+
+
+def _typed_ids(arrow_type: pa.DataType, iceberg_type: Any, name: str) -> pa.DataType:
+    if not isinstance(iceberg_type, dict):
+        return arrow_type
+    kind = iceberg_type.get("type")
+    if kind == "struct" and pa.types.is_struct(arrow_type):
+        members = {f["name"]: f for f in iceberg_type["fields"]}
+        children = []
+        for child in (arrow_type.field(i) for i in range(arrow_type.num_fields)):
+            if child.name not in members:
+                raise ConfigurationError(f"Iceberg column {name} has no field {child.name!r}")
+            member = members[child.name]
+            children.append(with_iceberg_field_ids(child, member["id"], member["type"]))
+        return pa.struct(children)
+    if kind == "list" and pa.types.is_list(arrow_type):
+        element = with_iceberg_field_ids(arrow_type.value_field, iceberg_type["element-id"], iceberg_type["element"])
+        return pa.list_(element)
+    if kind == "map" and pa.types.is_map(arrow_type):
+        key = with_iceberg_field_ids(arrow_type.key_field, iceberg_type["key-id"], iceberg_type["key"])
+        value = with_iceberg_field_ids(arrow_type.item_field, iceberg_type["value-id"], iceberg_type["value"])
+        return pa.map_(key, value)
+    raise ConfigurationError(f"Iceberg column {name} is a {kind}, but the batch gives {arrow_type}")
 
 
 def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> LakehouseTable:
