@@ -119,7 +119,8 @@ def _image_bytes(spark, ref: str) -> int:
 def run(rows: int, repeat: int, warehouse: str, scan_kind: str = "values", read_rounds: int = 31) -> dict:
     from partialcow.branch import build_model, create_branch, drop_branch, merge_branch
     from partialcow.branch.image import IMAGE_MODES, image_ref
-    from partialcow.branch.overlay import overlay_info, view_sql
+    from partialcow.branch.levels import overlay_info
+    from partialcow.branch.overlay import view_sql
     from partialcow.spark.session import get_or_create_session
 
     scan = partial(_scan, kind=scan_kind)

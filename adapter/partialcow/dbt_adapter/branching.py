@@ -19,18 +19,6 @@ __all__ = ["BranchingMixin", "build_python_model_on_branch"]
 
 _T = TypeVar("_T")
 
-_OPERATIONS = ("create", "diff", "merge", "drop", "list", "materialize", "refresh")
-
-
-def _spark() -> Any:
-    from pyspark.sql import SparkSession
-
-    from partialcow.spark.session import bind_to_current_thread
-
-    # dbt-spark's session method and our connection manager already created it; bound to dbt's worker thread, or
-    # Iceberg's Java API sees the root tables as V1 tables and no branch image is built
-    return bind_to_current_thread(SparkSession.builder.getOrCreate())
-
 
 def _dbt_errors(call: Callable[[], _T]) -> _T:
     try:
@@ -85,6 +73,10 @@ class BranchingMixin(metaclass=AdapterMeta):
     its bases.
     """
 
+    def _branch_spark(self) -> Any:
+        # Through dbt's connection, never a bare getOrCreate(): see PartialcowConnectionManager.spark_session
+        return self.connections.spark_session()  # type: ignore[attr-defined]
+
     @available
     def partialcow_branch_name(self, value: Any) -> Optional[str]:
         """The validated branch selected by ``--vars '{branch: ...}'`` / ``DBT_PARTIALCOW_BRANCH``; None for main."""
@@ -115,7 +107,7 @@ class BranchingMixin(metaclass=AdapterMeta):
             return relation
 
         def resolve() -> Any:
-            spark = _spark()
+            spark = self._branch_spark()
             levels = BranchStore(spark, meta_schema=meta_schema).chain(branch)
             found = resolve_parent(spark, levels, base_schema, identifier)
             return relation.incorporate(path={"schema": found[0] if found else base_schema})
@@ -131,7 +123,7 @@ class BranchingMixin(metaclass=AdapterMeta):
 
         if base_schema_of(relation.schema) == relation.schema:
             return False
-        _dbt_errors(lambda: drop_reader_relation(_spark(), relation.schema, relation.identifier))
+        _dbt_errors(lambda: drop_reader_relation(self._branch_spark(), relation.schema, relation.identifier))
         return True
 
     @available
@@ -141,7 +133,7 @@ class BranchingMixin(metaclass=AdapterMeta):
         """Build a SQL model on ``branch``: its result is diffed against the parent into the overlay table."""
         return _dbt_errors(
             lambda: _build(
-                _spark().sql(compiled_code),
+                self._branch_spark().sql(compiled_code),
                 schema=relation.schema,
                 identifier=relation.identifier,
                 unique_key=unique_key,
@@ -152,20 +144,13 @@ class BranchingMixin(metaclass=AdapterMeta):
 
     @available
     def partialcow_branch_operation(self, operation: str, options: Dict[str, Any], meta_schema: str) -> str:
-        """Run one branch operation (create, diff, merge, drop, list, materialize, refresh); returns its log summary."""
-        from partialcow.branch import operations
+        """Run one branch operation (create, diff, merge, drop, list, materialize, refresh); returns its log summary.
 
-        if operation not in _OPERATIONS:
-            raise DbtRuntimeError(f"unknown branch operation {operation!r}: use one of {', '.join(_OPERATIONS)}")
-        spark = _spark()
-        options = {k: v for k, v in (options or {}).items() if v is not None}
-        calls: Dict[str, Callable[[], Any]] = {
-            "create": lambda: operations.create_branch(spark, meta_schema=meta_schema, **options),
-            "diff": lambda: operations.diff_branch(spark, meta_schema=meta_schema, **options),
-            "merge": lambda: operations.merge_branch(spark, meta_schema=meta_schema, **options),
-            "drop": lambda: operations.drop_branch(spark, meta_schema=meta_schema, **options),
-            "list": lambda: operations.list_branches(spark, meta_schema=meta_schema),
-            "materialize": lambda: operations.materialize_branch(spark, meta_schema=meta_schema, **options),
-            "refresh": lambda: operations.refresh_branch(spark, meta_schema=meta_schema, **options),
-        }
-        return _dbt_errors(lambda: calls[operation]().describe())
+        ``options`` (the run-operation's arguments) are parsed into the operation's typed options first: a bad
+        argument stops before Spark is touched.
+        """
+        from partialcow.branch.options import parse_options, run_operation
+
+        parsed = _dbt_errors(lambda: parse_options(operation, options))
+        spark = self._branch_spark()
+        return _dbt_errors(lambda: run_operation(spark, parsed, meta_schema=meta_schema).describe())
