@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 from dbt.adapters.base import available
 from dbt.adapters.base.meta import AdapterMeta
+from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 
 from partialcow.exceptions import PartialCowError
@@ -18,6 +19,7 @@ from partialcow.exceptions import PartialCowError
 __all__ = ["BranchingMixin", "build_python_model_on_branch"]
 
 _T = TypeVar("_T")
+_LOGGER = AdapterLogger("partialcow")
 
 
 def _dbt_errors(call: Callable[[], _T]) -> _T:
@@ -35,13 +37,31 @@ def _key_columns(unique_key: Any) -> List[str]:
     return [str(k) for k in unique_key]
 
 
-def _build(df: Any, *, schema: str, identifier: str, unique_key: Any, branch: str, meta_schema: str) -> str:
-    from partialcow.branch import base_schema_of, build_model, overlay_schema, validate_branch_name
+def _require_iceberg(identifier: str, file_format: Optional[str]) -> None:
+    if file_format not in (None, "", "iceberg"):
+        raise PartialCowError(
+            f"model {identifier}: branches are implemented for Iceberg tables, and {identifier} is a "
+            f"{file_format!r} model (file_format={file_format!r}): build it without a branch, or make it an Iceberg "
+            "model (file_format='iceberg')"
+        )
+
+
+def _base_schema(schema: str, identifier: str, branch: str) -> str:
+    from partialcow.branch import base_schema_of, overlay_schema, validate_branch_name
 
     validate_branch_name(branch)
     base_schema = base_schema_of(schema)
     if overlay_schema(base_schema, branch) != schema:
         raise PartialCowError(f"model {identifier}: schema {schema} is not an overlay schema of branch {branch}")
+    return base_schema
+
+
+def _build(df: Any, *, schema: str, identifier: str, unique_key: Any, branch: str, meta_schema: str,
+           file_format: Optional[str] = None) -> str:
+    from partialcow.branch import build_model
+
+    _require_iceberg(identifier, file_format)
+    base_schema = _base_schema(schema, identifier, branch)
     summary = build_model(
         df.sparkSession,
         df,
@@ -128,9 +148,11 @@ class BranchingMixin(metaclass=AdapterMeta):
 
     @available
     def partialcow_branch_build(
-        self, relation: Any, compiled_code: str, unique_key: Any, branch: str, meta_schema: str
+        self, relation: Any, compiled_code: str, unique_key: Any, branch: str, meta_schema: str,
+        file_format: Optional[str] = None,
     ) -> str:
         """Build a SQL model on ``branch``: its result is diffed against the parent into the overlay table."""
+        _dbt_errors(lambda: _require_iceberg(relation.identifier, file_format))
         return _dbt_errors(
             lambda: _build(
                 self._branch_spark().sql(compiled_code),
@@ -139,8 +161,67 @@ class BranchingMixin(metaclass=AdapterMeta):
                 unique_key=unique_key,
                 branch=branch,
                 meta_schema=meta_schema,
+                file_format=file_format,
             )
         )
+
+    @available
+    def partialcow_branch_has_model(self, relation: Any, branch: str, meta_schema: str) -> bool:
+        """True if ``branch`` or one of its parent levels has the model (``is_incremental()`` of a
+        ``partial_cow_incremental`` model on a branch)."""
+        from partialcow.branch import BranchStore, resolve_parent
+
+        def find() -> bool:
+            base_schema = _base_schema(relation.schema, relation.identifier, branch)
+            spark = self._branch_spark()
+            levels = BranchStore(spark, meta_schema=meta_schema).chain(branch)
+            return resolve_parent(spark, levels, base_schema, relation.identifier) is not None
+
+        return _dbt_errors(find)
+
+    @available
+    def partialcow_branch_prepare(self, relation: Any, config: Dict[str, Any], branch: str, meta_schema: str) -> bool:
+        """Before a ``partial_cow_incremental`` model's SQL runs on ``branch``: refuse Delta models, and give the
+        model a relation on the branch (``{{ this }}``) when only a parent level has it."""
+        from partialcow.branch.incremental import prepare_model
+
+        def prepare() -> bool:
+            _require_iceberg(relation.identifier, config.get("file_format"))
+            base_schema = _base_schema(relation.schema, relation.identifier, branch)
+            return prepare_model(self._branch_spark(), branch=branch, base_schema=base_schema,
+                                 identifier=relation.identifier, key_columns=_key_columns(config.get("unique_key")),
+                                 meta_schema=meta_schema)
+
+        return _dbt_errors(prepare)
+
+    @available
+    def partialcow_branch_apply(
+        self, relation: Any, changes_view: str, config: Dict[str, Any], branch: str, meta_schema: str,
+        full_refresh: bool,
+    ) -> Any:
+        """Apply a ``partial_cow_incremental`` model's staged changes to its overlay on ``branch`` (the parent's
+        table is never written); returns the run result dbt records."""
+        from partialcow.branch.incremental import apply_changes_on_branch
+        from partialcow.dbt_adapter.materialization import PartialCowResponse, change_spec
+
+        def apply() -> Any:
+            _require_iceberg(relation.identifier, config.get("file_format"))
+            base_schema = _base_schema(relation.schema, relation.identifier, branch)
+            spec = change_spec(config, model=str(relation.identifier))
+            spark = self._branch_spark()
+            done = apply_changes_on_branch(
+                spark, spark.table(f"`{changes_view}`"), spec, branch=branch, base_schema=base_schema,
+                identifier=relation.identifier, meta_schema=meta_schema, full_refresh=bool(full_refresh),
+            )
+            return PartialCowResponse(
+                _message=f"BRANCH {branch}: INSERT {done.inserted}, UPDATE {done.updated}, DELETE {done.deleted}",
+                rows_affected=done.inserted + done.updated + done.deleted,
+                rows_inserted=done.inserted, rows_updated=done.updated, rows_deleted=done.deleted,
+            ), done.describe()
+
+        response, summary = _dbt_errors(apply)
+        _LOGGER.info(summary)
+        return response
 
     @available
     def partialcow_branch_operation(self, operation: str, options: Dict[str, Any], meta_schema: str) -> str:
