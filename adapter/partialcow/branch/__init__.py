@@ -22,8 +22,8 @@ Behaviour:
 
 - Table and incremental models built on a branch are computed in full and diffed by ``unique_key`` against the
   parent (new/changed rows 'U', missing parent keys 'D'). Models without ``unique_key``, or whose columns differ
-  from the parent's, are *detached*: the overlay holds the whole result and the view reads it alone; a merge
-  replaces the parent's rows (a conflict if the parent changed too).
+  from the parent's, are *detached*: the overlay holds the whole result and the view reads it alone; a diff
+  compares whole rows; a merge replaces the parent's rows (a conflict if the parent changed too).
 - A keyed model on a branch is read through its *image*: the overlay applied to the parent as an Iceberg branch
   ``partialcow_<branch>`` of the model's root table (the parent's untouched data files shared, ``main`` never
   written), registered as the read-only Iceberg table ``orders`` of the overlay schema (``gc.enabled=false``,
@@ -39,7 +39,11 @@ Behaviour:
   objects in the overlay schema (seeds are copies and are not merged).
 - Merge is three-way by key (base = parent at creation/last merge, ours = the branch, theirs = the parent now);
   after a merge the branch's overlays are emptied and it continues from the merge result.
-- Iceberg only (time travel and MERGE INTO); one writer at a time per branch.
+- ``partial_cow_incremental`` models apply each batch to what the branch shows and store the result as the same
+  kind of overlay (:mod:`partialcow.branch.incremental`); ``is_incremental()`` holds on a branch when the branch or
+  a parent level has the model.
+- Run-operation arguments are parsed into typed options (:mod:`partialcow.branch.options`).
+- Iceberg only (time travel and MERGE INTO; a Delta model on a branch is refused); one writer at a time per branch.
 - A project's own ``generate_schema_name`` or ``ref`` macro takes precedence over ours and disables branching.
 """
 
