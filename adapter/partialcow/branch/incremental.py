@@ -150,7 +150,7 @@ def _cast_like(model: str, staged: DataFrame, schema: StructType, keys: Sequence
     return staged.select(*out)
 
 
-def _stage(spark: SparkSession, changes: DataFrame, spec: ChangeSpec, current: DataFrame) -> tuple[DataFrame, list[str]]:
+def _stage(changes: DataFrame, spec: ChangeSpec, current: DataFrame) -> tuple[DataFrame, list[str]]:
     """The batch collapsed to one change per key, in the model's columns and types, and its value columns."""
     from partialcow.spark.changes import stage_changes
 
@@ -177,7 +177,7 @@ def _stage(spark: SparkSession, changes: DataFrame, spec: ChangeSpec, current: D
 
 
 def _changed_keys(
-    spark: SparkSession, staged: DataFrame, current: DataFrame, parent: DataFrame, *, keys: Sequence[str],
+    staged: DataFrame, current: DataFrame, parent: DataFrame, *, keys: Sequence[str],
     values: Sequence[str], seq: int,
 ) -> DataFrame:
     """One row per key of the batch: its new state on the branch (data columns), what the batch did to it
@@ -281,10 +281,10 @@ def apply_changes_on_branch(
                       meta_schema=meta_schema, counts=(rows.count(), 0, 0))
     current = spark.table(qualified(schema, identifier))
     _match(model, current.columns, keys, "unique_key")
-    staged, values = _stage(spark, changes, spec, current)
+    staged, values = _stage(changes, spec, current)
     seq = time.time_ns() // 1_000_000
     parent_rows = spark.table(qualified(*parent)) if parent is not None else current.limit(0)
-    changed = _changed_keys(spark, staged, current, parent_rows, keys=keys, values=values, seq=seq)
+    changed = _changed_keys(staged, current, parent_rows, keys=keys, values=values, seq=seq)
     # materialized once: the overlay MERGE below must not re-read what the branch shows while it changes it
     changed = changed.localCheckpoint()
     counts = {r[_KIND]: r["n"] for r in changed.groupBy(_KIND).agg(F.count(F.lit(1)).alias("n")).collect()}

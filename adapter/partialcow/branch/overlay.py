@@ -55,7 +55,7 @@ from partialcow.branch.types import OverlayInfo, OverlayMode
 from partialcow.exceptions import BranchError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "BuildSummary",
