@@ -1,7 +1,9 @@
 """Benchmark of branch environments (Python API on the embedded Spark + Iceberg, no dbt in the timings).
 
 Measures:
-1. branch creation time on a 1K-row vs a 1M-row table (creation records snapshots, copies nothing);
+1. ``branch_create`` of 10 models of 1K rows vs 10 models of 1M rows (creation records snapshots, copies nothing):
+   as the first operation of a fresh process (what ``dbt run-operation branch_create`` pays after its session
+   started: a cold JVM) and in a warm session;
 2. full scan of a model on a branch (what users and ref() read: its image table) over a 1M-row table with a 1K-row
    and a 100K-row overlay vs the table itself (targets: +5% and +20%), for both image modes (copy-on-write, the default, and
    merge-on-read), with each build's time and the bytes its image adds to the table; plus the view form used
@@ -9,8 +11,9 @@ Measures:
 3. merge of a 1K-key overlay into a 1M-row vs a 100K-row table (fast-forward and three-way).
 
 Run:  PYTHONPATH=adapter python bench/branch_bench.py [--rows 1000000] [--repeat 5] [--read-rounds 31]
-      [--scan values|noop]
-Writes bench/results/branch_bench.md, .json and .png.
+      [--scan values|noop] [--only create read merge]
+Writes bench/results/branch_bench.md, .json and .png; ``--only`` re-runs those sections and keeps the others'
+results (each section records when and under which load it was measured).
 """
 
 from __future__ import annotations
@@ -116,37 +119,127 @@ def _image_bytes(spark, ref: str) -> int:
     return sum(main.values()) if ref == "main" else sum(v for k, v in files(ref).items() if k not in main)
 
 
-def run(rows: int, repeat: int, warehouse: str, scan_kind: str = "values", read_rounds: int = 31) -> dict:
-    from partialcow.branch import build_model, create_branch, drop_branch, merge_branch
-    from partialcow.branch.image import IMAGE_MODES, image_ref
-    from partialcow.branch.overlay import overlay_info, view_sql
+CREATE_MODELS = 10
+_FRESH_PROCESSES = 3
+
+
+def _session(warehouse: str):
     from partialcow.spark.session import get_or_create_session
 
-    scan = partial(_scan, kind=scan_kind)
     spark = get_or_create_session(table_format="iceberg", warehouse=warehouse, master="local[2]")
     spark.sparkContext.setLogLevel("ERROR")
-    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {META}")
-    small = 1000
-    results: dict = {"rows": rows, "repeat": repeat, "read_rounds": read_rounds,
-                     "python": platform.python_version(), "spark": spark.version,
-                     "load_average_at_start": os.getloadavg()[0], "scan": scan_kind}
+    return spark
 
-    # 1. creation: same work whatever the size
-    _make_table(spark, "t_small", small)
-    _make_table(spark, "t_big", rows)
-    create_times: dict[str, list[float]] = {}
-    for label, table in (("1K", "t_small"), (_size(rows), "t_big")):
-        times = []
-        for i in range(repeat):
-            name = f"c{i}_{table.replace('t_', '')}"
-            start = time.perf_counter()
-            create_branch(spark, name=name, meta_schema=META, models=[(META, table)])
-            times.append(time.perf_counter() - start)
+
+def _create_models(size: str) -> list[tuple[str, str]]:
+    return [(META, f"c{size.lower()}_{i}") for i in range(CREATE_MODELS)]
+
+
+def _child(task: str, warehouse: str, rows: int) -> dict:
+    """Work a fresh process does for the creation benchmark: ``setup`` writes the 2 x 10 tables; ``create`` times
+    one ``create_branch`` of each set as the process's first branch operation (after its session started)."""
+    from partialcow.branch import create_branch, drop_branch
+
+    start = time.perf_counter()
+    spark = _session(warehouse)
+    session_seconds = time.perf_counter() - start
+    if task == "setup":
+        spark.sql(f"CREATE SCHEMA IF NOT EXISTS {META}")
+        for size, count in (("1K", 1000), (_size(rows), rows)):
+            for _, table in _create_models(size):
+                _make_table(spark, table, count)
+        return {}
+    size = task.split(":", 1)[1]
+    name = f"fresh_{size.lower()}"
+    result = create_branch(spark, name=name, meta_schema=META, models=_create_models(size))
+    drop_branch(spark, name=name, meta_schema=META)
+    return {"session_seconds": session_seconds, "create_seconds": result.seconds, "steps": result.steps}
+
+
+def _run_child(task: str, warehouse: str, rows: int) -> dict:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, __file__, "--child", task, "--warehouse", warehouse, "--rows", str(rows)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench child {task} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.split("RESULT", 1)[1])
+
+
+def _section(results: dict, name: str, started_load: float) -> None:
+    results.setdefault("sections", {})[name] = {
+        "measured": time.strftime("%Y-%m-%d %H:%M"), "load_average_at_start": started_load,
+        "load_average_at_end": os.getloadavg()[0],
+    }
+
+
+def run_create(results: dict, rows: int, repeat: int, warehouse: str) -> None:
+    """1. ``branch_create`` of 10 models: the same metadata work whatever the tables' size. Fresh processes first:
+    the embedded metastore admits one process at a time, and this one has not started Spark yet."""
+    from partialcow.branch import create_branch, drop_branch
+
+    load = os.getloadavg()[0]
+    _run_child("setup", warehouse, rows)
+    sizes = ("1K", _size(rows))
+    fresh: dict[str, list[dict]] = {size: [] for size in sizes}
+    for _ in range(_FRESH_PROCESSES):
+        for size in sizes:
+            fresh[size].append(_run_child(f"create:{size}", warehouse, rows))
+    spark = _session(warehouse)
+    warm: dict[str, list[float]] = {size: [] for size in sizes}
+    steps: dict[str, list[dict]] = {size: [] for size in sizes}
+    for i in range(repeat):
+        for size in sizes:
+            name = f"c{i}_{size.lower()}"
+            result = create_branch(spark, name=name, meta_schema=META, models=_create_models(size))
+            warm[size].append(result.seconds)
+            steps[size].append(result.steps)
             drop_branch(spark, name=name, meta_schema=META)
-        create_times[label] = times
-    results["create_seconds"] = {k: statistics.median(v) for k, v in create_times.items()}
 
-    # 2. reading a model on a branch (full scan, all columns) vs the table
+    def median_steps(found: list[dict]) -> dict[str, float]:
+        return {k: statistics.median(s[k] for s in found) for k in found[0]}
+
+    results["create"] = {
+        "models": CREATE_MODELS,
+        "repeat": repeat,
+        "fresh_process_seconds": {s: statistics.median(r["create_seconds"] for r in fresh[s]) for s in sizes},
+        "fresh_process_steps": {s: median_steps([r["steps"] for r in fresh[s]]) for s in sizes},
+        "session_start_seconds": statistics.median(r["session_seconds"] for s in sizes for r in fresh[s]),
+        "warm_seconds": {s: statistics.median(warm[s]) for s in sizes},
+        "warm_steps": {s: median_steps(steps[s]) for s in sizes},
+    }
+    _section(results, "create", load)
+
+
+def run(results: dict, rows: int, repeat: int, warehouse: str, scan_kind: str = "values", read_rounds: int = 31,
+        only: tuple[str, ...] = ("create", "read", "merge")) -> dict:
+    if "create" in only:
+        run_create(results, rows, repeat, warehouse)
+    if "read" not in only and "merge" not in only:
+        return results
+    scan = partial(_scan, kind=scan_kind)
+    spark = _session(warehouse)
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {META}")
+    results.update({"rows": rows, "repeat": repeat, "read_rounds": read_rounds, "python": platform.python_version(),
+                    "spark": spark.version, "scan": scan_kind})
+    if "read" in only:
+        run_read(results, spark, rows, scan, read_rounds)
+    if "merge" in only:
+        run_merge(results, spark, rows)
+    return results
+
+
+def run_read(results: dict, spark, rows: int, scan, read_rounds: int) -> None:
+    """2. reading a model on a branch (full scan, all columns) vs the table."""
+    from partialcow.branch import build_model, create_branch, drop_branch
+    from partialcow.branch.image import image_ref
+    from partialcow.branch.levels import overlay_info
+    from partialcow.branch.overlay import view_sql
+    from partialcow.branch.types import IMAGE_MODES
+
+    load = os.getloadavg()[0]
+    _make_table(spark, "t_big", rows)
     base_times: list[float] = []
     same_rounds: dict[str, float] = {}
     reads = {"table": 0.0}  # filled in below, from every round's scan of the table
@@ -185,8 +278,14 @@ def run(rows: int, repeat: int, warehouse: str, scan_kind: str = "values", read_
     results["build_seconds"] = build_seconds
     results["image_bytes"] = image_bytes
     results["table_bytes"] = _image_bytes(spark, "main")
+    _section(results, "read", load)
 
-    # 3. merging 1K changed keys into tables of different sizes
+
+def run_merge(results: dict, spark, rows: int) -> None:
+    """3. merging 1K changed keys into tables of different sizes."""
+    from partialcow.branch import build_model, create_branch, drop_branch, merge_branch
+
+    load = os.getloadavg()[0]
     _make_table(spark, "m_small", 100_000)
     merges: dict[str, float] = {}
     for label, table, size in (("100K", "m_small", 100_000), (_size(rows), "m_big", rows)):
@@ -205,8 +304,29 @@ def run(rows: int, repeat: int, warehouse: str, scan_kind: str = "values", read_
             assert result.models[0].fast_forward == (mode == "fast-forward")
             drop_branch(spark, name=branch, meta_schema=META)
     results["merge_seconds"] = merges
-    results["load_average_at_end"] = os.getloadavg()[0]
-    return results
+    _section(results, "merge", load)
+
+
+def _load_previous() -> dict:
+    """The last results, so that ``--only`` keeps the sections it does not re-run (older files had one load
+    average for the whole run and measured creation on one model)."""
+    path = RESULTS / "branch_bench.json"
+    if not path.exists():
+        return {}
+    previous = json.loads(path.read_text())
+    if "sections" not in previous and "load_average_at_start" in previous:
+        whole = {"measured": "before sections were recorded", "load_average_at_start": previous["load_average_at_start"],
+                 "load_average_at_end": previous.get("load_average_at_end", previous["load_average_at_start"])}
+        previous["sections"] = {"read": dict(whole), "merge": dict(whole)}
+    for stale in ("create_seconds", "load_average_at_start", "load_average_at_end"):
+        previous.pop(stale, None)
+    return previous
+
+
+def _when(results: dict, section: str) -> str:
+    info = results["sections"][section]
+    return (f"measured {info['measured']}, load average {info['load_average_at_start']:.1f} at start, "
+            f"{info['load_average_at_end']:.1f} at the end on 2 cores")
 
 
 def write_report(results: dict) -> None:
@@ -217,50 +337,82 @@ def write_report(results: dict) -> None:
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "branch_bench.json").write_text(json.dumps(results, indent=2))
+    report = RESULTS / "branch_bench.md"
+    old = report.read_text().splitlines() if report.exists() else []
+    notes = old[next((i for i, line in enumerate(old) if line.startswith("Notes (")), len(old)):]
+    settings = {"repeat": 5, "read_rounds": 31, "scan": "values", "spark": "?", **results}
     lines = [
         "# Branch environments benchmark",
         "",
-        f"`PYTHONPATH=adapter python bench/branch_bench.py --rows {results['rows']} --repeat {results['repeat']} "
-        f"--read-rounds {results['read_rounds']} --scan {results['scan']}` "
-        f"(local[2], Spark {results['spark']}, Iceberg, median of {results['repeat']}, full scans median of "
-        f"{results['read_rounds']} rounds; full scan: {SCANS[results['scan']]}; "
-        "each form's ratio is to the table's scans in its rounds, each round in a shuffled order; "
-        f"load average {results['load_average_at_start']:.1f} at start, "
-        f"{results['load_average_at_end']:.1f} at the end on 2 cores).",
+        f"`PYTHONPATH=adapter python bench/branch_bench.py --rows {settings['rows']} --repeat {settings['repeat']} "
+        f"--read-rounds {settings['read_rounds']} --scan {settings['scan']}` "
+        f"(local[2], Spark {settings['spark']}, Iceberg, median of {settings['repeat']}, full scans median of "
+        f"{settings['read_rounds']} rounds; full scan: {SCANS[settings['scan']]}; "
+        "each form's ratio is to the table's scans in its rounds, each round in a shuffled order). "
+        "Sections re-run alone with `--only`.",
         "",
-        "| measurement | seconds | ratio |",
-        "|---|---|---|",
     ]
-    for label, seconds in results["create_seconds"].items():
-        lines.append(f"| branch_create, {label}-row table | {seconds:.3f} | |")
-    for label, seconds in results["read_seconds"].items():
+    create = results.get("create")
+    if create:
+        lines += [
+            f"## branch_create, {create['models']} models ({_when(results, 'create')})",
+            "",
+            "Fresh process: the first branch operation of a new process whose session just started (what `dbt "
+            "run-operation branch_create` reports; starting the session itself took "
+            f"{create['session_start_seconds']:.1f} s), median of {_FRESH_PROCESSES} processes. Warm: a session "
+            f"that already ran the same operation, median of {create['repeat']}. Steps: reading the branch records, "
+            "recording the parents' snapshots (metadata only), writing the new record.",
+            "",
+            "| models' tables | fresh process (s) | its steps | warm session (s) | its steps |",
+            "|---|---|---|---|---|",
+        ]
+        for size, seconds in create["fresh_process_seconds"].items():
+            fresh_steps = ", ".join(f"{k} {v:.2f}" for k, v in create["fresh_process_steps"][size].items())
+            warm_steps = ", ".join(f"{k} {v:.2f}" for k, v in create["warm_steps"][size].items())
+            lines.append(f"| {create['models']} x {size} rows | {seconds:.2f} | {fresh_steps} | "
+                         f"{create['warm_seconds'][size]:.2f} | {warm_steps} |")
+        lines.append("")
+    if "read_seconds" in results or "merge_seconds" in results:
+        lines += ["## Reads, builds and merges", ""]
+        for section in ("read", "merge"):
+            if section in results.get("sections", {}):
+                lines.append(f"- {section}: {_when(results, section)}")
+        lines += ["", "| measurement | seconds | ratio |", "|---|---|---|"]
+    for label, seconds in results.get("read_seconds", {}).items():
         ratio = results["read_ratio"][label]
         lines.append(
             f"| full scan: {label} ({_size(results['rows'])} rows) | {seconds:.3f} | {ratio:.2f}x ({(ratio - 1):+.0%}) |"
         )
-    for label, seconds in results["build_seconds"].items():
+    for label, seconds in results.get("build_seconds", {}).items():
         added = results["image_bytes"][label] / results["table_bytes"]
         lines.append(
             f"| build model on branch, {label} (diff vs {_size(results['rows'])}-row parent; the image adds "
             f"{results['image_bytes'][label] / 1e6:.1f} MB, {added:.0%} of the table's bytes) | {seconds:.3f} | |"
         )
-    for label, seconds in results["merge_seconds"].items():
+    for label, seconds in results.get("merge_seconds", {}).items():
         lines.append(f"| branch_merge 1K keys into {label} | {seconds:.3f} | |")
-    (RESULTS / "branch_bench.md").write_text("\n".join(lines) + "\n")
+    report.write_text("\n".join(lines + ([""] + notes if notes else [])) + "\n")
 
+    create_bars = {} if not create else {
+        f"{kind}, {create['models']} x {size}": create[key][size]
+        for kind, key in (("fresh", "fresh_process_seconds"), ("warm", "warm_seconds"))
+        for size in create[key]
+    }
     fig, axes = plt.subplots(1, 3, figsize=(15, 5), gridspec_kw={"width_ratios": [1, 2.4, 1.3]})
-    for ax, key, title in (
-        (axes[0], "create_seconds", "branch_create (s)"),
-        (axes[1], "read_ratio", f"full scan of {_size(results['rows'])} rows, x the table in the same rounds"),
-        (axes[2], "merge_seconds", "merge 1K keys (s)"),
+    for ax, values, title in (
+        (axes[0], create_bars, "branch_create (s)"),
+        (axes[1], results.get("read_ratio", {}), f"full scan of {_size(results['rows'])} rows, x the table in the same rounds"),
+        (axes[2], results.get("merge_seconds", {}), "merge 1K keys (s)"),
     ):
-        labels = list(results[key])
-        ax.bar(range(len(labels)), [results[key][k] for k in labels], color="#4c72b0")
+        labels = list(values)
+        ax.bar(range(len(labels)), [values[k] for k in labels], color="#4c72b0")
         ax.set_xticks(range(len(labels)), labels, rotation=25, ha="right", fontsize=7)
         ax.set_title(title)
+    axes[0].axhline(2.0, color="#c44e52", linestyle="--", linewidth=1)
+    axes[0].text(len(create_bars) - 0.5, 2.0, "target", ha="right", va="bottom", fontsize=7)
     for target, label in ((1.05, "target, 1K overlay"), (1.20, "target, 100K overlay")):
         axes[1].axhline(target, color="#c44e52", linestyle="--", linewidth=1)
-        axes[1].text(len(results["read_ratio"]) - 0.5, target, label, ha="right", va="bottom", fontsize=7)
+        axes[1].text(len(results.get("read_ratio", {})) - 0.5, target, label, ha="right", va="bottom", fontsize=7)
     fig.tight_layout()
     fig.savefig(RESULTS / "branch_bench.png", dpi=110)
 
@@ -272,10 +424,19 @@ def main() -> None:
     parser.add_argument("--read-rounds", type=int, default=31, help="rounds of full scans per form (median)")
     parser.add_argument("--scan", choices=sorted(SCANS), default="values",
                         help="what a full scan does with its rows: " + "; ".join(f"{k}: {v}" for k, v in SCANS.items()))
+    parser.add_argument("--only", nargs="+", choices=("create", "read", "merge"), default=("create", "read", "merge"),
+                        help="run only these sections; the others keep their last results")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # a fresh process of the creation benchmark
+    parser.add_argument("--warehouse", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        print("RESULT" + json.dumps(_child(args.child, args.warehouse, args.rows)))
+        return
     warehouse = tempfile.mkdtemp(prefix="branch_bench_")
+    results = _load_previous()
+    results.setdefault("rows", args.rows)
     try:
-        results = run(args.rows, args.repeat, warehouse, args.scan, args.read_rounds)
+        run(results, args.rows, args.repeat, warehouse, args.scan, args.read_rounds, tuple(args.only))
     finally:
         shutil.rmtree(warehouse, ignore_errors=True)
     write_report(results)

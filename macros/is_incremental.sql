@@ -3,6 +3,10 @@
     {% if not execute %}
         {{ return(False) }}
     {% else %}
+        {% set on_branch = partialcow_branch_is_incremental() %}
+        {% if on_branch is not none %}
+            {{ return(on_branch) }}
+        {% endif %}
         {% set relation = adapter.get_relation(this.database, this.schema, this.table) %}
         {{ return(relation is not none
                   and relation.type == 'table'

@@ -8,12 +8,14 @@
                                               written to <target schema>__br_<name>.partialcow_branch_diff
     branch_merge        {name, on_conflict?}  three-way merge into the parent; conflicts go to
                                               <target schema>__br_<name>.partialcow_merge_conflicts and nothing
-                                              is applied unless on_conflict is ours or theirs
+                                              is applied (on_conflict: fail, the default), unless on_conflict is
+                                              ours (the branch's rows win) or theirs (the parent's rows stay)
     branch_drop         {name}                drops the overlay schemas and the branch's metadata
     branch_list         {}                    branches, parents, age, overlay rows/tombstones/ratio per model
     branch_materialize  {name, models?}       collapses the branch's models into full tables on the branch
     branch_refresh      {name}                re-pins the branch's model views to their parents as they are now
-    Branch metadata lives in <target schema>.partialcow_branches (Iceberg).
+    Branch metadata lives in <target schema>.partialcow_branches (Iceberg). The arguments are checked in Python
+    (partialcow.branch.options): an unknown one is refused with the accepted ones listed.
     Each operation dispatches to partialcow__<operation>: define that macro in your project to override it
     (dispatch namespace 'dbt': adapter plugin packages cannot be dispatch namespaces of their own). -#}
 

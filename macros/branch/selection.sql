@@ -6,6 +6,8 @@
     incremental models as an overlay table `<model>__pcow_overlay` (rows differing from the parent by
     unique_key) plus `<model>`, what readers query: a view, or the model's image table (a read-only Iceberg table
     dbt sees as a view); views and seeds as usual, in the overlay schema.
+    partial_cow_incremental models apply their batch to what the branch shows (see the materialization) and
+    store the result as the same overlay.
     ref() reads the branch's view when the model was built on the branch, else the nearest ancestor's.
     A project's own generate_schema_name or ref macro takes precedence over these and disables branching. -#}
 
@@ -15,6 +17,17 @@
     {%- set selected = env_var('DBT_PARTIALCOW_BRANCH', '') -%}
   {%- endif -%}
   {{ return(adapter.partialcow_branch_name(selected)) }}
+{%- endmacro %}
+
+
+{#- is_incremental() of a partial_cow_incremental model on a branch: the model exists on the branch or on a parent
+    level (its relation on the branch is an image table or a view, never a table). None: not that case. -#}
+{% macro partialcow_branch_is_incremental() -%}
+  {%- set branch = partialcow_active_branch() -%}
+  {%- if branch is none or model.config.materialized != 'partial_cow_incremental' -%}
+    {{ return(none) }}
+  {%- endif -%}
+  {{ return(not should_full_refresh() and adapter.partialcow_branch_has_model(this, branch, target.schema)) }}
 {%- endmacro %}
 
 
@@ -60,9 +73,10 @@
 
 {% macro partialcow_branch_build_sql(branch, relation, compiled_code, language) -%}
   {%- set unique_key = config.get('unique_key', none) -%}
+  {%- set file_format = config.get('file_format', none) -%}
   {%- if language == 'python' -%}
     {%- set spec = {'schema': relation.schema, 'identifier': relation.identifier, 'unique_key': unique_key,
-                    'branch': branch, 'meta_schema': target.schema} -%}
+                    'branch': branch, 'meta_schema': target.schema, 'file_format': file_format} -%}
 {{ compiled_code }}
 # --- dbt-partialcow: build on branch {{ branch }} --- #
 from partialcow.dbt_adapter.branching import build_python_model_on_branch
@@ -71,7 +85,8 @@ dbt = dbtObj(spark.table)
 df = to_spark_dataframe(model(dbt, spark), spark, model_name={{ tojson(model.name) }})
 print(build_python_model_on_branch(spark, df, {{ tojson(tojson(spec)) }}))
   {%- else -%}
-    {%- set summary = adapter.partialcow_branch_build(relation, compiled_code, unique_key, branch, target.schema) -%}
+    {%- set summary = adapter.partialcow_branch_build(relation, compiled_code, unique_key, branch, target.schema,
+                                                     file_format) -%}
     {%- do log(summary, info=True) -%}
     {#- the overlay and the view exist now; the materialization's `main` statement runs this no-op -#}
     select {{ "'" ~ (summary | replace("'", "")) ~ "'" }} as partialcow_branch_build

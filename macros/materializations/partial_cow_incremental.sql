@@ -1,10 +1,14 @@
 {#- partial_cow_incremental: the model's rows are CDC changes (op code, sequence); keys found in the row index are
     updated in place by rewriting only the Parquet pages that change, deletes remove rows, new keys are appended,
-    all in one table-format commit. The work happens in adapter.partial_cow_apply (Python, typed). -#}
+    all in one table-format commit. The work happens in adapter.partial_cow_apply (Python, typed).
+    On a branch (Iceberg only) the batch is applied to the branch's view of the model instead and stored as the
+    model's overlay (adapter.partialcow_branch_apply): diff, merge and conflicts see it like a keyed table model. -#}
 {% materialization partial_cow_incremental, adapter='partialcow', supported_languages=['sql', 'python'] -%}
 
   {%- set language = model['language'] -%}
-  {%- set target_relation = this.incorporate(type='table') -%}
+  {%- set branch = partialcow_active_branch() -%}
+  {#-- on a branch the model's relation is what the branch shows (an image table or a view), never a table --#}
+  {%- set target_relation = this.incorporate(type='table' if branch is none else 'view') -%}
   {%- set existing_relation = load_relation(this) -%}
   {%- set full_refresh_mode = should_full_refresh() -%}
   {%- set settings = partialcow_change_settings() -%}
@@ -12,7 +16,10 @@
 
   {{ run_hooks(pre_hooks) }}
 
-  {%- if existing_relation is not none and existing_relation.type != 'table' -%}
+  {%- if branch is not none -%}
+    {#-- before the model's SQL runs: Delta models refused, and `this` made to read what the branch shows --#}
+    {%- do adapter.partialcow_branch_prepare(this, settings, branch, target.schema) -%}
+  {%- elif existing_relation is not none and existing_relation.type != 'table' -%}
     {%- do adapter.drop_relation(existing_relation) -%}
     {%- set existing_relation = none -%}
   {%- endif -%}
@@ -28,8 +35,14 @@
     {%- endcall -%}
   {%- endif -%}
 
-  {%- set create = existing_relation is none or full_refresh_mode -%}
-  {%- set response = adapter.partial_cow_apply(target_relation, changes_view, settings, create) -%}
+  {%- if branch is none -%}
+    {%- set create = existing_relation is none or full_refresh_mode -%}
+    {%- set response = adapter.partial_cow_apply(target_relation, changes_view, settings, create) -%}
+  {%- else -%}
+    {#-- the batch applied to the branch's view of the model, stored as its overlay (the table is not written) --#}
+    {%- set response = adapter.partialcow_branch_apply(this, changes_view, settings, branch, target.schema,
+                                                        full_refresh_mode) -%}
+  {%- endif -%}
   {%- do store_result('main', response=response) -%}
 
   {%- call statement('drop_changes_view') -%}

@@ -127,3 +127,74 @@ def test_key_types_and_null_keys(spark, key_type, keys):
     assert {tuple(r) for r in spark.table(view).collect()} == expected  # the refused build changed nothing
     drop_branch(spark, name="b", meta_schema=meta)
     spark.sql(f"DROP SCHEMA {meta} CASCADE")
+
+
+def test_regression_merge_keeps_the_image_mode_and_fail_policy(spark):
+    """Regression case (issue 28): ``merge_branch`` rebuilt the branch record without ``image_mode``, so a
+    merge-on-read branch became copy-on-write after its first merge. Also: ``on_conflict: fail`` is accepted and
+    behaves as the default (nothing applied), and a bad policy names the accepted ones and the sides."""
+    from partialcow.branch import BranchStore
+    from partialcow.branch.types import MERGE_ON_READ
+
+    meta = f"mode_{uuid.uuid4().hex[:8]}"
+    table = f"{meta}.items"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    _frame(spark, PARENT).writeTo(table).using("iceberg").create()
+    create_branch(spark, name="mor", meta_schema=meta, models=[(meta, "items")], image_mode=MERGE_ON_READ)
+    ours = dict(PARENT)
+    ours[(2, "b")] = (2, "b", 21, "y")
+    build_model(spark, _frame(spark, ours), branch="mor", base_schema=meta, identifier="items",
+                key_columns=["k1", "k2"], meta_schema=meta)
+    theirs = dict(PARENT)
+    theirs[(2, "b")] = (2, "b", 22, "y")  # the same key changed on main: a conflict
+    spark.sql(f"UPDATE {table} SET v = 22 WHERE k1 = 2")
+    with pytest.raises(BranchError, match="on_conflict 'mine' is not one of: fail, ours, theirs .ours = the branch"):
+        merge_branch(spark, name="mor", meta_schema=meta, on_conflict="mine")
+    with pytest.raises(BranchError, match="nothing was applied"):
+        merge_branch(spark, name="mor", meta_schema=meta, on_conflict="fail")
+    assert _rows(spark, table) == theirs
+    result = merge_branch(spark, name="mor", meta_schema=meta, on_conflict="ours")
+    assert result.applied and _rows(spark, table) == ours
+
+    assert BranchStore(spark, meta_schema=meta).require("mor").image_mode == MERGE_ON_READ
+    again = dict(ours)
+    again[(3, "c")] = (3, "c", 33, "z")
+    summary = build_model(spark, _frame(spark, again), branch="mor", base_schema=meta, identifier="items",
+                          key_columns=["k1", "k2"], meta_schema=meta)
+    assert summary.image is not None and summary.image.mode == MERGE_ON_READ
+    assert _rows(spark, f"{meta}__br_mor.items") == again
+    drop_branch(spark, name="mor", meta_schema=meta)
+    spark.sql(f"DROP SCHEMA {meta} CASCADE")
+
+
+def test_diff_of_a_detached_model_reports_the_replaced_rows(spark):
+    """Regression case (issue 24): a model without a key differs from its parent by whole rows; branch_diff said
+    "0 inserted, 0 updated, 0 deleted". Expected counts come from plain Python multisets."""
+    from collections import Counter
+
+    from partialcow.branch import diff_branch
+
+    meta = f"det_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    parent = [(1, "a", 10, "x"), (1, "a", 10, "x"), (2, "b", 20, "y"), (3, "c", 30, "z")]
+    spark.createDataFrame(parent, COLUMNS).writeTo(f"{meta}.agg").using("iceberg").create()
+    spark.createDataFrame(parent[2:], COLUMNS).writeTo(f"{meta}.same").using("iceberg").create()
+    create_branch(spark, name="d", meta_schema=meta, models=[(meta, "agg"), (meta, "same")])
+    ours = [(1, "a", 10, "x"), (2, "b", 21, "y"), (3, "c", 30, "z"), (4, "d", 40, "q"), (4, "d", 40, "q")]
+    for identifier, rows in (("agg", ours), ("same", parent[2:])):
+        summary = build_model(spark, spark.createDataFrame(rows, COLUMNS), branch="d", base_schema=meta,
+                              identifier=identifier, key_columns=[], meta_schema=meta)
+        assert summary.mode == "detached"
+    result = diff_branch(spark, name="d", meta_schema=meta)
+    only_ours = sum((Counter(ours) - Counter(parent)).values())
+    only_theirs = sum((Counter(parent) - Counter(ours)).values())
+    assert (only_ours, only_theirs) == (3, 2)
+    assert (f"{meta}.agg: replaced ({len(ours)} rows vs {len(parent)} on the parent: {only_ours} only on the "
+            f"branch, {only_theirs} only on the parent)") in result.describe()
+    assert f"{meta}.same" not in result.describe()  # the same rows: no difference to report
+    written = spark.table(result.table).collect()
+    assert [(r["model"], r["change"], r["old_value"], r["new_value"]) for r in written] == [
+        (f"{meta}.agg", "replace", str(len(parent)), str(len(ours)))
+    ]
+    drop_branch(spark, name="d", meta_schema=meta)
+    spark.sql(f"DROP SCHEMA {meta} CASCADE")

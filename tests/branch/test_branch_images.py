@@ -15,8 +15,9 @@ import pytest
 
 from partialcow.branch import build_model, create_branch, drop_branch, refresh_branch
 from partialcow.branch.catalog import load_iceberg
-from partialcow.branch.image import COPY_ON_WRITE, MERGE_ON_READ
-from partialcow.branch.overlay import overlay_info, resolve_parent, view_sql
+from partialcow.branch.types import COPY_ON_WRITE, MERGE_ON_READ
+from partialcow.branch.levels import overlay_info, resolve_parent
+from partialcow.branch.overlay import view_sql
 from partialcow.spark.tables import local_path
 
 pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.slow]

@@ -5,7 +5,7 @@ Using it from dbt::
     dbt run-operation branch_create --args '{name: dev}'          # O(1): records the parent's snapshots
     dbt run --vars '{branch: dev}'                                # or DBT_PARTIALCOW_BRANCH=dev dbt run
     dbt run-operation branch_diff --args '{name: dev}'
-    dbt run-operation branch_merge --args '{name: dev}'           # add on_conflict: ours|theirs
+    dbt run-operation branch_merge --args '{name: dev}'           # on_conflict: fail (default) | ours | theirs
     dbt run-operation branch_list
     dbt run-operation branch_materialize --args '{name: dev}'     # optional models: [orders]
     dbt run-operation branch_refresh --args '{name: dev}'         # re-pin models to the parents as they are now
@@ -22,8 +22,8 @@ Behaviour:
 
 - Table and incremental models built on a branch are computed in full and diffed by ``unique_key`` against the
   parent (new/changed rows 'U', missing parent keys 'D'). Models without ``unique_key``, or whose columns differ
-  from the parent's, are *detached*: the overlay holds the whole result and the view reads it alone; a merge
-  replaces the parent's rows (a conflict if the parent changed too).
+  from the parent's, are *detached*: the overlay holds the whole result and the view reads it alone; a diff
+  compares whole rows; a merge replaces the parent's rows (a conflict if the parent changed too).
 - A keyed model on a branch is read through its *image*: the overlay applied to the parent as an Iceberg branch
   ``partialcow_<branch>`` of the model's root table (the parent's untouched data files shared, ``main`` never
   written), registered as the read-only Iceberg table ``orders`` of the overlay schema (``gc.enabled=false``,
@@ -37,14 +37,22 @@ Behaviour:
   view reads the parent *live* through an anti-join with the overlay. ``ref()`` reads the nearest level that
   built the model (branch, parent branch, ..., main). Views and seeds built on a branch are plain
   objects in the overlay schema (seeds are copies and are not merged).
-- Merge is three-way by key (base = parent at creation/last merge, ours = branch, theirs = parent now); after a
-  merge the branch's overlays are emptied and it continues from the merge result.
-- Iceberg only (time travel and MERGE INTO); one writer at a time per branch.
+- Merge is three-way by key (base = parent at creation/last merge, ours = the branch, theirs = the parent now);
+  after a merge the branch's overlays are emptied and it continues from the merge result.
+- ``partial_cow_incremental`` models apply each batch to what the branch shows and store the result as the same
+  kind of overlay (:mod:`partialcow.branch.incremental`); ``is_incremental()`` holds on a branch when the branch or
+  a parent level has the model.
+- Run-operation arguments are parsed into typed options (:mod:`partialcow.branch.options`).
+- Iceberg only (time travel and MERGE INTO; a Delta model on a branch is refused); one writer at a time per branch.
 - A project's own ``generate_schema_name`` or ``ref`` macro takes precedence over ours and disables branching.
 """
 
 from __future__ import annotations
 
+from partialcow.branch.diff import diff_branch
+from partialcow.branch.levels import resolve_parent
+from partialcow.branch.lifecycle import create_branch, drop_branch, list_branches, materialize_branch, refresh_branch
+from partialcow.branch.merge import merge_branch
 from partialcow.branch.naming import (
     MAIN,
     OP_COLUMN,
@@ -55,17 +63,10 @@ from partialcow.branch.naming import (
     overlay_table,
     validate_branch_name,
 )
-from partialcow.branch.operations import (
-    create_branch,
-    diff_branch,
-    drop_branch,
-    list_branches,
-    materialize_branch,
-    merge_branch,
-    refresh_branch,
-)
-from partialcow.branch.overlay import build_model, resolve_parent
-from partialcow.branch.store import BranchRecord, BranchStore
+from partialcow.branch.options import parse_options, run_operation
+from partialcow.branch.overlay import build_model
+from partialcow.branch.store import BranchStore
+from partialcow.branch.types import BranchRecord
 
 __all__ = [
     "MAIN",
@@ -84,7 +85,9 @@ __all__ = [
     "merge_branch",
     "overlay_schema",
     "overlay_table",
+    "parse_options",
     "refresh_branch",
     "resolve_parent",
+    "run_operation",
     "validate_branch_name",
 ]

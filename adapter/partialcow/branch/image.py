@@ -38,7 +38,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, Sequence, get_args
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -46,24 +46,18 @@ import pyarrow.parquet as pq
 
 from partialcow.branch.catalog import load_iceberg
 from partialcow.branch.naming import IMAGE_OF_PROPERTY, MAIN, OP_COLUMN, OP_DELETE, OP_UPSERT, qualified, quote
+from partialcow.branch.types import COPY_ON_WRITE, IMAGE_MODES, MERGE_ON_READ, ImageMode, OverlayInfo, validate_image_mode
 from partialcow.exceptions import BranchError
 from partialcow.spark.rewrite_job import DELETE, FILE, IN_PLACE_RESULT_SCHEMA, POS, rewrite_files_in_place
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from partialcow.branch.overlay import OverlayInfo
-
 __all__ = [
     "ImageMode", "ImageReport", "COPY_ON_WRITE", "MERGE_ON_READ", "IMAGE_MODES", "validate_image_mode",
     "image_ref", "image_relation", "refresh_image", "drop_image", "has_image", "publish_image_table",
     "drop_reader_relation",
 ]
-
-ImageMode = Literal["copy-on-write", "merge-on-read"]
-COPY_ON_WRITE: ImageMode = "copy-on-write"
-MERGE_ON_READ: ImageMode = "merge-on-read"
-IMAGE_MODES: tuple[ImageMode, ...] = get_args(ImageMode)
 
 _REF_PREFIX = "partialcow_"
 _STAGE_SUFFIX = "__staging"
@@ -100,21 +94,6 @@ class ImageReport:
             f"{self.pages_copied} copied), {self.rows_hidden_by_deletes} rows hidden by position deletes in "
             f"{self.files_with_deletes} data files"
         )
-
-
-def validate_image_mode(mode: str) -> ImageMode:
-    """``mode`` if it names an image mode, else a ``BranchError``.
-
-    >>> validate_image_mode("merge-on-read")
-    'merge-on-read'
-    >>> validate_image_mode("fast")
-    Traceback (most recent call last):
-    ...
-    partialcow.exceptions.BranchError: image mode 'fast' is not one of copy-on-write, merge-on-read
-    """
-    if mode not in IMAGE_MODES:
-        raise BranchError(f"image mode {mode!r} is not one of {', '.join(IMAGE_MODES)}")
-    return mode  # type: ignore[return-value]
 
 
 def image_ref(branch: str) -> str:

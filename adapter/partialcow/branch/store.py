@@ -9,32 +9,18 @@ the branch's read images are built (``copy-on-write`` or ``merge-on-read``, see 
 
 from __future__ import annotations
 
-import datetime as _dt
 import uuid
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
 from partialcow.branch.catalog import table_exists
-from partialcow.branch.image import COPY_ON_WRITE, ImageMode
 from partialcow.branch.naming import MAIN, METADATA_TABLE, qualified, quote, validate_branch_name
+from partialcow.branch.types import COPY_ON_WRITE, BranchRecord
 from partialcow.exceptions import BranchError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["BranchRecord", "BranchStore"]
-
-
-@dataclass(frozen=True)
-class BranchRecord:
-    """One branch as stored in the metadata table."""
-
-    name: str
-    parent: str
-    created_at: _dt.datetime
-    base_snapshots: dict[str, int] = field(default_factory=dict)
-    merged_at: _dt.datetime | None = None
-    image_mode: ImageMode = COPY_ON_WRITE
 
 
 class BranchStore:
@@ -112,11 +98,9 @@ class BranchStore:
     def children(self, name: str) -> list[str]:
         return [r.name for r in self.all() if r.parent == name]
 
-    def put(self, record: BranchRecord) -> None:
-        """Insert or replace ``record`` (one Iceberg commit)."""
+    def _frame(self, record: BranchRecord) -> DataFrame:
         from pyspark.sql.types import MapType, LongType, StringType, StructField, StructType, TimestampType
 
-        self._ensure()
         schema = StructType(
             [
                 StructField("name", StringType()),
@@ -129,8 +113,18 @@ class BranchStore:
         )
         row = (record.name, record.parent, record.created_at, record.merged_at, dict(record.base_snapshots),
                record.image_mode)
+        return self.spark.createDataFrame([row], schema)
+
+    def insert(self, record: BranchRecord) -> None:
+        """Add the record of a new branch (one Iceberg append; the caller checked the name is free)."""
+        self._ensure()
+        self._frame(record).writeTo(self.table).append()  # an append: no MERGE job, so branch_create stays quick
+
+    def put(self, record: BranchRecord) -> None:
+        """Insert or replace ``record`` (one Iceberg commit)."""
+        self._ensure()
         view = f"_pcow_branch_record_{uuid.uuid4().hex}"  # dbt runs models in threads: no shared temp names
-        self.spark.createDataFrame([row], schema).createOrReplaceTempView(view)
+        self._frame(record).createOrReplaceTempView(view)
         try:
             self.spark.sql(
                 f"MERGE INTO {self.table} t USING {view} s ON t.name = s.name "

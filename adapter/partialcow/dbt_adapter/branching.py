@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 from dbt.adapters.base import available
 from dbt.adapters.base.meta import AdapterMeta
+from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 
 from partialcow.exceptions import PartialCowError
@@ -18,18 +19,7 @@ from partialcow.exceptions import PartialCowError
 __all__ = ["BranchingMixin", "build_python_model_on_branch"]
 
 _T = TypeVar("_T")
-
-_OPERATIONS = ("create", "diff", "merge", "drop", "list", "materialize", "refresh")
-
-
-def _spark() -> Any:
-    from pyspark.sql import SparkSession
-
-    from partialcow.spark.session import bind_to_current_thread
-
-    # dbt-spark's session method and our connection manager already created it; bound to dbt's worker thread, or
-    # Iceberg's Java API sees the root tables as V1 tables and no branch image is built
-    return bind_to_current_thread(SparkSession.builder.getOrCreate())
+_LOGGER = AdapterLogger("partialcow")
 
 
 def _dbt_errors(call: Callable[[], _T]) -> _T:
@@ -47,13 +37,31 @@ def _key_columns(unique_key: Any) -> List[str]:
     return [str(k) for k in unique_key]
 
 
-def _build(df: Any, *, schema: str, identifier: str, unique_key: Any, branch: str, meta_schema: str) -> str:
-    from partialcow.branch import base_schema_of, build_model, overlay_schema, validate_branch_name
+def _require_iceberg(identifier: str, file_format: Optional[str]) -> None:
+    if file_format not in (None, "", "iceberg"):
+        raise PartialCowError(
+            f"model {identifier}: branches are implemented for Iceberg tables, and {identifier} is a "
+            f"{file_format!r} model (file_format={file_format!r}): build it without a branch, or make it an Iceberg "
+            "model (file_format='iceberg')"
+        )
+
+
+def _base_schema(schema: str, identifier: str, branch: str) -> str:
+    from partialcow.branch import base_schema_of, overlay_schema, validate_branch_name
 
     validate_branch_name(branch)
     base_schema = base_schema_of(schema)
     if overlay_schema(base_schema, branch) != schema:
         raise PartialCowError(f"model {identifier}: schema {schema} is not an overlay schema of branch {branch}")
+    return base_schema
+
+
+def _build(df: Any, *, schema: str, identifier: str, unique_key: Any, branch: str, meta_schema: str,
+           file_format: Optional[str] = None) -> str:
+    from partialcow.branch import build_model
+
+    _require_iceberg(identifier, file_format)
+    base_schema = _base_schema(schema, identifier, branch)
     summary = build_model(
         df.sparkSession,
         df,
@@ -85,6 +93,10 @@ class BranchingMixin(metaclass=AdapterMeta):
     its bases.
     """
 
+    def _branch_spark(self) -> Any:
+        # Through dbt's connection, never a bare getOrCreate(): see PartialcowConnectionManager.spark_session
+        return self.connections.spark_session()  # type: ignore[attr-defined]
+
     @available
     def partialcow_branch_name(self, value: Any) -> Optional[str]:
         """The validated branch selected by ``--vars '{branch: ...}'`` / ``DBT_PARTIALCOW_BRANCH``; None for main."""
@@ -115,7 +127,7 @@ class BranchingMixin(metaclass=AdapterMeta):
             return relation
 
         def resolve() -> Any:
-            spark = _spark()
+            spark = self._branch_spark()
             levels = BranchStore(spark, meta_schema=meta_schema).chain(branch)
             found = resolve_parent(spark, levels, base_schema, identifier)
             return relation.incorporate(path={"schema": found[0] if found else base_schema})
@@ -131,41 +143,95 @@ class BranchingMixin(metaclass=AdapterMeta):
 
         if base_schema_of(relation.schema) == relation.schema:
             return False
-        _dbt_errors(lambda: drop_reader_relation(_spark(), relation.schema, relation.identifier))
+        _dbt_errors(lambda: drop_reader_relation(self._branch_spark(), relation.schema, relation.identifier))
         return True
 
     @available
     def partialcow_branch_build(
-        self, relation: Any, compiled_code: str, unique_key: Any, branch: str, meta_schema: str
+        self, relation: Any, compiled_code: str, unique_key: Any, branch: str, meta_schema: str,
+        file_format: Optional[str] = None,
     ) -> str:
         """Build a SQL model on ``branch``: its result is diffed against the parent into the overlay table."""
+        _dbt_errors(lambda: _require_iceberg(relation.identifier, file_format))
         return _dbt_errors(
             lambda: _build(
-                _spark().sql(compiled_code),
+                self._branch_spark().sql(compiled_code),
                 schema=relation.schema,
                 identifier=relation.identifier,
                 unique_key=unique_key,
                 branch=branch,
                 meta_schema=meta_schema,
+                file_format=file_format,
             )
         )
 
     @available
-    def partialcow_branch_operation(self, operation: str, options: Dict[str, Any], meta_schema: str) -> str:
-        """Run one branch operation (create, diff, merge, drop, list, materialize, refresh); returns its log summary."""
-        from partialcow.branch import operations
+    def partialcow_branch_has_model(self, relation: Any, branch: str, meta_schema: str) -> bool:
+        """True if ``branch`` or one of its parent levels has the model (``is_incremental()`` of a
+        ``partial_cow_incremental`` model on a branch)."""
+        from partialcow.branch import BranchStore, resolve_parent
 
-        if operation not in _OPERATIONS:
-            raise DbtRuntimeError(f"unknown branch operation {operation!r}: use one of {', '.join(_OPERATIONS)}")
-        spark = _spark()
-        options = {k: v for k, v in (options or {}).items() if v is not None}
-        calls: Dict[str, Callable[[], Any]] = {
-            "create": lambda: operations.create_branch(spark, meta_schema=meta_schema, **options),
-            "diff": lambda: operations.diff_branch(spark, meta_schema=meta_schema, **options),
-            "merge": lambda: operations.merge_branch(spark, meta_schema=meta_schema, **options),
-            "drop": lambda: operations.drop_branch(spark, meta_schema=meta_schema, **options),
-            "list": lambda: operations.list_branches(spark, meta_schema=meta_schema),
-            "materialize": lambda: operations.materialize_branch(spark, meta_schema=meta_schema, **options),
-            "refresh": lambda: operations.refresh_branch(spark, meta_schema=meta_schema, **options),
-        }
-        return _dbt_errors(lambda: calls[operation]().describe())
+        def find() -> bool:
+            base_schema = _base_schema(relation.schema, relation.identifier, branch)
+            spark = self._branch_spark()
+            levels = BranchStore(spark, meta_schema=meta_schema).chain(branch)
+            return resolve_parent(spark, levels, base_schema, relation.identifier) is not None
+
+        return _dbt_errors(find)
+
+    @available
+    def partialcow_branch_prepare(self, relation: Any, config: Dict[str, Any], branch: str, meta_schema: str) -> bool:
+        """Before a ``partial_cow_incremental`` model's SQL runs on ``branch``: refuse Delta models, and give the
+        model a relation on the branch (``{{ this }}``) when only a parent level has it."""
+        from partialcow.branch.incremental import prepare_model
+
+        def prepare() -> bool:
+            _require_iceberg(relation.identifier, config.get("file_format"))
+            base_schema = _base_schema(relation.schema, relation.identifier, branch)
+            return prepare_model(self._branch_spark(), branch=branch, base_schema=base_schema,
+                                 identifier=relation.identifier, key_columns=_key_columns(config.get("unique_key")),
+                                 meta_schema=meta_schema)
+
+        return _dbt_errors(prepare)
+
+    @available
+    def partialcow_branch_apply(
+        self, relation: Any, changes_view: str, config: Dict[str, Any], branch: str, meta_schema: str,
+        full_refresh: bool,
+    ) -> Any:
+        """Apply a ``partial_cow_incremental`` model's staged changes to its overlay on ``branch`` (the parent's
+        table is never written); returns the run result dbt records."""
+        from partialcow.branch.incremental import apply_changes_on_branch
+        from partialcow.dbt_adapter.materialization import PartialCowResponse, change_spec
+
+        def apply() -> Any:
+            _require_iceberg(relation.identifier, config.get("file_format"))
+            base_schema = _base_schema(relation.schema, relation.identifier, branch)
+            spec = change_spec(config, model=str(relation.identifier))
+            spark = self._branch_spark()
+            done = apply_changes_on_branch(
+                spark, spark.table(f"`{changes_view}`"), spec, branch=branch, base_schema=base_schema,
+                identifier=relation.identifier, meta_schema=meta_schema, full_refresh=bool(full_refresh),
+            )
+            return PartialCowResponse(
+                _message=f"BRANCH {branch}: INSERT {done.inserted}, UPDATE {done.updated}, DELETE {done.deleted}",
+                rows_affected=done.inserted + done.updated + done.deleted,
+                rows_inserted=done.inserted, rows_updated=done.updated, rows_deleted=done.deleted,
+            ), done.describe()
+
+        response, summary = _dbt_errors(apply)
+        _LOGGER.info(summary)
+        return response
+
+    @available
+    def partialcow_branch_operation(self, operation: str, options: Dict[str, Any], meta_schema: str) -> str:
+        """Run one branch operation (create, diff, merge, drop, list, materialize, refresh); returns its log summary.
+
+        ``options`` (the run-operation's arguments) are parsed into the operation's typed options first: a bad
+        argument stops before Spark is touched.
+        """
+        from partialcow.branch.options import parse_options, run_operation
+
+        parsed = _dbt_errors(lambda: parse_options(operation, options))
+        spark = self._branch_spark()
+        return _dbt_errors(lambda: run_operation(spark, parsed, meta_schema=meta_schema).describe())

@@ -8,7 +8,7 @@ session. So ``open`` creates it first, from the profile, and dbt-spark's calls t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 from dbt.adapters.contracts.connection import Connection, ConnectionState
 from dbt.adapters.spark.connections import SparkConnectionManager, SparkConnectionMethod, SparkCredentials
@@ -78,13 +78,46 @@ def start_session(credentials: PartialcowCredentials) -> Any:
 class PartialcowConnectionManager(SparkConnectionManager):
     TYPE = "partialcow"
 
+    # The session each profile opened (key: ``unique_field``), so that Python entry points reuse it instead of
+    # resolving the jars and settings again on every call.
+    _sessions: ClassVar[Dict[str, Any]] = {}
+
     @classmethod
     def open(cls, connection: Connection) -> Connection:
         if connection.state == ConnectionState.OPEN:
             return connection
-        try:
-            start_session(connection.credentials)
-        except PartialCowError as exc:
-            # one clear line instead of a Java stack trace
-            raise DbtRuntimeError(str(exc)) from None
+        cls._sessions[connection.credentials.unique_field] = configured_session(connection.credentials)
         return super().open(connection)
+
+    def spark_session(self) -> Any:
+        """The SparkSession of this thread's dbt connection, bound to the calling thread.
+
+        Adapter methods that use Spark from Python (branch operations, ``ref()`` on a branch) call this instead of
+        ``SparkSession.builder.getOrCreate()``: a run-operation may call them before any SQL statement opened dbt's
+        connection, and a bare ``getOrCreate()`` would then start a session without the profile's catalog,
+        extensions and warehouse (a wrong catalog, a stray ``spark-warehouse/`` folder, answers about another
+        metastore). Opening the connection here creates the profile's session; a session that runs with other
+        static settings is refused.
+        """
+        from pyspark import SparkContext
+
+        from partialcow.spark.session import bind_to_current_thread
+
+        connection = self.get_if_exists()
+        if connection is None:
+            raise DbtRuntimeError("partialcow: Spark was asked for outside a dbt connection (no connection on this thread)")
+        connection.handle  # noqa: B018 - resolves dbt's lazy handle: open() creates or checks the session
+        credentials = connection.credentials
+        session = self._sessions.get(credentials.unique_field)
+        active = SparkContext._active_spark_context  # noqa: SLF001 - pyspark's only handle on a running context
+        if session is None or active is None or session.sparkContext is not active:
+            session = self._sessions[credentials.unique_field] = configured_session(credentials)
+        return bind_to_current_thread(session)
+
+
+def configured_session(credentials: PartialcowCredentials) -> Any:
+    """:func:`start_session`, with a configuration problem as one dbt error line instead of a Java stack trace."""
+    try:
+        return start_session(credentials)
+    except PartialCowError as exc:
+        raise DbtRuntimeError(str(exc)) from None

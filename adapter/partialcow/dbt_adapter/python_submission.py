@@ -19,9 +19,11 @@ class SessionPythonJobHelper(PythonJobHelper):
         self.credentials = credentials
 
     def submit(self, compiled_code: str) -> Any:
-        from pyspark.sql import SparkSession
+        from partialcow.dbt_adapter.connections import configured_session
+        from partialcow.spark.session import bind_to_current_thread
 
-        spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        # the profile's session (created or checked against the profile), never a bare getOrCreate()
+        spark = bind_to_current_thread(configured_session(self.credentials))
         namespace: Dict[str, Any] = {"spark": spark, "__name__": f"dbt_model_{self.model_name}"}
         try:
             exec(compile(compiled_code, f"<dbt python model {self.model_name}>", "exec"), namespace)

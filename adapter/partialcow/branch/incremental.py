@@ -1,0 +1,329 @@
+"""``partial_cow_incremental`` on a branch: a batch of CDC changes applied to the branch's view of the model.
+
+Without a branch the batch rewrites the table's Parquet pages in place. On a branch the table is never written:
+
+1. the batch is staged as on ``main`` (op codes checked, the latest change per key wins, keys never null) and cast
+   to the model's column types;
+2. the branch's current rows for the batch's keys are read from what the branch shows (its image table or view;
+   the parent's relation when the model was not built on the branch yet) and the batch applied to them: an
+   upsert of a key the branch has updates it (only ``merge_update_columns`` when set), of a key it lacks inserts
+   it; a delete removes a key the branch has and does nothing otherwise;
+3. each changed key's new state is compared with the parent's row as the parent is now, as a table model's build
+   does: a row that differs (or that the parent lacks) becomes an overlay row ``'U'``, a key the parent has and
+   the branch deleted a tombstone ``'D'``, a row equal to the parent's leaves the overlay. Only the batch's keys
+   are touched (one ``MERGE INTO`` of the overlay), every other overlay row stays;
+4. the merge base of keys entering the overlay is captured and the image rebuilt, as after any build.
+
+``branch_diff``, ``branch_merge`` and conflicts then see the model like any keyed model on the branch. A model the
+parent does not have (or a ``--full-refresh``) takes the batch's upserts as its whole content (:func:`build_model`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from partialcow.branch.base import capture_base
+from partialcow.branch.catalog import table_exists
+from partialcow.branch.frames import all_of
+from partialcow.branch.levels import overlay_info, resolve_parent, write_overlay
+from partialcow.branch.naming import (
+    OP_COLUMN,
+    OP_DELETE,
+    OP_UPSERT,
+    SEQ_COLUMN,
+    full_table,
+    overlay_schema,
+    qualified,
+    quote,
+)
+from partialcow.branch.overlay import (
+    BuildSummary,
+    build_model,
+    count_ops,
+    create_branch_view,
+    refresh_descendant_views,
+    view_sql,
+)
+from partialcow.branch.store import BranchStore
+from partialcow.branch.types import OverlayInfo
+from partialcow.exceptions import BranchError
+from partialcow.spark.rewrite_job import DELETE
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from partialcow.branch.image import ImageReport
+    from partialcow.spark.changes import ChangeSpec
+
+__all__ = ["BranchChanges", "apply_changes_on_branch", "prepare_model"]
+
+_SAMPLE = 5
+_ACTION = "_pcow_action"  # per changed key: 'U' / 'D' (the overlay row to hold) or 'X' (leave the overlay)
+_LEAVE = "X"
+_KIND = "_pcow_kind"  # per batch row: inserted / updated / deleted / none (a delete of a key the branch lacks)
+
+
+@dataclass(frozen=True)
+class BranchChanges:
+    """What applying one batch to a model on a branch did."""
+
+    branch: str
+    model: str
+    inserted: int
+    updated: int
+    deleted: int
+    upserts: int  # overlay rows after the batch
+    tombstones: int
+    image: ImageReport | None
+    whole: BuildSummary | None = None  # set when the batch became the model's whole content
+
+    def describe(self) -> str:
+        """
+        >>> BranchChanges("dev", "shop.orders", 1, 2, 3, upserts=4, tombstones=3, image=None).describe()
+        'branch dev: shop.orders: 1 inserted, 2 updated, 3 deleted; overlay 4 upserted rows, 3 tombstones; no image'
+        """
+        image = self.image.describe() if self.image else "no image"
+        return (
+            f"branch {self.branch}: {self.model}: {self.inserted} inserted, {self.updated} updated, "
+            f"{self.deleted} deleted; overlay {self.upserts} upserted rows, {self.tombstones} tombstones; {image}"
+        )
+
+
+def prepare_model(
+    spark: SparkSession, *, branch: str, base_schema: str, identifier: str, key_columns: Sequence[str],
+    meta_schema: str,
+) -> bool:
+    """Give the model a relation on ``branch`` before its SQL runs, so that ``{{ this }}`` reads what the branch
+    shows: when only a parent level has the model, an empty overlay (the branch shows the parent). True when the
+    model exists on the branch or a parent level (``is_incremental()`` holds there)."""
+    schema = overlay_schema(base_schema, branch)
+    if overlay_info(spark, schema, identifier) is not None:
+        return True
+    store = BranchStore(spark, meta_schema=meta_schema)
+    parent = resolve_parent(spark, store.chain(branch)[1:], base_schema, identifier)
+    if parent is None:
+        return False
+    from pyspark.sql import functions as F
+
+    columns = spark.table(qualified(*parent)).schema
+    keys = _match(f"{base_schema}.{identifier}", columns.names, key_columns, "unique_key")
+    empty = spark.createDataFrame([], columns).select(
+        *[quote(c) for c in columns.names], F.lit(OP_UPSERT).alias(OP_COLUMN), F.lit(0).cast("bigint").alias(SEQ_COLUMN)
+    )
+    write_overlay(spark, empty, schema=schema, identifier=identifier, key_columns=keys, mode="delta")
+    create_branch_view(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
+    return True
+
+
+def _match(model: str, columns: Sequence[str], wanted: Sequence[str], what: str) -> tuple[str, ...]:
+    by_lower = {c.lower(): c for c in columns}
+    missing = [c for c in wanted if c.lower() not in by_lower]
+    if missing:
+        raise BranchError(f"model {model}: {what} column(s) {', '.join(missing)} are not columns of the model "
+                          f"({', '.join(columns)})")
+    return tuple(by_lower[c.lower()] for c in wanted)
+
+
+def _cast_like(model: str, staged: DataFrame, schema: StructType, keys: Sequence[str]) -> DataFrame:
+    """Cast the batch's columns to the model's types; a value that does not fit stops the build, naming the
+    column, the values and their keys."""
+    from pyspark.sql import functions as F
+
+    types = {f.name: f.dataType for f in schema.fields}
+    out = []
+    for name in staged.columns:
+        column = F.col(quote(name))
+        if name not in types or staged.schema[name].dataType == types[name]:
+            out.append(column)
+            continue
+        lost = column.isNotNull() & column.cast(types[name]).isNull()
+        bad = staged.where(lost).select(*[quote(k) for k in keys], quote(name)).limit(_SAMPLE).collect()
+        if bad:
+            raise BranchError(
+                f"model {model}: column {name!r} has value(s) {[r[name] for r in bad]} that cannot be cast to the "
+                f"model's type {types[name].simpleString()} (keys {[tuple(r[k] for k in keys) for r in bad]})"
+            )
+        out.append(column.cast(types[name]).alias(name))
+    return staged.select(*out)
+
+
+def _stage(changes: DataFrame, spec: ChangeSpec, current: DataFrame) -> tuple[DataFrame, list[str]]:
+    """The batch collapsed to one change per key, in the model's columns and types, and its value columns."""
+    from partialcow.spark.changes import stage_changes
+
+    model = spec.model
+    columns = current.columns
+    staged = stage_changes(changes, spec, table_columns=columns)
+    extra = [c for c in staged.columns if c not in columns and c != DELETE]
+    missing = [c for c in columns if c not in staged.columns]
+    if extra or (missing and spec.on_schema_change == "sync_all_columns"):
+        raise BranchError(
+            f"model {model}: on_schema_change={spec.on_schema_change!r} would change the model's columns (new: "
+            f"{extra}, dropped: {missing if spec.on_schema_change == 'sync_all_columns' else []}), which a branch "
+            "does not do to its parent's table: change the schema without a branch, or build the model on the "
+            "branch with --full-refresh"
+        )
+    staged = _cast_like(model, staged, current.schema, spec.key_columns)
+    values = [c for c in columns if c not in spec.key_columns and c in staged.columns]
+    if spec.update_columns is not None:
+        unknown = [c for c in spec.update_columns if c not in columns]
+        if unknown:
+            raise BranchError(f"model {model}: merge_update_columns {unknown} are not columns of the model")
+        values = [c for c in values if c in spec.update_columns]
+    return staged, [c for c in values if c not in spec.exclude_columns]
+
+
+def _changed_keys(
+    staged: DataFrame, current: DataFrame, parent: DataFrame, *, keys: Sequence[str],
+    values: Sequence[str], seq: int,
+) -> DataFrame:
+    """One row per key of the batch: its new state on the branch (data columns), what the batch did to it
+    (``_pcow_kind``) and what the overlay must hold for it (``_pcow_action``)."""
+    from pyspark.sql import functions as F
+
+    columns = current.columns
+    key_frame = F.broadcast(staged.select(*[quote(k) for k in keys]))
+    ours = current.join(key_frame, list(keys), "left_semi").dropDuplicates(list(keys))
+    ours = ours.select(*[F.col(quote(c)).alias(f"c{i}") for i, c in enumerate(columns)], F.lit(True).alias("_c"))
+    theirs = parent.join(key_frame, list(keys), "left_semi").dropDuplicates(list(keys))
+    theirs = theirs.select(*[F.col(quote(c)).alias(f"p{i}") for i, c in enumerate(columns)], F.lit(True).alias("_p"))
+    s = staged.alias("s")
+    position = {c: i for i, c in enumerate(columns)}
+    joined = s.join(ours, all_of([F.col(f"s.{quote(k)}") == F.col(f"c{position[k]}") for k in keys]), "left")
+    joined = joined.join(theirs, all_of([F.col(f"s.{quote(k)}") == F.col(f"p{position[k]}") for k in keys]), "left")
+    present, in_parent, delete = F.col("_c").isNotNull(), F.col("_p").isNotNull(), F.col(f"s.{DELETE}")
+
+    def new_value(column: str) -> object:
+        batch = F.col(f"s.{quote(column)}") if column in staged.columns else F.lit(None)
+        if column in keys or column in values:
+            return batch
+        return F.when(present, F.col(f"c{position[column]}")).otherwise(batch)  # kept by an update
+
+    state = [F.when(~delete, new_value(c)).cast(current.schema[c].dataType) if c not in keys
+             else F.col(f"s.{quote(c)}") for c in columns]
+    same_as_parent = all_of([F.col(f"p{position[c]}").eqNullSafe(v) for c, v in zip(columns, state) if c not in keys])
+    kind = (F.when(delete & present, "deleted").when(delete, "none").when(present, "updated").otherwise("inserted"))
+    action = (
+        F.when(delete & ~present, F.lit(None))  # a delete of a key the branch lacks changes nothing
+        .when(delete, F.when(in_parent, F.lit(OP_DELETE)).otherwise(F.lit(_LEAVE)))
+        .when(in_parent & same_as_parent, F.lit(_LEAVE))
+        .otherwise(F.lit(OP_UPSERT))
+    )
+    return joined.select(*[v.alias(c) for c, v in zip(columns, state)], kind.alias(_KIND), action.alias(_ACTION),
+                         F.lit(seq).cast("bigint").alias(SEQ_COLUMN))
+
+
+def _merge_overlay_sql(target: str, source: str, keys: Sequence[str], columns: Sequence[str]) -> str:
+    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+    names = [quote(c) for c in columns]
+    sets = ", ".join([f"t.{n} = s.{n}" for n in names] + [f"t.{OP_COLUMN} = s.{_ACTION}", f"t.{SEQ_COLUMN} = s.{SEQ_COLUMN}"])
+    values = [f"s.{n}" for n in names] + [f"s.{_ACTION}", f"s.{SEQ_COLUMN}"]
+    return (
+        f"MERGE INTO {target} t USING (SELECT * FROM {source} WHERE {_ACTION} IS NOT NULL) s ON {on} "
+        f"WHEN MATCHED AND s.{_ACTION} = '{_LEAVE}' THEN DELETE "
+        f"WHEN MATCHED THEN UPDATE SET {sets} "
+        f"WHEN NOT MATCHED AND s.{_ACTION} <> '{_LEAVE}' "
+        f"THEN INSERT ({', '.join([*names, OP_COLUMN, SEQ_COLUMN])}) VALUES ({', '.join(values)})"
+    )
+
+
+def _whole(
+    spark: SparkSession, staged_rows: DataFrame, *, branch: str, base_schema: str, identifier: str,
+    key_columns: Sequence[str], meta_schema: str, counts: tuple[int, int, int],
+) -> BranchChanges:
+    summary = build_model(spark, staged_rows, branch=branch, base_schema=base_schema, identifier=identifier,
+                          key_columns=key_columns, meta_schema=meta_schema)
+    inserted, updated, deleted = counts
+    return BranchChanges(branch=branch, model=summary.model, inserted=inserted, updated=updated, deleted=deleted,
+                         upserts=summary.upserts, tombstones=summary.tombstones, image=summary.image, whole=summary)
+
+
+def apply_changes_on_branch(
+    spark: SparkSession,
+    changes: DataFrame,
+    spec: ChangeSpec,
+    *,
+    branch: str,
+    base_schema: str,
+    identifier: str,
+    meta_schema: str,
+    full_refresh: bool = False,
+) -> BranchChanges:
+    """Apply a batch of CDC ``changes`` (read per ``spec``, as ``apply_changes`` reads them) to the model
+    ``base_schema.identifier`` on ``branch``; see the module docstring. The parent's table is never written.
+
+    >>> apply_changes_on_branch(spark, changes_df, ChangeSpec(key_columns=("id",), op_column="_op"), branch="dev",
+    ...                         base_schema="shop", identifier="orders", meta_schema="shop").describe()  # doctest: +SKIP
+    'branch dev: shop.orders: 1 inserted, 2 updated, 1 deleted; overlay 3 upserted rows, 1 tombstones; ...'
+    """
+    from pyspark.sql import functions as F
+
+    from partialcow.spark.changes import stage_changes
+
+    model = f"{base_schema}.{identifier}"
+    keys = tuple(spec.key_columns)
+    schema = overlay_schema(base_schema, branch)
+    store = BranchStore(spark, meta_schema=meta_schema)
+    levels = store.chain(branch)
+    if not full_refresh:
+        prepare_model(spark, branch=branch, base_schema=base_schema, identifier=identifier, key_columns=keys,
+                      meta_schema=meta_schema)
+    info = overlay_info(spark, schema, identifier)
+    parent = resolve_parent(spark, levels[1:], base_schema, identifier)
+    if full_refresh or info is None:
+        # the batch's upserts are the model's whole content, as a first build without a branch
+        staged = stage_changes(changes, spec)
+        rows = staged.where(~F.col(DELETE)).drop(DELETE)
+        return _whole(spark, rows, branch=branch, base_schema=base_schema, identifier=identifier, key_columns=keys,
+                      meta_schema=meta_schema, counts=(rows.count(), 0, 0))
+    current = spark.table(qualified(schema, identifier))
+    _match(model, current.columns, keys, "unique_key")
+    staged, values = _stage(changes, spec, current)
+    seq = time.time_ns() // 1_000_000
+    parent_rows = spark.table(qualified(*parent)) if parent is not None else current.limit(0)
+    changed = _changed_keys(staged, current, parent_rows, keys=keys, values=values, seq=seq)
+    # materialized once: the overlay MERGE below must not re-read what the branch shows while it changes it
+    changed = changed.localCheckpoint()
+    counts = {r[_KIND]: r["n"] for r in changed.groupBy(_KIND).agg(F.count(F.lit(1)).alias("n")).collect()}
+    inserted, updated, deleted = (counts.get(k, 0) for k in ("inserted", "updated", "deleted"))
+    if info.mode == "detached" or parent is None:
+        # no key-level overlay to patch: the branch's new content as a whole
+        alive = changed.where(F.col(_KIND).isin("inserted", "updated")).select(*[quote(c) for c in current.columns])
+        rest = current.join(staged.select(*[quote(k) for k in keys]), list(keys), "left_anti")
+        return _whole(spark, rest.unionByName(alive).localCheckpoint(), branch=branch, base_schema=base_schema,
+                      identifier=identifier, key_columns=keys, meta_schema=meta_schema,
+                      counts=(inserted, updated, deleted))
+    _apply_to_overlay(spark, changed, info=info, keys=keys, columns=current.columns)
+    capture_base(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier,
+                 columns=info.columns, key_columns=info.key_columns, keys_frame=spark.table(info.table))
+    if table_exists(spark, schema, full_table(identifier)):
+        # a materialized model keeps its collapsed table in step with the newest build
+        spark.sql(view_sql(info, parent, materialized=False)).writeTo(
+            f"{schema}.{full_table(identifier)}").using("iceberg").createOrReplace()
+    upserts, tombstones = count_ops(spark, info.table)
+    image = create_branch_view(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
+    refresh_descendant_views(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
+    return BranchChanges(branch=branch, model=model, inserted=inserted, updated=updated, deleted=deleted,
+                         upserts=upserts, tombstones=tombstones, image=image)
+
+
+def _apply_to_overlay(spark: SparkSession, changed: DataFrame, *, info: OverlayInfo, keys: Sequence[str],
+                      columns: Sequence[str]) -> None:
+    overlay_columns = {c.lower(): c for c in info.columns}
+    if sorted(overlay_columns) != sorted(c.lower() for c in columns) or [k.lower() for k in keys] != [
+        k.lower() for k in info.key_columns
+    ]:
+        raise BranchError(
+            f"model {info.schema}.{info.identifier}: its overlay on the branch holds columns {list(info.columns)} "
+            f"keyed by {list(info.key_columns)}, the batch's model {list(columns)} keyed by {list(keys)}: build "
+            "the model on the branch with --full-refresh"
+        )
+    view = f"_pcow_branch_changes_{time.time_ns()}"
+    changed.createOrReplaceTempView(view)
+    try:
+        spark.sql(_merge_overlay_sql(info.table, view, keys, columns))
+    finally:
+        spark.catalog.dropTempView(view)

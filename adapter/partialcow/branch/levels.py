@@ -1,0 +1,134 @@
+"""Where a model lives on a branch chain: the levels that built it, its overlay tables and their layout.
+
+A *level* is ``main`` (the tables built without a branch, in the base schema) or a branch (its overlay schema).
+A model's parent on branch ``B`` is the nearest level above ``B`` that has the model.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from partialcow.branch.catalog import list_tables, table_exists
+from partialcow.branch.naming import (
+    MAIN,
+    OP_COLUMN,
+    SEQ_COLUMN,
+    base_schema_of,
+    full_table,
+    overlay_schema,
+    overlay_table,
+    qualified,
+    quote,
+)
+from partialcow.branch.types import OverlayInfo, OverlayMode
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "branch_models",
+    "chain_tables",
+    "distinct_models",
+    "overlay_info",
+    "parent_level",
+    "resolve_parent",
+    "write_overlay",
+]
+
+_PROP_KEYS = "partialcow.branch.key_columns"
+_PROP_MODE = "partialcow.branch.mode"
+_OVERLAY_SUFFIX = "__pcow_overlay"
+
+
+def distinct_models(models: Sequence[Sequence[str]]) -> list[tuple[str, str]]:
+    """Distinct ``(base schema, identifier)`` pairs, lower case; overlay schemas are mapped to their base.
+
+    >>> distinct_models([("shop", "Orders"), ("shop__br_dev", "orders"), ("shop", "items")])
+    [('shop', 'orders'), ('shop', 'items')]
+    """
+    seen: dict[tuple[str, str], None] = {}
+    for schema, identifier in models:
+        seen[(base_schema_of(str(schema)).lower(), str(identifier).lower())] = None
+    return list(seen)
+
+
+def parent_level(spark: SparkSession, levels: Sequence[str], base_schema: str, identifier: str) -> str | None:
+    """The first level in ``levels`` (a parent chain, nearest first) that has the model; None if none has it."""
+    for level in levels:
+        if table_exists(spark, overlay_schema(base_schema, level), identifier):
+            return level
+    return None
+
+
+def resolve_parent(
+    spark: SparkSession, levels: Sequence[str], base_schema: str, identifier: str
+) -> tuple[str, str] | None:
+    """The first level in ``levels`` (a parent chain, nearest first) that has the model, as ``(schema, name)``."""
+    level = parent_level(spark, levels, base_schema, identifier)
+    return None if level is None else (overlay_schema(base_schema, level), identifier)
+
+
+def overlay_info(spark: SparkSession, schema: str, identifier: str) -> OverlayInfo | None:
+    """Read an overlay table's layout from its schema and table properties; None if it does not exist."""
+    name = overlay_table(identifier)
+    if not table_exists(spark, schema, name):
+        return None
+    table = qualified(schema, name)
+    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
+    columns = tuple(c for c in spark.table(table).columns if c not in (OP_COLUMN, SEQ_COLUMN))
+    keys = tuple(k for k in props.get(_PROP_KEYS, "").split(",") if k)
+    mode: OverlayMode = "delta" if props.get(_PROP_MODE) == "delta" else "detached"
+    return OverlayInfo(schema=schema, identifier=identifier, columns=columns, key_columns=keys, mode=mode)
+
+
+def write_overlay(
+    spark: SparkSession,
+    frame: DataFrame,
+    *,
+    schema: str,
+    identifier: str,
+    key_columns: Sequence[str],
+    mode: OverlayMode,
+) -> None:
+    """(Re)write the overlay table of ``identifier`` in ``schema`` from ``frame`` (data columns + ``_pcow_*``).
+
+    ``CREATE OR REPLACE`` keeps the table's snapshot history, so child branches can still time-travel to it.
+    """
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
+    (
+        frame.writeTo(f"{schema}.{overlay_table(identifier)}")
+        .using("iceberg")
+        .tableProperty(_PROP_KEYS, ",".join(key_columns))
+        .tableProperty(_PROP_MODE, mode)
+        .createOrReplace()
+    )
+
+
+def chain_tables(base_schema: str, identifier: str, levels: Sequence[str]) -> list[tuple[str, str]]:
+    """Every table that can make up the model's content at ``levels``: overlays and full tables, then the root.
+
+    >>> chain_tables("shop", "orders", ["dev", "main"])
+    [('shop__br_dev', 'orders__pcow_full'), ('shop__br_dev', 'orders__pcow_overlay'), ('shop', 'orders')]
+    """
+    tables: list[tuple[str, str]] = []
+    for level in levels:
+        schema = overlay_schema(base_schema, level)
+        if level == MAIN:
+            tables.append((schema, identifier))
+        else:
+            tables.extend([(schema, full_table(identifier)), (schema, overlay_table(identifier))])
+    return tables
+
+
+def branch_models(spark: SparkSession, branch: str) -> list[OverlayInfo]:
+    """Every model that has an overlay on ``branch``, across all overlay schemas of the branch."""
+    found: list[OverlayInfo] = []
+    for database in sorted(d.name for d in spark.catalog.listDatabases()):
+        if database == base_schema_of(database) or overlay_schema(base_schema_of(database), branch) != database:
+            continue
+        for table in sorted(list_tables(spark, database)):
+            if table.endswith(_OVERLAY_SUFFIX):
+                info = overlay_info(spark, database, table[: -len(_OVERLAY_SUFFIX)])
+                if info is not None:
+                    found.append(info)
+    return found

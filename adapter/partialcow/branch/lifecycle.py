@@ -1,0 +1,358 @@
+"""Branch lifecycle operations: create, list, refresh, materialize, drop.
+
+Each takes the SparkSession plus keyword options and returns a small result object whose ``describe()`` is the
+log summary the dbt ``run-operation`` macros print.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+from partialcow.branch.base import record_snapshots
+from partialcow.branch.catalog import iceberg_total_records, table_exists
+from partialcow.branch.image import drop_image, drop_reader_relation, has_image
+from partialcow.branch.levels import branch_models, distinct_models, resolve_parent
+from partialcow.branch.naming import (
+    MAIN,
+    OP_COLUMN,
+    OP_DELETE,
+    OP_UPSERT,
+    base_schema_of,
+    full_table,
+    overlay_schema,
+    overlay_table,
+    qualified,
+    quote,
+    validate_branch_name,
+)
+from partialcow.branch.overlay import create_branch_view, refresh_descendant_views, view_sql
+from partialcow.branch.store import BranchStore
+from partialcow.branch.types import COPY_ON_WRITE, BranchRecord, ImageMode, validate_image_mode
+from partialcow.exceptions import BranchError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "BranchInfo",
+    "CreateResult",
+    "DropResult",
+    "ListResult",
+    "MaterializeResult",
+    "ModelStats",
+    "RefreshResult",
+    "create_branch",
+    "drop_branch",
+    "list_branches",
+    "materialize_branch",
+    "refresh_branch",
+]
+
+
+def _now() -> _dt.datetime:
+    return _dt.datetime.now()
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    """``steps``: seconds of reading the branch records, recording the parents' snapshots, writing the record.
+
+    >>> CreateResult(BranchRecord("dev", "main", _now(), {"shop.a": 1}), 0.9,
+    ...              {"read branches": 0.2, "snapshots": 0.3, "write record": 0.4}).describe()
+    'branch dev created from main in 0.90s (nothing copied; merge base: 1 table snapshot(s); read branches 0.20s, snapshots 0.30s, write record 0.40s)'
+    """
+
+    record: BranchRecord
+    seconds: float
+    steps: dict[str, float] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        steps = ", ".join(f"{step} {seconds:.2f}s" for step, seconds in self.steps.items())
+        steps = f"; {steps}" if steps else ""
+        return (
+            f"branch {self.record.name} created from {self.record.parent} in {self.seconds:.2f}s "
+            f"(nothing copied; merge base: {len(self.record.base_snapshots)} table snapshot(s){steps})"
+        )
+
+
+def create_branch(
+    spark: SparkSession,
+    *,
+    name: str,
+    parent: str = MAIN,
+    meta_schema: str,
+    models: Sequence[Sequence[str]] = (),
+    image_mode: ImageMode = COPY_ON_WRITE,
+) -> CreateResult:
+    """Create branch ``name`` from ``parent``: records the parent's snapshots, copies no data.
+
+    ``models`` lists ``(schema, identifier)`` of the project's models and seeds (dbt passes its graph).
+    ``image_mode``: how the branch's read images are built (``copy-on-write``: reads as fast as the table's, the
+    image stores the data files a build touches; ``merge-on-read``: the image stores position deletes, reads apply
+    them); see ``partialcow.branch.image``.
+
+    >>> create_branch(spark, name="dev", meta_schema="shop", models=[("shop", "orders")]).record.parent  # doctest: +SKIP
+    'main'
+    """
+    start = time.perf_counter()
+    validate_branch_name(name)
+    validate_branch_name(parent, allow_main=True)
+    validate_image_mode(image_mode)
+    store = BranchStore(spark, meta_schema=meta_schema)
+    records = {record.name: record for record in store.all()}  # one read of the metadata table
+    if name in records:
+        raise BranchError(f"branch {name!r} already exists: drop it first or choose another name")
+    levels = store.chain(parent, records)
+    read = time.perf_counter()
+    # models that exist only on the parent branches count too
+    inherited = [(base_schema_of(i.schema), i.identifier) for lvl in levels[:-1] for i in branch_models(spark, lvl)]
+    snapshots = record_snapshots(spark, distinct_models([*models, *inherited]), levels)  # metadata only: no scan
+    recorded = time.perf_counter()
+    record = BranchRecord(name=name, parent=parent, created_at=_now(), base_snapshots=snapshots, image_mode=image_mode)
+    store.insert(record)
+    done = time.perf_counter()
+    return CreateResult(record=record, seconds=done - start, steps={
+        "read branches": read - start, "snapshots": recorded - read, "write record": done - recorded})
+
+
+@dataclass(frozen=True)
+class DropResult:
+    branch: str
+    schemas: tuple[str, ...]
+    objects: int
+
+    def describe(self) -> str:
+        where = ", ".join(self.schemas) or "no schema"
+        return f"branch {self.branch} dropped: {self.objects} table(s)/view(s) in {where}"
+
+
+def drop_branch(spark: SparkSession, *, name: str, meta_schema: str) -> DropResult:
+    """Drop branch ``name``: every overlay schema (tables purged) and its metadata row. Refuses with child branches.
+
+    >>> drop_branch(spark, name="dev", meta_schema="shop").schemas   # doctest: +SKIP
+    ('shop__br_dev',)
+    """
+    validate_branch_name(name)
+    store = BranchStore(spark, meta_schema=meta_schema)
+    schemas = tuple(
+        sorted(
+            d.name
+            for d in spark.catalog.listDatabases()
+            if d.name != base_schema_of(d.name) and overlay_schema(base_schema_of(d.name), name) == d.name
+        )
+    )
+    if store.get(name) is None and not schemas:
+        store.require(name)  # raises "does not exist"
+    children = store.children(name)
+    if children:
+        raise BranchError(
+            f"branch {name!r} has child branches {', '.join(children)}: merge or drop them first"
+        )
+    objects = 0
+    for schema in schemas:
+        tables = spark.catalog.listTables(schema)
+        names = {t.name for t in tables}
+        models = sorted(n for n in names if overlay_table(n) in names)
+        for identifier in models:  # what readers query first (views read the tables; image tables the image)
+            drop_reader_relation(spark, schema, identifier)
+            drop_image(spark, base_schema_of(schema), identifier, name)  # the image ref on the root table
+        for table in sorted(tables, key=lambda t: t.tableType != "VIEW"):
+            if table.isTemporary or table.name in models:
+                continue
+            if table.tableType == "VIEW":
+                spark.sql(f"DROP VIEW IF EXISTS {qualified(schema, table.name)}")
+            else:
+                spark.sql(f"DROP TABLE IF EXISTS {qualified(schema, table.name)} PURGE")
+        objects += len([t for t in tables if not t.isTemporary])
+        spark.sql(f"DROP SCHEMA IF EXISTS {quote(schema)}")
+    store.delete(name)
+    return DropResult(branch=name, schemas=schemas, objects=objects)
+
+
+@dataclass(frozen=True)
+class ModelStats:
+    model: str
+    upserts: int
+    tombstones: int
+    root_rows: int | None
+    materialized: bool
+
+    @property
+    def ratio(self) -> float | None:
+        """Overlay rows per row of the table built without a branch (None when unknown)."""
+        if not self.root_rows:
+            return None
+        return (self.upserts + self.tombstones) / self.root_rows
+
+
+@dataclass(frozen=True)
+class BranchInfo:
+    name: str
+    parent: str
+    created_at: _dt.datetime
+    merged_at: _dt.datetime | None
+    models: tuple[ModelStats, ...]
+    image_mode: ImageMode = COPY_ON_WRITE
+
+
+@dataclass(frozen=True)
+class ListResult:
+    branches: tuple[BranchInfo, ...]
+
+    def describe(self) -> str:
+        if not self.branches:
+            return "no branches"
+        now = _now()
+        lines = []
+        for b in self.branches:
+            age = now - b.created_at
+            merged = f", last merged {b.merged_at:%Y-%m-%d %H:%M}" if b.merged_at else ""
+            lines.append(f"{b.name} (parent {b.parent}, {b.image_mode} images, age {_age(age)}{merged})")
+            for m in b.models:
+                ratio = "n/a" if m.ratio is None else f"{m.ratio:.2%}"
+                lines.append(
+                    f"  {m.model}: {m.upserts} overlay rows, {m.tombstones} tombstones, {ratio} of the table"
+                    + (", materialized" if m.materialized else "")
+                )
+        return "\n".join(lines)
+
+
+def _age(delta: _dt.timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds < 3600:
+        return f"{seconds // 60}m"
+    if seconds < 86400:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def list_branches(spark: SparkSession, *, meta_schema: str) -> ListResult:
+    """Every branch with its parent, age and per-model overlay size (rows, tombstones, ratio to the table).
+
+    >>> print(list_branches(spark, meta_schema="shop").describe())   # doctest: +SKIP
+    dev (parent main, copy-on-write images, age 5m)
+      shop.orders: 3 overlay rows, 1 tombstones, 0.40% of the table
+    """
+    from pyspark.sql import functions as F
+
+    store = BranchStore(spark, meta_schema=meta_schema)
+    branches = []
+    for record in store.all():
+        stats = []
+        for info in branch_models(spark, record.name):
+            counts = {
+                r[0]: r[1] for r in spark.table(info.table).groupBy(OP_COLUMN).agg(F.count(F.lit(1))).collect()
+            }
+            base_schema = base_schema_of(info.schema)
+            stats.append(
+                ModelStats(
+                    model=f"{base_schema}.{info.identifier}",
+                    upserts=counts.get(OP_UPSERT, 0),
+                    tombstones=counts.get(OP_DELETE, 0),
+                    root_rows=iceberg_total_records(spark, base_schema, info.identifier),
+                    materialized=table_exists(spark, info.schema, full_table(info.identifier)),
+                )
+            )
+        branches.append(
+            BranchInfo(
+                name=record.name,
+                parent=record.parent,
+                created_at=record.created_at,
+                merged_at=record.merged_at,
+                models=tuple(stats),
+                image_mode=record.image_mode,
+            )
+        )
+    return ListResult(branches=tuple(branches))
+
+
+@dataclass(frozen=True)
+class MaterializeResult:
+    branch: str
+    models: tuple[tuple[str, int], ...]
+
+    def describe(self) -> str:
+        if not self.models:
+            return f"branch {self.branch}: no model to materialize"
+        return "\n".join(
+            [f"branch {self.branch}: materialized (the view now reads one full table)"]
+            + [f"  {model}: {rows} rows" for model, rows in self.models]
+        )
+
+
+def materialize_branch(
+    spark: SparkSession, *, name: str, meta_schema: str, models: Sequence[str] | None = None
+) -> MaterializeResult:
+    """Collapse the overlay chain of the branch's models into one full table each (``<model>__pcow_full``).
+
+    The branch view then reads that table alone (as fast as the table without a branch); the overlay stays for
+    diff and merge, and later builds of the model on the branch rewrite both. Parent changes made after this are
+    no longer visible on the branch until the model is built again. ``models`` limits it to those model names.
+
+    >>> materialize_branch(spark, name="dev", meta_schema="shop", models=["orders"]).models   # doctest: +SKIP
+    (('shop.orders', 1000000),)
+    """
+    store = BranchStore(spark, meta_schema=meta_schema)
+    store.require(name)
+    levels = store.chain(name)
+    wanted = None if models is None else {m.lower() for m in models}
+    done = []
+    for info in branch_models(spark, name):
+        if wanted is not None and info.identifier.lower() not in wanted:
+            continue
+        base_schema = base_schema_of(info.schema)
+        parent = resolve_parent(spark, levels[1:], base_schema, info.identifier)
+        live = spark.sql(view_sql(info, parent, materialized=False))
+        target = f"{info.schema}.{full_table(info.identifier)}"
+        live.writeTo(target).using("iceberg").createOrReplace()
+        create_branch_view(spark, store=store, branch=name, base_schema=base_schema, identifier=info.identifier)
+        done.append((f"{base_schema}.{info.identifier}", spark.table(target).count()))
+    if wanted is not None:
+        unknown = wanted - {m.split(".")[1] for m, _ in done}
+        if unknown:
+            raise BranchError(
+                f"branch_materialize {name}: no overlay for model(s) {', '.join(sorted(unknown))} on this branch "
+                "(build them on the branch first)"
+            )
+    return MaterializeResult(branch=name, models=tuple(done))
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    branch: str
+    models: tuple[tuple[str, bool], ...]  # (model, read through an image)
+
+    def describe(self) -> str:
+        if not self.models:
+            return f"branch {self.branch}: no model built on it"
+        return "\n".join(
+            [f"branch {self.branch}: views re-pinned to their parents as they are now"]
+            + [
+                f"  {model}: " + ("image (one scan)" if imaged else "overlay joined to the live parent")
+                for model, imaged in self.models
+            ]
+        )
+
+
+def refresh_branch(spark: SparkSession, *, name: str, meta_schema: str) -> RefreshResult:
+    """Rebuild the images of the branch's models (and its descendants') from their parents as they are now.
+
+    A model's image pins its parent as of the model's last build on the branch; this picks up what the parent
+    changed since, without building the model again. Overlays (what the branch changed) stay as they are.
+
+    >>> refresh_branch(spark, name="dev", meta_schema="shop").models   # doctest: +SKIP
+    (('shop.orders', True),)
+    """
+    store = BranchStore(spark, meta_schema=meta_schema)
+    store.require(name)
+    done = []
+    for info in branch_models(spark, name):
+        base_schema = base_schema_of(info.schema)
+        create_branch_view(spark, store=store, branch=name, base_schema=base_schema, identifier=info.identifier)
+        refresh_descendant_views(spark, store=store, branch=name, base_schema=base_schema, identifier=info.identifier)
+        done.append((f"{base_schema}.{info.identifier}", has_image(spark, base_schema, info.identifier, name)))
+    return RefreshResult(branch=name, models=tuple(done))
+
