@@ -218,7 +218,7 @@ def locate_partition(
         index_rows = pa.concat_tables(parts)
         # Spark may store keys with another physical type (e.g. INT96 timestamps): align with the batch's
         index_rows = pa.table(
-            [index_rows.column(c).cast(keys.schema.field(c).type) for c in key_columns]
+            [normalized_key(index_rows.column(c).cast(keys.schema.field(c).type)) for c in key_columns]
             + [index_rows.column(INDEX_FILE_ID), index_rows.column(INDEX_POS)],
             names=[*key_columns, INDEX_FILE_ID, INDEX_POS],
         )
@@ -266,6 +266,18 @@ def locate_partition(
         inserts=int((unmatched & ~is_delete).sum()),
         inserts_file=inserts_file, keys_file=keys_file,
     )
+
+
+def normalized_key(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """A key column as the batch holds it after staging: float keys with -0.0 made 0.0 (a table written by another
+    engine may hold -0.0; Arrow's join compares floats bit for bit, Spark's join does not).
+
+    >>> normalized_key(pa.array([-0.0, 1.5, None])).to_pylist(), normalized_key(pa.array([1, 2])).to_pylist()
+    ([0.0, 1.5, None], [1, 2])
+    """
+    if not pa.types.is_floating(values.type):
+        return values
+    return pc.if_else(pc.equal(values, pa.scalar(0, values.type)), pa.scalar(0, values.type), values)
 
 
 def decimals_from_unscaled(values: pa.ChunkedArray | pa.Array, precision: int, scale: int) -> pa.Array:
