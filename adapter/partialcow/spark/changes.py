@@ -31,24 +31,37 @@ from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 from partialcow.commit.base import FileReplacement
-from partialcow.exceptions import ChangeFeedError, CommitStateUnknownError, ConfigurationError, StaleIndexError
+from partialcow.exceptions import (
+    ChangeFeedError,
+    CommitConflictError,
+    CommitStateUnknownError,
+    ConfigurationError,
+    LostCommitError,
+    StaleIndexError,
+)
 from partialcow.index import RowIndex
 from partialcow.index.sources import quote_identifier
 from partialcow.metrics import WriteMetrics
 from partialcow.spark.partitioning import routes
 from partialcow.spark.rewrite_job import BUCKET, DELETE, LOCATE_RESULT_SCHEMA, FileTask, locate_partition, run_file_tasks
 from partialcow.spark.spec import ChangeSpec, OnSchemaChange
-from partialcow.spark.staging import SAMPLE, repeated_keys_error, stage, stage_changes
+from partialcow.spark.errors import named_errors
+from partialcow.faults import checkpoint
+from partialcow.spark.journal import WriteLease, data_file_prefix
+from partialcow.spark.staging import SAMPLE, keys_text, repeated_keys_error, stage, stage_changes
 from partialcow.spark.tables import LakehouseTable, local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 __all__ = ["ChangeSpec", "apply_changes", "create_table", "stage_changes", "OnSchemaChange"]
 
 # Above this many changed keys the commit's conflict filter would be larger than the work it guards; the commit then
 # relies on file-level validation (a concurrent change of any file we replace still fails).
 _MAX_CONFLICT_KEYS = 10_000
+# A commit beaten by another writer that changed none of the batch's keys is located and committed again.
+_MAX_COMMIT_RETRIES = 3
 _ROWS_PER_INSERT_FILE = 1_000_000
 _MIN_ROWS_PER_INSERT_FILE = 250_000
 # A locate task holds this many changed rows at most (as Arrow, with their index buckets), unless the index has
@@ -131,23 +144,65 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
 
     ``changes`` holds the key columns, value columns and, per ``spec``, an op code and a sequence column.
     Keys present in the table are updated in place (only changed pages re-encoded) or deleted; keys absent are
-    inserted; deletes of absent keys are no-ops.
+    inserted; deletes of absent keys are no-ops. A batch that changes no value commits nothing.
+
+    When another writer commits first (Iceberg), the batch is located again on the new snapshot and committed
+    again, up to ``_MAX_COMMIT_RETRIES`` times, as long as that writer changed none of the batch's keys
+    (``WriteMetrics.commit_retries`` counts the retries); if it changed one, ``CommitConflictError`` names it.
+    Every error a batch can cause is a ``PartialCowError`` naming the model (see ``partialcow.spark.errors``).
     """
+    with named_errors(model=spec.model, table=table.name):
+        return _apply(spark, table, changes, spec)
+
+
+def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec: ChangeSpec) -> WriteMetrics:
     started = time.monotonic()
-    table_schema = _table_schema(spark, table)
-    staged, batch_rows = stage(changes, spec, table_schema=table_schema, check_unique=False)
-    # only a batch that passed every check may change the table's schema
-    if _evolve_schema(spark, table, staged.schema, spec):
+    with table.write_lease() as lease:
+        checkpoint("leased")
         table_schema = _table_schema(spark, table)
+        staged, batch_rows = stage(changes, spec, table_schema=table_schema, check_unique=False)
+        checkpoint("staged")
+        # only a batch that passed every check may change the table's schema
+        if _evolve_schema(spark, table, staged.schema, spec):
+            table_schema = _table_schema(spark, table)
+        retries = 0
+        while True:
+            index = _open_index(table, spec)
+            base_version = index.state.table_version
+            try:
+                metrics = _attempt(spark, table, index, staged, spec, table_schema, batch_rows, lease)
+                break
+            except CommitConflictError as exc:
+                if retries >= _MAX_COMMIT_RETRIES or table.table_format != "iceberg":
+                    raise
+                changed = _keys_changed_since(spark, table, staged, spec, base_version)
+                if changed:
+                    raise CommitConflictError(
+                        f"model {spec.model}: another writer changed key(s) {changed} of table {table.name} since "
+                        f"snapshot {base_version}, which this batch also changes; nothing was committed. Re-run the "
+                        "model to apply the batch on top of those changes"
+                    ) from exc
+                retries += 1
+        checkpoint("indexed")
+    metrics.commit_retries = retries
+    metrics.duration_ms = int((time.monotonic() - started) * 1000)
+    return metrics
+
+
+def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged: DataFrame, spec: ChangeSpec,
+             table_schema: StructType, batch_rows: int, lease: WriteLease) -> WriteMetrics:
+    """Locate, rewrite and commit the staged batch once, from the index's snapshot, then maintain the index."""
     table_columns = [f.name for f in table_schema.fields]
     value_columns = _value_columns(spec, table_columns, staged.columns)
-    index = _open_index(table, spec)
     base_version = index.state.table_version
     cores = spark.sparkContext.defaultParallelism
-    scratch = index.new_scratch_dir()
+    scratch = lease.scratch_dir()
     try:
         in_place = _locates_in_place(staged, index, spec, batch_rows, cores)
         located = _locate(index, staged, spec, value_columns, table_columns, scratch, batch_rows, cores, in_place)
+        checkpoint("located")
+        if located.inserts:
+            _check_required_columns(spec, table_schema, staged.columns)
         paths = index.file_paths()
         # one task per touched file, the most changed first, then the insert writers
         ids = sorted(located.file_rows, key=lambda i: (-located.file_rows[i], i))
@@ -167,11 +222,17 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
                 insert_schema=insert_schema,
                 data_dir=table.data_dir,
                 check_keys=spec.key_columns if in_place else (),
+                file_prefix=data_file_prefix(lease.write_id),
             )
             results = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(job).collect()
-        rewritten = [r for r in results if r["kind"] == "rewrite"]
+        checkpoint("rewritten")
+        # a file whose every page was copied holds what it held: it is not replaced (nothing to commit for it)
+        unchanged = [r for r in results if r["kind"] == "rewrite" and not r["rows_updated"] and not r["rows_deleted"]
+                     and not r["moved_rows"]]
+        _discard([r["dst"] for r in unchanged])
+        rewritten = [r for r in results if r["kind"] == "rewrite" and r not in unchanged]
         repeated = [r for r in results if r["kind"] == "repeated"]
-        new_files = [r["dst"] for r in results if r["kind"] != "repeated"]
+        new_files = [r["dst"] for r in results if r["kind"] == "insert"] + [r["dst"] for r in rewritten]
         new_files += [r["moved_dst"] for r in rewritten if r["moved_dst"]]
         try:
             if repeated:
@@ -184,8 +245,8 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
                     pages_rewritten=r["pages_rewritten"], pages_copied=r["pages_copied"],
                     bytes_copied=r["bytes_copied"], bytes_reencoded=r["bytes_reencoded"],
                 )
+            metrics.pages_copied += sum(r["pages_copied"] for r in unchanged)
             if not new_files:
-                metrics.duration_ms = int((time.monotonic() - started) * 1000)
                 return metrics
             table_paths = {p: _table_path(p, location=table.source.location) for p in new_files}
             change = FileReplacement(
@@ -196,13 +257,14 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
                 metrics=metrics,
             )
             result = table.committer.replace_files(change)
-        except CommitStateUnknownError:
-            raise  # the files may be referenced now: never delete them
+        except (CommitStateUnknownError, LostCommitError):
+            raise  # the files may be referenced now: never delete them (the next write checks, see journal)
         except BaseException:
             _discard(new_files)
             raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    checkpoint("committed")
     # spelled as the commit reports added files, or the index would not recognise the re-pointed file
     same_positions = {r["src"]: table_paths[r["dst"]] for r in rewritten if r["rows_deleted"] == 0}
     shifted = {r["src"]: (table_paths[r["dst"]], r["removed_positions"]) for r in rewritten if r["rows_deleted"]}
@@ -212,8 +274,36 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
         # Another writer published an index state between our lookup and our commit (our commit landed):
         # continue from its state, which the repair brings to the table's current snapshot.
         RowIndex.open(table.source).ensure_fresh(table.committer)
-    metrics.duration_ms = int((time.monotonic() - started) * 1000)
     return metrics
+
+
+def _check_required_columns(spec: ChangeSpec, table_schema: StructType, staged_columns: Sequence[str]) -> None:
+    """New rows get null in columns the batch lacks: refuse if one of those is required (NOT NULL)."""
+    required = [f.name for f in table_schema.fields if not f.nullable and f.name not in staged_columns]
+    if required:
+        raise ChangeFeedError(
+            f"model {spec.model}: the batch inserts new keys but lacks required (NOT NULL) column(s) {required}; "
+            "deliver them in the model"
+        )
+
+
+def _keys_changed_since(spark: SparkSession, table: LakehouseTable, staged: DataFrame, spec: ChangeSpec,
+                        base_version: int) -> str:
+    """The batch's keys (a sample, as text) whose rows differ between snapshot ``base_version`` and now: what a
+    concurrent writer changed that this batch also changes. Empty when it changed none of them (a retry is safe)."""
+    keys = [quote_identifier(c) for c in spec.key_columns]
+    batch_keys = staged.select(*keys).distinct()
+    name = quote_identifier(table.name)
+    now = spark.table(name)
+    if base_version == -1:  # the table was empty: any row of one of our keys is someone else's
+        before = now.limit(0)
+    else:
+        before = spark.sql(f"SELECT * FROM {name} VERSION AS OF {int(base_version)}")
+    columns = [c for c in now.columns if c in before.columns]
+    now = now.select(*map(quote_identifier, columns)).join(batch_keys, list(spec.key_columns), "left_semi")
+    before = before.select(*map(quote_identifier, columns)).join(batch_keys, list(spec.key_columns), "left_semi")
+    differ = now.exceptAll(before).unionByName(before.exceptAll(now)).select(*keys).limit(SAMPLE).collect()
+    return keys_text(differ, spec.key_columns)
 
 
 @dataclass(frozen=True)
@@ -414,6 +504,10 @@ ICEBERG_TABLE_PROPERTIES = {
 }
 
 
+# Set while a table's first build (or full refresh) runs: a table that still carries it after a crash is rebuilt.
+PENDING_CREATE = "partialcow.create-pending"
+
+
 def create_table(
     spark: SparkSession,
     name: str,
@@ -425,21 +519,31 @@ def create_table(
     """Create (or replace) ``name`` from a first batch of changes and build its row index.
 
     The batch is staged like any other (latest change per key; deletes dropped); the rows are written by the
-    Parquet engine's writer (page index, small pages) and committed as the table's first snapshot.
+    Parquet engine's writer (page index, small pages) and committed as the table's first snapshot. Until that
+    commit the table carries the property ``PENDING_CREATE``: a build that dies in between leaves a table that
+    :func:`create_pending` reports, and the next run builds it again instead of adding to it.
     """
-    staged = stage_changes(changes, spec)
-    columns = [c for c in staged.columns if c != DELETE]
-    if table_format == "iceberg":
+    with named_errors(model=spec.model, table=name):
+        staged = stage_changes(changes, spec)
+        columns = [c for c in staged.columns if c != DELETE]
+        if table_format != "iceberg":
+            raise ConfigurationError(
+                f"model {spec.model}: creating Delta tables needs Delta inside Spark (delta-spark jars); "
+                "create the table first, then apply changes with apply_changes()"
+            )
         writer = staged.select(*columns).limit(0).writeTo(quote_identifier(name)).using("iceberg")
-        for key, value in {**ICEBERG_TABLE_PROPERTIES, **spec.extra_table_properties}.items():
+        for key, value in {**ICEBERG_TABLE_PROPERTIES, **spec.extra_table_properties, PENDING_CREATE: "true"}.items():
             writer = writer.tableProperty(key, value)
         writer.createOrReplace()
-    else:
-        raise ConfigurationError(
-            f"model {spec.model}: creating Delta tables needs Delta inside Spark (delta-spark jars); "
-            "create the table first, then apply changes with apply_changes()"
-        )
-    from partialcow.spark.tables import open_table
+        from partialcow.spark.tables import open_table
 
-    # A replaced table keeps its location: a leftover index is repaired against the new (empty) snapshot.
-    return apply_changes(spark, open_table(spark, name, table_format=table_format), changes, spec)
+        # A replaced table keeps its location: a leftover index is repaired against the new (empty) snapshot.
+        metrics = apply_changes(spark, open_table(spark, name, table_format=table_format), changes, spec)
+        spark.sql(f"ALTER TABLE {quote_identifier(name)} UNSET TBLPROPERTIES IF EXISTS ('{PENDING_CREATE}')")
+        return metrics
+
+
+def create_pending(spark: SparkSession, name: str) -> bool:
+    """Whether table ``name``'s first build (or full refresh) never finished (see :func:`create_table`)."""
+    rows = spark.sql(f"SHOW TBLPROPERTIES {quote_identifier(name)} ('{PENDING_CREATE}')").collect()
+    return bool(rows) and str(rows[0][1]) == "true"

@@ -206,6 +206,8 @@ def _assignment_plan(changes: DataFrame, spec: ChangeSpec, table_types: dict[str
                      ) -> dict[str, tuple[str, DataType, DataType]]:
     """Per batch column the table also has: (conversion, batch type, table type); raises for refused ones."""
     model = spec.model
+    if spec.sequence_column:
+        _check_sequence_type(spec, changes.schema[spec.sequence_column].dataType, "the model delivers")
     plan: dict[str, tuple[str, DataType, DataType]] = {}
     for field in changes.schema.fields:
         name = field.name
@@ -229,14 +231,17 @@ def _assignment_plan(changes: DataFrame, spec: ChangeSpec, table_types: dict[str
             )
         plan[name] = (kind, field.dataType, table_types[name])
     seq = spec.sequence_column
-    if seq:
-        seq_type = plan[seq][2] if seq in plan else changes.schema[seq].dataType
-        if not is_orderable_sequence(seq_type):
-            raise ChangeFeedError(
-                f"model {model}: sequence column {seq!r} is {seq_type.simpleString()}, which does not order changes "
-                "(strings compare as text: '9' > '10'); make it a number, date or timestamp in the model"
-            )
+    if seq and seq in plan:
+        _check_sequence_type(spec, plan[seq][2], "the table stores it as")
     return plan
+
+
+def _check_sequence_type(spec: ChangeSpec, seq_type: DataType, how: str) -> None:
+    if not is_orderable_sequence(seq_type):
+        raise ChangeFeedError(
+            f"model {spec.model}: sequence column {spec.sequence_column!r} does not order changes: {how} "
+            f"{seq_type.simpleString()} (strings compare as text: '9' > '10'); make it a number, date or timestamp"
+        )
 
 
 def _assigned(name: str, plan: dict[str, tuple[str, DataType, DataType]], spec: ChangeSpec,
