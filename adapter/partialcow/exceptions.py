@@ -16,12 +16,14 @@ __all__ = [
     "CommitError",
     "CommitConflictError",
     "CommitStateUnknownError",
+    "LostCommitError",
     "UnsupportedTableFeatureError",
     "IndexError_",
     "StaleIndexError",
     "DuplicateKeyError",
     "ChangeFeedError",
     "BranchError",
+    "SparkJobError",
 ]
 
 
@@ -57,6 +59,11 @@ class CommitConflictError(CommitError):
     """Another writer changed what this commit read or replaces; nothing was committed. Re-run to retry."""
 
 
+class LostCommitError(CommitConflictError):
+    """The commit was accepted, then replaced by another writer's commit made from the same base (a catalog without
+    compare-and-swap): nothing of it is in the table. Its files are kept until no snapshot can reference them."""
+
+
 class CommitStateUnknownError(CommitError):
     """The commit may or may not have landed; its files are kept (never deleted) so the table stays readable."""
 
@@ -83,3 +90,7 @@ class ChangeFeedError(PartialCowError):
 
 class BranchError(PartialCowError):
     """A branch operation was refused (invalid name, unknown branch, conflicts, ...)."""
+
+
+class SparkJobError(PartialCowError):
+    """A Spark job of the pipeline failed for a reason none of our checks names; the message carries Spark's."""

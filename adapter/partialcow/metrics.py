@@ -27,6 +27,7 @@ class WriteMetrics:
     pages_copied: int = 0
     bytes_copied: int = 0
     bytes_reencoded: int = 0
+    commit_retries: int = 0  # commits beaten by another writer, then located and committed again
     duration_ms: int = 0
 
     def __add__(self, other: WriteMetrics) -> WriteMetrics:

@@ -13,6 +13,7 @@ import datetime as _dt
 import decimal
 import json
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,6 +26,7 @@ from partialcow.exceptions import (
     CommitConflictError,
     CommitError,
     CommitStateUnknownError,
+    LostCommitError,
     UnsupportedTableFeatureError,
 )
 
@@ -436,17 +438,26 @@ class IcebergCommitter:
         return result
 
     def _find_snapshot(self, table: Any, commit_id: str) -> Any:
-        """Our snapshot (found by the commit id in its summary), walking back from the current one."""
-        table.refresh()
-        snapshot = table.currentSnapshot()
-        while snapshot is not None:
-            if snapshot.summary().get(_COMMIT_ID) == commit_id:
-                return snapshot
-            parent = snapshot.parentId()
-            snapshot = None if parent is None else table.snapshot(parent)
-        raise CommitStateUnknownError(
-            f"Iceberg reported the commit to table {self._name} as done but no snapshot carries {_COMMIT_ID}="
-            f"{commit_id}; the new files are kept. Check the table's snapshots"
+        """Our snapshot (found by the commit id in its summary), walking back from the current one.
+
+        Not there although ``commit()`` returned: another writer replaced the table's metadata from the same base
+        at the same moment (a catalog that does not compare-and-swap, such as a Hive 2.3 metastore without locks).
+        Looked up once more after a pause, in case a writer that started from ours is still committing; then the
+        commit is reported lost (``LostCommitError``). Its files are kept: the orphaned metadata file references
+        them, and the next write's clean-up removes them once no snapshot does.
+        """
+        for pause in (0.0, 0.5):
+            time.sleep(pause)
+            table.refresh()
+            snapshot = table.currentSnapshot()
+            while snapshot is not None:
+                if snapshot.summary().get(_COMMIT_ID) == commit_id:
+                    return snapshot
+                parent = snapshot.parentId()
+                snapshot = None if parent is None else table.snapshot(parent)
+        raise LostCommitError(
+            f"the commit to Iceberg table {self._name} was lost: another writer replaced the table's metadata from "
+            f"the same base at the same moment, so no snapshot of the table carries {_COMMIT_ID}={commit_id}"
         )
 
     def _delete_quietly(self, table: Any, paths: Sequence[str]) -> None:

@@ -35,6 +35,7 @@ class PartialCowResponse(AdapterResponse):
     pages_copied: int = 0
     bytes_reencoded: int = 0
     bytes_copied: int = 0
+    commit_retries: int = 0
 
     @classmethod
     def from_metrics(cls, metrics: WriteMetrics, *, created: bool) -> PartialCowResponse:
@@ -49,6 +50,8 @@ class PartialCowResponse(AdapterResponse):
             f"UPDATE {metrics.rows_updated}, INSERT {metrics.rows_inserted}, DELETE {metrics.rows_deleted}; "
             f"pages {metrics.pages_rewritten} rewritten / {metrics.pages_copied} copied"
         )
+        if metrics.commit_retries:
+            message += f"; committed after {metrics.commit_retries} retry(ies): another writer committed first"
         return cls(
             _message=message,
             rows_affected=metrics.rows_inserted + metrics.rows_updated + metrics.rows_deleted,
@@ -61,6 +64,7 @@ class PartialCowResponse(AdapterResponse):
             pages_copied=metrics.pages_copied,
             bytes_reencoded=metrics.bytes_reencoded,
             bytes_copied=metrics.bytes_copied,
+            commit_retries=metrics.commit_retries,
         )
 
 
@@ -124,7 +128,7 @@ class PartialCowMixin(metaclass=AdapterMeta):
         """Create the table from the staged changes (first run, full refresh) or apply them to it."""
         from pyspark.sql import SparkSession
 
-        from partialcow.spark.changes import create_table, apply_changes
+        from partialcow.spark.changes import apply_changes, create_pending, create_table
         from partialcow.spark.tables import open_table
 
         model = str(relation.identifier)
@@ -142,6 +146,8 @@ class PartialCowMixin(metaclass=AdapterMeta):
         spark.sparkContext.setJobDescription(f"dbt-partialcow {name}: {'create' if create else 'apply changes'}")
         try:
             changes = spark.table(f"`{changes_view}`")
+            if not create and file_format == "iceberg" and create_pending(spark, name):
+                create = True  # its first build died before its first commit: build it again
             if create:
                 metrics = create_table(spark, name, changes, spec, table_format=file_format)
             else:

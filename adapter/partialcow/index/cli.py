@@ -110,15 +110,19 @@ def run(args: argparse.Namespace) -> int:
             print(_render_report(report))
         return 0 if report.ok else 1
     keys = [k.strip() for k in args.key.split(",") if k.strip()] if args.key else None
-    if RowIndex.exists(source) and keys is None:
-        index = RowIndex.open(source)
-        metrics = index.rebuild(num_buckets=args.buckets)
-    else:
-        if not keys:
-            raise ConfigurationError(f"table {args.table} has no row index yet: pass --key <col1,col2,...>")
-        index = RowIndex.create(source, key_columns=keys, num_buckets=args.buckets)
-        assert index.last_metrics is not None
-        metrics = index.last_metrics
+    from partialcow.spark.journal import WriteLease  # entry point only (see the module docstring)
+
+    # a rebuild writes index files: it holds a write lease so that writers of the table leave them alone
+    with WriteLease(source.location, [], referenced=set):
+        if RowIndex.exists(source) and keys is None:
+            index = RowIndex.open(source)
+            metrics = index.rebuild(num_buckets=args.buckets)
+        else:
+            if not keys:
+                raise ConfigurationError(f"table {args.table} has no row index yet: pass --key <col1,col2,...>")
+            index = RowIndex.create(source, key_columns=keys, num_buckets=args.buckets)
+            assert index.last_metrics is not None
+            metrics = index.last_metrics
     if args.output == "json":
         print(json.dumps(asdict(metrics), indent=1))
     else:

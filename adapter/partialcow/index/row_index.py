@@ -35,6 +35,7 @@ import numpy as np
 
 from partialcow.commit.base import CommitResult, TableCommitter
 from partialcow.exceptions import ConfigurationError, DuplicateKeyError, IndexError_, StaleIndexError
+from partialcow.faults import checkpoint
 from partialcow.index.hashing import SUPPORTED_KEY_TYPES
 from partialcow.index.sources import FILE_ID, POS, LiveFile, TableSource, quote_identifier
 from partialcow.index.storage import IndexedFile, IndexState, IndexStore, replace_buckets, unique_names
@@ -530,6 +531,7 @@ class RowIndex:
                 files.append(f)
         state = replace(base, table_version=version, files=tuple(files), buckets=replace_buckets(base.buckets, changes),
                         next_file_id=next_id, state_version=self.state.state_version + 1)
+        checkpoint("index-written")
         self._store.write_state(state)
         self.state = state
         self._store.garbage_collect()
@@ -657,6 +659,7 @@ class RowIndex:
             next_file_id=next_id,
             state_version=self.state.state_version + 1,
         )
+        checkpoint("index-written")
         self._store.write_state(state)
         self.state = state
         self._store.garbage_collect()

@@ -215,12 +215,15 @@ class IndexStore:
     def delete_all(self) -> None:
         self.delete_dir("")
 
-    def garbage_collect(self, *, keep_states: int = 2, min_age_seconds: float = 3600.0) -> list[str]:
+    def garbage_collect(self, *, keep_states: int = 2, min_age_seconds: float = 3600.0,
+                        keep: Iterable[str] = ()) -> list[str]:
         """Delete state files older than the last ``keep_states``, and data files none of those reference.
 
         Unreferenced data files and leftover temporary folders younger than ``min_age_seconds`` are kept: they may
-        belong to another maintainer that has written its buckets but not yet published its state.
+        belong to another maintainer that has written its buckets but not yet published its state (a write that
+        knows no other is running passes 0). ``keep``: temporary folders (``_tmp/<name>``) in use by the caller.
         """
+        keep = set(keep)
         versions = self._state_versions()
         kept = versions[-keep_states:]
         referenced: set[str] = set()
@@ -239,7 +242,7 @@ class IndexStore:
                 self.fs.delete_file(info.path)
                 deleted.append(rel)
         for info in self.list_dir("_tmp"):
-            if _older(info, cutoff):
+            if f"_tmp/{info.base_name}" not in keep and _older(info, cutoff):
                 self.fs.delete_dir(info.path)
                 deleted.append(f"_tmp/{info.base_name}")
         return deleted

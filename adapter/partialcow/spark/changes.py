@@ -15,9 +15,8 @@ The pipeline, on the driver unless said otherwise:
 
 A failure before the commit deletes the files written for it: the table never sees them.
 
->>> spec = ChangeSpec(key_columns=("id",), op_column="_op", sequence_column="_ts")
->>> spec.control_columns
-('_op', '_ts')
+The batch contract is :class:`partialcow.spark.spec.ChangeSpec`; staging and the casting rules live in
+:mod:`partialcow.spark.staging` and :mod:`partialcow.spark.casting`.
 """
 
 from __future__ import annotations
@@ -27,29 +26,42 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 from partialcow.commit.base import FileReplacement
-from partialcow.exceptions import ChangeFeedError, CommitStateUnknownError, ConfigurationError, StaleIndexError
+from partialcow.exceptions import (
+    ChangeFeedError,
+    CommitConflictError,
+    CommitStateUnknownError,
+    ConfigurationError,
+    LostCommitError,
+    StaleIndexError,
+)
 from partialcow.index import RowIndex
 from partialcow.index.sources import quote_identifier
 from partialcow.metrics import WriteMetrics
 from partialcow.spark.partitioning import routes
 from partialcow.spark.rewrite_job import BUCKET, DELETE, LOCATE_RESULT_SCHEMA, FileTask, locate_partition, run_file_tasks
+from partialcow.spark.spec import ChangeSpec, OnSchemaChange
+from partialcow.spark.errors import named_errors
+from partialcow.faults import checkpoint
+from partialcow.spark.journal import WriteLease, data_file_prefix
+from partialcow.spark.staging import SAMPLE, keys_text, repeated_keys_error, stage, stage_changes
 from partialcow.spark.tables import LakehouseTable, local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 __all__ = ["ChangeSpec", "apply_changes", "create_table", "stage_changes", "OnSchemaChange"]
 
-OnSchemaChange = Literal["ignore", "fail", "append_new_columns", "sync_all_columns"]
-_SAMPLE = 5
 # Above this many changed keys the commit's conflict filter would be larger than the work it guards; the commit then
 # relies on file-level validation (a concurrent change of any file we replace still fails).
 _MAX_CONFLICT_KEYS = 10_000
+# A commit beaten by another writer that changed none of the batch's keys is located and committed again.
+_MAX_COMMIT_RETRIES = 3
 _ROWS_PER_INSERT_FILE = 1_000_000
 _MIN_ROWS_PER_INSERT_FILE = 250_000
 # A locate task holds this many changed rows at most (as Arrow, with their index buckets), unless the index has
@@ -68,156 +80,6 @@ _IN_PLACE_MAX_INDEX_ROWS = 10_000_000
 _UNSCALED_DECIMALS_MIN_ROWS = 250_000
 
 
-@dataclass(frozen=True)
-class ChangeSpec:
-    """How to read a batch of changes (the model contract of ``partial_cow_incremental``)."""
-
-    key_columns: tuple[str, ...]
-    op_column: str | None = None
-    insert_ops: tuple[str, ...] = ("I",)
-    update_ops: tuple[str, ...] = ("U",)
-    delete_ops: tuple[str, ...] = ("D",)
-    sequence_column: str | None = None
-    update_columns: tuple[str, ...] | None = None  # None: every non-key column of the table
-    exclude_columns: tuple[str, ...] = ()
-    on_schema_change: OnSchemaChange = "ignore"
-    model: str = "changes"  # named in every error message
-    extra_table_properties: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def control_columns(self) -> tuple[str, ...]:
-        """Columns that steer the change but are not stored: the op code and the sequence."""
-        return tuple(c for c in (self.op_column, self.sequence_column) if c)
-
-
-def _keys_text(rows: Sequence[object], key_columns: Sequence[str]) -> str:
-    return ", ".join("(" + ", ".join(f"{c}={r[c]!r}" for c in key_columns) + ")" for r in rows)  # type: ignore[index]
-
-
-def stage_changes(changes: DataFrame, spec: ChangeSpec, *, table_columns: Sequence[str] | None = None) -> DataFrame:
-    """Validate a batch and collapse it to one change per key: the value columns plus ``_pcow_delete``.
-
-    Raises ``ChangeFeedError`` naming the model, the column and sample keys for: a missing key column, null keys,
-    op codes outside the configured ones, several changes of one key without a sequence column, or two changes of
-    one key with the same (latest) sequence value.
-    """
-    return _stage(changes, spec, table_columns=table_columns, check_unique=True)[0]
-
-
-def _stage(
-    changes: DataFrame, spec: ChangeSpec, *, table_columns: Sequence[str] | None, check_unique: bool
-) -> tuple[DataFrame, int]:
-    """:func:`stage_changes`, plus the batch's row count (before collapsing), counted by the validation job.
-
-    ``check_unique=False`` leaves the one-change-per-key checks (repeated keys, ties on the latest sequence) to the
-    caller: ``apply_changes``' locate job sees every change of a key in one task and checks them there, which
-    spares the validation a shuffle and the sequence ranking a second run.
-    """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    model = spec.model
-    columns = list(changes.columns)
-    for column in (*spec.key_columns, *spec.control_columns):
-        if column not in columns:
-            raise ChangeFeedError(f"model {model}: column {column!r} is missing from the changes (columns: {columns})")
-    keys = [F.col(quote_identifier(c)) for c in spec.key_columns]
-
-    null_key = F.lit(False)
-    for key in keys:
-        null_key = null_key | key.isNull()
-    if spec.op_column:
-        known = [*spec.insert_ops, *spec.update_ops, *spec.delete_ops]
-        op = F.col(quote_identifier(spec.op_column))
-        bad_op = op.isNull() | ~op.isin(known)
-        is_delete = op.isin(list(spec.delete_ops))
-    else:
-        known, bad_op, is_delete = [], F.lit(False), F.lit(False)
-    # One job counts every problem (when it checks uniqueness without a sequence column, per key, so repeated keys
-    # are counted too); the samples for the message are only fetched when there is a problem. collect(), not
-    # first(): first() may run one job per partition it scans.
-    null_seq = F.col(quote_identifier(spec.sequence_column)).isNull() if spec.sequence_column else F.lit(False)
-    if spec.sequence_column or not check_unique:
-        counted = changes.select(*keys, F.lit(1).alias("_n"), bad_op.cast("int").alias("_bad"),
-                                 null_seq.cast("int").alias("_null_seq"))
-        repeated = F.lit(0)
-    else:
-        counted = changes.groupBy(*keys).agg(
-            F.count(F.lit(1)).alias("_n"), F.sum(bad_op.cast("int")).alias("_bad"), F.lit(0).alias("_null_seq")
-        )
-        repeated = F.sum((F.col("_n") > 1).cast("int"))
-    counts = counted.select(
-        F.coalesce(F.sum("_n"), F.lit(0)).alias("rows"),
-        F.sum(F.when(null_key, F.col("_n"))).alias("null_keys"),
-        F.sum("_bad").alias("bad_ops"),
-        F.sum("_null_seq").alias("null_seqs"),
-        repeated.alias("repeated_keys"),
-    ).collect()[0]
-    if counts["null_keys"]:
-        sample = changes.where(null_key).select(*spec.key_columns).limit(_SAMPLE).collect()
-        raise ChangeFeedError(
-            f"model {model}: key column(s) {list(spec.key_columns)} must not be null; {counts['null_keys']} row(s) "
-            f"with null keys, e.g. {_keys_text(sample, spec.key_columns)}"
-        )
-    if counts["null_seqs"]:
-        sample = changes.where(null_seq).select(*spec.key_columns).limit(_SAMPLE).collect()
-        raise ChangeFeedError(
-            f"model {model}: sequence column {spec.sequence_column!r} is null for key(s) "
-            f"{_keys_text(sample, spec.key_columns)}; every change needs a sequence value"
-        )
-    if counts["bad_ops"]:
-        bad = changes.where(bad_op).select(*spec.key_columns, spec.op_column).limit(_SAMPLE).collect()
-        found = sorted({str(r[spec.op_column]) for r in bad})
-        raise ChangeFeedError(
-            f"model {model}: column {spec.op_column!r} has op code(s) {found} outside the configured "
-            f"{known} (keys {_keys_text(bad, spec.key_columns)}); set op_codes in the model config"
-        )
-
-    if spec.sequence_column:
-        seq = F.col(quote_identifier(spec.sequence_column))
-        by_key = Window.partitionBy(*keys)
-        ranked = changes.withColumn("_pcow_latest", F.max(seq).over(by_key)).where(seq == F.col("_pcow_latest"))
-        ties = ranked.groupBy(*keys).count().where("count > 1").limit(_SAMPLE).collect() if check_unique else []
-        if ties:
-            raise _repeated_keys_error(spec, _keys_text(ties, spec.key_columns))
-        latest = ranked.drop("_pcow_latest")
-    else:
-        dups = changes.groupBy(*keys).count().where("count > 1").limit(_SAMPLE).collect() if counts["repeated_keys"] else []
-        if dups:
-            raise _repeated_keys_error(spec, _keys_text(dups, spec.key_columns))
-        latest = changes
-
-    staged = latest.withColumn(DELETE, is_delete).drop(*([spec.op_column] if spec.op_column else []))
-    if table_columns is not None:
-        staged = _conform_schema(staged, spec, table_columns)
-    return staged, counts["rows"]
-
-
-def _repeated_keys_error(spec: ChangeSpec, keys: str) -> ChangeFeedError:
-    if spec.sequence_column:
-        return ChangeFeedError(
-            f"model {spec.model}: several changes share the latest {spec.sequence_column!r} for key(s) {keys}; "
-            "make the sequence unique per key"
-        )
-    return ChangeFeedError(
-        f"model {spec.model}: key(s) {keys} appear more than once in one batch; set sequence_column so the latest "
-        "change wins"
-    )
-
-
-def _conform_schema(staged: DataFrame, spec: ChangeSpec, table_columns: Sequence[str]) -> DataFrame:
-    extra = [c for c in staged.columns if c not in table_columns and c != DELETE]
-    missing = [c for c in table_columns if c not in staged.columns]
-    if (extra or missing) and spec.on_schema_change == "fail":
-        raise ChangeFeedError(
-            f"model {spec.model}: the changes' columns differ from the table's (new: {extra}, missing: {missing}) "
-            "and on_schema_change='fail'"
-        )
-    if spec.on_schema_change in ("append_new_columns", "sync_all_columns"):
-        return staged  # apply_changes adds the new columns to the table first
-    return staged.drop(*extra)
-
-
 def _table_schema(spark: SparkSession, table: LakehouseTable):  # type: ignore[no-untyped-def]
     if table.table_format == "iceberg":
         return spark.table(quote_identifier(table.name)).schema
@@ -234,12 +96,6 @@ def _evolve_schema(spark: SparkSession, table: LakehouseTable, changes_schema, s
     control = {*spec.control_columns, DELETE}
     new = [f for f in changes_schema.fields if f.name not in table_fields and f.name not in control]
     dropped = [c for c in table_fields if c not in changes_schema.names] if spec.on_schema_change == "sync_all_columns" else []
-    changed = [f.name for f in changes_schema.fields if f.name in table_fields and f.dataType != table_fields[f.name]]
-    if changed and spec.on_schema_change == "sync_all_columns":
-        raise ChangeFeedError(
-            f"model {spec.model}: column(s) {changed} changed type; partial copy-on-write does not rewrite column "
-            "types: run with --full-refresh"
-        )
     if not new and not dropped:
         return False
     if table.table_format != "iceberg":
@@ -266,32 +122,6 @@ def _value_columns(spec: ChangeSpec, table_columns: Sequence[str], staged_column
     return [c for c in candidates if c not in spec.exclude_columns]
 
 
-def _cast_to_table(staged: DataFrame, table_schema, spec: ChangeSpec) -> DataFrame:  # type: ignore[no-untyped-def]
-    """Cast every column to the table's type; a value that does not fit is an error naming column and keys."""
-    from pyspark.sql import functions as F
-
-    types = {f.name: f.dataType for f in table_schema.fields}
-    if all(f.name not in types or f.dataType == types[f.name] for f in staged.schema.fields):
-        return staged  # nothing to cast: spares a projection of every column (a py4j call each)
-    casts = []
-    checks = []
-    for name in staged.columns:
-        column = F.col(quote_identifier(name))
-        if name in types and staged.schema[name].dataType != types[name]:
-            casts.append(column.cast(types[name]).alias(name))
-            checks.append((name, column.isNotNull() & column.cast(types[name]).isNull()))
-        else:
-            casts.append(column)
-    for name, lost in checks:
-        bad = staged.where(lost).select(*spec.key_columns, name).limit(_SAMPLE).collect()
-        if bad:
-            raise ChangeFeedError(
-                f"model {spec.model}: column {name!r} has value(s) {[r[name] for r in bad]} that cannot be cast to "
-                f"the table's type {types[name].simpleString()} (keys {_keys_text(bad, spec.key_columns)})"
-            )
-    return staged.select(*casts)
-
-
 def _open_index(table: LakehouseTable, spec: ChangeSpec) -> RowIndex:
     if RowIndex.exists(table.source):
         index = RowIndex.open(table.source)
@@ -314,24 +144,65 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
 
     ``changes`` holds the key columns, value columns and, per ``spec``, an op code and a sequence column.
     Keys present in the table are updated in place (only changed pages re-encoded) or deleted; keys absent are
-    inserted; deletes of absent keys are no-ops.
+    inserted; deletes of absent keys are no-ops. A batch that changes no value commits nothing.
+
+    When another writer commits first (Iceberg), the batch is located again on the new snapshot and committed
+    again, up to ``_MAX_COMMIT_RETRIES`` times, as long as that writer changed none of the batch's keys
+    (``WriteMetrics.commit_retries`` counts the retries); if it changed one, ``CommitConflictError`` names it.
+    Every error a batch can cause is a ``PartialCowError`` naming the model (see ``partialcow.spark.errors``).
     """
+    with named_errors(model=spec.model, table=table.name):
+        return _apply(spark, table, changes, spec)
+
+
+def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec: ChangeSpec) -> WriteMetrics:
     started = time.monotonic()
-    table_schema = _table_schema(spark, table)
-    staged, batch_rows = _stage(changes, spec, table_columns=[f.name for f in table_schema.fields], check_unique=False)
-    staged = _cast_to_table(staged, table_schema, spec)
-    # only a batch that passed every check may change the table's schema
-    if _evolve_schema(spark, table, staged.schema, spec):
+    with table.write_lease() as lease:
+        checkpoint("leased")
         table_schema = _table_schema(spark, table)
+        staged, batch_rows = stage(changes, spec, table_schema=table_schema, check_unique=False)
+        checkpoint("staged")
+        # only a batch that passed every check may change the table's schema
+        if _evolve_schema(spark, table, staged.schema, spec):
+            table_schema = _table_schema(spark, table)
+        retries = 0
+        while True:
+            index = _open_index(table, spec)
+            base_version = index.state.table_version
+            try:
+                metrics = _attempt(spark, table, index, staged, spec, table_schema, batch_rows, lease)
+                break
+            except CommitConflictError as exc:
+                if retries >= _MAX_COMMIT_RETRIES or table.table_format != "iceberg":
+                    raise
+                changed = _keys_changed_since(spark, table, staged, spec, base_version)
+                if changed:
+                    raise CommitConflictError(
+                        f"model {spec.model}: another writer changed key(s) {changed} of table {table.name} since "
+                        f"snapshot {base_version}, which this batch also changes; nothing was committed. Re-run the "
+                        "model to apply the batch on top of those changes"
+                    ) from exc
+                retries += 1
+        checkpoint("indexed")
+    metrics.commit_retries = retries
+    metrics.duration_ms = int((time.monotonic() - started) * 1000)
+    return metrics
+
+
+def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged: DataFrame, spec: ChangeSpec,
+             table_schema: StructType, batch_rows: int, lease: WriteLease) -> WriteMetrics:
+    """Locate, rewrite and commit the staged batch once, from the index's snapshot, then maintain the index."""
     table_columns = [f.name for f in table_schema.fields]
     value_columns = _value_columns(spec, table_columns, staged.columns)
-    index = _open_index(table, spec)
     base_version = index.state.table_version
     cores = spark.sparkContext.defaultParallelism
-    scratch = index.new_scratch_dir()
+    scratch = lease.scratch_dir()
     try:
         in_place = _locates_in_place(staged, index, spec, batch_rows, cores)
         located = _locate(index, staged, spec, value_columns, table_columns, scratch, batch_rows, cores, in_place)
+        checkpoint("located")
+        if located.inserts:
+            _check_required_columns(spec, table_schema, staged.columns)
         paths = index.file_paths()
         # one task per touched file, the most changed first, then the insert writers
         ids = sorted(located.file_rows, key=lambda i: (-located.file_rows[i], i))
@@ -351,15 +222,21 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
                 insert_schema=insert_schema,
                 data_dir=table.data_dir,
                 check_keys=spec.key_columns if in_place else (),
+                file_prefix=data_file_prefix(lease.write_id),
             )
             results = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(job).collect()
-        rewritten = [r for r in results if r["kind"] == "rewrite"]
+        checkpoint("rewritten")
+        # a file whose every page was copied holds what it held: it is not replaced (nothing to commit for it)
+        unchanged = [r for r in results if r["kind"] == "rewrite" and not r["rows_updated"] and not r["rows_deleted"]
+                     and not r["moved_rows"]]
+        _discard([r["dst"] for r in unchanged])
+        rewritten = [r for r in results if r["kind"] == "rewrite" and r not in unchanged]
         repeated = [r for r in results if r["kind"] == "repeated"]
-        new_files = [r["dst"] for r in results if r["kind"] != "repeated"]
+        new_files = [r["dst"] for r in results if r["kind"] == "insert"] + [r["dst"] for r in rewritten]
         new_files += [r["moved_dst"] for r in rewritten if r["moved_dst"]]
         try:
             if repeated:
-                raise _repeated_keys_error(spec, ", ".join([s for r in repeated for s in r["samples"]][:_SAMPLE]))
+                raise repeated_keys_error(spec, ", ".join([s for r in repeated for s in r["samples"]][:SAMPLE]))
             metrics = WriteMetrics(rows_inserted=located.inserts, files_added=len(new_files), files_removed=len(rewritten))
             for r in rewritten:
                 metrics += WriteMetrics(  # a moved row is an update, though its file saw a delete
@@ -368,8 +245,8 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
                     pages_rewritten=r["pages_rewritten"], pages_copied=r["pages_copied"],
                     bytes_copied=r["bytes_copied"], bytes_reencoded=r["bytes_reencoded"],
                 )
+            metrics.pages_copied += sum(r["pages_copied"] for r in unchanged)
             if not new_files:
-                metrics.duration_ms = int((time.monotonic() - started) * 1000)
                 return metrics
             table_paths = {p: _table_path(p, location=table.source.location) for p in new_files}
             change = FileReplacement(
@@ -380,13 +257,14 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
                 metrics=metrics,
             )
             result = table.committer.replace_files(change)
-        except CommitStateUnknownError:
-            raise  # the files may be referenced now: never delete them
+        except (CommitStateUnknownError, LostCommitError):
+            raise  # the files may be referenced now: never delete them (the next write checks, see journal)
         except BaseException:
             _discard(new_files)
             raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    checkpoint("committed")
     # spelled as the commit reports added files, or the index would not recognise the re-pointed file
     same_positions = {r["src"]: table_paths[r["dst"]] for r in rewritten if r["rows_deleted"] == 0}
     shifted = {r["src"]: (table_paths[r["dst"]], r["removed_positions"]) for r in rewritten if r["rows_deleted"]}
@@ -396,8 +274,36 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
         # Another writer published an index state between our lookup and our commit (our commit landed):
         # continue from its state, which the repair brings to the table's current snapshot.
         RowIndex.open(table.source).ensure_fresh(table.committer)
-    metrics.duration_ms = int((time.monotonic() - started) * 1000)
     return metrics
+
+
+def _check_required_columns(spec: ChangeSpec, table_schema: StructType, staged_columns: Sequence[str]) -> None:
+    """New rows get null in columns the batch lacks: refuse if one of those is required (NOT NULL)."""
+    required = [f.name for f in table_schema.fields if not f.nullable and f.name not in staged_columns]
+    if required:
+        raise ChangeFeedError(
+            f"model {spec.model}: the batch inserts new keys but lacks required (NOT NULL) column(s) {required}; "
+            "deliver them in the model"
+        )
+
+
+def _keys_changed_since(spark: SparkSession, table: LakehouseTable, staged: DataFrame, spec: ChangeSpec,
+                        base_version: int) -> str:
+    """The batch's keys (a sample, as text) whose rows differ between snapshot ``base_version`` and now: what a
+    concurrent writer changed that this batch also changes. Empty when it changed none of them (a retry is safe)."""
+    keys = [quote_identifier(c) for c in spec.key_columns]
+    batch_keys = staged.select(*keys).distinct()
+    name = quote_identifier(table.name)
+    now = spark.table(name)
+    if base_version == -1:  # the table was empty: any row of one of our keys is someone else's
+        before = now.limit(0)
+    else:
+        before = spark.sql(f"SELECT * FROM {name} VERSION AS OF {int(base_version)}")
+    columns = [c for c in now.columns if c in before.columns]
+    now = now.select(*map(quote_identifier, columns)).join(batch_keys, list(spec.key_columns), "left_semi")
+    before = before.select(*map(quote_identifier, columns)).join(batch_keys, list(spec.key_columns), "left_semi")
+    differ = now.exceptAll(before).unionByName(before.exceptAll(now)).select(*keys).limit(SAMPLE).collect()
+    return keys_text(differ, spec.key_columns)
 
 
 @dataclass(frozen=True)
@@ -465,7 +371,7 @@ def _locate(
             "(or materialise its input first)"
         )
     if any(r["repeated_keys"] for r in results):
-        raise _repeated_keys_error(spec, ", ".join([s for r in results for s in r["samples"]][:_SAMPLE]))
+        raise repeated_keys_error(spec, ", ".join([s for r in results for s in r["samples"]][:SAMPLE]))
     file_rows: dict[int, int] = {}
     fragments: dict[int, tuple[str, ...]] = {}
     for r in results:
@@ -596,6 +502,10 @@ ICEBERG_TABLE_PROPERTIES = {
 }
 
 
+# Set while a table's first build (or full refresh) runs: a table that still carries it after a crash is rebuilt.
+PENDING_CREATE = "partialcow.create-pending"
+
+
 def create_table(
     spark: SparkSession,
     name: str,
@@ -607,21 +517,31 @@ def create_table(
     """Create (or replace) ``name`` from a first batch of changes and build its row index.
 
     The batch is staged like any other (latest change per key; deletes dropped); the rows are written by the
-    Parquet engine's writer (page index, small pages) and committed as the table's first snapshot.
+    Parquet engine's writer (page index, small pages) and committed as the table's first snapshot. Until that
+    commit the table carries the property ``PENDING_CREATE``: a build that dies in between leaves a table that
+    :func:`create_pending` reports, and the next run builds it again instead of adding to it.
     """
-    staged = stage_changes(changes, spec)
-    columns = [c for c in staged.columns if c != DELETE]
-    if table_format == "iceberg":
+    with named_errors(model=spec.model, table=name):
+        staged = stage_changes(changes, spec)
+        columns = [c for c in staged.columns if c != DELETE]
+        if table_format != "iceberg":
+            raise ConfigurationError(
+                f"model {spec.model}: creating Delta tables needs Delta inside Spark (delta-spark jars); "
+                "create the table first, then apply changes with apply_changes()"
+            )
         writer = staged.select(*columns).limit(0).writeTo(quote_identifier(name)).using("iceberg")
-        for key, value in {**ICEBERG_TABLE_PROPERTIES, **spec.extra_table_properties}.items():
+        for key, value in {**ICEBERG_TABLE_PROPERTIES, **spec.extra_table_properties, PENDING_CREATE: "true"}.items():
             writer = writer.tableProperty(key, value)
         writer.createOrReplace()
-    else:
-        raise ConfigurationError(
-            f"model {spec.model}: creating Delta tables needs Delta inside Spark (delta-spark jars); "
-            "create the table first, then apply changes with apply_changes()"
-        )
-    from partialcow.spark.tables import open_table
+        from partialcow.spark.tables import open_table
 
-    # A replaced table keeps its location: a leftover index is repaired against the new (empty) snapshot.
-    return apply_changes(spark, open_table(spark, name, table_format=table_format), changes, spec)
+        # A replaced table keeps its location: a leftover index is repaired against the new (empty) snapshot.
+        metrics = apply_changes(spark, open_table(spark, name, table_format=table_format), changes, spec)
+        spark.sql(f"ALTER TABLE {quote_identifier(name)} UNSET TBLPROPERTIES IF EXISTS ('{PENDING_CREATE}')")
+        return metrics
+
+
+def create_pending(spark: SparkSession, name: str) -> bool:
+    """Whether table ``name``'s first build (or full refresh) never finished (see :func:`create_table`)."""
+    rows = spark.sql(f"SHOW TBLPROPERTIES {quote_identifier(name)} ('{PENDING_CREATE}')").collect()
+    return bool(rows) and str(rows[0][1]) == "true"

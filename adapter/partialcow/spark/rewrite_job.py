@@ -51,9 +51,10 @@ LOCATE_RESULT_SCHEMA = (
 )
 
 
-def new_file_name() -> str:
-    """A fresh data file name (never reused, so an aborted attempt cannot clash with a later one)."""
-    return f"pcow-{uuid.uuid4().hex}.parquet"
+def new_file_name(prefix: str = "pcow-") -> str:
+    """A fresh data file name (never reused, so an aborted attempt cannot clash with a later one); ``prefix`` names
+    the write that creates it (see ``partialcow.spark.journal``), so a killed write's files can be found."""
+    return f"{prefix}{uuid.uuid4().hex}.parquet"
 
 
 def _local(uri: str) -> str:
@@ -78,6 +79,7 @@ def rewrite_changed_file(
     moved_schema: pa.Schema | None = None,
     data_dir: str | None = None,
     threads: int = 1,
+    file_prefix: str = "pcow-",
 ) -> dict[str, object]:
     """Rewrite data file ``src`` with its changed rows ``mine`` (``_pcow_pos``, ``_pcow_delete``, keys, values) and
     report what was done.
@@ -104,13 +106,13 @@ def rewrite_changed_file(
                 "rows (do not restrict merge_update_columns/merge_exclude_columns in that run)"
             )
         moved_dst = write_table(
-            moved.select(moved_schema.names).cast(moved_schema), os.path.join(data_dir, new_file_name())
+            moved.select(moved_schema.names).cast(moved_schema), os.path.join(data_dir, new_file_name(file_prefix))
         ).path
     updates = None
     present = [c for c in update_columns if c in in_file]
     if upserts.num_rows and present:
         updates = upserts.select([POS, *present]).rename_columns([ROW_POSITION, *present])
-    dst = os.path.join(os.path.dirname(local_src), new_file_name())
+    dst = os.path.join(os.path.dirname(local_src), new_file_name(file_prefix))
     # no fsync: new files are as durable as the ones Spark's and Iceberg's own writers (and our insert writers)
     # leave on a local file system; object stores make a file durable when it is closed
     report = rewrite_file(local_src, dst, updates=updates, deletes=deletes if len(deletes) else None,
@@ -134,13 +136,19 @@ def rewrite_changed_file(
     }
 
 
-def write_partition(batches: Iterator[pa.RecordBatch], *, schema: pa.Schema, data_dir: str) -> Iterator[pa.RecordBatch]:
+def write_partition(batches: Iterator[pa.RecordBatch], *, schema: pa.Schema, data_dir: str,
+                    file_prefix: str = "pcow-") -> Iterator[pa.RecordBatch]:
     """Write this partition's inserted rows as one new data file with the product's layout."""
     batch_list = [b for b in batches if b.num_rows]
     if not batch_list:
         return
-    table = pa.Table.from_batches(batch_list).select(schema.names).cast(schema)
-    written = write_table(table, os.path.join(data_dir, new_file_name()))
+    table = pa.Table.from_batches(batch_list)
+    # columns the batch does not deliver (on_schema_change='ignore'/'append_new_columns') are null in new rows
+    missing = [f for f in schema if f.name not in table.column_names]
+    for f in missing:
+        table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
+    table = table.select(schema.names).cast(schema)
+    written = write_table(table, os.path.join(data_dir, new_file_name(file_prefix)))
     yield pa.RecordBatch.from_pylist([{"dst": written.path, "rows": written.num_rows}], schema=_INSERT_ARROW)
 
 
@@ -218,7 +226,7 @@ def locate_partition(
         index_rows = pa.concat_tables(parts)
         # Spark may store keys with another physical type (e.g. INT96 timestamps): align with the batch's
         index_rows = pa.table(
-            [index_rows.column(c).cast(keys.schema.field(c).type) for c in key_columns]
+            [normalized_key(index_rows.column(c).cast(keys.schema.field(c).type)) for c in key_columns]
             + [index_rows.column(INDEX_FILE_ID), index_rows.column(INDEX_POS)],
             names=[*key_columns, INDEX_FILE_ID, INDEX_POS],
         )
@@ -255,7 +263,8 @@ def locate_partition(
     inserts_file = None
     if unmatched.any():
         inserts_file = os.path.join(scratch, f"ins-{task}.arrow")
-        unmatched_rows = rows.filter(pa.array(unmatched)).select(list(insert_columns))
+        # the insert writers fill columns the batch lacks with nulls (see write_partition)
+        unmatched_rows = rows.filter(pa.array(unmatched)).select([c for c in insert_columns if c in rows.column_names])
         _write_fragment(unmatched_rows.append_column(DELETE, pa.array(is_delete[unmatched])), inserts_file)
     keys_file = None
     if rows.num_rows <= keys_limit:
@@ -266,6 +275,18 @@ def locate_partition(
         inserts=int((unmatched & ~is_delete).sum()),
         inserts_file=inserts_file, keys_file=keys_file,
     )
+
+
+def normalized_key(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """A key column as the batch holds it after staging: float keys with -0.0 made 0.0 (a table written by another
+    engine may hold -0.0; Arrow's join compares floats bit for bit, Spark's join does not).
+
+    >>> normalized_key(pa.array([-0.0, 1.5, None])).to_pylist(), normalized_key(pa.array([1, 2])).to_pylist()
+    ([0.0, 1.5, None], [1, 2])
+    """
+    if not pa.types.is_floating(values.type):
+        return values
+    return pc.if_else(pc.equal(values, pa.scalar(0, values.type)), pa.scalar(0, values.type), values)
 
 
 def decimals_from_unscaled(values: pa.ChunkedArray | pa.Array, precision: int, scale: int) -> pa.Array:
@@ -312,6 +333,7 @@ def run_file_tasks(
     insert_schema: pa.Schema,
     data_dir: str,
     check_keys: Sequence[str] = (),
+    file_prefix: str = "pcow-",
 ) -> Iterator[dict[str, object]]:
     """Run this partition's file tasks on the fragments ``locate_partition`` wrote.
 
@@ -333,14 +355,15 @@ def run_file_tasks(
                 continue
         if task.src is not None:
             report = rewrite_changed_file(task.src, rows, update_columns=update_columns, moved_schema=moved_schema,
-                                          data_dir=data_dir, threads=task.threads)
+                                          data_dir=data_dir, threads=task.threads, file_prefix=file_prefix)
             yield {"kind": "rewrite", **report}
         else:
             rows = rows.filter(pc.invert(rows[DELETE])).drop_columns([DELETE])
             start = rows.num_rows * task.part // task.parts
             stop = rows.num_rows * (task.part + 1) // task.parts
             part = rows.slice(start, stop - start)
-            for batch in write_partition(iter(part.to_batches()), schema=insert_schema, data_dir=data_dir):
+            for batch in write_partition(iter(part.to_batches()), schema=insert_schema, data_dir=data_dir,
+                                         file_prefix=file_prefix):
                 yield from ({"kind": "insert", **r} for r in batch.to_pylist())
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 from partialcow.exceptions import ConfigurationError
 from partialcow.spark.jars import JarSet, ensure_jars, resolve_delta_jars, resolve_iceberg_runtime
+from partialcow.spark.metastore import LOCK_CONF, prepare_embedded_metastore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -114,9 +115,8 @@ def _conf(
                 "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
                 "spark.sql.catalog.spark_catalog": "org.apache.iceberg.spark.SparkSessionCatalog",
                 "spark.sql.catalog.spark_catalog.type": "hive",
-                # Embedded Derby has no HIVE_LOCKS/NEXT_LOCK_ID tables: Hive locks fail there.
-                "spark.sql.catalog.spark_catalog.lock-enabled": "false",
-                "spark.hadoop.iceberg.engine.hive.lock-enabled": "false",
+                # Hive locks around every commit (see partialcow.spark.metastore, which creates their tables)
+                **LOCK_CONF,
                 # Iceberg's table cache misses DROP SCHEMA ... CASCADE through the session catalog: a re-created
                 # table of the same name would be reported as existing (dbt drops and re-creates schemas often).
                 "spark.sql.catalog.spark_catalog.cache-enabled": "false",
@@ -208,7 +208,7 @@ def get_or_create_session(
     for key, value in conf.items():
         builder = builder.config(key, value)
     try:
-        return builder.getOrCreate()
+        session = builder.getOrCreate()
     except Exception as exc:  # pyspark raises bare RuntimeError/PySparkRuntimeError when the JVM cannot start
         if "JAVA_GATEWAY_EXITED" in str(exc) or "Java gateway process exited" in str(exc):
             raise ConfigurationError(
@@ -216,6 +216,9 @@ def get_or_create_session(
                 "and set JAVA_HOME; `partialcow doctor` shows what is found"
             ) from exc
         raise
+    if table_format == "iceberg":
+        prepare_embedded_metastore(session)
+    return session
 
 
 def bind_to_current_thread(spark: SparkSession) -> SparkSession:

@@ -23,6 +23,8 @@ from partialcow.index import DeltaSource, IcebergSource, TableSource
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from partialcow.spark.journal import WriteLease
+
 __all__ = ["LakehouseTable", "open_table", "local_path", "delta_spark_schema"]
 
 TableFormat = Literal["iceberg", "delta"]
@@ -56,6 +58,22 @@ class LakehouseTable:
     source: TableSource
     data_dir: str  # local folder for new data files
 
+    def write_lease(self) -> WriteLease:
+        """A lease for one write of this table (see ``partialcow.spark.journal``): enter it before writing."""
+        from partialcow.spark.journal import WriteLease
+
+        return WriteLease(local_path(self.source.location), [self.data_dir], referenced=self.referenced_files)
+
+    def referenced_files(self) -> set[str]:
+        """Local paths of every data file a snapshot of the table references (Iceberg: every snapshot, branch and
+        tag; Delta: every version whose log entry or checkpoint is still there)."""
+        if self.table_format == "iceberg":
+            from partialcow.index.sources import quote_identifier
+
+            rows = self.spark.sql(f"SELECT file_path FROM {quote_identifier(self.name)}.all_files").collect()
+            return {local_path(r[0]) for r in rows}
+        return _delta_referenced(local_path(self.source.location))
+
     def file_schema(self, spark_schema: Any) -> pa.Schema:
         """The Arrow schema new data files are written with (Iceberg: with the table's Parquet field ids)."""
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -70,6 +88,26 @@ class LakehouseTable:
                 raise ConfigurationError(f"Iceberg table {self.name} has no column {field.name!r}")
             fields.append(with_iceberg_field_ids(field, columns[field.name]["id"], columns[field.name]["type"]))
         return pa.schema(fields)
+
+
+def _delta_referenced(root: str) -> set[str]:
+    """Every ``add`` path in the Delta log's JSON entries and checkpoints under ``root`` (as local paths)."""
+    import pyarrow.parquet as pq
+
+    log = os.path.join(root, "_delta_log")
+    paths: set[str] = set()
+    for name in os.listdir(log) if os.path.isdir(log) else []:
+        full = os.path.join(log, name)
+        if name.endswith(".json"):
+            with open(full, encoding="utf-8") as handle:
+                for line in handle:
+                    add = json.loads(line).get("add") if line.strip() else None
+                    if add:
+                        paths.add(add["path"])
+        elif ".checkpoint" in name and name.endswith(".parquet"):
+            adds = pq.read_table(full, columns=["add"]).column("add").to_pylist()
+            paths.update(a["path"] for a in adds if a)
+    return {local_path(p) if "://" in p or p.startswith("file:") else os.path.join(root, unquote(p)) for p in paths}
 
 
 def delta_spark_schema(schema_json: str, *, table: str) -> Any:

@@ -1,0 +1,39 @@
+"""The contract of a batch of changes: which columns are keys, op codes and sequence, what to update.
+
+>>> spec = ChangeSpec(key_columns=("id",), op_column="_op", sequence_column="_ts")
+>>> spec.control_columns
+('_op', '_ts')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["ChangeSpec", "OnSchemaChange"]
+
+OnSchemaChange = Literal["ignore", "fail", "append_new_columns", "sync_all_columns"]
+
+
+@dataclass(frozen=True)
+class ChangeSpec:
+    """How to read a batch of changes (the model contract of ``partial_cow_incremental``)."""
+
+    key_columns: tuple[str, ...]
+    op_column: str | None = None
+    insert_ops: tuple[str, ...] = ("I",)
+    update_ops: tuple[str, ...] = ("U",)
+    delete_ops: tuple[str, ...] = ("D",)
+    sequence_column: str | None = None
+    update_columns: tuple[str, ...] | None = None  # None: every non-key column of the table
+    exclude_columns: tuple[str, ...] = ()
+    on_schema_change: OnSchemaChange = "ignore"
+    model: str = "changes"  # named in every error message
+    extra_table_properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def control_columns(self) -> tuple[str, ...]:
+        """Columns that steer the change but are not stored: the op code and the sequence."""
+        return tuple(c for c in (self.op_column, self.sequence_column) if c)
+
+

@@ -1,0 +1,259 @@
+"""Stage a batch of changes: validate it, store-assign its values to the table's types, one change per key.
+
+Everything a batch can get wrong is found here, by one Spark job that counts every problem, before anything is
+written: missing key or control columns, null or NaN keys, unknown op codes, null sequence values, values that the
+table's column types cannot hold (see :mod:`partialcow.spark.casting`), type changes under
+``on_schema_change='fail'``/``'sync_all_columns'``. Only when a problem is found are samples fetched for the message.
+
+Float keys are normalised (``-0.0`` is stored and looked up as ``0.0``) so that a key compares the same in the
+batch, the row index and every engine's join.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from partialcow.exceptions import ChangeFeedError
+from partialcow.index.sources import quote_identifier
+from partialcow.spark.casting import conversion, is_orderable_sequence, lossy_value
+from partialcow.spark.rewrite_job import DELETE
+from partialcow.spark.spec import ChangeSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType, StructType
+
+__all__ = ["stage_changes", "stage", "repeated_keys_error", "keys_text", "SAMPLE"]
+
+SAMPLE = 5
+
+
+def keys_text(rows: Sequence[Any], key_columns: Sequence[str]) -> str:
+    return ", ".join("(" + ", ".join(f"{c}={r[c]!r}" for c in key_columns) + ")" for r in rows)
+
+
+def stage_changes(
+    changes: DataFrame, spec: ChangeSpec, *, table_columns: Sequence[str] | None = None,
+    table_schema: StructType | None = None,
+) -> DataFrame:
+    """Validate a batch and collapse it to one change per key: the value columns plus ``_pcow_delete``.
+
+    Raises ``ChangeFeedError`` naming the model, the column and sample keys for: a missing key column, null or NaN
+    keys, op codes outside the configured ones, several changes of one key without a sequence column, two changes
+    of one key with the same (latest) sequence value, a sequence column that does not order (strings, booleans),
+    and values the table's types cannot hold (``table_schema``). ``table_columns`` (or ``table_schema``) drops the
+    batch's columns the table lacks, per ``spec.on_schema_change``.
+    """
+    if table_schema is None and table_columns is not None:
+        from pyspark.sql.types import StructType
+
+        schema = changes.schema
+        table_schema = StructType([schema[c] for c in table_columns if c in schema.names])
+        columns_only = list(table_columns)
+    else:
+        columns_only = None
+    return stage(changes, spec, table_schema=table_schema, check_unique=True, table_columns=columns_only)[0]
+
+
+def stage(
+    changes: DataFrame, spec: ChangeSpec, *, table_schema: StructType | None, check_unique: bool,
+    table_columns: Sequence[str] | None = None,
+) -> tuple[DataFrame, int]:
+    """:func:`stage_changes`, plus the batch's row count (before collapsing), counted by the validation job.
+
+    ``check_unique=False`` leaves the one-change-per-key checks (repeated keys, ties on the latest sequence) to the
+    caller: ``apply_changes``' locate job sees every change of a key in one task and checks them there, which
+    spares the validation a shuffle and the sequence ranking a second run.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    model = spec.model
+    columns = list(changes.columns)
+    for column in (*spec.key_columns, *spec.control_columns):
+        if column not in columns:
+            raise ChangeFeedError(f"model {model}: column {column!r} is missing from the changes (columns: {columns})")
+    table_types = {f.name: f.dataType for f in table_schema.fields} if table_schema is not None else {}
+    if table_columns is None:
+        table_columns = list(table_types) if table_schema is not None else None
+    plan = _assignment_plan(changes, spec, table_types)
+
+    keys = [F.col(quote_identifier(c)) for c in spec.key_columns]
+    null_key = F.lit(False)
+    for key in keys:
+        null_key = null_key | key.isNull()
+    nan_key = F.lit(False)
+    for name in spec.key_columns:
+        if changes.schema[name].dataType.simpleString() in ("float", "double"):
+            nan_key = nan_key | F.isnan(F.col(quote_identifier(name)))
+    if spec.op_column:
+        known = [*spec.insert_ops, *spec.update_ops, *spec.delete_ops]
+        op = F.col(quote_identifier(spec.op_column))
+        bad_op = op.isNull() | ~op.isin(known)
+        is_delete = op.isin(list(spec.delete_ops))
+    else:
+        known, bad_op, is_delete = [], F.lit(False), F.lit(False)
+    null_seq = F.col(quote_identifier(spec.sequence_column)).isNull() if spec.sequence_column else F.lit(False)
+    lossy = {name: lossy_value(quote_identifier(name), source, target, exact=name in spec.key_columns)
+             for name, (kind, source, target) in plan.items() if kind == "checked"}
+
+    # One job counts every problem (when it checks uniqueness without a sequence column, per key, so repeated keys
+    # are counted too); the samples for the message are only fetched when there is a problem. collect(), not
+    # first(): first() may run one job per partition it scans.
+    flags = [bad_op.cast("int").alias("_bad"), null_seq.cast("int").alias("_null_seq"),
+             nan_key.cast("int").alias("_nan"),
+             *[flag.cast("int").alias(f"_lossy{i}") for i, flag in enumerate(lossy.values())]]
+    flag_names = ["_bad", "_null_seq", "_nan", *[f"_lossy{i}" for i in range(len(lossy))]]
+    if spec.sequence_column or not check_unique:
+        counted = changes.select(*keys, F.lit(1).alias("_n"), *flags)
+        repeated = F.lit(0)
+    else:
+        counted = changes.select(*keys, *flags).groupBy(*keys).agg(
+            F.count(F.lit(1)).alias("_n"), *[F.sum(n).alias(n) for n in flag_names])
+        repeated = F.sum((F.col("_n") > 1).cast("int"))
+    counts = counted.select(
+        F.coalesce(F.sum("_n"), F.lit(0)).alias("rows"),
+        F.sum(F.when(null_key, F.col("_n"))).alias("null_keys"),
+        repeated.alias("repeated_keys"),
+        *[F.sum(n).alias(n) for n in flag_names],
+    ).collect()[0]
+    if counts["null_keys"]:
+        sample = changes.where(null_key).select(*spec.key_columns).limit(SAMPLE).collect()
+        raise ChangeFeedError(
+            f"model {model}: key column(s) {list(spec.key_columns)} must not be null; {counts['null_keys']} row(s) "
+            f"with null keys, e.g. {keys_text(sample, spec.key_columns)}"
+        )
+    if counts["_nan"]:
+        sample = changes.where(nan_key).select(*spec.key_columns).limit(SAMPLE).collect()
+        raise ChangeFeedError(
+            f"model {model}: key column(s) {list(spec.key_columns)} hold NaN in {counts['_nan']} row(s), e.g. "
+            f"{keys_text(sample, spec.key_columns)}; NaN equals nothing (not even NaN), so it cannot name a row"
+        )
+    if counts["_null_seq"]:
+        sample = changes.where(null_seq).select(*spec.key_columns).limit(SAMPLE).collect()
+        raise ChangeFeedError(
+            f"model {model}: sequence column {spec.sequence_column!r} is null for key(s) "
+            f"{keys_text(sample, spec.key_columns)}; every change needs a sequence value"
+        )
+    if counts["_bad"]:
+        bad = changes.where(bad_op).select(*spec.key_columns, spec.op_column).limit(SAMPLE).collect()
+        found = sorted({str(r[spec.op_column]) for r in bad})
+        raise ChangeFeedError(
+            f"model {model}: column {spec.op_column!r} has op code(s) {found} outside the configured "
+            f"{known} (keys {keys_text(bad, spec.key_columns)}); set op_codes in the model config"
+        )
+    for i, (name, flag) in enumerate(lossy.items()):
+        if counts[f"_lossy{i}"]:
+            _, source, target = plan[name]
+            selected = [*dict.fromkeys([*spec.key_columns, name])]
+            bad = changes.where(flag).select(*selected).limit(SAMPLE).collect()
+            what = "key column" if name in spec.key_columns else "column"
+            raise ChangeFeedError(
+                f"model {model}: {what} {name!r} has {counts[f'_lossy{i}']} value(s) that the table's type "
+                f"{target.simpleString()} cannot hold exactly (the model delivers {source.simpleString()}): "
+                f"{[r[name] for r in bad]} for key(s) {keys_text(bad, spec.key_columns)}. Values are never rounded, "
+                "truncated or wrapped: fix or cast them in the model, or widen the column with --full-refresh"
+            )
+
+    frame = changes.select(*[_assigned(name, plan, spec, changes.schema[name].dataType) for name in columns])
+    if spec.sequence_column:
+        seq = F.col(quote_identifier(spec.sequence_column))
+        by_key = Window.partitionBy(*keys)
+        ranked = frame.withColumn("_pcow_latest", F.max(seq).over(by_key)).where(seq == F.col("_pcow_latest"))
+        ties = ranked.groupBy(*keys).count().where("count > 1").limit(SAMPLE).collect() if check_unique else []
+        if ties:
+            raise repeated_keys_error(spec, keys_text(ties, spec.key_columns))
+        latest = ranked.drop("_pcow_latest")
+    else:
+        dups = frame.groupBy(*keys).count().where("count > 1").limit(SAMPLE).collect() if counts["repeated_keys"] else []
+        if dups:
+            raise repeated_keys_error(spec, keys_text(dups, spec.key_columns))
+        latest = frame
+
+    staged = latest.withColumn(DELETE, is_delete).drop(*([spec.op_column] if spec.op_column else []))
+    if table_columns is not None:
+        staged = _conform_schema(staged, spec, table_columns)
+    return staged, counts["rows"]
+
+
+def repeated_keys_error(spec: ChangeSpec, keys: str) -> ChangeFeedError:
+    if spec.sequence_column:
+        return ChangeFeedError(
+            f"model {spec.model}: several changes share the latest {spec.sequence_column!r} for key(s) {keys}; "
+            "make the sequence unique per key"
+        )
+    return ChangeFeedError(
+        f"model {spec.model}: key(s) {keys} appear more than once in one batch; set sequence_column so the latest "
+        "change wins"
+    )
+
+
+def _conform_schema(staged: DataFrame, spec: ChangeSpec, table_columns: Sequence[str]) -> DataFrame:
+    extra = [c for c in staged.columns if c not in table_columns and c != DELETE]
+    missing = [c for c in table_columns if c not in staged.columns]
+    if (extra or missing) and spec.on_schema_change == "fail":
+        raise ChangeFeedError(
+            f"model {spec.model}: the changes' columns differ from the table's (new: {extra}, missing: {missing}) "
+            "and on_schema_change='fail'"
+        )
+    if spec.on_schema_change in ("append_new_columns", "sync_all_columns"):
+        return staged  # apply_changes adds the new columns to the table first
+    return staged.drop(*extra)
+
+
+def _assignment_plan(changes: DataFrame, spec: ChangeSpec, table_types: dict[str, DataType]
+                     ) -> dict[str, tuple[str, DataType, DataType]]:
+    """Per batch column the table also has: (conversion, batch type, table type); raises for refused ones."""
+    model = spec.model
+    if spec.sequence_column:
+        _check_sequence_type(spec, changes.schema[spec.sequence_column].dataType, "the model delivers")
+    plan: dict[str, tuple[str, DataType, DataType]] = {}
+    for field in changes.schema.fields:
+        name = field.name
+        if name == spec.op_column or name not in table_types:
+            continue
+        kind = conversion(field.dataType, table_types[name])
+        if kind == "refuse":
+            sample = changes.where(f"{quote_identifier(name)} is not null").select(
+                *dict.fromkeys([*spec.key_columns, name])).limit(3).collect()
+            values = f": {[r[name] for r in sample]} for key(s) {keys_text(sample, spec.key_columns)}" if sample else ""
+            raise ChangeFeedError(
+                f"model {model}: column {name!r} is {table_types[name].simpleString()} in the table but the model "
+                f"delivers {field.dataType.simpleString()}{values}. Only lossless conversions are applied "
+                "(README: casting rules): cast it in the model, or change the column's type with --full-refresh"
+            )
+        if kind == "checked" and spec.on_schema_change in ("fail", "sync_all_columns"):
+            raise ChangeFeedError(
+                f"model {model}: column {name!r} changed type (table {table_types[name].simpleString()}, model "
+                f"{field.dataType.simpleString()}) and on_schema_change={spec.on_schema_change!r}; partial "
+                "copy-on-write does not change column types: cast it in the model, or run with --full-refresh"
+            )
+        plan[name] = (kind, field.dataType, table_types[name])
+    seq = spec.sequence_column
+    if seq and seq in plan:
+        _check_sequence_type(spec, plan[seq][2], "the table stores it as")
+    return plan
+
+
+def _check_sequence_type(spec: ChangeSpec, seq_type: DataType, how: str) -> None:
+    if not is_orderable_sequence(seq_type):
+        raise ChangeFeedError(
+            f"model {spec.model}: sequence column {spec.sequence_column!r} does not order changes: {how} "
+            f"{seq_type.simpleString()} (strings compare as text: '9' > '10'); make it a number, date or timestamp"
+        )
+
+
+def _assigned(name: str, plan: dict[str, tuple[str, DataType, DataType]], spec: ChangeSpec,
+              batch_type: DataType) -> Column:
+    """Column ``name`` of the batch as the table stores it (float keys normalised: -0.0 becomes 0.0)."""
+    from pyspark.sql import functions as F
+
+    column = F.col(quote_identifier(name))
+    kind, _, target = plan.get(name, ("same", batch_type, batch_type))
+    if kind in ("widen", "checked"):
+        column = column.cast(target)
+    if name in spec.key_columns and target.simpleString() in ("float", "double"):
+        # -0.0 == 0 holds: both become 0.0, so the key hashes, joins and groups as one value everywhere
+        column = F.when(column == F.lit(0), F.lit(0.0).cast(target)).otherwise(column)
+    return column.alias(name)

@@ -1,0 +1,54 @@
+"""What a failed or crashed write must leave as it was (or repair): read from outside the pipeline.
+
+``table_state`` is the current snapshot id, the rows, and every file under the table folder (data files and the
+``_partialcow_index`` folder: names and sizes). ``leftovers`` lists what no snapshot needs and no index state
+references: data files outside ``all_files``, scratch and temporary folders, write leases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from partialcow.index.sources import quote_identifier
+from partialcow.spark.tables import local_path
+
+
+def location(spark, name: str) -> str:
+    return local_path(spark.sql(f"describe table extended {quote_identifier(name)}").where("col_name = 'Location'").first()[1])
+
+
+def table_state(spark, name: str) -> tuple:
+    q = quote_identifier(name)
+    snapshot = spark.sql(f"select snapshot_id from {q}.snapshots order by committed_at desc limit 1").collect()
+    rows = sorted(tuple(r) for r in spark.table(q).collect())
+    root = location(spark, name)
+    files = sorted(
+        (os.path.relpath(os.path.join(d, f), root), os.path.getsize(os.path.join(d, f)))
+        for d, _, names in os.walk(root) for f in names
+    )
+    assert any(p.startswith("_partialcow_index") for p, _ in files), "the table has no row index to protect"
+    return snapshot, rows, files
+
+
+def leftovers(spark, name: str) -> list[str]:
+    """Files and folders under the table that nothing needs: what a crashed write may leave and the next removes."""
+    root = location(spark, name)
+    referenced = {local_path(r[0]) for r in spark.sql(f"select file_path from {quote_identifier(name)}.all_files").collect()}
+    found = []
+    data = os.path.join(root, "data")
+    for d, _, names in os.walk(data):
+        found += [os.path.join(d, f) for f in names if os.path.join(d, f) not in referenced]
+    index = os.path.join(root, "_partialcow_index")
+    states = sorted(os.listdir(os.path.join(index, "_state")))
+    buckets = set()
+    for state in states[-2:]:
+        with open(os.path.join(index, "_state", state)) as handle:
+            buckets.update(b for b in json.load(handle)["buckets"] if b)
+    for d, _, names in os.walk(os.path.join(index, "data")):
+        found += [os.path.join(d, f) for f in names if os.path.relpath(os.path.join(d, f), index) not in buckets]
+    for sub in ("_tmp", "_writes"):
+        folder = os.path.join(index, sub)
+        if os.path.isdir(folder):
+            found += [os.path.join(folder, f) for f in os.listdir(folder)]
+    return sorted(found)

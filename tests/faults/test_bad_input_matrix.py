@@ -1,0 +1,151 @@
+"""Bad batches through ``apply_changes``: the exact error class, a message naming model, column and keys, and the
+table exactly as it was (snapshot, rows, every file under its folder, index included).
+
+Each case is one batch, written as the columns that differ from a valid change row (``row``). The casting cases
+are the issue's list of values that used to be stored wrong (wrapped, rounded, truncated, compared as text).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+
+import pytest
+
+from partialcow.exceptions import ChangeFeedError, ConfigurationError, PartialCowError
+from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
+from partialcow.spark.tables import open_table
+from state import table_state
+
+pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
+
+SPEC = ChangeSpec(key_columns=("k",), op_column="_op", sequence_column="_ts", model="bad_feed")
+VALID = {
+    "k": "1L", "name": "'n'", "i": "1", "d": "cast(1.50 as decimal(12,2))", "ts": "timestamp'2021-01-01 00:00:00'",
+    "flag": "true", "_op": "'U'", "_ts": "5L",
+}
+
+
+def row(**columns: str | None) -> str:
+    """A change row as SQL: the valid row with ``columns`` replaced (None drops a column)."""
+    values = {**VALID, **columns}
+    return "select " + ", ".join(f"{expr} as {name}" for name, expr in values.items() if expr is not None)
+
+
+def rows(*selects: str) -> str:
+    return " union all ".join(selects)
+
+
+# (case, batch SQL, spec changes, error class, fragments the message must contain)
+CASES = [
+    # keys
+    ("null key", rows(row(k="cast(null as bigint)"), row(k="2L")), {}, ChangeFeedError, ["bad_feed", "'k'", "null"]),
+    ("key column missing", row(k=None), {}, ChangeFeedError, ["bad_feed", "'k'", "missing"]),
+    ("key 1.5 into a bigint key", row(k="1.5d"), {}, ChangeFeedError, ["bad_feed", "key column 'k'", "1.5", "bigint"]),
+    ("key 10^25 into a bigint key", row(k="cast(1e25 as decimal(38,0))"), {}, ChangeFeedError,
+     ["bad_feed", "key column 'k'", "bigint"]),
+    ("key as string into a bigint key", row(k="'1'"), {}, ChangeFeedError, ["bad_feed", "'k'", "string", "bigint"]),
+    ("duplicate keys without sequence_column", rows(row(), row(i="2")), {"sequence_column": None}, ChangeFeedError,
+     ["bad_feed", "(k=1)", "sequence_column"]),
+    ("tie on the latest sequence", rows(row(), row(i="2"), row(_ts="4L")), {}, ChangeFeedError,
+     ["bad_feed", "(k=1)", "'_ts'"]),
+    # op codes and sequence
+    ("op column missing", row(_op=None), {}, ChangeFeedError, ["bad_feed", "'_op'", "missing"]),
+    ("op code outside the configured ones", rows(row(_op="'X'"), row(k="2L")), {}, ChangeFeedError,
+     ["bad_feed", "'_op'", "'X'", "(k=1)", "op_codes"]),
+    ("null op code", row(_op="cast(null as string)"), {}, ChangeFeedError, ["bad_feed", "'_op'", "None"]),
+    ("sequence column missing", row(_ts=None), {}, ChangeFeedError, ["bad_feed", "'_ts'", "missing"]),
+    ("null sequence", row(_ts="cast(null as bigint)"), {}, ChangeFeedError, ["bad_feed", "'_ts'", "null", "(k=1)"]),
+    ("string sequence compares as text", rows(row(_ts="'9'"), row(_ts="'10'", i="2")), {}, ChangeFeedError,
+     ["bad_feed", "'_ts'", "string", "'9' > '10'"]),
+    ("boolean sequence", row(_ts="true"), {}, ChangeFeedError, ["bad_feed", "'_ts'", "boolean"]),
+    ("bigint sequence with text values", row(_ts="'2021-01-01'"), {}, ChangeFeedError, ["bad_feed", "'_ts'", "string"]),
+    # values that used to be stored wrong
+    ("2^40 into int", row(i="1099511627776L"), {}, ChangeFeedError, ["bad_feed", "'i'", "1099511627776", "int", "(k=1)"]),
+    ("2^31 into int", row(i="2147483648L"), {}, ChangeFeedError, ["bad_feed", "'i'", "2147483648", "(k=1)"]),
+    ("-2^31-1 into int", row(i="-2147483649L"), {}, ChangeFeedError, ["bad_feed", "'i'", "-2147483649"]),
+    ("2.9 into int", row(i="2.9d"), {}, ChangeFeedError, ["bad_feed", "'i'", "2.9", "(k=1)"]),
+    ("NaN into int", row(i="cast('NaN' as double)"), {}, ChangeFeedError, ["bad_feed", "'i'", "nan"]),
+    ("1.235 into decimal(12,2)", row(d="1.235d"), {}, ChangeFeedError, ["bad_feed", "'d'", "1.235", "decimal(12,2)"]),
+    ("decimal(10,3) 1.235 into decimal(12,2)", row(d="cast(1.235 as decimal(10,3))"), {}, ChangeFeedError,
+     ["bad_feed", "'d'", "1.235"]),
+    ("1e11 overflows decimal(12,2)", row(d="1e11d"), {}, ChangeFeedError, ["bad_feed", "'d'", "decimal(12,2)"]),
+    ("infinity into decimal", row(d="cast('Infinity' as double)"), {}, ChangeFeedError, ["bad_feed", "'d'", "inf"]),
+    ("bigint epoch into timestamp", row(ts="1622000000L"), {}, ChangeFeedError,
+     ["bad_feed", "'ts'", "timestamp", "bigint", "1622000000"]),
+    ("string into int", row(i="'six'"), {}, ChangeFeedError, ["bad_feed", "'i'", "'six'", "int", "(k=1)"]),
+    ("numeric string into int", row(i="'7'"), {}, ChangeFeedError, ["bad_feed", "'i'", "string"]),
+    ("int into string", row(name="42"), {}, ChangeFeedError, ["bad_feed", "'name'", "string", "int"]),
+    ("string into timestamp", row(ts="'2021-06-07 08:09:10'"), {}, ChangeFeedError, ["bad_feed", "'ts'", "string"]),
+    ("timestamp_ntz into timestamp", row(ts="timestamp_ntz'2021-06-07 08:09:10'"), {}, ChangeFeedError,
+     ["bad_feed", "'ts'", "timestamp_ntz"]),
+    ("boolean into int", row(i="true"), {}, ChangeFeedError, ["bad_feed", "'i'", "boolean"]),
+    ("int into boolean", row(flag="1"), {}, ChangeFeedError, ["bad_feed", "'flag'", "boolean"]),
+    ("binary into string", row(name="cast('n' as binary)"), {}, ChangeFeedError, ["bad_feed", "'name'", "binary"]),
+    ("array into int", row(i="array(1, 2)"), {}, ChangeFeedError, ["bad_feed", "'i'", "array<int>"]),
+    ("struct into string", row(name="named_struct('a', 1)"), {}, ChangeFeedError, ["bad_feed", "'name'", "struct"]),
+    # schema changes
+    ("new column with on_schema_change=fail", row(extra="2.5d"), {"on_schema_change": "fail"}, ChangeFeedError,
+     ["bad_feed", "extra", "on_schema_change='fail'"]),
+    ("missing column with on_schema_change=fail", row(flag=None), {"on_schema_change": "fail"}, ChangeFeedError,
+     ["bad_feed", "flag", "on_schema_change='fail'"]),
+    ("narrowing type with on_schema_change=fail", row(i="cast(1 as bigint)"), {"on_schema_change": "fail"},
+     ChangeFeedError, ["bad_feed", "'i'", "changed type", "--full-refresh"]),
+    ("string value with on_schema_change=fail", row(i="'1'"), {"on_schema_change": "fail"}, ChangeFeedError,
+     ["bad_feed", "'i'", "string"]),
+    ("string value with on_schema_change=sync_all_columns", row(i="'1'"), {"on_schema_change": "sync_all_columns"},
+     ChangeFeedError, ["bad_feed", "'i'", "string"]),
+    ("narrowing type with on_schema_change=sync_all_columns", row(d="1.5d"), {"on_schema_change": "sync_all_columns"},
+     ChangeFeedError, ["bad_feed", "'d'", "changed type"]),
+    ("merge_update_columns names an unknown column", row(), {"update_columns": ("nope",)}, ChangeFeedError,
+     ["bad_feed", "nope", "merge_update_columns"]),
+    ("several bad values: the first column named, all counted", rows(row(i="2.5d"), row(k="2L", i="3.5d")), {},
+     ChangeFeedError, ["bad_feed", "'i'", "2 value(s)"]),
+]
+
+
+@pytest.fixture(scope="module")
+def base_table(spark):
+    schema = f"pcow_badm_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    name = f"{schema}.t"
+    create_table(spark, name, spark.sql(rows(*[row(k=f"{i}L", i=str(i)) for i in range(1, 11)])), SPEC)
+    yield name
+    spark.sql(f"drop schema {schema} cascade")
+
+
+def test_the_matrix_is_large_enough():
+    assert len(CASES) >= 40
+    assert len({c[0] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case, sql, spec_changes, error, fragments", CASES, ids=[c[0] for c in CASES])
+def test_bad_batch_is_refused_and_nothing_changes(spark, base_table, case, sql, spec_changes, error, fragments):
+    before = table_state(spark, base_table)
+    spec = replace(SPEC, **spec_changes)
+    with pytest.raises(PartialCowError) as info:
+        apply_changes(spark, open_table(spark, base_table, table_format="iceberg"), spark.sql(sql), spec)
+    assert type(info.value) is error, f"{case}: {type(info.value).__name__}: {info.value}"
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, f"{case}: {fragment!r} not in {message!r}"
+    assert table_state(spark, base_table) == before
+
+
+def test_lossless_widening_is_applied(spark, base_table):
+    """The other side of the rules: values that survive the conversion are stored exactly."""
+    sql = row(k="cast(3 as int)", i="cast(7 as bigint)", d="cast(2.5 as decimal(3,1))", ts="date'2021-06-07'",
+              _ts="6L", name="'widened'")
+    metrics = apply_changes(spark, open_table(spark, base_table, table_format="iceberg"), spark.sql(sql), SPEC)
+    assert metrics.rows_updated == 1
+    got = spark.table(base_table).where("k = 3").collect()[0]
+    assert (got["i"], str(got["d"]), got["ts"].date().isoformat(), got["name"]) == (7, "2.50", "2021-06-07", "widened")
+
+
+@pytest.mark.parametrize("name", ["bad`name", "bad'name", "bad name", 'bad"name'])
+def test_a_table_name_the_metastore_refuses_is_a_named_error(spark, base_table, name):
+    schema = base_table.split(".")[0]
+    with pytest.raises(ConfigurationError) as info:
+        create_table(spark, f"{schema}.{name}", spark.sql(row()), SPEC)
+    assert name in str(info.value) and "bad_feed" in str(info.value)
+    assert name not in [t.name for t in spark.catalog.listTables(schema)]

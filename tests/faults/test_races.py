@@ -1,0 +1,169 @@
+"""Our writes racing Spark SQL writers (MERGE, DELETE, rewrite_data_files) on the same Iceberg table.
+
+Lost and false conflicts are told apart: when the other writer committed first and changed none of the batch's
+keys (it rewrote the files we rewrite, deleted other rows, compacted), the batch is located again and committed
+(``commit_retries``); when it changed one of them, ``CommitConflictError`` names the key and nothing of ours lands.
+No update is ever lost and no deleted row comes back. Then the same writers race for real, in threads, through the
+metastore's commit lock (see ``partialcow.spark.metastore``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import uuid
+
+import pytest
+
+from partialcow.exceptions import CommitConflictError
+from partialcow.index import IcebergSource, RowIndex
+from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
+from partialcow.spark.tables import open_table
+from state import leftovers
+
+pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
+
+SPEC = ChangeSpec(key_columns=("k",), op_column="_op", model="racer")
+SCHEMA = "k bigint, v bigint, _op string"
+ROUNDS = 20 if os.environ.get("PARTIALCOW_FAULTS_LONG") == "1" else 3
+
+
+@pytest.fixture()
+def table(spark):
+    """Keys 0..199 in one data file, 1000..1199 in another; v = k."""
+    schema = f"pcow_race_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    name = f"{schema}.t"
+    create_table(spark, name, spark.createDataFrame([(k, k, "I") for k in range(200)], SCHEMA), SPEC)
+    apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                  spark.createDataFrame([(k, k, "I") for k in range(1000, 1200)], SCHEMA), SPEC)
+    yield name
+    spark.sql(f"drop schema {schema} cascade")
+
+
+def _rows(spark, name):
+    return {r["k"]: r["v"] for r in spark.table(name).collect()}
+
+
+def _consistent(spark, name, expected):
+    assert _rows(spark, name) == expected
+    assert RowIndex.open(IcebergSource(spark, name)).verify().ok
+    assert leftovers(spark, name) == []
+
+
+class _OtherWriterFirst:
+    """A committer that lets another writer commit right before our first commit attempt."""
+
+    def __init__(self, inner, other):
+        self._inner, self._other, self.attempts = inner, other, 0
+
+    def replace_files(self, change):
+        self.attempts += 1
+        if self.attempts == 1:
+            self._other()
+        return self._inner.replace_files(change)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def _ours_after(spark, name, other_sql, our_rows):
+    table = open_table(spark, name, table_format="iceberg")
+    table.committer = _OtherWriterFirst(table.committer, lambda: spark.sql(other_sql.format(t=name)))
+    return apply_changes(spark, table, spark.createDataFrame(our_rows, SCHEMA), SPEC)
+
+
+MERGE = ("MERGE INTO {{t}} t USING (SELECT {k}L AS k, {v}L AS v) s ON t.k = s.k "
+         "WHEN MATCHED THEN UPDATE SET v = s.v")
+
+# (case, the other writer's SQL, what it does to the rows)
+DISJOINT = [
+    ("MERGE of another key in the same file", MERGE.format(k=7, v=70), {7: 70}),
+    ("DELETE of another key in the same file", "DELETE FROM {t} WHERE k = 8", {8: None}),
+    ("compaction of every file", "CALL spark_catalog.system.rewrite_data_files(table => '{t}', "
+     "options => map('rewrite-all', 'true'))", {}),
+]
+
+
+@pytest.mark.parametrize("case, other_sql, effect", DISJOINT, ids=[c[0] for c in DISJOINT])
+def test_a_commit_beaten_by_a_writer_of_other_keys_is_retried(spark, table, case, other_sql, effect):
+    metrics = _ours_after(spark, table, other_sql, [(5, 500, "U"), (1005, 1500, "U"), (6, 0, "D"), (300, 3, "I")])
+    assert metrics.commit_retries == 1, case
+    assert (metrics.rows_updated, metrics.rows_deleted, metrics.rows_inserted) == (2, 1, 1)
+    expected = {k: k for k in [*range(200), *range(1000, 1200)]}
+    expected.update({5: 500, 1005: 1500, 300: 3})
+    del expected[6]
+    for k, v in effect.items():
+        if v is None:
+            del expected[k]
+        else:
+            expected[k] = v
+    _consistent(spark, table, expected)
+
+
+@pytest.mark.parametrize("other_sql, what", [(MERGE.format(k=5, v=55), 55), ("DELETE FROM {t} WHERE k = 5", None)],
+                         ids=["MERGE", "DELETE"])
+def test_a_commit_beaten_by_a_writer_of_the_same_key_conflicts(spark, table, other_sql, what):
+    with pytest.raises(CommitConflictError) as info:
+        _ours_after(spark, table, other_sql, [(5, 500, "U"), (1005, 1500, "U")])
+    assert "(k=5)" in str(info.value) and "racer" in str(info.value)
+    expected = {k: k for k in [*range(200), *range(1000, 1200)]}
+    if what is None:
+        del expected[5]
+    else:
+        expected[5] = what
+    _consistent(spark, table, expected)  # the other writer's change, whole; none of ours
+
+
+def test_writers_racing_in_threads_lose_nothing(spark, table):
+    """Our batch and a Spark MERGE in two threads at once, ROUNDS times, sometimes on a shared key.
+
+    Whatever the interleaving, the table ends as if the writes that did not fail ran one after the other.
+    """
+    rnd = random.Random(11)
+    state = {k: k for k in [*range(200), *range(1000, 1200)]}
+    for round_ in range(ROUNDS):
+        ours = {k: rnd.randrange(10**6) for k in rnd.sample(sorted(state), 3)}
+        theirs_key = rnd.choice([*ours] if round_ % 2 else sorted(set(state) - set(ours)))
+        theirs_value = rnd.randrange(10**6)
+        errors: dict[str, BaseException] = {}
+
+        def run_ours():
+            try:
+                apply_changes(spark, open_table(spark, table, table_format="iceberg"),
+                              spark.createDataFrame([(k, v, "U") for k, v in ours.items()], SCHEMA), SPEC)
+            except BaseException as exc:  # noqa: BLE001 - inspected below
+                errors["ours"] = exc
+
+        def run_theirs():
+            try:
+                spark.sql(MERGE.format(k=theirs_key, v=theirs_value).format(t=table))
+            except BaseException as exc:  # noqa: BLE001
+                errors["theirs"] = exc
+
+        threads = [threading.Thread(target=run_ours), threading.Thread(target=run_theirs)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        assert "ours" not in errors or isinstance(errors["ours"], CommitConflictError), errors
+        got = _rows(spark, table)
+        outcomes = []
+        for ours_landed in ([True, False] if "ours" in errors else [True]):
+            for theirs_landed in ([True, False] if "theirs" in errors else [True]):
+                for order in ("ours first", "theirs first"):
+                    s = dict(state)
+                    steps = [("o", ours_landed), ("t", theirs_landed)]
+                    if order == "theirs first":
+                        steps.reverse()
+                    for who, landed in steps:
+                        if landed and who == "o":
+                            s.update(ours)
+                        elif landed and who == "t":
+                            s[theirs_key] = theirs_value
+                    outcomes.append(s)
+        assert got in outcomes, f"round {round_}: a lost update or a resurrected row ({errors})"
+        if "ours" not in errors:
+            assert all(got[k] == v for k, v in ours.items() if k != theirs_key)
+        state = got
+    assert RowIndex.open(IcebergSource(spark, table)).ensure_fresh() is not None
+    assert RowIndex.open(IcebergSource(spark, table)).verify().ok

@@ -1,0 +1,121 @@
+"""The casting rules (README: "Casting rules"): every pair of batch type and column type, and the values a checked
+conversion lets through.
+
+The expected matrix below is the specification, written out by hand: a change to the rules must change it (and the
+README's table) on purpose.
+"""
+
+from __future__ import annotations
+
+import decimal
+
+import pytest
+from pyspark.sql import types as T
+
+from partialcow.spark.casting import conversion, is_orderable_sequence
+
+TYPES = {
+    "tinyint": T.ByteType(), "smallint": T.ShortType(), "int": T.IntegerType(), "bigint": T.LongType(),
+    "float": T.FloatType(), "double": T.DoubleType(), "dec12_2": T.DecimalType(12, 2),
+    "dec38_10": T.DecimalType(38, 10), "string": T.StringType(), "boolean": T.BooleanType(), "date": T.DateType(),
+    "timestamp": T.TimestampType(), "timestamp_ntz": T.TimestampNTZType(), "binary": T.BinaryType(),
+}
+NAMES = list(TYPES)
+
+# rows: the batch's type; columns (in NAMES order): the table column's type.
+# s = same, w = widen (applied silently), c = checked value by value, - = refused
+MATRIX = """
+              ti si i  bi f  d  dA dB st bo da ts tn bi
+tinyint       s  w  w  w  w  w  w  w  -  -  -  -  -  -
+smallint      c  s  w  w  w  w  w  w  -  -  -  -  -  -
+int           c  c  s  w  c  w  w  w  -  -  -  -  -  -
+bigint        c  c  c  s  c  c  c  w  -  -  -  -  -  -
+float         c  c  c  c  s  w  c  c  -  -  -  -  -  -
+double        c  c  c  c  c  s  c  c  -  -  -  -  -  -
+dec12_2       c  c  c  c  c  c  s  w  -  -  -  -  -  -
+dec38_10      c  c  c  c  c  c  c  s  -  -  -  -  -  -
+string        -  -  -  -  -  -  -  -  s  -  -  -  -  -
+boolean       -  -  -  -  -  -  -  -  -  s  -  -  -  -
+date          -  -  -  -  -  -  -  -  -  -  s  w  w  -
+timestamp     -  -  -  -  -  -  -  -  -  -  -  s  -  -
+timestamp_ntz -  -  -  -  -  -  -  -  -  -  -  -  s  -
+binary        -  -  -  -  -  -  -  -  -  -  -  -  -  s
+"""
+_CODES = {"s": "same", "w": "widen", "c": "checked", "-": "refuse"}
+
+
+def _expected() -> dict[tuple[str, str], str]:
+    lines = [line.split() for line in MATRIX.strip().splitlines()[1:]]
+    assert [line[0] for line in lines] == NAMES
+    return {(row[0], NAMES[i]): _CODES[code] for row in lines for i, code in enumerate(row[1:])}
+
+
+EXPECTED = _expected()
+
+
+@pytest.mark.parametrize("source, target", list(EXPECTED), ids=[f"{s}->{t}" for s, t in EXPECTED])
+def test_every_pair_of_batch_and_column_types(source, target):
+    assert conversion(TYPES[source], TYPES[target]) == EXPECTED[(source, target)]
+
+
+def test_nulls_and_nested_types():
+    assert conversion(T.NullType(), T.DecimalType(5, 1)) == "widen"
+    a = T.StructType([T.StructField("x", T.LongType(), True)])
+    b = T.StructType([T.StructField("x", T.LongType(), False)])
+    assert conversion(a, b) == "same"  # nullability is checked by the writer, not by the type
+    assert conversion(T.ArrayType(T.IntegerType()), T.ArrayType(T.LongType())) == "refuse"
+    assert conversion(T.MapType(T.StringType(), T.LongType()), T.MapType(T.StringType(), T.LongType(), False)) == "same"
+
+
+def test_sequence_columns_must_order():
+    orderable = {n for n, t in TYPES.items() if is_orderable_sequence(t)}
+    assert orderable == set(NAMES) - {"string", "boolean", "binary"}
+
+
+# (batch type, column type, value, stored?) for checked conversions; key=True checks the exact rule of keys
+VALUES = [
+    ("bigint", "int", 2**31 - 1, True), ("bigint", "int", 2**31, False), ("bigint", "int", 2**40, False),
+    ("bigint", "int", -(2**31), True), ("int", "tinyint", 127, True), ("int", "tinyint", 128, False),
+    ("double", "int", 2.0, True), ("double", "int", 2.9, False), ("double", "int", float("nan"), False),
+    ("double", "int", float("inf"), False), ("double", "bigint", 1.5, False), ("double", "bigint", -0.0, True),
+    ("double", "dec12_2", 1.235, False), ("double", "dec12_2", 1.25, True), ("double", "dec12_2", 1e11, False),
+    ("dec38_10", "bigint", decimal.Decimal(10) ** 25, False), ("dec38_10", "bigint", decimal.Decimal("7"), True),
+    ("dec38_10", "dec12_2", decimal.Decimal("1.2350000000"), False),
+    ("dec38_10", "dec12_2", decimal.Decimal("1.2300000000"), True),
+    ("bigint", "double", 2**53, True), ("bigint", "double", 2**53 + 1, False),
+    ("int", "float", 2**24 + 1, False), ("int", "float", 2**24, True),
+    ("double", "float", 0.1, True),  # rounds to the nearest float: the nature of a float column
+    ("double", "float", 1e300, False),  # but never overflows
+    ("double", "float", float("inf"), True), ("double", "float", float("nan"), True),
+    ("dec38_10", "double", decimal.Decimal("0.1000000000"), True),
+]
+
+
+@pytest.mark.spark
+def test_checked_conversions_store_exact_values_only(spark):
+    """All cases in one Spark job: a column per case holding its value, a flag per case from ``lossy_value``."""
+    from pyspark.sql import functions as F
+
+    from partialcow.spark.casting import lossy_value
+
+    fields, row, flags = [], [], []
+    for i, (source, target, value, _) in enumerate(VALUES):
+        assert EXPECTED[(source, target)] == "checked", (source, target)
+        fields.append(T.StructField(f"c{i}", TYPES[source]))
+        row.append(value)
+        flags.append(lossy_value(f"`c{i}`", TYPES[source], TYPES[target], exact=False).alias(f"f{i}"))
+    frame = spark.createDataFrame([tuple(row)], T.StructType(fields))
+    got = frame.select(*flags).collect()[0]
+    stored = {VALUES[i][:3]: not got[f"f{i}"] for i in range(len(VALUES))}
+    assert stored == {v[:3]: v[3] for v in VALUES}
+
+
+@pytest.mark.spark
+def test_keys_are_converted_exactly(spark):
+    """A key never rounds: 0.1 (double) into a float key would name another row than the batch meant."""
+    from partialcow.spark.casting import lossy_value
+
+    frame = spark.createDataFrame([(0.1, 0.5)], "a double, b double")
+    got = frame.select(lossy_value("`a`", T.DoubleType(), T.FloatType(), exact=True).alias("a"),
+                       lossy_value("`b`", T.DoubleType(), T.FloatType(), exact=True).alias("b")).collect()[0]
+    assert (got["a"], got["b"]) == (True, False)
