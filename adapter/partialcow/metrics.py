@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
 
-__all__ = ["WriteMetrics"]
+__all__ = ["WriteMetrics", "PhaseClock"]
 
 
 @dataclass
@@ -29,9 +32,15 @@ class WriteMetrics:
     bytes_reencoded: int = 0
     commit_retries: int = 0  # commits beaten by another writer, then located and committed again
     duration_ms: int = 0
+    # wall time per phase of the write (stage, locate, rewrite, commit, index...), see PhaseClock
+    phase_ms: dict[str, int] = field(default_factory=dict)
 
     def __add__(self, other: WriteMetrics) -> WriteMetrics:
-        return WriteMetrics(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+        summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self) if f.name != "phase_ms"}
+        phases = dict(self.phase_ms)
+        for name, ms in other.phase_ms.items():
+            phases[name] = phases.get(name, 0) + ms
+        return WriteMetrics(**summed, phase_ms=phases)
 
     def as_dict(self) -> dict[str, int]:
         """Plain dict (for JSON, commit summaries and dbt's adapter response)."""
@@ -39,4 +48,26 @@ class WriteMetrics:
 
     def as_commit_summary(self) -> dict[str, str]:
         """String properties for a table-format commit (Iceberg snapshot summary, Delta commitInfo)."""
-        return {f"partialcow.{k}": str(v) for k, v in asdict(self).items()}
+        return {f"partialcow.{k}": str(v) for k, v in asdict(self).items() if k != "phase_ms"}
+
+
+class PhaseClock:
+    """Wall time per named phase of one write, summed over repeats (a retried attempt adds to its phases).
+
+    >>> clock = PhaseClock()
+    >>> with clock("stage"):
+    ...     pass
+    >>> sorted(clock.ms)
+    ['stage']
+    """
+
+    def __init__(self) -> None:
+        self.ms: dict[str, int] = {}
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.ms[phase] = self.ms.get(phase, 0) + int((time.perf_counter() - started) * 1000)

@@ -52,6 +52,8 @@ _MAX_BUCKETS = 4096
 _ROWS_PER_BUCKET = 500_000  # a bucket file of two bigint keys is then ~10 MB: one Spark task reads it quickly
 _DUPLICATE_SAMPLE = 5
 _DUP_MARKER = "partialcow-duplicate-key: "
+# the bucket column of ``apply_commit``'s ``added_rows`` (the writer's locate job computed it with the index's hash)
+_ADDED_BUCKET = "_pcow_bucket"
 
 
 @dataclass
@@ -402,6 +404,7 @@ class RowIndex:
         new_file_rows: DataFrame | None = None,
         same_positions: Mapping[str, str] | None = None,
         shifted: Mapping[str, tuple[str, Sequence[int]]] | None = None,
+        added_rows: pa.Table | None = None,
     ) -> IndexMetrics:
         """Bring the index to ``result.version`` after a commit of ours.
 
@@ -413,6 +416,10 @@ class RowIndex:
           data file read, no shuffle); otherwise those files are re-indexed like any added file.
         - the other removed files are dropped and the other added files are indexed, from ``new_file_rows``
           (``key..., file, pos`` of the added files, if the writer has them) or by reading the added files.
+        - ``added_rows`` (Arrow: ``key..., file, pos, _pcow_bucket`` of every row of the other added files, with the
+          index's bucket of each key) lets the whole change be applied without Spark: each affected bucket file is
+          merged on the driver (see ``partialcow.index.local``). Used when the index is local, has seen its key
+          types and does not need more buckets.
 
         If the index was not at ``result.previous_version`` (someone else committed in between) it falls back to
         ``ensure_fresh``-style repair against the table at ``result.version``.
@@ -433,6 +440,11 @@ class RowIndex:
                     f"index of {self.state.table}: commit {result.version} removed file(s) the index does not cover "
                     f"({unknown[:3]}); rebuild the index"
                 )
+            local = self._apply_local(result, pairs, shifts, removed, added, added_rows)
+            if local is not None:
+                local.duration_ms = int((time.monotonic() - started) * 1000)
+                self.last_metrics = local
+                return local
             by_path = self.state.by_path()
             files = []
             for f in self.state.files:
@@ -456,6 +468,119 @@ class RowIndex:
         metrics.duration_ms = int((time.monotonic() - started) * 1000)
         self.last_metrics = metrics
         return metrics
+
+    def _apply_local(self, result: CommitResult, pairs: Mapping[str, str],
+                     shifts: Mapping[str, tuple[str, np.ndarray]], removed: Sequence[str], added: Sequence[str],
+                     added_rows: pa.Table | None) -> IndexMetrics | None:
+        """``apply_commit`` merged bucket by bucket on the driver (see ``partialcow.index.local``); None when the
+        change needs the Spark path (rows of added files unknown, a remote index, an index growing past its layout)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from partialcow.index.local import merge_bucket
+
+        state = self.state
+        targets = set(pairs.values()) | {dst for dst, _ in shifts.values()}
+        new_paths = [p for p in added if p not in targets]
+        if not self._store.is_local or not state.key_types or (new_paths and added_rows is None):
+            return None
+        by_path = state.by_path()
+        if any(by_path[p].deletes for p in shifts):
+            return None
+        n = state.num_buckets
+        rows = None
+        if new_paths:
+            assert added_rows is not None
+            norm = self.source.normalize_path
+            rows = added_rows.set_column(added_rows.schema.get_field_index("file"), "file",
+                                         pa.array([norm(p) for p in added_rows.column("file").to_pylist()], pa.string()))
+            if set(pc.unique(rows.column("file")).to_pylist()) - set(new_paths):
+                return None  # rows of files this commit did not add: not ours to trust
+        dropped = [by_path[p] for p in removed if p not in pairs and p not in shifts]
+        rows_after = (self._rows_total(state) - sum(f.indexed_rows for f in dropped)
+                      - sum(len(g) for _, g in shifts.values()) + (rows.num_rows if rows is not None else 0))
+        if _choose_buckets(rows_after, _ROWS_PER_BUCKET) >= 2 * n:
+            return None  # the index grows past its layout: the Spark path lays it out again
+
+        next_id = state.next_file_id
+        remap: dict[int, tuple[int, np.ndarray]] = {}
+        affected: set[int] = set()
+        for f in state.files:
+            if f.path in shifts:
+                remap[f.file_id] = (next_id, shifts[f.path][1])
+                affected.update(range(n) if f.buckets is None else f.buckets)
+                next_id += 1
+        for f in dropped:
+            affected.update(range(n) if f.buckets is None else f.buckets)
+        new_ids = {}
+        for path in new_paths:
+            new_ids[path] = next_id
+            next_id += 1
+        per_bucket: dict[int, pa.Table] = {}
+        new_stats: dict[str, tuple[int, tuple[int, ...]]] = {p: (0, ()) for p in new_paths}
+        if rows is not None and rows.num_rows:
+            ids = pa.array([new_ids[p] for p in rows.column("file").to_pylist()], pa.int32())
+            key_schema = self._arrow_key_schema()
+            entries = pa.table([*(rows.column(c).cast(key_schema.field(c).type) for c in state.key_columns), ids,
+                                rows.column("pos").cast(pa.int64())],
+                               names=[*state.key_columns, FILE_ID, POS])
+            buckets = rows.column(_ADDED_BUCKET).to_numpy(zero_copy_only=False)
+            for b in np.unique(buckets).tolist():
+                per_bucket[int(b)] = entries.filter(pa.array(buckets == b))
+            affected.update(per_bucket)
+            files_col = rows.column("file").to_numpy(zero_copy_only=False)
+            for path in new_paths:
+                mine = buckets[files_col == path]
+                new_stats[path] = (int(mine.size), tuple(sorted(int(b) for b in np.unique(mine))))
+        names = unique_names("b", sorted(affected))
+        drop_ids = frozenset(f.file_id for f in dropped)
+
+        def one(bucket: int) -> tuple[int, dict[int, int], int]:
+            src = self._store.path(state.buckets[bucket]) if state.buckets[bucket] is not None else None
+            counts, left = merge_bucket(src, self._store.path(names[bucket]), key_columns=state.key_columns,
+                                        remap=remap, drop_ids=drop_ids, added=per_bucket.get(bucket),
+                                        table=state.table)
+            return bucket, counts, left
+
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1, max(1, len(affected)))) as pool:
+            done = list(pool.map(one, sorted(affected)))
+        changes: dict[int, str | None] = {}
+        removed_counts: dict[int, int] = {}
+        for bucket, counts, left in done:
+            changes[bucket] = names[bucket] if left else None
+            for file_id, count in counts.items():
+                removed_counts[file_id] = removed_counts.get(file_id, 0) + count
+        files = []
+        for f in state.files:
+            if f.file_id in drop_ids:
+                continue
+            if f.path in pairs:
+                files.append(replace(f, path=pairs[f.path], deletes=None))
+            elif f.file_id in remap:
+                dst, gone = shifts[f.path]
+                count = f.record_count - len(gone) if f.record_count >= 0 else -1
+                files.append(IndexedFile(remap[f.file_id][0], dst, count,
+                                         f.indexed_rows - removed_counts.get(f.file_id, 0), None, f.buckets))
+            else:
+                files.append(f)
+        for path in new_paths:
+            count, buckets_of = new_stats[path]
+            files.append(IndexedFile(new_ids[path], path, count, count, None, buckets_of))
+        new_state = replace(state, table_version=result.version, files=tuple(files),
+                            buckets=replace_buckets(state.buckets, changes), next_file_id=next_id,
+                            state_version=state.state_version + 1)
+        checkpoint("index-written")
+        self._store.write_state(new_state)
+        self.state = new_state
+        self._store.garbage_collect()
+        return IndexMetrics(
+            "apply_commit(local)", result.version, rows_indexed=rows.num_rows if rows is not None else 0,
+            rows_total=self._rows_total(new_state), num_buckets=n, buckets_rewritten=len(changes),
+            files_reindexed=sorted(new_paths), files_dropped=sorted([*(f.path for f in dropped), *shifts]),
+            files_repointed=sorted([*pairs.values(), *(dst for dst, _ in shifts.values())]),
+        )
 
     def ensure_fresh(self, committer: TableCommitter | None = None) -> IndexMetrics:
         """Make the index reflect the table's current version, re-indexing only the files that changed.
@@ -676,52 +801,9 @@ class RowIndex:
         )
 
     def _write_buckets(self, merged: DataFrame, buckets: Sequence[int], key_types: Sequence[str]) -> dict[int, str]:
-        """Write one key-sorted Parquet file per bucket of ``merged`` under a fresh name; refuse duplicate keys.
-
-        One shuffle serves both: rows clustered by bucket and sorted by key put duplicates next to each other, so a
-        ``lag`` over the same partitioning and order (no further exchange) finds them inside the write job, which
-        then fails with a marked error that becomes ``DuplicateKeyError``.
-        """
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-
-        keys = [F.col(quote_identifier(c)) for c in self.key_columns]
-        shown = [
-            F.concat(F.lit("'"), k, F.lit("'")) if t == "string" else F.coalesce(k.cast("string"), F.lit("None"))
-            for k, t in zip(keys, key_types)
-        ]
-        message = F.concat(F.lit(_DUP_MARKER + "("), F.concat_ws(", ", *shown), F.lit(")"))
-        previous = F.lag(F.struct(*keys)).over(Window.partitionBy(BUCKET).orderBy(*keys))
-        laid_out = (
-            merged.repartition(max(1, len(buckets)), BUCKET)
-            .sortWithinPartitions(BUCKET, *keys)
-            .withColumn("_previous", previous)
-            .where(F.when(F.struct(*keys).eqNullSafe(F.col("_previous")), F.raise_error(message)).isNull())
-            .drop("_previous")
-        )
-        tmp = self._store.new_tmp_dir()
-        try:
-            laid_out.write.option("maxRecordsPerFile", 0).partitionBy(BUCKET).parquet(self._store.uri(tmp))
-        except Exception as exc:
-            self._store.delete_dir(tmp)
-            if _DUP_MARKER not in str(exc):
-                raise
-            # error path only: one more pass to name a sample of the duplicated keys
-            sample = merged.groupBy(*self.key_columns).count().where("count > 1").limit(_DUPLICATE_SAMPLE).collect()
-            raise self._duplicate_error(sample) from None
-        names = unique_names("b", buckets)
-        written: dict[int, str] = {}
-        for info in self._store.list_dir(tmp, recursive=True):
-            if not info.base_name.endswith(".parquet"):
-                continue
-            folder = info.path.rsplit("/", 2)[-2]
-            bucket = int(folder.split("=", 1)[1])
-            if bucket in written:
-                raise IndexError_(f"index of {self.state.table}: Spark wrote bucket {bucket} as more than one file")
-            self._store.move_in(info.path[len(self._store.root) + 1:], names[bucket])
-            written[bucket] = names[bucket]
-        self._store.delete_dir(tmp)
-        return written
+        """See :func:`write_bucket_files`."""
+        return write_bucket_files(self.spark, self._store, self.key_columns, key_types, self.state.table, merged,
+                                  buckets)
 
     # -- verification ---------------------------------------------------------------------------------------------
     def verify(self) -> VerifyReport:
@@ -790,11 +872,7 @@ class RowIndex:
         return F.broadcast(frame)
 
     def _duplicate_error(self, rows: Iterable) -> DuplicateKeyError:  # type: ignore[type-arg]
-        sample = [tuple(r[c] for c in self.key_columns) for r in rows]
-        return DuplicateKeyError(
-            f"table {self.state.table} holds key(s) {list(self.key_columns)} more than once, e.g. {sample}; "
-            "deduplicate the table (or choose a unique key) before using the row index"
-        )
+        return duplicate_error(self.state.table, self.key_columns, rows)
 
     @staticmethod
     def _rows_total(state: IndexState) -> int:
@@ -849,3 +927,68 @@ def _shift_bucket_files(tasks: Iterable[tuple[int, str, str]], *, remap: Mapping
         report = rewrite_file(src, dst, updates=updates, deletes=np.concatenate(gone_rows) if gone_rows else None,
                               threads=1)
         yield bucket, counts, report.rows_after
+
+
+def duplicate_error(table: str, key_columns: Sequence[str], rows: Iterable) -> DuplicateKeyError:  # type: ignore[type-arg]
+    sample = [tuple(r[c] for c in key_columns) for r in rows]
+    err = DuplicateKeyError(
+        f"table {table} holds key(s) {list(key_columns)} more than once, e.g. {sample}; "
+        "deduplicate the table (or choose a unique key) before using the row index"
+    )
+    err.samples = sample  # type: ignore[attr-defined]
+    return err
+
+
+def write_bucket_files(spark: SparkSession, store: IndexStore, key_columns: Sequence[str], key_types: Sequence[str],
+                       table: str, merged: DataFrame, buckets: Sequence[int], *, keep_negative_ids: bool = True
+                       ) -> dict[int, str]:
+    """Write one key-sorted Parquet file per bucket of ``merged`` (key columns, ``_file_id``, ``_pos``, ``_bucket``)
+    under a fresh name; refuse duplicate keys. ``keep_negative_ids=False``: rows with a negative file id take part
+    in the duplicate check only (a first build's deletes) and are not written.
+
+    One shuffle serves both: rows clustered by bucket and sorted by key put duplicates next to each other, so a
+    ``lag`` over the same partitioning and order (no further exchange) finds them inside the write job, which
+    then fails with a marked error that becomes ``DuplicateKeyError``.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    keys = [F.col(quote_identifier(c)) for c in key_columns]
+    shown = [
+        F.concat(F.lit("'"), k, F.lit("'")) if t == "string" else F.coalesce(k.cast("string"), F.lit("None"))
+        for k, t in zip(keys, key_types)
+    ]
+    message = F.concat(F.lit(_DUP_MARKER + "("), F.concat_ws(", ", *shown), F.lit(")"))
+    previous = F.lag(F.struct(*keys)).over(Window.partitionBy(BUCKET).orderBy(*keys))
+    laid_out = (
+        merged.repartition(max(1, len(buckets)), BUCKET)
+        .sortWithinPartitions(BUCKET, *keys)
+        .withColumn("_previous", previous)
+        .where(F.when(F.struct(*keys).eqNullSafe(F.col("_previous")), F.raise_error(message)).isNull())
+        .drop("_previous")
+    )
+    if not keep_negative_ids:
+        laid_out = laid_out.where(F.col(FILE_ID) >= 0)
+    tmp = store.new_tmp_dir()
+    try:
+        laid_out.write.option("maxRecordsPerFile", 0).partitionBy(BUCKET).parquet(store.uri(tmp))
+    except Exception as exc:
+        store.delete_dir(tmp)
+        if _DUP_MARKER not in str(exc):
+            raise
+        # error path only: one more pass to name a sample of the duplicated keys
+        sample = merged.groupBy(*key_columns).count().where("count > 1").limit(_DUPLICATE_SAMPLE).collect()
+        raise duplicate_error(table, key_columns, sample) from None
+    names = unique_names("b", buckets)
+    written: dict[int, str] = {}
+    for info in store.list_dir(tmp, recursive=True):
+        if not info.base_name.endswith(".parquet"):
+            continue
+        folder = info.path.rsplit("/", 2)[-2]
+        bucket = int(folder.split("=", 1)[1])
+        if bucket in written:
+            raise IndexError_(f"index of {table}: Spark wrote bucket {bucket} as more than one file")
+        store.move_in(info.path[len(store.root) + 1:], names[bucket])
+        written[bucket] = names[bucket]
+    store.delete_dir(tmp)
+    return written

@@ -41,7 +41,7 @@ from partialcow.exceptions import (
 )
 from partialcow.index import RowIndex
 from partialcow.index.sources import quote_identifier
-from partialcow.metrics import WriteMetrics
+from partialcow.metrics import PhaseClock, WriteMetrics
 from partialcow.spark.partitioning import routes
 from partialcow.spark.rewrite_job import BUCKET, DELETE, LOCATE_RESULT_SCHEMA, FileTask, locate_partition, run_file_tasks
 from partialcow.spark.spec import ChangeSpec, OnSchemaChange
@@ -52,6 +52,7 @@ from partialcow.spark.staging import SAMPLE, keys_text, repeated_keys_error, sta
 from partialcow.spark.tables import LakehouseTable, local_path
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -157,20 +158,26 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
 
 def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec: ChangeSpec) -> WriteMetrics:
     started = time.monotonic()
-    with table.write_lease() as lease:
+    clock = PhaseClock()
+    with clock("lease"):
+        lease = table.write_lease().__enter__()
+    try:
         checkpoint("leased")
-        table_schema = _table_schema(spark, table)
-        staged, batch_rows = stage(changes, spec, table_schema=table_schema, check_unique=False)
+        with clock("schema"):
+            table_schema = _table_schema(spark, table)
+        with clock("stage"):
+            staged, batch_rows = stage(changes, spec, table_schema=table_schema, check_unique=False)
         checkpoint("staged")
         # only a batch that passed every check may change the table's schema
         if _evolve_schema(spark, table, staged.schema, spec):
             table_schema = _table_schema(spark, table)
         retries = 0
         while True:
-            index = _open_index(table, spec)
+            with clock("index_open"):
+                index = _open_index(table, spec)
             base_version = index.state.table_version
             try:
-                metrics = _attempt(spark, table, index, staged, spec, table_schema, batch_rows, lease)
+                metrics = _attempt(spark, table, index, staged, spec, table_schema, batch_rows, lease, clock)
                 break
             except CommitConflictError as exc:
                 if retries >= _MAX_COMMIT_RETRIES or table.table_format != "iceberg":
@@ -184,13 +191,19 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
                     ) from exc
                 retries += 1
         checkpoint("indexed")
+    except BaseException as exc:
+        lease.__exit__(type(exc), exc, exc.__traceback__)
+        raise
+    with clock("lease"):
+        lease.__exit__(None, None, None)
+    metrics.phase_ms = clock.ms
     metrics.commit_retries = retries
     metrics.duration_ms = int((time.monotonic() - started) * 1000)
     return metrics
 
 
 def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged: DataFrame, spec: ChangeSpec,
-             table_schema: StructType, batch_rows: int, lease: WriteLease) -> WriteMetrics:
+             table_schema: StructType, batch_rows: int, lease: WriteLease, clock: PhaseClock) -> WriteMetrics:
     """Locate, rewrite and commit the staged batch once, from the index's snapshot, then maintain the index."""
     table_columns = [f.name for f in table_schema.fields]
     value_columns = _value_columns(spec, table_columns, staged.columns)
@@ -198,8 +211,9 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
     cores = spark.sparkContext.defaultParallelism
     scratch = lease.scratch_dir()
     try:
-        in_place = _locates_in_place(staged, index, spec, batch_rows, cores)
-        located = _locate(index, staged, spec, value_columns, table_columns, scratch, batch_rows, cores, in_place)
+        with clock("locate"):
+            in_place = _locates_in_place(staged, index, spec, batch_rows, cores)
+            located = _locate(index, staged, spec, value_columns, table_columns, scratch, batch_rows, cores, in_place)
         checkpoint("located")
         if located.inserts:
             _check_required_columns(spec, table_schema, staged.columns)
@@ -223,8 +237,11 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
                 data_dir=table.data_dir,
                 check_keys=spec.key_columns if in_place else (),
                 file_prefix=data_file_prefix(lease.write_id),
+                # with index rows of every new file the index is maintained without Spark (needs its buckets)
+                key_columns=spec.key_columns if index.state.key_types else (),
             )
-            results = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(job).collect()
+            with clock("rewrite"):
+                results = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(job).collect()
         checkpoint("rewritten")
         # a file whose every page was copied holds what it held: it is not replaced (nothing to commit for it)
         unchanged = [r for r in results if r["kind"] == "rewrite" and not r["rows_updated"] and not r["rows_deleted"]
@@ -249,6 +266,7 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
             if not new_files:
                 return metrics
             table_paths = {p: _table_path(p, location=table.source.location) for p in new_files}
+            added_rows = _added_index_rows(results, table_paths)  # before the scratch folder holding them goes
             change = FileReplacement(
                 base_version=base_version,
                 removed=[r["src"] for r in rewritten],
@@ -256,7 +274,8 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
                 conflict_keys=located.conflict_keys,
                 metrics=metrics,
             )
-            result = table.committer.replace_files(change)
+            with clock("commit"):
+                result = table.committer.replace_files(change)
         except (CommitStateUnknownError, LostCommitError):
             raise  # the files may be referenced now: never delete them (the next write checks, see journal)
         except BaseException:
@@ -268,13 +287,32 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
     # spelled as the commit reports added files, or the index would not recognise the re-pointed file
     same_positions = {r["src"]: table_paths[r["dst"]] for r in rewritten if r["rows_deleted"] == 0}
     shifted = {r["src"]: (table_paths[r["dst"]], r["removed_positions"]) for r in rewritten if r["rows_deleted"]}
-    try:
-        index.apply_commit(result, same_positions=same_positions, shifted=shifted)
-    except StaleIndexError:
-        # Another writer published an index state between our lookup and our commit (our commit landed):
-        # continue from its state, which the repair brings to the table's current snapshot.
-        RowIndex.open(table.source).ensure_fresh(table.committer)
+    with clock("index_update"):
+        try:
+            index.apply_commit(result, same_positions=same_positions, shifted=shifted, added_rows=added_rows)
+        except StaleIndexError:
+            # Another writer published an index state between our lookup and our commit (our commit landed):
+            # continue from its state, which the repair brings to the table's current snapshot.
+            RowIndex.open(table.source).ensure_fresh(table.committer)
     return metrics
+
+
+def _added_index_rows(results: Sequence[dict], table_paths: dict[str, str]) -> pa.Table | None:
+    """The index entries of every file the rewrite job added (inserts, moved rows), each with its table path; None
+    when a writer did not report them (the index then reads the new files with Spark)."""
+    import pyarrow as pa
+
+    parts = []
+    for r in results:
+        for dst, fragment in ((r.get("dst"), r.get("index_rows")) if r["kind"] == "insert" else
+                              (r.get("moved_dst"), r.get("moved_index_rows")),):
+            if dst is None:
+                continue
+            if fragment is None:
+                return None
+            rows = pa.ipc.open_file(pa.memory_map(fragment)).read_all()
+            parts.append(rows.append_column("file", pa.array([table_paths[dst]] * rows.num_rows, pa.string())))
+    return pa.concat_tables(parts) if parts else None
 
 
 def _check_required_columns(spec: ChangeSpec, table_schema: StructType, staged_columns: Sequence[str]) -> None:
@@ -517,28 +555,20 @@ def create_table(
     """Create (or replace) ``name`` from a first batch of changes and build its row index.
 
     The batch is staged like any other (latest change per key; deletes dropped); the rows are written by the
-    Parquet engine's writer (page index, small pages) and committed as the table's first snapshot. Until that
-    commit the table carries the property ``PENDING_CREATE``: a build that dies in between leaves a table that
-    :func:`create_pending` reports, and the next run builds it again instead of adding to it.
+    Parquet engine's writer (page index, small pages) in one Spark job that also builds the index, and the table
+    is created or replaced with them in one commit (see ``partialcow.spark.bulk``): a build that fails leaves no
+    table, or the previous one untouched.
     """
+    from partialcow.spark.bulk import bulk_create
+
     with named_errors(model=spec.model, table=name):
-        staged = stage_changes(changes, spec)
-        columns = [c for c in staged.columns if c != DELETE]
         if table_format != "iceberg":
             raise ConfigurationError(
                 f"model {spec.model}: creating Delta tables needs Delta inside Spark (delta-spark jars); "
                 "create the table first, then apply changes with apply_changes()"
             )
-        writer = staged.select(*columns).limit(0).writeTo(quote_identifier(name)).using("iceberg")
-        for key, value in {**ICEBERG_TABLE_PROPERTIES, **spec.extra_table_properties, PENDING_CREATE: "true"}.items():
-            writer = writer.tableProperty(key, value)
-        writer.createOrReplace()
-        from partialcow.spark.tables import open_table
-
-        # A replaced table keeps its location: a leftover index is repaired against the new (empty) snapshot.
-        metrics = apply_changes(spark, open_table(spark, name, table_format=table_format), changes, spec)
-        spark.sql(f"ALTER TABLE {quote_identifier(name)} UNSET TBLPROPERTIES IF EXISTS ('{PENDING_CREATE}')")
-        return metrics
+        return bulk_create(spark, name, changes, spec,
+                           properties={**ICEBERG_TABLE_PROPERTIES, **spec.extra_table_properties})
 
 
 def create_pending(spark: SparkSession, name: str) -> bool:

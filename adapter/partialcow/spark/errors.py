@@ -64,7 +64,7 @@ def translate(exc: BaseException, *, model: str, table: str) -> E.PartialCowErro
         name, message = worker[-1].group(1), worker[-1].group(2)
         cls = getattr(E, name, None)
         if isinstance(cls, type) and issubclass(cls, E.PartialCowError):
-            return cls(f"model {model}, table {table}: {message}")
+            return cls(message if message.startswith(f"model {model}") else f"model {model}, table {table}: {message}")
     if "is not a valid object name" in text or "Invalid Hive object" in text:
         return E.ConfigurationError(
             f"model {model}: {table!r} is not a valid table name for the Hive metastore (letters, digits and "

@@ -80,6 +80,8 @@ def rewrite_changed_file(
     data_dir: str | None = None,
     threads: int = 1,
     file_prefix: str = "pcow-",
+    key_columns: Sequence[str] = (),
+    index_dir: str | None = None,
 ) -> dict[str, object]:
     """Rewrite data file ``src`` with its changed rows ``mine`` (``_pcow_pos``, ``_pcow_delete``, keys, values) and
     report what was done.
@@ -98,7 +100,7 @@ def rewrite_changed_file(
     moved = upserts.filter(move)
     upserts = upserts.filter(pc.invert(move))
     deletes = pa.concat_arrays([mine.filter(is_delete)[POS].combine_chunks(), moved[POS].combine_chunks()])
-    moved_dst = None
+    moved_dst = moved_index = None
     if moved.num_rows:
         if moved_schema is None or data_dir is None:
             raise InvalidChangeError(
@@ -108,6 +110,8 @@ def rewrite_changed_file(
         moved_dst = write_table(
             moved.select(moved_schema.names).cast(moved_schema), os.path.join(data_dir, new_file_name(file_prefix))
         ).path
+        if index_dir is not None and BUCKET in moved.column_names:
+            moved_index = _write_index_rows(moved, key_columns, index_dir)
     updates = None
     present = [c for c in update_columns if c in in_file]
     if upserts.num_rows and present:
@@ -122,6 +126,7 @@ def rewrite_changed_file(
         "dst": dst,
         "moved_dst": moved_dst,
         "moved_rows": moved.num_rows,
+        "moved_index_rows": moved_index,
         "rows_before": report.rows_before,
         "rows_after": report.rows_after,
         "rows_updated": report.rows_updated,
@@ -134,6 +139,16 @@ def rewrite_changed_file(
         # rows of src missing from dst (deleted or moved), so the row index can shift its entries
         "removed_positions": np.unique(deletes.to_numpy(zero_copy_only=False)).tolist(),
     }
+
+
+def _write_index_rows(rows: pa.Table, key_columns: Sequence[str], folder: str) -> str:
+    """The index entries of a new file written from ``rows`` in order: keys, position, bucket (an Arrow file)."""
+    entries = pa.table([*(rows.column(c) for c in key_columns),
+                        pa.array(np.arange(rows.num_rows, dtype=np.int64)), rows.column(BUCKET)],
+                       names=[*key_columns, "pos", BUCKET])
+    path = os.path.join(folder, f"idx-{uuid.uuid4().hex}.arrow")
+    _write_fragment(entries, path)
+    return path
 
 
 def write_partition(batches: Iterator[pa.RecordBatch], *, schema: pa.Schema, data_dir: str,
@@ -246,7 +261,8 @@ def locate_partition(
 
     order = np.argsort(file_ids, kind="stable")
     at, file_ids, positions = at[order], file_ids[order], positions[order]
-    located = rows.select(list(carried)).take(pa.array(at))
+    # the bucket rides along: a row moved to a new file (see rewrite_changed_file) is indexed without rehashing
+    located = rows.select([*carried, BUCKET]).take(pa.array(at))
     located = pa.table(
         [pa.array(positions, pa.int64()), pa.array(is_delete[at]), *located.columns],
         names=[POS, DELETE, *located.column_names],
@@ -264,7 +280,8 @@ def locate_partition(
     if unmatched.any():
         inserts_file = os.path.join(scratch, f"ins-{task}.arrow")
         # the insert writers fill columns the batch lacks with nulls (see write_partition)
-        unmatched_rows = rows.filter(pa.array(unmatched)).select([c for c in insert_columns if c in rows.column_names])
+        unmatched_rows = rows.filter(pa.array(unmatched)).select(
+            [c for c in insert_columns if c in rows.column_names] + [BUCKET])
         _write_fragment(unmatched_rows.append_column(DELETE, pa.array(is_delete[unmatched])), inserts_file)
     keys_file = None
     if rows.num_rows <= keys_limit:
@@ -334,11 +351,13 @@ def run_file_tasks(
     data_dir: str,
     check_keys: Sequence[str] = (),
     file_prefix: str = "pcow-",
+    key_columns: Sequence[str] = (),
 ) -> Iterator[dict[str, object]]:
     """Run this partition's file tasks on the fragments ``locate_partition`` wrote.
 
     Yields one result per task: ``kind`` "rewrite" with the fields ``rewrite_changed_file`` reports (``src``, ``dst``,
-    rows and pages counts, ``removed_positions``...), or "insert" with ``dst`` and ``rows``.
+    rows and pages counts, ``removed_positions``...), or "insert" with ``dst``, ``rows`` and ``index_rows`` (an Arrow
+    file of the new file's index entries, see ``_write_index_rows``; given ``key_columns``).
 
     ``check_keys``: when the locate tasks did not see every change of a key (they took the batch's partitions as
     they were), the key columns to check here: a file task that finds a key changed more than once, or the first
@@ -355,7 +374,9 @@ def run_file_tasks(
                 continue
         if task.src is not None:
             report = rewrite_changed_file(task.src, rows, update_columns=update_columns, moved_schema=moved_schema,
-                                          data_dir=data_dir, threads=task.threads, file_prefix=file_prefix)
+                                          data_dir=data_dir, threads=task.threads, file_prefix=file_prefix,
+                                          key_columns=key_columns,
+                                          index_dir=os.path.dirname(task.fragments[0]) if key_columns else None)
             yield {"kind": "rewrite", **report}
         else:
             rows = rows.filter(pc.invert(rows[DELETE])).drop_columns([DELETE])
@@ -364,7 +385,10 @@ def run_file_tasks(
             part = rows.slice(start, stop - start)
             for batch in write_partition(iter(part.to_batches()), schema=insert_schema, data_dir=data_dir,
                                          file_prefix=file_prefix):
-                yield from ({"kind": "insert", **r} for r in batch.to_pylist())
+                index_rows = None
+                if key_columns and BUCKET in part.column_names:
+                    index_rows = _write_index_rows(part, key_columns, os.path.dirname(task.fragments[0]))
+                yield from ({"kind": "insert", **r, "index_rows": index_rows} for r in batch.to_pylist())
 
 
 IN_PLACE_RESULT_SCHEMA = (

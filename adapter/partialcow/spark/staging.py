@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
-__all__ = ["stage_changes", "stage", "repeated_keys_error", "keys_text", "SAMPLE"]
+__all__ = ["stage_changes", "stage", "repeated_keys_error", "keys_text", "problem_flags", "SAMPLE"]
 
 SAMPLE = 5
 
@@ -80,21 +80,8 @@ def stage(
     plan = _assignment_plan(changes, spec, table_types)
 
     keys = [F.col(quote_identifier(c)) for c in spec.key_columns]
-    null_key = F.lit(False)
-    for key in keys:
-        null_key = null_key | key.isNull()
-    nan_key = F.lit(False)
-    for name in spec.key_columns:
-        if changes.schema[name].dataType.simpleString() in ("float", "double"):
-            nan_key = nan_key | F.isnan(F.col(quote_identifier(name)))
-    if spec.op_column:
-        known = [*spec.insert_ops, *spec.update_ops, *spec.delete_ops]
-        op = F.col(quote_identifier(spec.op_column))
-        bad_op = op.isNull() | ~op.isin(known)
-        is_delete = op.isin(list(spec.delete_ops))
-    else:
-        known, bad_op, is_delete = [], F.lit(False), F.lit(False)
-    null_seq = F.col(quote_identifier(spec.sequence_column)).isNull() if spec.sequence_column else F.lit(False)
+    null_key, nan_key, bad_op, null_seq, is_delete = problem_flags(changes, spec)
+    known = [*spec.insert_ops, *spec.update_ops, *spec.delete_ops] if spec.op_column else []
     lossy = {name: lossy_value(quote_identifier(name), source, target, exact=name in spec.key_columns)
              for name, (kind, source, target) in plan.items() if kind == "checked"}
 
@@ -202,12 +189,32 @@ def _conform_schema(staged: DataFrame, spec: ChangeSpec, table_columns: Sequence
     return staged.drop(*extra)
 
 
+def problem_flags(changes: DataFrame, spec: ChangeSpec) -> tuple[Column, Column, Column, Column, Column]:
+    """Per row of the batch: null key, NaN key, unknown op code, null sequence value, and whether it is a delete."""
+    from pyspark.sql import functions as F
+
+    null_key = F.lit(False)
+    nan_key = F.lit(False)
+    for name in spec.key_columns:
+        null_key = null_key | F.col(quote_identifier(name)).isNull()
+        if changes.schema[name].dataType.simpleString() in ("float", "double"):
+            nan_key = nan_key | F.isnan(F.col(quote_identifier(name)))
+    if spec.op_column:
+        op = F.col(quote_identifier(spec.op_column))
+        known = [*spec.insert_ops, *spec.update_ops, *spec.delete_ops]
+        bad_op, is_delete = op.isNull() | ~op.isin(known), op.isin(list(spec.delete_ops))
+    else:
+        bad_op, is_delete = F.lit(False), F.lit(False)
+    null_seq = F.col(quote_identifier(spec.sequence_column)).isNull() if spec.sequence_column else F.lit(False)
+    return null_key, nan_key, bad_op, null_seq, is_delete
+
+
 def _assignment_plan(changes: DataFrame, spec: ChangeSpec, table_types: dict[str, DataType]
                      ) -> dict[str, tuple[str, DataType, DataType]]:
     """Per batch column the table also has: (conversion, batch type, table type); raises for refused ones."""
     model = spec.model
     if spec.sequence_column:
-        _check_sequence_type(spec, changes.schema[spec.sequence_column].dataType, "the model delivers")
+        check_sequence_type(spec, changes.schema[spec.sequence_column].dataType, "the model delivers")
     plan: dict[str, tuple[str, DataType, DataType]] = {}
     for field in changes.schema.fields:
         name = field.name
@@ -232,11 +239,11 @@ def _assignment_plan(changes: DataFrame, spec: ChangeSpec, table_types: dict[str
         plan[name] = (kind, field.dataType, table_types[name])
     seq = spec.sequence_column
     if seq and seq in plan:
-        _check_sequence_type(spec, plan[seq][2], "the table stores it as")
+        check_sequence_type(spec, plan[seq][2], "the table stores it as")
     return plan
 
 
-def _check_sequence_type(spec: ChangeSpec, seq_type: DataType, how: str) -> None:
+def check_sequence_type(spec: ChangeSpec, seq_type: DataType, how: str) -> None:
     if not is_orderable_sequence(seq_type):
         raise ChangeFeedError(
             f"model {spec.model}: sequence column {spec.sequence_column!r} does not order changes: {how} "

@@ -1,0 +1,102 @@
+"""Create (or replace) an Iceberg table together with its first data files, in one atomic commit.
+
+Iceberg's create-or-replace transaction assigns the new schema's field ids before anything is committed, so the
+data files can be written with those ids first and the table appears (or replaces the old one) only when the
+transaction commits with them: a first build or full refresh that fails half-way leaves no table, or the old table
+exactly as it was. This is what Spark's atomic CTAS does through a staging catalog; we need it from Python because
+our files are written by our own Parquet writer.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from partialcow.commit.base import CommitResult
+from partialcow.commit.iceberg import NO_SNAPSHOT, _java_errors, _java_message
+from partialcow.exceptions import CommitConflictError, CommitError, CommitStateUnknownError
+from partialcow.metrics import WriteMetrics
+
+__all__ = ["NewIcebergTable"]
+
+_COMMIT_ID = "partialcow.commit-id"
+
+
+class NewIcebergTable:
+    """A table being created or replaced in the Spark session's Iceberg catalog, committed with its files.
+
+    >>> new = NewIcebergTable(spark, "db.events", spark_schema, {"format-version": "2"})  # doctest: +SKIP
+    >>> new.schema_json["fields"][0]["id"], new.location  # doctest: +SKIP
+    (1, 'file:/wh/db.db/events')
+    >>> new.commit(["file:/wh/db.db/events/data/a.parquet"], WriteMetrics(rows_inserted=10))  # doctest: +SKIP
+    """
+
+    def __init__(self, spark: Any, name: str, spark_schema: Any, properties: Mapping[str, str]) -> None:
+        self._spark = spark
+        self._jvm = spark._jvm  # noqa: SLF001 - py4j is the way to Iceberg's Java API
+        self.name = name
+        jvm = self._jvm
+        try:
+            catalog = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergCatalog(spark._jsparkSession, "spark_catalog")  # noqa: SLF001
+            schema = jvm.org.apache.iceberg.spark.SparkSchemaUtil.convert(spark_schema)
+            java_props = jvm.java.util.HashMap()
+            for key, value in properties.items():
+                java_props.put(key, value)
+            identifier = jvm.org.apache.iceberg.catalog.TableIdentifier.parse(name)
+            self._txn = catalog.buildTable(identifier, schema).withProperties(java_props).createOrReplaceTransaction()
+            self._table = self._txn.table()
+            self.schema_json: dict[str, Any] = json.loads(str(jvm.org.apache.iceberg.SchemaParser.toJson(self._table.schema())))
+            self.location = str(self._table.location())
+        except _java_errors() as exc:
+            raise CommitError(f"cannot create Iceberg table {name}: {_java_message(exc)}") from exc
+
+    def commit(self, paths: Sequence[str], metrics: WriteMetrics) -> CommitResult:
+        """Append ``paths`` (Parquet files written with :attr:`schema_json`'s field ids) and commit the table."""
+        jvm = self._jvm
+        table = self._table
+        commit_id = str(uuid.uuid4())
+        try:
+            append = table.newAppend()
+            config = jvm.org.apache.iceberg.MetricsConfig.forTable(table)
+            for path in paths:
+                input_file = table.io().newInputFile(path)
+                file_metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(input_file, config)
+                data_file = (jvm.org.apache.iceberg.DataFiles.builder(table.spec()).withPath(path)
+                             .withFileSizeInBytes(input_file.getLength()).withFormat("PARQUET")
+                             .withMetrics(file_metrics).build())
+                append = append.appendFile(data_file)
+            for key, value in {**metrics.as_commit_summary(), "partialcow.operation": "partial_cow_create",
+                               _COMMIT_ID: commit_id}.items():
+                append = append.set(key, value)
+            append.commit()
+        except _java_errors() as exc:
+            raise CommitError(f"cannot prepare the first commit of Iceberg table {self.name}: {_java_message(exc)}; "
+                              "nothing was committed") from exc
+        try:
+            self._txn.commitTransaction()
+        except _java_errors() as exc:
+            message = _java_message(exc)
+            if "CommitStateUnknownException" in message:
+                raise CommitStateUnknownError(
+                    f"creating Iceberg table {self.name} may or may not have committed: {message}; its files are kept"
+                ) from exc
+            if "AlreadyExists" in message or "CommitFailed" in message:
+                raise CommitConflictError(
+                    f"Iceberg table {self.name} was created or changed by another writer during this build: {message}"
+                ) from exc
+            raise CommitError(f"Iceberg refused to create table {self.name}: {message}") from exc
+        self._spark.catalog.refreshTable(self.name)
+        loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self._spark._jsparkSession, self.name)  # noqa: SLF001
+        snapshot = loaded.currentSnapshot()
+        while snapshot is not None and snapshot.summary().get(_COMMIT_ID) != commit_id:
+            parent = snapshot.parentId()
+            snapshot = None if parent is None else loaded.snapshot(parent)
+        if snapshot is None:
+            raise CommitStateUnknownError(f"Iceberg table {self.name} was committed but carries no snapshot "
+                                          f"{_COMMIT_ID}={commit_id}; check the table")
+        parent = snapshot.parentId()
+        return CommitResult(version=int(snapshot.snapshotId()),
+                            previous_version=NO_SNAPSHOT if parent is None else int(parent),
+                            removed=(), added=tuple(paths))

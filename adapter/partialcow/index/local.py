@@ -1,0 +1,120 @@
+"""Index maintenance without Spark: one bucket file at a time, with pyarrow, for commits whose changes are known.
+
+After one of our own commits the writer knows exactly what changed in the index: which files kept their rows in
+place (re-pointed), which lost rows at which positions (shifted), which were dropped, and the key, position and
+bucket of every row it added. Maintaining the index is then a merge per affected bucket file: read it, drop and
+shift entries, append the new ones, sort, write. Done in driver threads this costs what reading and writing those
+bucket files costs; the Spark path (a shuffle of every entry of every affected bucket) is kept for what only Spark
+can read: other writers' files, rebuilds, and re-layouts to more buckets.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from partialcow.exceptions import DuplicateKeyError
+
+__all__ = ["merge_bucket", "duplicate_samples"]
+
+FILE_ID = "_file_id"
+POS = "_pos"
+
+
+def merge_bucket(
+    src: str | None,
+    dst: str,
+    *,
+    key_columns: Sequence[str],
+    remap: Mapping[int, tuple[int, np.ndarray]],
+    drop_ids: frozenset[int],
+    added: pa.Table | None,
+    table: str,
+) -> tuple[dict[int, int], int]:
+    """Write bucket file ``dst``: ``src``'s entries with ``remap`` applied (old file id -> new id and the sorted
+    positions it lost: those entries go, later ones shift down), entries of ``drop_ids`` removed, and ``added``
+    (key columns, ``_file_id``, ``_pos``) merged in key order. Returns the entries removed per remapped file id and
+    the entries written; raises ``DuplicateKeyError`` if a key would appear twice.
+
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp(); src, dst = os.path.join(d, "a.parquet"), os.path.join(d, "b.parquet")
+    >>> pq.write_table(pa.table({"k": [1, 5], FILE_ID: pa.array([0, 0], pa.int32()), POS: [0, 1]}), src)
+    >>> added = pa.table({"k": [3], FILE_ID: pa.array([1], pa.int32()), POS: [0]})
+    >>> merge_bucket(src, dst, key_columns=["k"], remap={0: (2, np.array([0]))}, drop_ids=frozenset(), added=added,
+    ...              table="t")
+    ({0: 1}, 2)
+    >>> pq.read_table(dst).to_pydict()
+    {'k': [3, 5], '_file_id': [1, 2], '_pos': [0, 0]}
+    """
+    counts: dict[int, int] = {}
+    int96 = False
+    if src is not None:
+        entries = pq.read_table(src)
+        int96 = any(c.physical_type == "INT96" for c in pq.ParquetFile(src).schema)
+        file_ids = entries.column(FILE_ID).to_numpy()
+        positions = entries.column(POS).to_numpy().copy()
+        new_ids = file_ids.astype(np.int32, copy=True)
+        keep = ~np.isin(file_ids, np.fromiter(drop_ids, dtype=file_ids.dtype)) if drop_ids else np.ones(len(file_ids), bool)
+        for old_id, (new_id, gone) in remap.items():
+            mine = np.flatnonzero(file_ids == old_id)
+            if not mine.size:
+                continue
+            pos = positions[mine]
+            before = np.searchsorted(gone, pos)  # removed positions before each entry's position
+            hit = np.zeros(mine.size, dtype=bool)
+            inside = before < gone.size
+            hit[inside] = gone[before[inside]] == pos[inside]
+            counts[old_id] = int(hit.sum())
+            keep[mine[hit]] = False
+            positions[mine] = pos - before
+            new_ids[mine] = new_id
+        entries = entries.set_column(entries.schema.get_field_index(FILE_ID), FILE_ID,
+                                     pa.array(new_ids).cast(entries.schema.field(FILE_ID).type))
+        entries = entries.set_column(entries.schema.get_field_index(POS), POS,
+                                     pa.array(positions).cast(entries.schema.field(POS).type))
+        entries = entries.filter(pa.array(keep))
+    else:
+        entries = None
+    if added is not None and added.num_rows:
+        added = added.select([*key_columns, FILE_ID, POS])
+        if entries is not None:
+            added = added.cast(entries.schema)
+            entries = pa.concat_tables([entries, added])
+        else:
+            entries = added
+        entries = entries.sort_by([(c, "ascending") for c in key_columns])
+        dups = duplicate_samples(entries, key_columns)
+        if dups:
+            raise DuplicateKeyError(
+                f"table {table} holds key(s) {list(key_columns)} more than once, e.g. {dups}: the index was built "
+                "from a table another writer changed at the same time; run `partialcow index rebuild`"
+            )
+    if entries is None:
+        entries = pa.table({FILE_ID: pa.array([], pa.int32()), POS: pa.array([], pa.int64())})
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    tmp = f"{dst}.tmp-{os.getpid()}"
+    pq.write_table(entries, tmp, compression="zstd", use_deprecated_int96_timestamps=int96)
+    os.replace(tmp, dst)
+    return counts, entries.num_rows
+
+
+def duplicate_samples(rows: pa.Table, key_columns: Sequence[str], limit: int = 5) -> list[tuple]:
+    """Keys that occur in two adjacent rows of ``rows`` (sorted by the key columns), as tuples.
+
+    >>> duplicate_samples(pa.table({"a": [1, 1, 2], "b": ["x", "x", "x"]}), ["a", "b"])
+    [(1, 'x')]
+    """
+    if rows.num_rows < 2:
+        return []
+    same = np.ones(rows.num_rows - 1, dtype=bool)
+    for c in key_columns:
+        column = rows.column(c).combine_chunks()
+        equal = pc.equal(column.slice(1), column.slice(0, rows.num_rows - 1))
+        same &= pc.fill_null(equal, False).to_numpy(zero_copy_only=False)
+    at = np.flatnonzero(same)[:limit]
+    return [tuple(rows.column(c)[int(i)].as_py() for c in key_columns) for i in at]

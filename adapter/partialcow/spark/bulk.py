@@ -1,0 +1,275 @@
+"""First builds and full refreshes: write a whole table and its row index in one pass, and commit atomically.
+
+An incremental batch must find its keys in the table; a first build has nothing to find, so it skips everything
+the incremental pipeline does to locate rows (and its shuffle of every row by key). One Spark job does it all:
+
+1. each task validates its rows (null and NaN keys, op codes, sequence ties), writes them with our Parquet layout
+   into data files of at most ``ROW_GROUP_ROWS`` rows, named after the task, and hands back each row's key, file and
+   position (a few bytes per row, kept by a local checkpoint so the files are never written twice);
+2. those entries are shuffled by index bucket and sorted by key: a key that appears twice is found there (a batch
+   without a sequence column may not repeat a key) and each bucket file is written.
+
+Only then is the table created or replaced, with its files, in one commit (Iceberg's create-or-replace transaction:
+see ``partialcow.commit.iceberg_create``): bad input or a crash leaves no table, or the old table as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from partialcow.exceptions import ChangeFeedError, ConfigurationError, DuplicateKeyError
+from partialcow.faults import checkpoint
+from partialcow.index.hashing import SUPPORTED_KEY_TYPES
+from partialcow.index.sources import quote_identifier
+from partialcow.metrics import PhaseClock, WriteMetrics
+from partialcow.parquet.writer import ROW_GROUP_ROWS, open_writer
+from partialcow.spark.rewrite_job import DELETE
+from partialcow.spark.spec import ChangeSpec
+from partialcow.spark.staging import SAMPLE, check_sequence_type, keys_text, problem_flags, repeated_keys_error
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["bulk_create"]
+
+_FILE_ID = "_file_id"
+_POS = "_pos"
+_FLAGS = ("_pcow_null_key", "_pcow_nan_key", "_pcow_bad_op", "_pcow_null_seq", "_pcow_tie")
+# a task's files are numbered task * _FILES_PER_TASK + k: ids stay unique without coordination
+_FILES_PER_TASK = 1 << 16
+
+
+def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: ChangeSpec, *,
+                properties: dict[str, str]) -> WriteMetrics:
+    """Create (or replace) Iceberg table ``name`` from a first batch of changes, with its row index.
+
+    The batch's latest change per key is written (deletes dropped); errors are those of ``apply_changes``.
+    """
+    from pyspark.sql import functions as F
+
+    from partialcow.commit.iceberg_create import NewIcebergTable
+    from partialcow.index.storage import IndexStore
+    from partialcow.spark.journal import WriteLease
+    from partialcow.spark.tables import local_path, with_iceberg_field_ids
+
+    clock = PhaseClock()
+    with clock("stage"):
+        frame, values = _validated(changes, spec)
+        key_types = tuple(dict(frame.dtypes)[c] for c in spec.key_columns)
+        unsupported = [f"{c} {t}" for c, t in zip(spec.key_columns, key_types) if t not in SUPPORTED_KEY_TYPES]
+        if unsupported:
+            raise ConfigurationError(
+                f"model {spec.model}: key column(s) {unsupported} have types the row index cannot hash; supported: "
+                f"{sorted(SUPPORTED_KEY_TYPES)}"
+            )
+    with clock("create"):
+        table_schema = frame.select(*map(quote_identifier, values)).schema
+        new = NewIcebergTable(spark, name, frame.select(*map(quote_identifier, values))._jdf.schema(), properties)
+        ids = {f["name"]: f for f in new.schema_json["fields"]}
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        file_schema = pa.schema([with_iceberg_field_ids(f, ids[f.name]["id"], ids[f.name]["type"])
+                                 for f in to_arrow_schema(table_schema)])
+    location = local_path(new.location)
+    data_dir = os.path.join(location, "data")
+    os.makedirs(data_dir, exist_ok=True)
+    referenced = partial(_referenced, spark, name)
+    with WriteLease(location, [data_dir], referenced=referenced) as lease:
+        checkpoint("leased")
+        prefix = f"pcow-{lease.write_id}-"
+        key_ddl = ", ".join(f"{quote_identifier(c)} {t}" for c, t in zip(spec.key_columns, key_types))
+        job = partial(_write_partition, key_columns=list(spec.key_columns), values=values, schema=file_schema,
+                      data_dir=data_dir, prefix=prefix, model=spec.model, spec=spec,
+                      emit_deletes=spec.sequence_column is None)
+        written: list[str] = []
+        try:
+            with clock("write"):
+                entries = frame.mapInArrow(job, f"{key_ddl}, {_FILE_ID} int, {_POS} bigint").localCheckpoint(eager=True)
+            checkpoint("rewritten")
+            with clock("index"):
+                store = IndexStore(location)
+                per_file = {r[_FILE_ID]: r["count"] for r in entries.groupBy(_FILE_ID).count().collect()
+                            if r[_FILE_ID] >= 0}
+                written = [os.path.join(data_dir, _file_name(prefix, i)) for i in sorted(per_file)]
+                rows = sum(per_file.values())
+                n, buckets = _write_index(spark, store, spec, key_types, name, entries, rows)
+            metrics = WriteMetrics(rows_inserted=rows, files_added=len(written))
+            with clock("commit"):
+                result = new.commit([f"file:{p}" if new.location.startswith("file:") else p for p in written], metrics)
+        except BaseException:
+            for path in written or _own_files(data_dir, prefix):
+                try:
+                    os.remove(path)
+                except FileNotFoundError:
+                    pass
+            raise
+        checkpoint("committed")
+        with clock("index"):
+            _publish(spark, store, name, spec, key_types, n, per_file, written, buckets, result.version)
+        checkpoint("indexed")
+    metrics.phase_ms = clock.ms
+    metrics.duration_ms = sum(clock.ms.values())
+    return metrics
+
+
+def _validated(changes: DataFrame, spec: ChangeSpec) -> tuple[DataFrame, list[str]]:
+    """The batch with its problem flags as columns, the latest change per key (with a sequence column), and the
+    names of the columns the table stores."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    columns = list(changes.columns)
+    for column in (*spec.key_columns, *spec.control_columns):
+        if column not in columns:
+            raise ChangeFeedError(f"model {spec.model}: column {column!r} is missing from the changes (columns: {columns})")
+    if spec.sequence_column:
+        check_sequence_type(spec, changes.schema[spec.sequence_column].dataType, "the model delivers")
+    flags = problem_flags(changes, spec)
+    frame = changes.select("*", *[flag.cast("boolean").alias(n) for n, flag in zip(_FLAGS[:4], flags[:4])],
+                           flags[4].alias(DELETE))
+    if spec.sequence_column:
+        seq = F.col(quote_identifier(spec.sequence_column))
+        by_key = Window.partitionBy(*[F.col(quote_identifier(c)) for c in spec.key_columns])
+        # rows with a null sequence stay: their task reports them (see _check)
+        frame = (frame.withColumn("_pcow_latest", F.max(seq).over(by_key))
+                 .where((seq == F.col("_pcow_latest")) | seq.isNull())
+                 .withColumn(_FLAGS[4], F.count(F.lit(1)).over(by_key) > 1).drop("_pcow_latest"))
+    else:
+        frame = frame.withColumn(_FLAGS[4], F.lit(False))
+    values = [c for c in columns if c != spec.op_column]
+    return frame, values
+
+
+def _file_name(prefix: str, file_id: int) -> str:
+    return f"{prefix}{file_id:010d}.parquet"
+
+
+def _own_files(data_dir: str, prefix: str) -> list[str]:
+    return [os.path.join(data_dir, f) for f in os.listdir(data_dir) if f.startswith(prefix)]
+
+
+def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str], values: list[str],
+                     schema: pa.Schema, data_dir: str, prefix: str, model: str, spec: ChangeSpec,
+                     emit_deletes: bool) -> Iterator[pa.RecordBatch]:
+    """Executor side: validate this task's rows, write the kept ones, yield each row's key, file id and position."""
+    import numpy as np
+    import pyarrow.compute as pc
+    from pyspark import TaskContext
+
+    task = TaskContext.get().partitionId() if TaskContext.get() is not None else 0
+    next_file = task * _FILES_PER_TASK
+    pending: list[pa.RecordBatch] = []
+    pending_rows = 0
+
+    def flush() -> Iterator[pa.RecordBatch]:
+        nonlocal next_file, pending, pending_rows
+        if not pending_rows:
+            return
+        table = pa.Table.from_batches(pending).select(values).cast(schema)
+        file_id = next_file
+        next_file += 1
+        with open_writer(os.path.join(data_dir, _file_name(prefix, file_id)), schema) as writer:
+            writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        keys = [table.column(c) for c in key_columns]
+        yield pa.RecordBatch.from_arrays(
+            [*(k.combine_chunks() for k in keys), pa.array(np.full(table.num_rows, file_id, np.int32)),
+             pa.array(np.arange(table.num_rows, dtype=np.int64))], names=[*key_columns, _FILE_ID, _POS])
+        pending, pending_rows = [], 0
+
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        _check(batch, key_columns, model, spec)
+        deletes = pc.fill_null(batch.column(DELETE), False)
+        if emit_deletes and pc.any(deletes).as_py():
+            gone = batch.filter(deletes)
+            yield pa.RecordBatch.from_arrays(
+                [*(gone.column(c) for c in key_columns), pa.array(np.full(gone.num_rows, -1, np.int32)),
+                 pa.array(np.zeros(gone.num_rows, np.int64))], names=[*key_columns, _FILE_ID, _POS])
+        kept = batch.filter(pc.invert(deletes))
+        if not kept.num_rows:
+            continue
+        pending.append(kept)
+        pending_rows += kept.num_rows
+        if pending_rows >= ROW_GROUP_ROWS:
+            yield from flush()
+    yield from flush()
+
+
+def _check(batch: pa.RecordBatch, key_columns: list[str], model: str, spec: ChangeSpec) -> None:
+    """Raise the error ``apply_changes`` would raise for the first problem this batch of rows has."""
+    import pyarrow.compute as pc
+
+    for flag in _FLAGS:
+        hit = pc.fill_null(batch.column(flag), False)
+        count = pc.sum(hit.cast(pa.int64())).as_py() or 0
+        if not count:
+            continue
+        bad = batch.filter(hit).slice(0, SAMPLE * 4).to_pylist()
+        unique = list({tuple(r[c] for c in key_columns): r for r in bad}.values())[:SAMPLE]
+        keys = keys_text(unique, key_columns)
+        if flag == "_pcow_null_key":
+            raise ChangeFeedError(f"model {model}: key column(s) {key_columns} must not be null; at least {count} "
+                                  f"row(s) with null keys, e.g. {keys}")
+        if flag == "_pcow_nan_key":
+            raise ChangeFeedError(f"model {model}: key column(s) {key_columns} hold NaN in {count} row(s), e.g. "
+                                  f"{keys}; NaN equals nothing (not even NaN), so it cannot name a row")
+        if flag == "_pcow_null_seq":
+            raise ChangeFeedError(f"model {model}: sequence column {spec.sequence_column!r} is null for key(s) "
+                                  f"{keys}; every change needs a sequence value")
+        if flag == "_pcow_bad_op":
+            found = sorted({str(r[spec.op_column]) for r in bad})
+            known = [*spec.insert_ops, *spec.update_ops, *spec.delete_ops]
+            raise ChangeFeedError(f"model {model}: column {spec.op_column!r} has op code(s) {found} outside the "
+                                  f"configured {known} (keys {keys}); set op_codes in the model config")
+        raise repeated_keys_error(spec, keys)
+
+
+def _write_index(spark: SparkSession, store: Any, spec: ChangeSpec, key_types: Sequence[str], name: str,
+                 entries: DataFrame, rows: int) -> tuple[int, dict[int, str]]:
+    """Write the bucket files of the new index (not yet published); a repeated key is the batch's error."""
+    from partialcow.index.row_index import _ROWS_PER_BUCKET, BUCKET, _bucket_expr, _choose_buckets, write_bucket_files
+
+    n = _choose_buckets(rows, _ROWS_PER_BUCKET)
+    try:
+        buckets = write_bucket_files(spark, store, spec.key_columns, key_types, name,
+                                     entries.withColumn(BUCKET, _bucket_expr(spec.key_columns, n)), list(range(n)),
+                                     keep_negative_ids=False)
+    except DuplicateKeyError as exc:
+        sample = [dict(zip(spec.key_columns, s)) for s in getattr(exc, "samples", [])]
+        raise repeated_keys_error(spec, keys_text(sample, spec.key_columns)) from None
+    return n, buckets
+
+
+def _publish(spark: SparkSession, store: Any, name: str, spec: ChangeSpec, key_types: Sequence[str], n: int,
+             per_file: dict[int, int], written: list[str], buckets: dict[int, str], version: int) -> None:
+    """Publish the new index state for table version ``version``; the replaced table's index files go."""
+    from partialcow.index.sources import IcebergSource
+    from partialcow.index.storage import IndexedFile, IndexState
+
+    source = IcebergSource(spark, name)
+    spelled = {os.path.basename(source.normalize_path(f.path)): source.normalize_path(f.path)
+               for f in source.live_files(version)}
+    files = tuple(IndexedFile(file_id, spelled[os.path.basename(path)], per_file[file_id], per_file[file_id])
+                  for file_id, path in zip(sorted(per_file), written))
+    store.write_state(IndexState(
+        table=name, table_format="iceberg", location=source.location, key_columns=tuple(spec.key_columns),
+        key_types=tuple(key_types), num_buckets=n, table_version=version, files=files,
+        buckets=tuple(buckets.get(b) for b in range(n)), next_file_id=max(per_file, default=-1) + 1,
+        state_version=(store.latest_state_version() or 0) + 1))
+    store.garbage_collect(min_age_seconds=0.0, keep_states=1)
+
+
+def _referenced(spark: SparkSession, name: str) -> set[str]:
+    from partialcow.spark.tables import local_path
+
+    if not spark.catalog.tableExists(name):
+        return set()
+    rows = spark.sql(f"SELECT file_path FROM {quote_identifier(name)}.all_files").collect()
+    return {local_path(r[0]) for r in rows}
