@@ -83,7 +83,7 @@ def merge_bucket(
     if added is not None and added.num_rows:
         added = added.select([*key_columns, FILE_ID, POS])
         if entries is not None:
-            added = added.cast(entries.schema)
+            added = added.select(entries.column_names).cast(entries.schema)
             entries = pa.concat_tables([entries, added])
         else:
             entries = added

@@ -386,6 +386,27 @@ class RowIndex:
             raise self._duplicate_error(dups.slice(0, _DUPLICATE_SAMPLE).to_pylist())
         return found, missing
 
+    def locate_local(self, keys: pa.Table, buckets: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Find ``keys`` (the key columns of a batch, one row per change) on the driver, with pyarrow: the batch row,
+        file id and position of every match (see ``partialcow.index.lookup``). ``buckets``: each key's bucket as
+        Spark hashed it, so only those bucket files are read.
+
+        ``locate_partition`` (the executor side of large batches) runs the same join on the buckets of its rows.
+        """
+        from partialcow.index.lookup import join_keys, read_buckets
+
+        state = self.state
+        if not state.key_types or not self._store.is_local:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty.astype(np.int32), empty
+        wanted = range(state.num_buckets) if buckets is None else np.unique(buckets).tolist()
+        schema = self._arrow_key_schema()
+        entries = read_buckets([self._store.path(state.buckets[b]) for b in wanted if state.buckets[b] is not None],
+                               state.key_columns, schema)
+        typed = keys.select(list(state.key_columns)).cast(schema)
+        return join_keys(entries, typed)
+
     def _arrow_key_schema(self) -> pa.Schema:
         import pyarrow as pa
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Literal
 
+import numpy as np
+
 from partialcow.commit.base import FileReplacement
 from partialcow.exceptions import (
     ChangeFeedError,
@@ -48,6 +50,7 @@ from partialcow.spark.spec import ChangeSpec, OnSchemaChange
 from partialcow.spark.errors import named_errors
 from partialcow.faults import checkpoint
 from partialcow.spark.journal import WriteLease, data_file_prefix
+from partialcow.spark.small_batch import collect_small_batch
 from partialcow.spark.staging import SAMPLE, keys_text, repeated_keys_error, stage, stage_changes
 from partialcow.spark.tables import LakehouseTable, local_path
 
@@ -165,24 +168,39 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
         checkpoint("leased")
         with clock("schema"):
             table_schema = _table_schema(spark, table)
-        with clock("stage"):
-            staged, batch_rows = stage(changes, spec, table_schema=table_schema, check_unique=False)
+        with clock("index_open"):
+            index = _open_index(table, spec)
+        small = None
+        # a batch small enough for the driver takes no Spark job beyond its own query (see small_batch); schema
+        # evolution needs the Spark path
+        if spec.on_schema_change in ("ignore", "fail"):
+            with clock("stage"):
+                bucket = index.bucket_column() if index.state.key_types else None
+                small = collect_small_batch(changes, spec, table_schema=table_schema, bucket=bucket)
+        if small is not None:
+            batch, batch_rows = small
+            staged = None
+        else:
+            with clock("stage"):
+                staged, batch_rows = stage(changes, spec, table_schema=table_schema, check_unique=False)
+            # only a batch that passed every check may change the table's schema
+            if _evolve_schema(spark, table, staged.schema, spec):
+                table_schema = _table_schema(spark, table)
         checkpoint("staged")
-        # only a batch that passed every check may change the table's schema
-        if _evolve_schema(spark, table, staged.schema, spec):
-            table_schema = _table_schema(spark, table)
         retries = 0
         while True:
-            with clock("index_open"):
-                index = _open_index(table, spec)
             base_version = index.state.table_version
             try:
-                metrics = _attempt(spark, table, index, staged, spec, table_schema, batch_rows, lease, clock)
+                if staged is None:
+                    metrics = _attempt_small(spark, table, index, batch, spec, table_schema, lease, clock)
+                else:
+                    metrics = _attempt(spark, table, index, staged, spec, table_schema, batch_rows, lease, clock)
                 break
             except CommitConflictError as exc:
                 if retries >= _MAX_COMMIT_RETRIES or table.table_format != "iceberg":
                     raise
-                changed = _keys_changed_since(spark, table, staged, spec, base_version)
+                keys = staged if staged is not None else spark.createDataFrame(batch.select(list(spec.key_columns)).to_pandas())
+                changed = _keys_changed_since(spark, table, keys, spec, base_version)
                 if changed:
                     raise CommitConflictError(
                         f"model {spec.model}: another writer changed key(s) {changed} of table {table.name} since "
@@ -190,6 +208,8 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
                         "model to apply the batch on top of those changes"
                     ) from exc
                 retries += 1
+                with clock("index_open"):
+                    index = _open_index(table, spec)
         checkpoint("indexed")
     except BaseException as exc:
         lease.__exit__(type(exc), exc, exc.__traceback__)
@@ -204,7 +224,8 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
 
 def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged: DataFrame, spec: ChangeSpec,
              table_schema: StructType, batch_rows: int, lease: WriteLease, clock: PhaseClock) -> WriteMetrics:
-    """Locate, rewrite and commit the staged batch once, from the index's snapshot, then maintain the index."""
+    """Locate, rewrite and commit the staged batch once with Spark jobs, from the index's snapshot, then maintain
+    the index."""
     table_columns = [f.name for f in table_schema.fields]
     value_columns = _value_columns(spec, table_columns, staged.columns)
     base_version = index.state.table_version
@@ -242,47 +263,128 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
             )
             with clock("rewrite"):
                 results = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(job).collect()
-        checkpoint("rewritten")
-        # a file whose every page was copied holds what it held: it is not replaced (nothing to commit for it)
-        unchanged = [r for r in results if r["kind"] == "rewrite" and not r["rows_updated"] and not r["rows_deleted"]
-                     and not r["moved_rows"]]
-        _discard([r["dst"] for r in unchanged])
-        rewritten = [r for r in results if r["kind"] == "rewrite" and r not in unchanged]
         repeated = [r for r in results if r["kind"] == "repeated"]
-        new_files = [r["dst"] for r in results if r["kind"] == "insert"] + [r["dst"] for r in rewritten]
-        new_files += [r["moved_dst"] for r in rewritten if r["moved_dst"]]
-        try:
-            if repeated:
-                raise repeated_keys_error(spec, ", ".join([s for r in repeated for s in r["samples"]][:SAMPLE]))
-            metrics = WriteMetrics(rows_inserted=located.inserts, files_added=len(new_files), files_removed=len(rewritten))
-            for r in rewritten:
-                metrics += WriteMetrics(  # a moved row is an update, though its file saw a delete
-                    rows_updated=r["rows_updated"] + r["moved_rows"], rows_deleted=r["rows_deleted"] - r["moved_rows"],
-                    files_rewritten=1,
-                    pages_rewritten=r["pages_rewritten"], pages_copied=r["pages_copied"],
-                    bytes_copied=r["bytes_copied"], bytes_reencoded=r["bytes_reencoded"],
-                )
-            metrics.pages_copied += sum(r["pages_copied"] for r in unchanged)
-            if not new_files:
-                return metrics
-            table_paths = {p: _table_path(p, location=table.source.location) for p in new_files}
-            added_rows = _added_index_rows(results, table_paths)  # before the scratch folder holding them goes
-            change = FileReplacement(
-                base_version=base_version,
-                removed=[r["src"] for r in rewritten],
-                added=[table_paths[p] for p in new_files],
-                conflict_keys=located.conflict_keys,
-                metrics=metrics,
-            )
-            with clock("commit"):
-                result = table.committer.replace_files(change)
-        except (CommitStateUnknownError, LostCommitError):
-            raise  # the files may be referenced now: never delete them (the next write checks, see journal)
-        except BaseException:
-            _discard(new_files)
-            raise
+        if repeated:
+            _discard([p for r in results for p in (r.get("dst"), r.get("moved_dst")) if p])
+            raise repeated_keys_error(spec, ", ".join([s for r in repeated for s in r["samples"]][:SAMPLE]))
+        return _commit(table, index, results, located.inserts, located.conflict_keys, base_version, clock)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, batch: pa.Table, spec: ChangeSpec,
+                   table_schema: StructType, lease: WriteLease, clock: PhaseClock) -> WriteMetrics:
+    """The same as :func:`_attempt` for a batch collected on the driver (see ``partialcow.spark.small_batch``): the
+    index's bucket files are joined with pyarrow and the touched files rewritten in driver threads, no Spark job."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from concurrent.futures import ThreadPoolExecutor
+
+    from partialcow.spark.rewrite_job import POS, rewrite_changed_file, write_index_rows, write_partition
+
+    table_columns = [f.name for f in table_schema.fields]
+    value_columns = _value_columns(spec, table_columns, batch.column_names)
+    keys = list(spec.key_columns)
+    base_version = index.state.table_version
+    cores = spark.sparkContext.defaultParallelism
+    scratch = lease.scratch_dir()
+    prefix = data_file_prefix(lease.write_id)
+    indexable = bool(index.state.key_types) and BUCKET in batch.column_names
+    try:
+        with clock("locate"):
+            buckets = batch.column(BUCKET).to_numpy(zero_copy_only=False) if BUCKET in batch.column_names else None
+            at, file_ids, positions = index.locate_local(batch.select(keys), buckets)
+            is_delete = pc.fill_null(batch.column(DELETE), False).to_numpy(zero_copy_only=False)
+            found = np.zeros(batch.num_rows, dtype=bool)
+            found[at] = True
+            insert_rows = batch.filter(pa.array(~found & ~is_delete))
+            conflict_keys = ({c: sorted(set(batch.column(c).to_pylist()), key=repr) for c in keys}
+                             if batch.num_rows <= _MAX_CONFLICT_KEYS else {})
+        checkpoint("located")
+        if insert_rows.num_rows:
+            _check_required_columns(spec, table_schema, batch.column_names)
+        paths = index.file_paths()
+        carried = [*keys, *value_columns, *([BUCKET] if BUCKET in batch.column_names else [])]
+        order = np.argsort(file_ids, kind="stable")
+        at, file_ids, positions = at[order], file_ids[order], positions[order]
+        ids, starts, sizes = np.unique(file_ids, return_index=True, return_counts=True)
+        located = batch.select(carried).take(pa.array(at))
+        located = pa.table([pa.array(positions, pa.int64()), pa.array(is_delete[at]), *located.columns],
+                           names=[POS, DELETE, *located.column_names])
+        insert_schema = table.file_schema(table_schema)
+        moved_schema = insert_schema if len(value_columns) + len(keys) == len(table_columns) else None
+        threads = _threads_per_file(cores, len(ids)) if len(ids) else 1
+
+        def rewrite(item: tuple[int, int, int]) -> dict:
+            file_id, start, size = item
+            report = rewrite_changed_file(paths[file_id], located.slice(start, size), update_columns=value_columns,
+                                          moved_schema=moved_schema, data_dir=table.data_dir, threads=threads,
+                                          file_prefix=prefix, key_columns=keys if indexable else (),
+                                          index_dir=scratch if indexable else None)
+            return {"kind": "rewrite", **report}
+
+        def insert(part: pa.Table) -> list[dict]:
+            out = []
+            for written in write_partition(iter(part.to_batches()), schema=insert_schema, data_dir=table.data_dir,
+                                           file_prefix=prefix):
+                index_rows = write_index_rows(part, keys, scratch) if indexable else None
+                out += [{"kind": "insert", **r, "index_rows": index_rows} for r in written.to_pylist()]
+            return out
+
+        parts = _insert_files(insert_rows.num_rows, cores) if insert_rows.num_rows else 0
+        slices = [insert_rows.slice(insert_rows.num_rows * p // parts,
+                                    insert_rows.num_rows * (p + 1) // parts - insert_rows.num_rows * p // parts)
+                  for p in range(parts)]
+        with clock("rewrite"):
+            # the most changed files first; each rewrite already uses ``threads`` engine threads
+            work = sorted(zip(ids.tolist(), starts.tolist(), sizes.tolist()), key=lambda t: -t[2])
+            with ThreadPoolExecutor(max_workers=max(1, min(cores, len(work) + len(slices)))) as pool:
+                rewrites = list(pool.map(rewrite, work))
+                inserts = [r for rs in pool.map(insert, slices) for r in rs]
+        return _commit(table, index, rewrites + inserts, insert_rows.num_rows, conflict_keys, base_version, clock)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _commit(table: LakehouseTable, index: RowIndex, results: list[dict], inserts: int,
+            conflict_keys: dict[str, list[object]], base_version: int, clock: PhaseClock) -> WriteMetrics:
+    """Commit what the rewrite wrote (``results`` as ``run_file_tasks`` yields them) in one commit, then bring the
+    index to the new version. A rewritten file none of whose rows changed is dropped (nothing to commit for it)."""
+    checkpoint("rewritten")
+    unchanged = [r for r in results if r["kind"] == "rewrite" and not r["rows_updated"] and not r["rows_deleted"]
+                 and not r["moved_rows"]]
+    _discard([r["dst"] for r in unchanged])
+    rewritten = [r for r in results if r["kind"] == "rewrite" and r not in unchanged]
+    new_files = [r["dst"] for r in results if r["kind"] == "insert"] + [r["dst"] for r in rewritten]
+    new_files += [r["moved_dst"] for r in rewritten if r["moved_dst"]]
+    try:
+        metrics = WriteMetrics(rows_inserted=inserts, files_added=len(new_files), files_removed=len(rewritten))
+        for r in rewritten:
+            metrics += WriteMetrics(  # a moved row is an update, though its file saw a delete
+                rows_updated=r["rows_updated"] + r["moved_rows"], rows_deleted=r["rows_deleted"] - r["moved_rows"],
+                files_rewritten=1,
+                pages_rewritten=r["pages_rewritten"], pages_copied=r["pages_copied"],
+                bytes_copied=r["bytes_copied"], bytes_reencoded=r["bytes_reencoded"],
+            )
+        metrics.pages_copied += sum(r["pages_copied"] for r in unchanged)
+        if not new_files:
+            return metrics
+        table_paths = {p: _table_path(p, location=table.source.location) for p in new_files}
+        added_rows = _added_index_rows(results, table_paths)  # before the scratch folder holding them goes
+        change = FileReplacement(
+            base_version=base_version,
+            removed=[r["src"] for r in rewritten],
+            added=[table_paths[p] for p in new_files],
+            conflict_keys=conflict_keys,
+            metrics=metrics,
+        )
+        with clock("commit"):
+            result = table.committer.replace_files(change)
+    except (CommitStateUnknownError, LostCommitError):
+        raise  # the files may be referenced now: never delete them (the next write checks, see journal)
+    except BaseException:
+        _discard(new_files)
+        raise
     checkpoint("committed")
     # spelled as the commit reports added files, or the index would not recognise the re-pointed file
     same_positions = {r["src"]: table_paths[r["dst"]] for r in rewritten if r["rows_deleted"] == 0}

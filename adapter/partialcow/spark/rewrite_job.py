@@ -31,8 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from partialcow.exceptions import InvalidChangeError
-from partialcow.index.sources import FILE_ID as INDEX_FILE_ID
-from partialcow.index.sources import POS as INDEX_POS
+from partialcow.index.lookup import join_keys, read_buckets
 from partialcow.parquet import ROW_POSITION, rewrite_file, write_table
 
 __all__ = [
@@ -111,7 +110,7 @@ def rewrite_changed_file(
             moved.select(moved_schema.names).cast(moved_schema), os.path.join(data_dir, new_file_name(file_prefix))
         ).path
         if index_dir is not None and BUCKET in moved.column_names:
-            moved_index = _write_index_rows(moved, key_columns, index_dir)
+            moved_index = write_index_rows(moved, key_columns, index_dir)
     updates = None
     present = [c for c in update_columns if c in in_file]
     if upserts.num_rows and present:
@@ -141,7 +140,7 @@ def rewrite_changed_file(
     }
 
 
-def _write_index_rows(rows: pa.Table, key_columns: Sequence[str], folder: str) -> str:
+def write_index_rows(rows: pa.Table, key_columns: Sequence[str], folder: str) -> str:
     """The index entries of a new file written from ``rows`` in order: keys, position, bucket (an Arrow file)."""
     entries = pa.table([*(rows.column(c) for c in key_columns),
                         pa.array(np.arange(rows.num_rows, dtype=np.int64)), rows.column(BUCKET)],
@@ -232,29 +231,9 @@ def locate_partition(
         yield _locate_result(rows.num_rows, null_keys=int(null.sum()), repeated_keys=repeated.num_rows, samples=sample)
         return
 
-    parts = [pq.read_table(bucket_paths[b], columns=[*key_columns, INDEX_FILE_ID, INDEX_POS])
-             for b in pc.unique(rows[BUCKET]).to_pylist() if b in bucket_paths]
-    at = np.zeros(0, dtype=np.int64)
-    file_ids = np.zeros(0, dtype=np.int32)
-    positions = np.zeros(0, dtype=np.int64)
-    if parts:
-        index_rows = pa.concat_tables(parts)
-        # Spark may store keys with another physical type (e.g. INT96 timestamps): align with the batch's
-        index_rows = pa.table(
-            [normalized_key(index_rows.column(c).cast(keys.schema.field(c).type)) for c in key_columns]
-            + [index_rows.column(INDEX_FILE_ID), index_rows.column(INDEX_POS)],
-            names=[*key_columns, INDEX_FILE_ID, INDEX_POS],
-        )
-        # join keys and row numbers only: Arrow's hash join cannot carry every column type the batch may hold
-        probe = keys.append_column("_pcow_row", pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-        # Arrow builds its hash table from the right side: the smaller one (a small batch against whole buckets)
-        if probe.num_rows <= index_rows.num_rows:
-            hits = index_rows.join(probe, list(key_columns), join_type="inner", use_threads=False)
-        else:
-            hits = probe.join(index_rows, list(key_columns), join_type="inner", use_threads=False)
-        at = hits.column("_pcow_row").to_numpy()
-        file_ids = hits.column(INDEX_FILE_ID).to_numpy()
-        positions = hits.column(INDEX_POS).to_numpy()
+    entries = read_buckets([bucket_paths[b] for b in pc.unique(rows[BUCKET]).to_pylist() if b in bucket_paths],
+                           key_columns, keys.schema)
+    at, file_ids, positions = join_keys(entries, keys)
     is_delete = pc.fill_null(rows.column(DELETE), False).to_numpy(zero_copy_only=False)
     found = np.zeros(rows.num_rows, dtype=bool)
     found[at] = True
@@ -292,18 +271,6 @@ def locate_partition(
         inserts=int((unmatched & ~is_delete).sum()),
         inserts_file=inserts_file, keys_file=keys_file,
     )
-
-
-def normalized_key(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    """A key column as the batch holds it after staging: float keys with -0.0 made 0.0 (a table written by another
-    engine may hold -0.0; Arrow's join compares floats bit for bit, Spark's join does not).
-
-    >>> normalized_key(pa.array([-0.0, 1.5, None])).to_pylist(), normalized_key(pa.array([1, 2])).to_pylist()
-    ([0.0, 1.5, None], [1, 2])
-    """
-    if not pa.types.is_floating(values.type):
-        return values
-    return pc.if_else(pc.equal(values, pa.scalar(0, values.type)), pa.scalar(0, values.type), values)
 
 
 def decimals_from_unscaled(values: pa.ChunkedArray | pa.Array, precision: int, scale: int) -> pa.Array:
@@ -387,7 +354,7 @@ def run_file_tasks(
                                          file_prefix=file_prefix):
                 index_rows = None
                 if key_columns and BUCKET in part.column_names:
-                    index_rows = _write_index_rows(part, key_columns, os.path.dirname(task.fragments[0]))
+                    index_rows = write_index_rows(part, key_columns, os.path.dirname(task.fragments[0]))
                 yield from ({"kind": "insert", **r, "index_rows": index_rows} for r in batch.to_pylist())
 
 

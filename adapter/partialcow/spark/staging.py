@@ -77,7 +77,7 @@ def stage(
     table_types = {f.name: f.dataType for f in table_schema.fields} if table_schema is not None else {}
     if table_columns is None:
         table_columns = list(table_types) if table_schema is not None else None
-    plan = _assignment_plan(changes, spec, table_types)
+    plan = assignment_plan(changes, spec, table_types)
 
     keys = [F.col(quote_identifier(c)) for c in spec.key_columns]
     null_key, nan_key, bad_op, null_seq, is_delete = problem_flags(changes, spec)
@@ -143,7 +143,7 @@ def stage(
                 "truncated or wrapped: fix or cast them in the model, or widen the column with --full-refresh"
             )
 
-    frame = changes.select(*[_assigned(name, plan, spec, changes.schema[name].dataType) for name in columns])
+    frame = changes.select(*[assigned(name, plan, spec, changes.schema[name].dataType) for name in columns])
     if spec.sequence_column:
         seq = F.col(quote_identifier(spec.sequence_column))
         by_key = Window.partitionBy(*keys)
@@ -177,16 +177,31 @@ def repeated_keys_error(spec: ChangeSpec, keys: str) -> ChangeFeedError:
 
 
 def _conform_schema(staged: DataFrame, spec: ChangeSpec, table_columns: Sequence[str]) -> DataFrame:
-    extra = [c for c in staged.columns if c not in table_columns and c != DELETE]
-    missing = [c for c in table_columns if c not in staged.columns]
+    keep = conform_schema_names(staged.columns, spec, table_columns)
+    return staged if len(keep) == len(staged.columns) else staged.select(*map(quote_identifier, keep))
+
+
+def conform_schema_names(columns: Sequence[str], spec: ChangeSpec, table_columns: Sequence[str]) -> list[str]:
+    """The batch columns kept per ``on_schema_change``: all with ``append_new_columns``/``sync_all_columns``
+    (``apply_changes`` adds the new ones to the table first), the table's under ``ignore``; ``fail`` refuses any
+    difference. Internal columns (``_pcow_*``) are always kept.
+
+    >>> spec = ChangeSpec(key_columns=("k",))
+    >>> conform_schema_names(["k", "v", "extra", "_pcow_delete"], spec, ["k", "v"])
+    ['k', 'v', '_pcow_delete']
+    """
+    internal = [c for c in columns if c.startswith("_pcow_")]
+    own = [c for c in columns if c not in internal]
+    extra = [c for c in own if c not in table_columns]
+    missing = [c for c in table_columns if c not in own]
     if (extra or missing) and spec.on_schema_change == "fail":
         raise ChangeFeedError(
             f"model {spec.model}: the changes' columns differ from the table's (new: {extra}, missing: {missing}) "
             "and on_schema_change='fail'"
         )
     if spec.on_schema_change in ("append_new_columns", "sync_all_columns"):
-        return staged  # apply_changes adds the new columns to the table first
-    return staged.drop(*extra)
+        return list(columns)
+    return [c for c in columns if c not in extra]
 
 
 def problem_flags(changes: DataFrame, spec: ChangeSpec) -> tuple[Column, Column, Column, Column, Column]:
@@ -209,7 +224,7 @@ def problem_flags(changes: DataFrame, spec: ChangeSpec) -> tuple[Column, Column,
     return null_key, nan_key, bad_op, null_seq, is_delete
 
 
-def _assignment_plan(changes: DataFrame, spec: ChangeSpec, table_types: dict[str, DataType]
+def assignment_plan(changes: DataFrame, spec: ChangeSpec, table_types: dict[str, DataType]
                      ) -> dict[str, tuple[str, DataType, DataType]]:
     """Per batch column the table also has: (conversion, batch type, table type); raises for refused ones."""
     model = spec.model
@@ -251,7 +266,7 @@ def check_sequence_type(spec: ChangeSpec, seq_type: DataType, how: str) -> None:
         )
 
 
-def _assigned(name: str, plan: dict[str, tuple[str, DataType, DataType]], spec: ChangeSpec,
+def assigned(name: str, plan: dict[str, tuple[str, DataType, DataType]], spec: ChangeSpec,
               batch_type: DataType) -> Column:
     """Column ``name`` of the batch as the table stores it (float keys normalised: -0.0 becomes 0.0)."""
     from pyspark.sql import functions as F

@@ -1,0 +1,68 @@
+"""Key -> (file, position) lookups against bucket files, in Arrow: the one join the driver and executor tasks use.
+
+A batch's keys are matched with the index entries of their buckets by an Arrow hash join of the key columns. Float
+keys are compared as values (``-0.0`` is ``0.0``): a table written by another engine may hold ``-0.0`` and Arrow
+compares floats bit for bit, while the batch was normalised when it was staged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+__all__ = ["FILE_ID", "POS", "read_buckets", "join_keys", "normalized_key"]
+
+FILE_ID = "_file_id"
+POS = "_pos"
+
+
+def normalized_key(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """A key column as staging leaves it: float keys with -0.0 made 0.0.
+
+    >>> normalized_key(pa.array([-0.0, 1.5, None])).to_pylist(), normalized_key(pa.array([1, 2])).to_pylist()
+    ([0.0, 1.5, None], [1, 2])
+    """
+    if not pa.types.is_floating(values.type):
+        return values
+    return pc.if_else(pc.equal(values, pa.scalar(0, values.type)), pa.scalar(0, values.type), values)
+
+
+def read_buckets(paths: Iterable[str], key_columns: Sequence[str], key_schema: pa.Schema) -> pa.Table | None:
+    """The entries (keys, ``_file_id``, ``_pos``) of the bucket files ``paths``, keys cast to ``key_schema``'s types
+    (Spark may have stored them with another physical type, e.g. INT96 timestamps) and normalised."""
+    parts = [pq.read_table(p, columns=[*key_columns, FILE_ID, POS]) for p in paths]
+    if not parts:
+        return None
+    rows = pa.concat_tables(parts)
+    return pa.table(
+        [normalized_key(rows.column(c).cast(key_schema.field(c).type)) for c in key_columns]
+        + [rows.column(FILE_ID), rows.column(POS)],
+        names=[*key_columns, FILE_ID, POS],
+    )
+
+
+def join_keys(entries: pa.Table | None, keys: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Match ``keys`` (the key columns of a batch, one row per change) with index ``entries``: the batch row, file
+    id and position of every match (a key the table holds twice matches twice).
+
+    >>> entries = pa.table({"k": [1, 2], FILE_ID: pa.array([0, 0], pa.int32()), POS: pa.array([0, 1], pa.int64())})
+    >>> [a.tolist() for a in join_keys(entries, pa.table({"k": [2, 3]}))]
+    [[0], [0], [1]]
+    """
+    if entries is None or not keys.num_rows:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty.astype(np.int32), empty
+    key_columns = keys.column_names
+    # join keys and row numbers only: Arrow's hash join cannot carry every column type a batch may hold
+    probe = keys.append_column("_pcow_row", pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+    # Arrow builds its hash table from the right side: the smaller one (a small batch against whole buckets)
+    if probe.num_rows <= entries.num_rows:
+        hits = entries.join(probe, list(key_columns), join_type="inner", use_threads=False)
+    else:
+        hits = probe.join(entries, list(key_columns), join_type="inner", use_threads=False)
+    return (hits.column("_pcow_row").to_numpy(), hits.column(FILE_ID).to_numpy(),
+            hits.column(POS).to_numpy())

@@ -1,0 +1,165 @@
+"""Small batches, applied on the driver: one Spark job collects the batch as Arrow, everything else is pyarrow.
+
+A batch that fits in memory is cheaper without Spark's machinery: no Python worker to start (a fresh ``dbt run``
+process has none warm), no jobs to schedule, no shuffle. One Spark job evaluates the batch's query with every
+column assigned to the table's types, every problem flagged (null and NaN keys, op codes, null sequence values,
+values a checked conversion would change) and each key's index bucket, and hands it to the driver as Arrow without
+passing through a Python worker. The driver then checks the flags, keeps the latest change per key, finds the keys
+in the row index's bucket files, rewrites the touched data files with the page engine in threads, writes the new
+rows, commits once and maintains the index: the same steps, checks and errors as the Spark path
+(``partialcow.spark.changes``), which large batches still take.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from partialcow.exceptions import ChangeFeedError
+from partialcow.index.sources import quote_identifier
+from partialcow.spark.casting import lossy_value
+from partialcow.spark.rewrite_job import BUCKET, DELETE
+from partialcow.spark.spec import ChangeSpec
+from partialcow.spark.staging import (
+    SAMPLE,
+    assignment_plan,
+    assigned,
+    conform_schema_names,
+    keys_text,
+    problem_flags,
+    repeated_keys_error,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
+
+__all__ = ["collect_small_batch", "MAX_DRIVER_ROWS"]
+
+# Batches up to this many rows are applied on the driver (bench/results/dbt_sf1.md measures both paths).
+MAX_DRIVER_ROWS = 200_000
+
+_FLAGS = ("_pcow_f_null_key", "_pcow_f_nan_key", "_pcow_f_bad_op", "_pcow_f_null_seq")
+
+
+def collect_small_batch(changes: DataFrame, spec: ChangeSpec, *, table_schema: StructType, bucket: Column | None,
+                        max_rows: int = MAX_DRIVER_ROWS) -> tuple[pa.Table, int] | None:
+    """The validated batch as Arrow (latest change per key, values in the table's types, ``_pcow_delete`` and, with
+    ``bucket``, ``_pcow_bucket``), and its row count before collapsing; None when it has more than ``max_rows``
+    rows (the caller takes the Spark path). Raises the errors ``stage`` raises, with the same messages."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    model = spec.model
+    columns = list(changes.columns)
+    for column in (*spec.key_columns, *spec.control_columns):
+        if column not in columns:
+            raise ChangeFeedError(f"model {model}: column {column!r} is missing from the changes (columns: {columns})")
+    table_types = {f.name: f.dataType for f in table_schema.fields}
+    plan = assignment_plan(changes, spec, table_types)
+    flags = problem_flags(changes, spec)
+    checked = [name for name, (kind, _, _) in plan.items() if kind == "checked"]
+    projection = [assigned(name, plan, spec, changes.schema[name].dataType) for name in columns if name != spec.op_column]
+    projection += [flag.alias(name) for name, flag in zip(_FLAGS, flags[:4])]
+    projection.append(flags[4].alias(DELETE))
+    if spec.op_column:
+        projection.append(F.col(quote_identifier(spec.op_column)).alias("_pcow_op"))
+    for i, name in enumerate(checked):
+        _, source, target = plan[name]
+        projection.append(lossy_value(quote_identifier(name), source, target,
+                                      exact=name in spec.key_columns).alias(f"_pcow_lossy{i}"))
+        projection.append(F.col(quote_identifier(name)).alias(f"_pcow_orig{i}"))
+    if bucket is not None:
+        projection.append(bucket.alias(BUCKET))
+    frame = changes.select(*projection)
+    batches = frame.limit(max_rows + 1)._collect_as_arrow()  # noqa: SLF001 - Arrow straight from the JVM
+    batch = pa.Table.from_batches(batches) if batches else to_arrow_schema(frame.schema).empty_table()
+    if batch.num_rows > max_rows:
+        return None
+    rows = batch.num_rows
+    _raise_problems(batch, spec, checked, plan)
+    batch = batch.drop_columns([c for c in batch.column_names if c.startswith(("_pcow_f_", "_pcow_lossy",
+                                                                              "_pcow_orig", "_pcow_op"))])
+    batch = _latest_per_key(batch, spec)
+    keep = conform_schema_names(batch.column_names, spec, list(table_types))
+    return batch.select(keep), rows
+
+
+def _flag(batch: pa.Table, name: str) -> np.ndarray:
+    return pc.fill_null(batch.column(name), False).to_numpy(zero_copy_only=False)
+
+
+def _raise_problems(batch: pa.Table, spec: ChangeSpec, checked: Sequence[str], plan: dict[str, Any]) -> None:
+    model, keys = spec.model, list(spec.key_columns)
+
+    def sample(mask: np.ndarray, *extra: str) -> list[dict]:
+        return batch.select([*dict.fromkeys([*keys, *extra])]).filter(pa.array(mask)).slice(0, SAMPLE).to_pylist()
+
+    mask = _flag(batch, _FLAGS[0])
+    if mask.any():
+        raise ChangeFeedError(f"model {model}: key column(s) {keys} must not be null; {int(mask.sum())} row(s) "
+                              f"with null keys, e.g. {keys_text(sample(mask), keys)}")
+    mask = _flag(batch, _FLAGS[1])
+    if mask.any():
+        raise ChangeFeedError(f"model {model}: key column(s) {keys} hold NaN in {int(mask.sum())} row(s), e.g. "
+                              f"{keys_text(sample(mask), keys)}; NaN equals nothing (not even NaN), so it cannot "
+                              "name a row")
+    mask = _flag(batch, _FLAGS[3])
+    if mask.any():
+        raise ChangeFeedError(f"model {model}: sequence column {spec.sequence_column!r} is null for key(s) "
+                              f"{keys_text(sample(mask), keys)}; every change needs a sequence value")
+    mask = _flag(batch, _FLAGS[2])
+    if mask.any():
+        bad = batch.select([*keys, "_pcow_op"]).filter(pa.array(mask)).slice(0, SAMPLE).to_pylist()
+        found = sorted({str(r["_pcow_op"]) for r in bad})
+        known = [*spec.insert_ops, *spec.update_ops, *spec.delete_ops]
+        raise ChangeFeedError(f"model {model}: column {spec.op_column!r} has op code(s) {found} outside the "
+                              f"configured {known} (keys {keys_text(bad, keys)}); set op_codes in the model config")
+    for i, name in enumerate(checked):
+        mask = _flag(batch, f"_pcow_lossy{i}")
+        if not mask.any():
+            continue
+        _, source, target = plan[name]
+        bad = batch.select([*keys, f"_pcow_orig{i}"]).filter(pa.array(mask)).slice(0, SAMPLE).to_pylist()
+        what = "key column" if name in spec.key_columns else "column"
+        raise ChangeFeedError(
+            f"model {model}: {what} {name!r} has {int(mask.sum())} value(s) that the table's type "
+            f"{target.simpleString()} cannot hold exactly (the model delivers {source.simpleString()}): "
+            f"{[r[f'_pcow_orig{i}'] for r in bad]} for key(s) {keys_text(bad, keys)}. Values are never rounded, "
+            "truncated or wrapped: fix or cast them in the model, or widen the column with --full-refresh"
+        )
+
+
+def _latest_per_key(batch: pa.Table, spec: ChangeSpec) -> pa.Table:
+    """One change per key: the latest by the sequence column; without one, a repeated key is an error."""
+    keys = list(spec.key_columns)
+    if batch.num_rows < 2:
+        return batch
+    sort = [(k, "ascending") for k in keys]
+    if spec.sequence_column:
+        sort.append((spec.sequence_column, "ascending"))
+    ordered = batch.take(pc.sort_indices(batch, sort_keys=sort))
+    same_key = np.ones(ordered.num_rows - 1, dtype=bool)  # row i has the key of row i + 1
+    for k in keys:
+        column = ordered.column(k).combine_chunks()
+        same_key &= pc.fill_null(pc.equal(column.slice(0, len(column) - 1), column.slice(1)), False).to_numpy(
+            zero_copy_only=False)
+    if not same_key.any():
+        return ordered
+    if not spec.sequence_column:
+        repeated = ordered.select(keys).take(pa.array(np.flatnonzero(same_key))).to_pylist()
+        unique = list({tuple(r.values()): r for r in repeated}.values())[:SAMPLE]
+        raise repeated_keys_error(spec, keys_text(unique, keys))
+    seq = ordered.column(spec.sequence_column).combine_chunks()
+    tie = same_key & pc.fill_null(pc.equal(seq.slice(0, len(seq) - 1), seq.slice(1)), False).to_numpy(
+        zero_copy_only=False)
+    last = np.append(~same_key, True)  # the last row of each key's run holds its latest sequence value
+    tie_at_latest = tie & last[1:]
+    if tie_at_latest.any():
+        tied = ordered.select(keys).take(pa.array(np.flatnonzero(tie_at_latest))).to_pylist()
+        raise repeated_keys_error(spec, keys_text(tied[:SAMPLE], keys))
+    return ordered.filter(pa.array(last))
