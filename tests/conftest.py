@@ -38,3 +38,23 @@ def dbt_profile_target(spark_warehouse: Path) -> dict:
         "warehouse": str(spark_warehouse),
         "table_format": "iceberg",
     }
+
+
+@pytest.fixture(params=["driver", "spark"])
+def pipeline_path(request, monkeypatch):
+    """Run the test through both ways a batch is applied: on the driver (small batches) and with Spark's jobs."""
+    from partialcow.spark.small_batch import DRIVER_ROWS_ENV
+
+    if request.param == "spark":
+        monkeypatch.setenv(DRIVER_ROWS_ENV, "0")
+    else:
+        monkeypatch.delenv(DRIVER_ROWS_ENV, raising=False)
+    return request.param
+
+
+@pytest.fixture()
+def spark_path_only(monkeypatch):
+    """Force Spark's jobs (for tests of the Spark path's own mechanics, such as its locate modes)."""
+    from partialcow.spark.small_batch import DRIVER_ROWS_ENV
+
+    monkeypatch.setenv(DRIVER_ROWS_ENV, "0")

@@ -54,7 +54,7 @@ def main(step_file: str) -> None:
     with open(step_file) as handle:
         step = json.load(handle)
     from partialcow.index import IcebergSource, RowIndex
-    from partialcow.spark.changes import ChangeSpec, apply_changes, create_pending, create_table
+    from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
     from partialcow.spark.session import get_or_create_session
     from partialcow.spark.tables import open_table
     from state import leftovers
@@ -69,7 +69,7 @@ def main(step_file: str) -> None:
 
     spark.sql("create schema if not exists faults")
     exists = spark.catalog.tableExists(TABLE)
-    if not exists or create_pending(spark, TABLE):
+    if not exists:
         report["created"] = True
         create_table(spark, TABLE, frame(0), spec)
     report["found"] = _rows(spark)

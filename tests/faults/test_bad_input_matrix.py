@@ -17,7 +17,7 @@ from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import open_table
 from state import table_state
 
-pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
+pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.usefixtures("pipeline_path")]
 
 SPEC = ChangeSpec(key_columns=("k",), op_column="_op", sequence_column="_ts", model="bad_feed")
 VALID = {

@@ -2,7 +2,8 @@
 write of the table repairs whatever the kill left (stale index, unreferenced data files, scratch folders, leases).
 
 Every step is a fresh process (``crash_driver.py``): it checks what the previous, killed process left, applies a batch
-normally, then applies the next batch with a kill at the step's point. After a kill the table holds either the batch
+normally, then applies the next batch with a kill at the step's point. Steps alternate between the driver path and
+Spark's jobs (``PARTIALCOW_DRIVER_MAX_ROWS``), so both are killed at every point over two runs of the plan. After a kill the table holds either the batch
 before or the batch after (never anything else); after the next normal batch it equals the oracle, the row index
 verifies against a full scan, and nothing is left over.
 
@@ -35,6 +36,8 @@ def _run(tmp_path: Path, n: int, step: dict) -> tuple[int, dict]:
     step_file.write_text(json.dumps({**step, "report": str(report)}))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     env.pop("PARTIALCOW_CRASH_AT", None)
+    # every other step applies its batches with Spark's jobs instead of on the driver: both paths get killed
+    env["PARTIALCOW_DRIVER_MAX_ROWS"] = "0" if n % 2 else "200000"
     proc = subprocess.run([sys.executable, str(HERE / "crash_driver.py"), str(step_file)], env=env,
                           capture_output=True, text=True, timeout=900)
     if not report.exists():

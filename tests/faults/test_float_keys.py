@@ -15,7 +15,7 @@ from partialcow.index import IcebergSource, RowIndex
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import open_table
 
-pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
+pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.usefixtures("pipeline_path")]
 
 SPEC = ChangeSpec(key_columns=("f",), op_column="_op", model="floaty")
 

@@ -19,7 +19,7 @@ from partialcow.exceptions import ChangeFeedError, UnsupportedTableFeatureError
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import local_path, open_table
 
-pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
+pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.usefixtures("pipeline_path")]
 
 SPEC = ChangeSpec(key_columns=("k1", "k2"), op_column="_op", sequence_column="_ts", model="bad_feed",
                   on_schema_change="fail")

@@ -18,7 +18,7 @@ from partialcow.index import IcebergSource, RowIndex
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import local_path, open_table
 
-pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
+pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.usefixtures("pipeline_path")]
 
 SPEC = ChangeSpec(key_columns=("id",), op_column="_op", model="concurrent")
 SCHEMA = "id bigint, v int, _op string"

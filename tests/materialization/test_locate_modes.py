@@ -22,7 +22,7 @@ from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import open_table
 from test_bad_input import table_state
 
-pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
+pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.usefixtures("spark_path_only")]
 
 SPEC = ChangeSpec(key_columns=("k1", "k2"), op_column="_op", model="modes")
 SCHEMA = "k1 bigint, k2 string, v int, _op string"

@@ -128,7 +128,7 @@ class PartialCowMixin(metaclass=AdapterMeta):
         """Create the table from the staged changes (first run, full refresh) or apply them to it."""
         from pyspark.sql import SparkSession
 
-        from partialcow.spark.changes import apply_changes, create_pending, create_table
+        from partialcow.spark.changes import apply_changes, create_table
         from partialcow.spark.tables import open_table
 
         model = str(relation.identifier)
@@ -146,8 +146,6 @@ class PartialCowMixin(metaclass=AdapterMeta):
         spark.sparkContext.setJobDescription(f"dbt-partialcow {name}: {'create' if create else 'apply changes'}")
         try:
             changes = spark.table(f"`{changes_view}`")
-            if not create and file_format == "iceberg" and create_pending(spark, name):
-                create = True  # its first build died before its first commit: build it again
             if create:
                 metrics = create_table(spark, name, changes, spec, table_format=file_format)
             else:

@@ -25,14 +25,28 @@ class _Changes:
     upd_pos: np.ndarray  # sorted global positions
     upd: dict[str, pa.Array]  # top-level name -> new values, aligned with upd_pos, cast to the file's read type
     del_pos: np.ndarray  # sorted unique global positions
-    # per column, the positions whose value really differs (known once compared, see _real_changes)
-    changed: dict[str, np.ndarray] | None = None
+    # per column screened in bulk (see _screen): the positions whose value really differs and their new values
+    screened: dict[str, tuple[np.ndarray, pa.Array]] | None = None
 
     def candidate_rows(self, name: str) -> np.ndarray:
         """Global positions where column ``name`` may change (deletes excluded)."""
         if name not in self.upd:
             return self.upd_pos[:0]
-        return self.upd_pos if self.changed is None else self.changed[name]
+        if self.screened and name in self.screened:
+            return self.screened[name][0]
+        return self.upd_pos
+
+    def column_updates(self, name: str, lo: int, hi: int, ulo: int, uhi: int) -> tuple[np.ndarray, pa.Array | None]:
+        """Column ``name``'s candidate positions in rows [lo, hi) (global) and their new values; ``ulo:uhi`` is that
+        range's slice of ``upd_pos``."""
+        vals = self.upd.get(name)
+        if vals is None:
+            return self.upd_pos[:0], None
+        if self.screened and name in self.screened:
+            pos, new = self.screened[name]
+            a, b = np.searchsorted(pos, [lo, hi])
+            return pos[a:b], new.slice(a, b - a)
+        return self.upd_pos[ulo:uhi], vals.slice(ulo, uhi - ulo)
 
 
 def _distinct_rows(parts: list[np.ndarray], num_rows: int) -> int:

@@ -47,6 +47,7 @@ from partialcow.parquet._layout import ParquetLayout, ThriftClock, _pages_holdin
 from partialcow.parquet._output import _write_output
 from partialcow.parquet._pagecodec import _read_schema
 from partialcow.parquet._rewriter import _Rewriter
+from partialcow.parquet._screen import screen_columns
 from partialcow.parquet._verify import verify_output
 
 __all__ = ["ROW_POSITION", "RewriteReport", "rewrite_file"]
@@ -137,7 +138,7 @@ def rewrite_file(
     tmp = f"{dst}.tmp-{secrets.token_hex(6)}"
     with ParquetLayout(src, clock=clock) as lay:
         read_schema = _read_schema(lay)
-        changes = _prepare(lay, read_schema, updates, deletes)
+        changes = screen_columns(lay, _prepare(lay, read_schema, updates, deletes), threads=threads)
         reason = None
         if full_file_threshold < math.inf:
             reason = _full_file_reason(lay, changes, full_file_threshold, full_chunk_threshold)

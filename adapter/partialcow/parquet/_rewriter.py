@@ -81,12 +81,10 @@ class _Rewriter:
                 self.stats.pages_rewritten += lay.page_count(rg, leaf.index)
             return None  # every row deleted: drop the row group
         ulo, uhi = np.searchsorted(self.ch.upd_pos, [rg_start, rg_start + nrows])
-        ups = self.ch.upd_pos[ulo:uhi] - rg_start
         outs: list[_ChunkOut | _Task] = []
         for top in lay.tops:
-            vals = self.ch.upd.get(top.name)
-            t_ups = ups if vals is not None else np.zeros(0, dtype=np.int64)
-            t_vals = vals.slice(ulo, uhi - ulo) if vals is not None else None
+            t_ups, t_vals = self.ch.column_updates(top.name, rg_start, rg_start + nrows, int(ulo), int(uhi))
+            t_ups = t_ups - rg_start
             if not t_ups.size and not dels.size:
                 for leaf in top.leaves:
                     outs.append(_copy_chunk(lay, rg, leaf))

@@ -642,10 +642,6 @@ ICEBERG_TABLE_PROPERTIES = {
 }
 
 
-# Set while a table's first build (or full refresh) runs: a table that still carries it after a crash is rebuilt.
-PENDING_CREATE = "partialcow.create-pending"
-
-
 def create_table(
     spark: SparkSession,
     name: str,
@@ -671,9 +667,3 @@ def create_table(
             )
         return bulk_create(spark, name, changes, spec,
                            properties={**ICEBERG_TABLE_PROPERTIES, **spec.extra_table_properties})
-
-
-def create_pending(spark: SparkSession, name: str) -> bool:
-    """Whether table ``name``'s first build (or full refresh) never finished (see :func:`create_table`)."""
-    rows = spark.sql(f"SHOW TBLPROPERTIES {quote_identifier(name)} ('{PENDING_CREATE}')").collect()
-    return bool(rows) and str(rows[0][1]) == "true"

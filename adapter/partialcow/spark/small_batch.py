@@ -12,6 +12,7 @@ rows, commits once and maintains the index: the same steps, checks and errors as
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -38,22 +39,32 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
-__all__ = ["collect_small_batch", "MAX_DRIVER_ROWS"]
+__all__ = ["collect_small_batch", "MAX_DRIVER_ROWS", "driver_max_rows"]
 
 # Batches up to this many rows are applied on the driver (bench/results/dbt_sf1.md measures both paths).
 MAX_DRIVER_ROWS = 200_000
+DRIVER_ROWS_ENV = "PARTIALCOW_DRIVER_MAX_ROWS"
+
+
+def driver_max_rows() -> int:
+    """The largest batch applied on the driver: ``PARTIALCOW_DRIVER_MAX_ROWS`` if set (0 sends every batch through
+    Spark's jobs, as the test suite does to run both paths), else ``MAX_DRIVER_ROWS``."""
+    return int(os.environ.get(DRIVER_ROWS_ENV, MAX_DRIVER_ROWS))
 
 _FLAGS = ("_pcow_f_null_key", "_pcow_f_nan_key", "_pcow_f_bad_op", "_pcow_f_null_seq")
 
 
 def collect_small_batch(changes: DataFrame, spec: ChangeSpec, *, table_schema: StructType, bucket: Column | None,
-                        max_rows: int = MAX_DRIVER_ROWS) -> tuple[pa.Table, int] | None:
+                        max_rows: int | None = None) -> tuple[pa.Table, int] | None:
     """The validated batch as Arrow (latest change per key, values in the table's types, ``_pcow_delete`` and, with
     ``bucket``, ``_pcow_bucket``), and its row count before collapsing; None when it has more than ``max_rows``
     rows (the caller takes the Spark path). Raises the errors ``stage`` raises, with the same messages."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    max_rows = driver_max_rows() if max_rows is None else max_rows
+    if max_rows <= 0:
+        return None
     model = spec.model
     columns = list(changes.columns)
     for column in (*spec.key_columns, *spec.control_columns):
