@@ -38,7 +38,8 @@ def leftovers(spark, name: str) -> list[str]:
     found = []
     data = os.path.join(root, "data")
     for d, _, names in os.walk(data):
-        found += [os.path.join(d, f) for f in names if os.path.join(d, f) not in referenced]
+        # .crc: the checksum files Hadoop's local file system writes next to Spark's own data files
+        found += [os.path.join(d, f) for f in names if os.path.join(d, f) not in referenced and not f.endswith(".crc")]
     index = os.path.join(root, "_partialcow_index")
     states = sorted(os.listdir(os.path.join(index, "_state")))
     buckets = set()

@@ -37,8 +37,8 @@ dec38_10      c  c  c  c  c  c  c  s  -  -  -  -  -  -
 string        -  -  -  -  -  -  -  -  s  -  -  -  -  -
 boolean       -  -  -  -  -  -  -  -  -  s  -  -  -  -
 date          -  -  -  -  -  -  -  -  -  -  s  w  w  -
-timestamp     -  -  -  -  -  -  -  -  -  -  -  s  -  -
-timestamp_ntz -  -  -  -  -  -  -  -  -  -  -  -  s  -
+timestamp     -  -  -  -  -  -  -  -  -  -  -  s  c  -
+timestamp_ntz -  -  -  -  -  -  -  -  -  -  -  c  s  -
 binary        -  -  -  -  -  -  -  -  -  -  -  -  -  s
 """
 _CODES = {"s": "same", "w": "widen", "c": "checked", "-": "refuse"}
@@ -119,3 +119,27 @@ def test_keys_are_converted_exactly(spark):
     got = frame.select(lossy_value("`a`", T.DoubleType(), T.FloatType(), exact=True).alias("a"),
                        lossy_value("`b`", T.DoubleType(), T.FloatType(), exact=True).alias("b")).collect()[0]
     assert (got["a"], got["b"]) == (True, False)
+
+
+@pytest.mark.spark
+def test_timestamps_keep_the_session_wall_clock_except_where_it_does_not_exist(spark):
+    """timestamp <-> timestamp_ntz go through the session's wall clock; one a daylight-saving change skips fails."""
+    import datetime as dt
+
+    from partialcow.spark.casting import lossy_value
+
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
+    try:
+        frame = spark.sql("SELECT TIMESTAMP_NTZ'2021-03-14 02:30:00' AS gap, TIMESTAMP_NTZ'2021-06-07 08:09:10' AS ok, "
+                          "TIMESTAMP'2021-06-07 08:09:10' AS zoned")
+        got = frame.select(
+            lossy_value("`gap`", T.TimestampNTZType(), T.TimestampType(), exact=False).alias("gap"),
+            lossy_value("`ok`", T.TimestampNTZType(), T.TimestampType(), exact=False).alias("ok"),
+            lossy_value("`zoned`", T.TimestampType(), T.TimestampNTZType(), exact=False).alias("zoned"),
+            frame["zoned"].cast("timestamp_ntz").alias("wall"),
+        ).collect()[0]
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+    assert (got["gap"], got["ok"], got["zoned"]) == (True, False, False)
+    assert got["wall"] == dt.datetime(2021, 6, 7, 8, 9, 10)

@@ -118,6 +118,10 @@ class PartialcowConnectionManager(SparkConnectionManager):
 def configured_session(credentials: PartialcowCredentials) -> Any:
     """:func:`start_session`, with a configuration problem as one dbt error line instead of a Java stack trace."""
     try:
-        return start_session(credentials)
+        session = start_session(credentials)
     except PartialCowError as exc:
         raise DbtRuntimeError(str(exc)) from None
+    from partialcow.spark.prewarm import start_prewarm
+
+    start_prewarm(session, credentials.table_format)
+    return session

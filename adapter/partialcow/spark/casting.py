@@ -14,9 +14,10 @@ the one delivered":
   ``double`` must be exactly representable, and numbers into ``float``/``double`` round to the nearest
   representable value but must not overflow. Key columns are always checked exactly: a conversion must never
   change which row a key names;
-- anything else (strings into numbers, numbers into timestamps, ``timestamp`` vs ``timestamp_ntz``, booleans,
-  binary, different nested types) is **refused**: cast it in the model, or change the column's type with
-  ``--full-refresh``.
+- ``timestamp`` and ``timestamp_ntz`` convert through the wall clock in the session's time zone (as Spark casts
+  them), checked: a wall clock skipped or repeated by a daylight-saving change fails;
+- anything else (strings into numbers, numbers into timestamps, booleans, binary, different nested types) is
+  **refused**: cast it in the model, or change the column's type with ``--full-refresh``.
 
 >>> from pyspark.sql.types import IntegerType, LongType, DoubleType, StringType, DecimalType
 >>> conversion(IntegerType(), LongType()), conversion(LongType(), IntegerType()), conversion(StringType(), LongType())
@@ -72,7 +73,7 @@ def conversion(source: DataType, target: DataType) -> Conversion:
 
     >>> from pyspark.sql.types import DateType, TimestampType, TimestampNTZType, FloatType, DoubleType, LongType
     >>> conversion(DateType(), TimestampNTZType()), conversion(TimestampType(), TimestampNTZType())
-    ('widen', 'refuse')
+    ('widen', 'checked')
     >>> conversion(FloatType(), DoubleType()), conversion(LongType(), DoubleType()), conversion(LongType(), DateType())
     ('widen', 'checked', 'refuse')
     """
@@ -106,6 +107,10 @@ def conversion(source: DataType, target: DataType) -> Conversion:
         return "checked"  # float/double/decimal into an integer
     if s == "date" and t in ("timestamp", "timestamp_ntz"):
         return "widen"
+    if {s, t} == {"timestamp", "timestamp_ntz"}:
+        # the wall clock in the session's time zone: exact, except around a daylight-saving change (a wall clock
+        # that does not exist, or exists twice), which the round trip catches
+        return "checked"
     return "refuse"
 
 

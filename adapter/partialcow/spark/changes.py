@@ -52,7 +52,7 @@ from partialcow.faults import checkpoint
 from partialcow.spark.journal import WriteLease, data_file_prefix
 from partialcow.spark.small_batch import collect_small_batch
 from partialcow.spark.staging import SAMPLE, keys_text, repeated_keys_error, stage, stage_changes
-from partialcow.spark.tables import LakehouseTable, local_path
+from partialcow.spark.tables import LakehouseTable, check_table_name, local_path
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -660,6 +660,7 @@ def create_table(
     from partialcow.spark.bulk import bulk_create
 
     with named_errors(model=spec.model, table=name):
+        check_table_name(spark, name, model=spec.model)
         if table_format != "iceberg":
             raise ConfigurationError(
                 f"model {spec.model}: creating Delta tables needs Delta inside Spark (delta-spark jars); "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlparse
@@ -183,6 +184,26 @@ def _typed_ids(arrow_type: pa.DataType, iceberg_type: Any, name: str) -> pa.Data
         value = with_iceberg_field_ids(arrow_type.item_field, iceberg_type["value-id"], iceberg_type["value"])
         return pa.map_(key, value)
     raise ConfigurationError(f"Iceberg column {name} is a {kind}, but the batch gives {arrow_type}")
+
+
+_HIVE_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def check_table_name(spark: SparkSession, name: str, *, model: str) -> None:
+    """Refuse a table name the session's Hive metastore cannot hold, before anything is written.
+
+    Hive 2.3 accepts letters, digits and underscores; other characters fail deep inside a commit (a quote even breaks
+    its lock queries). Catalogs other than Hive (REST, JDBC, ...) keep their own rules.
+    """
+    if spark.conf.get("spark.sql.catalog.spark_catalog.type", "") != "hive":
+        return
+    parts = name.split(".")
+    bad = [p for p in parts if not _HIVE_NAME.match(p)]
+    if bad:
+        raise ConfigurationError(
+            f"model {model}: {name!r} is not a valid table name for the Hive metastore ({bad[0]!r}: letters, digits "
+            "and underscores only): rename the model or set its alias"
+        )
 
 
 def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> LakehouseTable:
