@@ -26,6 +26,7 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Literal
@@ -162,9 +163,9 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
 def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec: ChangeSpec) -> WriteMetrics:
     started = time.monotonic()
     clock = PhaseClock()
-    with clock("lease"):
-        lease = table.write_lease().__enter__()
-    try:
+    with ExitStack() as stack:
+        with clock("lease"):
+            lease = stack.enter_context(table.write_lease())
         checkpoint("leased")
         with clock("schema"):
             table_schema = _table_schema(spark, table)
@@ -211,11 +212,6 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
                 with clock("index_open"):
                     index = _open_index(table, spec)
         checkpoint("indexed")
-    except BaseException as exc:
-        lease.__exit__(type(exc), exc, exc.__traceback__)
-        raise
-    with clock("lease"):
-        lease.__exit__(None, None, None)
     metrics.phase_ms = clock.ms
     metrics.commit_retries = retries
     metrics.duration_ms = int((time.monotonic() - started) * 1000)
