@@ -57,7 +57,7 @@ def main(step_file: str) -> None:
     from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
     from partialcow.spark.session import get_or_create_session
     from partialcow.spark.tables import open_table
-    from state import leftovers
+    from tablestate import leftovers
 
     spark = get_or_create_session(table_format="iceberg", warehouse=step["warehouse"], master="local[2]")
     spec = ChangeSpec(key_columns=("k",), op_column="_op", sequence_column="_ts", model="crashy")

@@ -15,7 +15,7 @@ import pytest
 from partialcow.exceptions import ChangeFeedError, ConfigurationError, PartialCowError
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import open_table
-from state import table_state
+from tablestate import table_state
 
 pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.usefixtures("pipeline_path")]
 

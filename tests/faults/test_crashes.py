@@ -34,7 +34,7 @@ def _run(tmp_path: Path, n: int, step: dict) -> tuple[int, dict]:
     step_file = tmp_path / f"step{n}.json"
     report = tmp_path / f"report{n}.json"
     step_file.write_text(json.dumps({**step, "report": str(report)}))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
     env.pop("PARTIALCOW_CRASH_AT", None)
     # every other step applies its batches with Spark's jobs instead of on the driver: both paths get killed
     env["PARTIALCOW_DRIVER_MAX_ROWS"] = "0" if n % 2 else "200000"

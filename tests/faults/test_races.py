@@ -20,7 +20,7 @@ from partialcow.exceptions import CommitConflictError
 from partialcow.index import IcebergSource, RowIndex
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import open_table
-from state import leftovers
+from tablestate import leftovers
 
 pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.usefixtures("pipeline_path")]
 
