@@ -22,8 +22,9 @@ is what a ``materialized='incremental'`` model runs there.
 Steps (``--steps``): ``build`` (first run on the whole table), ``batch`` (``--batches`` consecutive 1% batches of full
 row images: fresh keys each time with ``ss_quantity`` and ``ss_net_profit`` changed, ``_op='U'``, plus 0.1% new keys,
 ``_op='I'``), ``batch10`` (one 10% batch, 1% new keys), ``delete`` (1% of the keys, ``_op='D'``, full row images),
-``full_refresh`` (``--full-refresh`` from a file of the whole current table) and, with ``--snapshot``, ``snapshot``
-(``dbt snapshot``, ``check_cols='all'``, of the whole table and then of it with 1% of the keys changed; Iceberg and Delta).
+``full_refresh`` (``--full-refresh`` from a file of the whole current table) and, with ``--snapshot``,
+``snapshot`` (``dbt snapshot``, ``check_cols='all'``, of the whole table and then of it with 1% of the keys
+changed; Iceberg and Delta).
 Within each step the contenders run one after the other (ours, dbt-spark, ours, dbt-spark), so a slow moment of the
 machine falls on both.
 
@@ -44,287 +45,34 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shlex
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import time
 import zipfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from upsert_bench import code_version, ensure_data, write_batch  # noqa: E402
+from dbt_bench_batches import DEFAULT_STEPS, KEYS, OP, STEP_KINDS, Step, checksum_sql, compare, plan_steps  # noqa: E402
+from dbt_bench_report import Contender, Outcome, markdown, plot, secs  # noqa: E402
+from upsert_bench import code_version, ensure_data  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-KEYS = ("ss_item_sk", "ss_ticket_number")
-CDC_COLUMNS = ("ss_quantity", "ss_net_profit")
-OP = "_op"
 SCHEMA = "bench"
-MODULUS = 1_000_000_007  # a prime: products of two residues stay below 2**63
-KEY_MULTIPLIER = 1_000_003
 PHASES_RE = re.compile(r"partialcow phases:\s*(\{.*\})")
 CHECK_RE = re.compile(r"BENCHCHECK (\{.*\})")
-STEP_KINDS = ("build", "batch", "batch10", "delete", "full_refresh", "snapshot")
-DEFAULT_STEPS = ("build", "batch", "batch10", "delete", "full_refresh")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# the table's state as integer columns (decimals as unscaled integers), batches and expected results
-
-
-def to_ints(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Values and validity of an integer or decimal column; decimals as their unscaled integers (exact).
-
-    >>> import decimal
-    >>> to_ints(pa.array([decimal.Decimal("-1.25"), None, decimal.Decimal("3.00")], pa.decimal128(7, 2)))[0].tolist()
-    [-125, 0, 300]
-    """
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-    t = arr.type
-    if pa.types.is_integer(t):
-        values = np.array(arr.fill_null(0).to_numpy(zero_copy_only=False))  # a writable copy
-        return values, valid
-    if pa.types.is_decimal(t) and t.bit_width == 128:
-        words = np.frombuffer(arr.buffers()[1], dtype="<i8")[2 * arr.offset : 2 * (arr.offset + len(arr))]
-        low, high = words[0::2].copy(), words[1::2]
-        if not np.array_equal(high[valid], low[valid] >> 63):
-            raise ValueError(f"decimal column of type {t} holds values beyond 64-bit integers")
-        low[~valid] = 0
-        return low, valid
-    raise TypeError(f"store_sales column of unexpected type {t}")
-
-
-def from_ints(values: np.ndarray, valid: np.ndarray, t: pa.DataType) -> pa.Array:
-    """The inverse of :func:`to_ints`.
-
-    >>> from_ints(np.array([-125, 0]), np.array([True, False]), pa.decimal128(7, 2)).to_pylist()
-    [Decimal('-1.25'), None]
-    """
-    if pa.types.is_integer(t):
-        return pa.array(values, type=t, mask=~valid)
-    words = np.empty(2 * len(values), dtype="<i8")
-    words[0::2] = values
-    words[1::2] = values >> 63
-    validity = pa.array(valid, pa.bool_()).buffers()[1]
-    return pa.Array.from_buffers(t, len(values), [validity, pa.py_buffer(words.tobytes())], null_count=int((~valid).sum()))
-
-
-def changed_ints(values: np.ndarray, valid: np.ndarray, t: pa.DataType) -> np.ndarray:
-    """A different value for every row: integers +1 (null -> 1), decimals one unit of the last digit towards zero
-    (stays within the precision; 0 -> -0.01, null -> 0.01), as ``upsert_bench.changed`` does."""
-    if pa.types.is_integer(t):
-        return np.where(valid, values + 1, 1).astype(values.dtype)
-    return np.where(valid, np.where(values >= 0, values - 1, values + 1), 1).astype(values.dtype)
-
-
-class TableState:
-    """The expected table: every column as integers, rows that were ever in the table, and which are alive."""
-
-    def __init__(self, table: pa.Table) -> None:
-        self.schema = pa.schema([f.remove_metadata() for f in table.schema])
-        self.values: dict[str, np.ndarray] = {}
-        self.valid: dict[str, np.ndarray] = {}
-        for name in self.schema.names:
-            self.values[name], self.valid[name] = to_ints(table.column(name))
-        self.alive = np.ones(table.num_rows, dtype=bool)
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.alive.sum())
-
-    def take(self, positions: np.ndarray) -> pa.Table:
-        return pa.table(
-            [from_ints(self.values[f.name][positions], self.valid[f.name][positions], f.type) for f in self.schema],
-            schema=self.schema,
-        )
-
-    def table(self) -> pa.Table:
-        return self.take(np.flatnonzero(self.alive))
-
-    def update(self, positions: np.ndarray, columns: tuple[str, ...]) -> None:
-        for name in columns:
-            t = self.schema.field(name).type
-            self.values[name][positions] = changed_ints(self.values[name][positions], self.valid[name][positions], t)
-            self.valid[name][positions] = True
-
-    def append(self, rows: pa.Table) -> np.ndarray:
-        start = len(self.alive)
-        for name in self.schema.names:
-            values, valid = to_ints(rows.column(name))
-            self.values[name] = np.concatenate([self.values[name], values.astype(self.values[name].dtype)])
-            self.valid[name] = np.concatenate([self.valid[name], valid])
-        self.alive = np.concatenate([self.alive, np.ones(rows.num_rows, dtype=bool)])
-        return np.arange(start, len(self.alive))
-
-    def delete(self, positions: np.ndarray) -> None:
-        self.alive[positions] = False
-
-    def checksum(self) -> dict[str, int]:
-        """Row count and one checksum per column over the alive rows: the numbers :func:`checksum_sql` computes."""
-        alive = self.alive
-        item = self.values[KEYS[0]][alive].astype(np.int64)
-        ticket = self.values[KEYS[1]][alive].astype(np.int64)
-        h = np.mod(item * KEY_MULTIPLIER + ticket, MODULUS) + 1
-        out = {"rows": int(alive.sum())}
-        for name in self.schema.names:
-            x = np.where(self.valid[name][alive], np.mod(self.values[name][alive].astype(np.int64), MODULUS) + 1, 0)
-            out[name] = int(np.mod(h * x, MODULUS).sum(dtype=np.int64))
-        return out
-
-
-def checksum_sql(relation: str, schema: pa.Schema) -> str:
-    """The query computing :meth:`TableState.checksum` over a table (Spark SQL; DuckDB runs it too).
-
-    Each row gets a number ``h`` from its key; each column sums ``h * (value mod M + 1)`` mod M over the rows (0 for a
-    null), so a value moved to another row, a wrong value, a lost or a duplicated row changes that column's sum.
-    Decimals count as unscaled integers. ``(a % M + M) % M`` instead of ``pmod``: portable and non-negative.
-    """
-    m = MODULUS
-
-    def residue(expr: str) -> str:
-        return f"(({expr}) % {m} + {m}) % {m}"
-
-    h = residue(f"cast({KEYS[0]} as bigint) * {KEY_MULTIPLIER} + cast({KEYS[1]} as bigint)") + " + 1"
-    parts = ["cast(count(*) as string) as rows"]
-    for f in schema:
-        value = f"cast({f.name} as bigint)" if pa.types.is_integer(f.type) else f"cast({f.name} * {10 ** f.type.scale} as bigint)"
-        x = f"coalesce({residue(value)} + 1, 0)"
-        parts.append(f"cast(coalesce(sum((({h}) * ({x})) % {m}), 0) as string) as {f.name}")
-    return f"select {', '.join(parts)} from {relation}"
-
-
-@dataclass
-class Step:
-    name: str  # unique: build, batch01, ..., batch10pct, delete, full_refresh, snapshot_init, snapshot_1pct
-    kind: str  # one of STEP_KINDS
-    label: str
-    path: Path
-    rows: int  # rows in the batch file
-    updates: int = 0
-    inserts: int = 0
-    deletes: int = 0
-    full_refresh: bool = False
-    expected: dict[str, int] = field(default_factory=dict)  # the checksum of the table after the step
-
-
-def with_ops(rows: pa.Table, ops: list[str] | np.ndarray) -> pa.Table:
-    return rows.append_column(OP, pa.array(ops, pa.string()))
-
-
-class BatchMaker:
-    """Generates the steps' batch files from one seed and keeps the expected table after each step.
-
-    Updated and deleted keys are drawn without replacement from the base table (fresh keys for every batch) while
-    enough remain, then from every live row; new keys get ticket numbers above any in the table.
-    """
-
-    def __init__(self, base: pa.Table, folder: Path, seed: int) -> None:
-        self.state = TableState(base)
-        self.base_rows = base.num_rows
-        self.folder = folder
-        self.rng = np.random.default_rng(seed)
-        self.unused = self.rng.permutation(base.num_rows)
-        self.next_ticket = int(self.state.values[KEYS[1]].max()) + 1
-
-    def _pick(self, k: int) -> np.ndarray:
-        if k <= len(self.unused):
-            picked, self.unused = self.unused[:k], self.unused[k:]
-            return picked
-        return self.rng.choice(np.flatnonzero(self.state.alive), size=k, replace=False)
-
-    def _count(self, fraction: float) -> int:
-        return max(1, int(round(self.base_rows * fraction)))
-
-    def _write(self, name: str, rows: pa.Table) -> Path:
-        path = self.folder / f"{name}.parquet"
-        write_batch(rows, path)
-        return path
-
-    def whole(self, name: str, label: str, kind: str, *, full_refresh: bool = False) -> Step:
-        """The whole current table as one batch (first build, full refresh, snapshots)."""
-        rows = self.state.table()
-        path = self._write(name, with_ops(rows, ["I"] * rows.num_rows))
-        return Step(name, kind, label, path, rows.num_rows, inserts=rows.num_rows, full_refresh=full_refresh,
-                    expected=self.state.checksum())
-
-    def upsert(self, name: str, label: str, kind: str, fraction: float, new_fraction: float) -> Step:
-        positions = self._pick(self._count(fraction))
-        self.state.update(positions, CDC_COLUMNS)
-        updated = self.state.take(positions)
-        source = self.rng.choice(np.flatnonzero(self.state.alive), size=self._count(new_fraction), replace=False)
-        new = self.state.take(source)
-        tickets = np.arange(self.next_ticket, self.next_ticket + new.num_rows, dtype=np.int64)
-        self.next_ticket += new.num_rows
-        new = new.set_column(new.schema.get_field_index(KEYS[1]), new.schema.field(KEYS[1]),
-                             pa.array(tickets, new.schema.field(KEYS[1]).type))
-        self.state.append(new)
-        rows = pa.concat_tables([with_ops(updated, ["U"] * updated.num_rows), with_ops(new, ["I"] * new.num_rows)])
-        rows = rows.take(self.rng.permutation(rows.num_rows))  # a feed's order, not ours
-        return Step(name, kind, label, self._write(name, rows), rows.num_rows, updates=updated.num_rows,
-                    inserts=new.num_rows, expected=self.state.checksum())
-
-    def delete(self, name: str, label: str, fraction: float) -> Step:
-        positions = self._pick(self._count(fraction))
-        rows = with_ops(self.state.take(positions), ["D"] * len(positions))  # before-images, as a CDC feed sends them
-        self.state.delete(positions)
-        return Step(name, "delete", label, self._write(name, rows), rows.num_rows, deletes=rows.num_rows,
-                    expected=self.state.checksum())
-
-
-def plan_steps(base: pa.Table, folder: Path, seed: int, kinds: tuple[str, ...], batches: int) -> list[Step]:
-    """Every step's batch file and expected result, in run order.
-
-    >>> import tempfile
-    >>> base = pa.table({"ss_item_sk": pa.array(range(200), pa.int32()),
-    ...                  "ss_ticket_number": pa.array(range(200), pa.int64()),
-    ...                  "ss_quantity": pa.array([5] * 200, pa.int32()),
-    ...                  "ss_net_profit": pa.array([1] * 200, pa.int64())})
-    >>> [(s.name, s.rows) for s in plan_steps(base, Path(tempfile.mkdtemp()), 1, DEFAULT_STEPS, 2)]
-    [('build', 200), ('batch01', 3), ('batch02', 3), ('batch10pct', 22), ('delete', 2), ('full_refresh', 202)]
-    """
-    maker = BatchMaker(base, folder, seed)
-    steps = [maker.whole("build", "first build", "build")]
-    if "batch" in kinds:
-        steps += [maker.upsert(f"batch{i:02d}", f"1% batch {i}", "batch", 0.01, 0.001) for i in range(1, batches + 1)]
-    if "batch10" in kinds:
-        steps.append(maker.upsert("batch10pct", "10% batch", "batch10", 0.10, 0.01))
-    if "delete" in kinds:
-        steps.append(maker.delete("delete", "1% deletes", 0.01))
-    if "full_refresh" in kinds:
-        steps.append(maker.whole("full_refresh", "--full-refresh", "full_refresh", full_refresh=True))
-    if "snapshot" in kinds:
-        steps.append(maker.whole("snapshot_init", "snapshot: first run", "snapshot"))
-        positions = maker._pick(maker._count(0.01))
-        maker.state.update(positions, CDC_COLUMNS)
-        step = maker.whole("snapshot_1pct", "snapshot: 1% changed", "snapshot")
-        step.updates, step.inserts = len(positions), 0
-        steps.append(step)
-    return steps
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # the dbt project
-
-
-@dataclass(frozen=True)
-class Contender:
-    name: str  # the model's (or snapshot's) name
-    family: str  # ours | dbt_spark
-    fmt: str  # iceberg | delta
-    label: str
-    snapshot: bool = False
 
 
 CONTENDERS = (
@@ -338,13 +86,16 @@ SNAPSHOTS = (
     Contender("snap_delta", "dbt_spark", "delta", "dbt snapshot (Delta, dbt-spark's merge)", snapshot=True),
 )
 BATCH_SQL = "select * from parquet.`{{ var('batch') }}`\n"
-KEY_CONFIG = "unique_key=['ss_item_sk', 'ss_ticket_number']"
+KEY_CONFIG = f"unique_key={list(KEYS)!r}"
 
 
 def model_sql(c: Contender) -> str:
     if c.snapshot:
+        # A list unique_key fails in dbt-spark's snapshot on both formats ([AMBIGUOUS_REFERENCE]
+        # `snapshotted_data`.`dbt_unique_key_1`, dbt-spark 1.11): one expression key instead.
+        key = "concat(" + ", '-', ".join(KEYS) + ")"
         return (
-            f"{{% snapshot {c.name} %}}\n{{{{ config(target_schema='{SCHEMA}', {KEY_CONFIG}, strategy='check', "
+            f"{{% snapshot {c.name} %}}\n{{{{ config(target_schema='{SCHEMA}', unique_key=\"{key}\", strategy='check', "
             f"check_cols='all', file_format='{c.fmt}') }}}}\n{BATCH_SQL}{{% endsnapshot %}}\n"
         )
     if c.family == "ours":
@@ -407,7 +158,8 @@ def write_project(project: Path, contenders: list[Contender], jars: list[str], m
         if fmt == "delta":
             target["delta_jars"] = jars
         outputs[fmt] = target
-    (project / "profiles.yml").write_text(json.dumps({"dbt_bench": {"target": "iceberg", "outputs": outputs}}, indent=1))
+    profiles = {"dbt_bench": {"target": "iceberg", "outputs": outputs}}
+    (project / "profiles.yml").write_text(json.dumps(profiles, indent=1))
     for c in contenders:
         folder = "snapshots" if c.snapshot else "models"
         (project / folder / f"{c.name}.sql").write_text(model_sql(c))
@@ -416,23 +168,6 @@ def write_project(project: Path, contenders: list[Contender], jars: list[str], m
 
 # ---------------------------------------------------------------------------------------------------------------
 # running dbt
-
-
-@dataclass
-class Outcome:
-    step: str
-    contender: str
-    status: str = ""  # success | error | timeout | skipped
-    model_s: float | None = None
-    process_s: float | None = None
-    rows_affected: int | None = None
-    message: str = ""
-    adapter_response: dict[str, Any] = field(default_factory=dict)
-    phases: dict[str, Any] = field(default_factory=dict)
-    timing: dict[str, float] = field(default_factory=dict)
-    error: str = ""
-    check: str = ""
-    load_avg: float | None = None
 
 
 def dbt_command() -> list[str]:
@@ -448,7 +183,8 @@ def dbt_env() -> dict[str, str]:
 
 
 def run_process(cmd: list[str], log_dir: Path, timeout: float) -> tuple[int | None, float, str]:
-    """Run ``cmd`` in its own process group (its JVM included); on timeout the whole group is killed."""
+    """Run ``cmd`` in its own process group (its JVM included); on timeout the whole group is killed.
+    Returns the exit code (None after a timeout), the wall time and the output."""
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with open(log_dir / "stdout.txt", "w") as out:
@@ -465,13 +201,23 @@ def run_process(cmd: list[str], log_dir: Path, timeout: float) -> tuple[int | No
     return code, elapsed, (log_dir / "stdout.txt").read_text(errors="replace")
 
 
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+SPARK_LOG_RE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (WARN|INFO|DEBUG) ")
+
+
 def error_excerpt(text: str, lines: int = 12) -> str:
-    """The first lines of the error in dbt's output (or its last lines when no error line is found)."""
-    all_lines = [line.rstrip() for line in text.splitlines() if line.strip()]
-    for i, line in enumerate(all_lines):
+    """The first lines of the error in dbt's output (its last lines when no error line is found), without Spark's
+    own log lines.
+
+    >>> error_excerpt("a\\n26/11/25 09:57:41 WARN ObjectStore: x\\nRuntime Error in model m\\n  bad key\\n")
+    'Runtime Error in model m\\n  bad key'
+    """
+    kept = [ANSI_RE.sub("", line).rstrip() for line in text.splitlines()]
+    kept = [line for line in kept if line.strip() and not SPARK_LOG_RE.match(line)]
+    for i, line in enumerate(kept):
         if re.search(r"Error|ERROR|Exception|Traceback", line):
-            return "\n".join(all_lines[i : i + lines])
-    return "\n".join(all_lines[-lines:])
+            return "\n".join(kept[i : i + lines])
+    return "\n".join(kept[-lines:])
 
 
 def parse_phases(log_text: str) -> dict[str, Any]:
@@ -489,9 +235,60 @@ def parse_phases(log_text: str) -> dict[str, Any]:
     return found
 
 
+LOG_TIME_RE = re.compile(r"^(?:\x1b\[[0-9;]*m)?(\d\d):(\d\d):(\d\d\.\d+) ")
+PROCESS_MARKS = (  # (segment name, the dbt.log line that ends it); the first match of each, in order
+    ("start", re.compile(r"Running with dbt=")),  # interpreter start and dbt's imports
+    ("parse", re.compile(r"\]: Found \d+ ")),  # project parse (partial or full) and manifest
+    ("session", re.compile(r"SQL status: ")),  # the first statement: the SparkSession starts here
+    ("prepare", re.compile(r" START (sql|snapshot) ")),  # dbt's relation listing up to the model's start
+    ("model", re.compile(r"Finished running node ")),
+)
+
+
+def process_segments(log_text: str, started_epoch: float, ended_epoch: float) -> dict[str, float]:
+    """Where a dbt process's wall time went, from the timestamps of its dbt.log (local time of day) and the process's
+    start and end: start, parse, session, prepare, model, exit (seconds). Segments whose line is missing are left out.
+
+    >>> import datetime as dt
+    >>> t0 = dt.datetime(2026, 1, 1, 10, 0, 0).timestamp()
+    >>> log = "\\n".join(["10:00:01.000 [info ] [MainThread]: Running with dbt=1.11",
+    ...     "10:00:03.000 [info ] [MainThread]: Found 4 models",
+    ...     "10:00:13.000 [debug] [P]: SQL status: OK in 9 seconds",
+    ...     "10:00:14.000 [info ] [T]: 1 of 1 START sql model x", "10:00:20.000 [debug] [T]: Finished running node m"])
+    >>> process_segments(log, t0, t0 + 21)
+    {'start': 1.0, 'parse': 2.0, 'session': 10.0, 'prepare': 1.0, 'model': 6.0, 'exit': 1.0}
+    """
+    import datetime as dt
+
+    day = dt.datetime.fromtimestamp(started_epoch).replace(hour=0, minute=0, second=0, microsecond=0)
+    out: dict[str, float] = {}
+    previous = started_epoch
+    pending = list(PROCESS_MARKS)
+    for line in log_text.splitlines():
+        if not pending:
+            break
+        name, mark = pending[0]
+        if not mark.search(line):
+            continue
+        stamp = LOG_TIME_RE.match(line)
+        if not stamp:
+            continue
+        at = (day + dt.timedelta(hours=int(stamp[1]), minutes=int(stamp[2]), seconds=float(stamp[3]))).timestamp()
+        if at < previous - 43200:  # the run crossed midnight
+            at += 86400
+        out[name] = round(at - previous, 3)
+        previous = at
+        pending.pop(0)
+    if out:
+        out["exit"] = round(ended_epoch - previous, 3)
+    return out
+
+
 def run_step(project: Path, work: Path, step: Step, c: Contender, timeout: float) -> Outcome:
     log_dir = work / "logs" / step.name / c.name
-    target_dir = project / f"target_{c.fmt}"  # one per target: its partial-parse state survives the other's runs
+    # One target folder per contender: dbt keeps its partial-parse state there, and a state left by the other
+    # contender's run with the same vars would spare only the second process of a step its parse.
+    target_dir = project / f"target_{c.name}"
     variables: dict[str, Any] = {"batch": str(step.path)}
     if step.kind == "delete" and c.family == "dbt_spark":
         variables["apply_deletes"] = True
@@ -502,10 +299,12 @@ def run_step(project: Path, work: Path, step: Step, c: Contender, timeout: float
     ] + (["--full-refresh"] if step.full_refresh else [])
     outcome = Outcome(step.name, c.name, load_avg=os.getloadavg()[0])
     (target_dir / "run_results.json").unlink(missing_ok=True)
+    started = time.time()
     code, outcome.process_s, output = run_process(cmd, log_dir, timeout)
     log_file = log_dir / "dbt.log"
     log_text = log_file.read_text(errors="replace") if log_file.exists() else ""
     outcome.phases = parse_phases(log_text)
+    outcome.segments = process_segments(log_text, started, started + outcome.process_s)
     results_file = target_dir / "run_results.json"
     if results_file.exists():
         shutil.copy(results_file, log_dir / "run_results.json")
@@ -525,10 +324,23 @@ def run_step(project: Path, work: Path, step: Step, c: Contender, timeout: float
         outcome.error = f"timed out after {timeout:.0f} s"
     elif code != 0 or outcome.error:
         outcome.status, outcome.model_s = "error", None
-        outcome.error = (outcome.error + "\n" if outcome.error else "") + error_excerpt(output)
+        outcome.error = ANSI_RE.sub("", outcome.error).strip() or error_excerpt(output)
     else:
         outcome.status = "success"
     return outcome
+
+
+def short_reason(error: str) -> str:
+    """The line of a dbt error that says what went wrong (dbt's own first line only names the model).
+
+    >>> short_reason("Runtime Error in model m (models/m.sql)\\n  Runtime Error\\n  model m: needs delta-spark jars\\nmore")
+    'model m: needs delta-spark jars'
+    """
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    for line in lines:
+        if not re.match(r"^\w+ Error( in (model|snapshot) .*)?$", line):
+            return line[:240]
+    return lines[0][:240] if lines else "unknown error"
 
 
 def _seconds(stamp: str) -> float:
@@ -550,7 +362,7 @@ def run_checks(project: Path, work: Path, tag: str, contenders: list[Contender],
         cmd = dbt_command() + [
             "run-operation", "bench_checksums", "--args", json.dumps({"queries": queries}), "--target", fmt,
             "--project-dir", str(project), "--profiles-dir", str(project), "--log-path",
-            str(work / "logs" / f"check_{tag}" / fmt), "--target-path", str(project / f"target_{fmt}"),
+            str(work / "logs" / f"check_{tag}" / fmt), "--target-path", str(project / f"target_check_{fmt}"),
         ]
         code, _, output = run_process(cmd, work / "logs" / f"check_{tag}" / fmt, timeout)
         for match in CHECK_RE.finditer(output):
@@ -561,236 +373,6 @@ def run_checks(project: Path, work: Path, tag: str, contenders: list[Contender],
                 why = "timed out" if code is None else error_excerpt(output, 4)
                 found[c.name] = {"name": c.name, "error": f"check failed: {why}"}
     return found
-
-
-def compare(expected: dict[str, int], record: dict[str, Any]) -> str:
-    """'OK', or what differs.
-
-    >>> compare({"rows": 2, "a": 5}, {"values": {"rows": "2", "a": "5"}})
-    'OK'
-    >>> compare({"rows": 2, "a": 5}, {"values": {"rows": "3", "a": "5"}})
-    'WRONG: rows 3 (expected 2)'
-    >>> compare({"rows": 2, "a": 5, "b": 1}, {"values": {"rows": "2", "a": "4", "b": "0"}})
-    'WRONG: columns a, b differ'
-    """
-    if "error" in record:
-        return f"UNCHECKED: {record['error']}"
-    got = {k: int(v) if v not in (None, "None", "") else None for k, v in record["values"].items()}
-    if got.get("rows") != expected["rows"]:
-        return f"WRONG: rows {got.get('rows')} (expected {expected['rows']})"
-    bad = [k for k, v in expected.items() if k != "rows" and got.get(k) != v]
-    return f"WRONG: columns {', '.join(bad)} differ" if bad else "OK"
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# report
-
-
-def _s(value: float | None) -> str:
-    return "" if value is None else f"{value:.1f}"
-
-
-def _x(theirs: float | None, ours: float | None) -> str:
-    return "" if theirs is None or not ours else f"{theirs / ours:.2f}x"
-
-
-def cell(o: Outcome | None) -> str:
-    if o is None:
-        return ""
-    if o.status == "success":
-        return f"{_s(o.model_s)} / {_s(o.process_s)}"
-    if o.status == "skipped":
-        return o.error
-    return f"{o.status.upper()} (process {_s(o.process_s)})"
-
-
-def target_lines(steps: list[Step], by: dict[tuple[str, str], Outcome], ours: str, theirs: str) -> list[str]:
-    """Issue 25's targets for one pair of contenders, each line saying met / NOT MET."""
-    def pair(step: str) -> tuple[Outcome | None, Outcome | None]:
-        return by.get((step, ours)), by.get((step, theirs))
-
-    def ok(o: Outcome | None) -> bool:
-        return o is not None and o.status == "success" and bool(o.model_s)
-
-    lines = []
-    batch_steps = [s.name for s in steps if s.kind == "batch"]
-    model_x, process_x = [], []
-    for name in batch_steps:
-        a, b = pair(name)
-        if ok(a) and ok(b):
-            model_x.append(b.model_s / a.model_s)  # type: ignore[union-attr,operator]
-            process_x.append(b.process_s / a.process_s)  # type: ignore[union-attr,operator]
-    if model_x:
-        for what, values, goal in (("model time", model_x, 10.0), ("process time", process_x, 3.0)):
-            med = statistics.median(values)
-            lines.append(
-                f"- 1% batches, {what}: dbt-spark / ours median **{med:.2f}x** (range {min(values):.2f}-{max(values):.2f}x "
-                f"over {len(values)} batches); target >= {goal:g}x: {'met' if med >= goal else '**NOT MET**'}"
-            )
-    for name, what in (("build", "first build"), ("full_refresh", "full refresh")):
-        a, b = pair(name)
-        if ok(a) and ok(b):
-            r = a.model_s / b.model_s  # type: ignore[union-attr,operator]
-            lines.append(
-                f"- {what}, model time: ours {_s(a.model_s)} s vs dbt-spark's CTAS {_s(b.model_s)} s = **{r:.2f}x**; "
-                f"target <= 1.25x: {'met' if r <= 1.25 else '**NOT MET**'}"
-            )
-    ours_batches = [by.get((n, ours)) for n in batch_steps]
-    times = [o.model_s if ok(o) else None for o in ours_batches]
-    if len(times) >= 3 and times[1] and times[-1]:
-        drift = times[-1] / times[1] - 1
-        line = (
-            f"- flat over time (ours): batch {len(times)} {_s(times[-1])} s vs batch 2 {_s(times[1])} s = **{drift:+.0%}**; "
-            f"target within 10%: {'met' if drift <= 0.10 else '**NOT MET**'}"
-        )
-        clean = [t for t in times if t]
-        if len(times) >= 6 and len(clean) == len(times):
-            smooth = statistics.median(times[-3:]) / statistics.median(times[1:4]) - 1
-            line += f" (median of the last 3 vs batches 2-4: {smooth:+.0%})"
-        lines.append(line)
-        theirs_times = [o.model_s if ok(o) else None for o in (by.get((n, theirs)) for n in batch_steps)]
-        if theirs_times[1] and theirs_times[-1]:
-            lines.append(f"  (dbt-spark: batch {len(times)} vs batch 2 = {theirs_times[-1] / theirs_times[1] - 1:+.0%})")
-    return lines
-
-
-def markdown(meta: dict[str, Any], steps: list[Step], contenders: list[Contender], outcomes: list[Outcome],
-             unavailable: dict[str, str], checks: dict[str, str], final: bool) -> str:
-    by = {(o.step, o.contender): o for o in outcomes}
-    names = {c.name for c in contenders}
-    out = [
-        f"# dbt benchmark: TPC-DS store_sales SF{meta['scale']}"
-        + (f" — SMOKE RUN, first {meta['rows']:,} rows only" if meta["rows_limited"] else ""),
-        "",
-        f"Command: `{meta['command']}`",
-        "",
-        f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} when written (per step in the JSON), "
-        f"Python {platform.python_version()}, {meta['versions']}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
-        f"{meta['table_rows']:,} rows. Code: {meta['code']}.",
-        "",
-        "Every cell is one fresh `dbt run --select <model>` process (`dbt snapshot` for snapshots), contenders one after "
-        "the other within each step. `model / process` = `execution_time` in run_results.json / wall time of the dbt "
-        "process, in seconds. `speed-up` = dbt-spark's time / ours (above 1: ours is faster). The model SQL is "
-        "`select * from parquet.`<batch file>`` for every contender.",
-    ]
-    if not final:
-        out += ["", "**Partial results: the run was still going when this file was written.**"]
-    wrong = sorted(name for name, verdict in checks.items() if verdict.startswith("WRONG"))
-    if wrong:
-        out += ["", f"**WRONG RESULTS: {', '.join(wrong)} (see the check rows)**"]
-    for name, why in unavailable.items():
-        out += ["", f"- {name}: n/a: {why}"]
-    pairs = [(a, b) for a in contenders for b in contenders
-             if a.family == "ours" and b.family == "dbt_spark" and a.fmt == b.fmt and a.snapshot == b.snapshot
-             and not a.snapshot]
-    out += ["", "## Targets (issue 25)", ""]
-    for a, b in pairs:
-        lines = target_lines(steps, by, a.name, b.name)
-        out += [f"{a.label} vs {b.label}:", ""] + (lines or ["- not enough successful steps yet"]) + [""]
-    out += [f"- results check: " + (", ".join(f"{k} {v}" for k, v in checks.items()) or "not run yet"), ""]
-    for a, b in pairs:
-        out += [f"## {a.fmt.capitalize()}: {a.name} vs {b.name}", ""]
-        out += ["| step | batch rows (U/I/D) | ours model / process s | dbt-spark model / process s | speed-up model / process | ours result |",
-                "|---|---|---:|---:|---:|---|"]
-        for s in steps:
-            if s.kind == "snapshot":
-                continue
-            oa, ob = by.get((s.name, a.name)), by.get((s.name, b.name))
-            if oa is None and ob is None:
-                continue
-            ok = oa is not None and ob is not None and oa.status == ob.status == "success"
-            speed = f"{_x(ob.model_s, oa.model_s)} / {_x(ob.process_s, oa.process_s)}" if ok else ""  # type: ignore[union-attr]
-            counts = f"{s.rows:,} ({s.updates:,}/{s.inserts:,}/{s.deletes:,})"
-            out.append(f"| {s.label} | {counts} | {cell(oa)} | {cell(ob)} | {speed} | {(oa.message if oa else '').replace('|', '/')} |")
-        for c in (a, b):
-            if c.name in checks:
-                out.append(f"| check: {c.name} | | | | | {checks[c.name]} |")
-        out.append("")
-    snaps = [c for c in contenders if c.snapshot]
-    if snaps:
-        out += ["## Snapshots (`dbt snapshot`, check_cols='all')", "",
-                "| step | " + " | ".join(f"{c.label} model / process s" for c in snaps) + " |",
-                "|---|" + "---:|" * len(snaps)]
-        for s in steps:
-            if s.kind == "snapshot":
-                out.append(f"| {s.label} | " + " | ".join(cell(by.get((s.name, c.name))) for c in snaps) + " |")
-        out.append("")
-    phase_rows = [o for o in outcomes if o.phases and o.contender in names]
-    if phase_rows:
-        keys = list(dict.fromkeys(k for o in phase_rows for k, v in o.phases.items() if isinstance(v, (int, float))))
-        out += ["## Where ours spends its model time (`partialcow phases:` log line, seconds)", "",
-                "| step | contender | " + " | ".join(keys) + " |", "|---|---|" + "---:|" * len(keys)]
-        for o in phase_rows:
-            out.append(f"| {o.step} | {o.contender} | " + " | ".join(_phase(o.phases.get(k)) for k in keys) + " |")
-        out.append("")
-    errors = [o for o in outcomes if o.error and o.status != "skipped"]
-    if errors:
-        out += ["## Errors", ""]
-        for o in errors:
-            out += [f"{o.step} / {o.contender} ({o.status}):", "", "```", o.error.strip()[:3000], "```", ""]
-    return "\n".join(out) + "\n"
-
-
-def _phase(value: Any) -> str:
-    return f"{value:.2f}" if isinstance(value, (int, float)) else ""
-
-
-def plot(steps: list[Step], contenders: list[Contender], outcomes: list[Outcome], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by = {(o.step, o.contender): o for o in outcomes}
-    shown = [s for s in steps if any((s.name, c.name) in by for c in contenders)]
-    if not shown:
-        return
-    x = np.arange(len(shown))
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8, 0.45 * len(shown) + 3), 8), sharex=True)
-    for i, c in enumerate(contenders):
-        for attr, style in (("model_s", "-"), ("process_s", ":")):
-            ys = [getattr(by[(s.name, c.name)], attr) if (s.name, c.name) in by and by[(s.name, c.name)].status == "success"
-                  else np.nan for s in shown]
-            if not np.all(np.isnan(ys)):
-                top.plot(x, ys, style, marker="o" if attr == "model_s" else ".", color=f"C{i}",
-                         label=f"{c.name} {'model' if attr == 'model_s' else 'process'}")
-    top.set_yscale("log")
-    top.set_ylabel("seconds (log)")
-    top.grid(True, which="both", alpha=0.3)
-    top.legend(fontsize=7, ncol=2)
-    for i, c in enumerate(contenders):
-        if c.family != "ours" or c.snapshot:
-            continue
-        theirs = next((t for t in contenders if t.family == "dbt_spark" and t.fmt == c.fmt and not t.snapshot), None)
-        if theirs is None:
-            continue
-        for attr, style in (("model_s", "-"), ("process_s", ":")):
-            ys = []
-            for s in shown:
-                a, b = by.get((s.name, c.name)), by.get((s.name, theirs.name))
-                ok = a and b and a.status == b.status == "success" and getattr(a, attr)
-                ys.append(getattr(b, attr) / getattr(a, attr) if ok else np.nan)
-            if not np.all(np.isnan(ys)):
-                bottom.plot(x, ys, style, marker="o", color=f"C{i}", label=f"{c.fmt}: {attr[:-2]} speed-up")
-    batch_x = [i for i, s in enumerate(shown) if s.kind == "batch"]
-    if batch_x:
-        lo, hi = min(batch_x) - 0.4, max(batch_x) + 0.4
-        bottom.hlines(10, lo, hi, colors="k", linestyles="-", label="target: 1% model >= 10x")
-        bottom.hlines(3, lo, hi, colors="k", linestyles=":", label="target: 1% process >= 3x")
-    build_x = [i for i, s in enumerate(shown) if s.kind in ("build", "full_refresh")]
-    if build_x:
-        bottom.scatter(build_x, [0.8] * len(build_x), marker="_", s=400, color="r", label="target: build >= 0.8x (ours <= 1.25x)")
-    bottom.axhline(1, color="grey", lw=0.8)
-    bottom.set_yscale("log")
-    bottom.set_ylabel("dbt-spark / ours (log)")
-    bottom.grid(True, which="both", alpha=0.3)
-    bottom.legend(fontsize=7)
-    bottom.set_xticks(x)
-    bottom.set_xticklabels([s.name for s in shown], rotation=60, ha="right", fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -878,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     write_project(project, contenders, jars, args.master)
 
     meta = {"scale": args.scale, "rows_limited": args.rows is not None, "rows": args.rows, "command": command,
-            "versions": versions(), "table_rows": steps[0].rows, "code": code}
+            "versions": versions(), "table_rows": steps[0].rows, "code": code, "check": args.check}
     outcomes: list[Outcome] = []
     checks: dict[str, str] = {}
     failed_build: dict[str, str] = {}
@@ -910,17 +492,19 @@ def main(argv: list[str] | None = None) -> int:
                 if c.snapshot != (step.kind == "snapshot"):
                     continue
                 if c.name in failed_build:
-                    outcomes.append(Outcome(step.name, c.name, status="skipped", error=f"n/a: {failed_build[c.name]}"))
+                    outcomes.append(Outcome(step.name, c.name, status="skipped", error="n/a: first build failed"))
                     continue
                 o = run_step(project, work, step, c, args.timeout)
                 outcomes.append(o)
-                print(f"{step.name:14s} {c.name:14s} {o.status:8s} model {_s(o.model_s):>7s} s  process "
-                      f"{_s(o.process_s):>7s} s  {o.message}", flush=True)
+                print(f"{step.name:14s} {c.name:14s} {o.status:8s} model {secs(o.model_s):>7s} s  process "
+                      f"{secs(o.process_s):>7s} s  {o.message}", flush=True)
                 if o.status != "success":
                     print("  " + o.error.replace("\n", "\n  ")[:2000], flush=True)
                     if step.kind == "build" or (c.snapshot and step.name == "snapshot_init"):
-                        failed_build[c.name] = f"first build failed: {o.error.strip().splitlines()[0][:200]}"
-            if args.check == "each" and step.kind != "snapshot" or args.check == "last" and model_steps and step is model_steps[-1]:
+                        failed_build[c.name] = f"first build failed: {short_reason(o.error)}"
+                        unavailable[c.name] = failed_build[c.name]
+            last = bool(model_steps) and step is model_steps[-1]
+            if (args.check == "each" and step.kind != "snapshot") or (args.check == "last" and last):
                 check(step)
             report(final=False)
     finally:
