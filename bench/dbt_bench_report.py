@@ -176,7 +176,7 @@ def markdown(meta: dict[str, Any], steps: list[Step], contenders: list[Contender
         out.append("")
     snaps = [c for c in contenders if c.snapshot]
     if snaps:
-        out += ["## Snapshots (`dbt snapshot`, check_cols='all')", "",
+        out += ["## Snapshots (`dbt snapshot`, strategy='check' on the two changed columns)", "",
                 "| step | " + " | ".join(f"{c.label} model / process s" for c in snaps) + " |",
                 "|---|" + "---:|" * len(snaps)]
         for s in steps:

@@ -173,7 +173,8 @@ def test_target_lines_judge_the_issue_targets() -> None:
               **{n: (25.0, 32.0) for n in names[1:5]}}
 
     def outcomes(times: dict, who: str) -> list:
-        return [dbt_bench_report.Outcome(n, who, status="success", model_s=m, process_s=p) for n, (m, p) in times.items()]
+        return [dbt_bench_report.Outcome(n, who, status="success", model_s=m, process_s=p)
+                for n, (m, p) in times.items()]
 
     for ours, met in ((fast, True), (slow, False)):
         by = {(o.step, o.contender): o for o in outcomes(ours, "a") + outcomes(theirs, "b")}
