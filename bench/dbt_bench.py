@@ -29,8 +29,9 @@ Within each step the contenders run one after the other (ours, dbt-spark, ours, 
 machine falls on both.
 
 Every batch is generated up front from ``--seed`` with the expected table after each step: a row count and one
-checksum per column (see ``checksum_sql``). After the last step (``--check each``: after every step) one
-``dbt run-operation`` per target computes the same checksums over each contender's table through Spark; a contender
+checksum per column (see ``checksum_sql``). After the last incremental step and after the last step (``--check each``:
+after every step) one ``dbt run-operation`` per target computes the same checksums over each contender's table through
+Spark; a contender
 whose table differs is flagged ``WRONG`` in the tables and on stderr.
 
     PYTHONPATH=adapter python bench/dbt_bench.py                              # SF1, all steps (an hour or more)
@@ -421,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contenders", help="comma-separated subset of "
                         + ",".join(c.name for c in CONTENDERS) + " (default: all; Delta ones need delta-spark's jars)")
     parser.add_argument("--check", choices=("last", "each", "none"), default="last",
-                        help="compare the tables with the expected result after the last step (default) or every step")
+                        help="compare the tables with the expected result after the last incremental step and the last "
+                        "step (default), or after every step")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per dbt process (default 1800)")
     parser.add_argument("--master", help="Spark master for the profile (default: the profile's default, local[*])")
     parser.add_argument("--seed", type=int, default=25)
@@ -475,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"scale": args.scale, "rows_limited": args.rows is not None, "rows": args.rows, "command": command,
             "versions": versions(), "table_rows": steps[0].rows, "code": code, "check": args.check}
     outcomes: list[Outcome] = []
-    checks: dict[str, str] = {}
+    checks: dict[str, dict[str, str]] = {}  # contender -> step -> verdict
     failed_build: dict[str, str] = {}
 
     def report(final: bool) -> None:
@@ -494,12 +496,17 @@ def main(argv: list[str] | None = None) -> int:
                            args.timeout)
         for name, record in found.items():
             verdict = compare(step.expected, record)
-            checks[name] = f"{verdict} (after {step.name})"
+            checks.setdefault(name, {})[step.name] = verdict
             if not verdict.startswith("OK"):
                 print(f"!!! {name} after {step.name}: {verdict}", file=sys.stderr, flush=True)
 
     try:
+        # A full refresh rebuilds the table from the expected state, so it would hide a wrong incremental result:
+        # "last" checks after the last incremental step too.
+        incremental = [s for s in steps if s.kind in ("batch", "batch10", "delete")]
         model_steps = [s for s in steps if s.kind != "snapshot"]
+        checked = {"each": model_steps, "last": incremental[-1:] + model_steps[-1:], "none": []}[args.check]
+        check_points = {s.name for s in checked}
         for step in steps:
             for c in contenders:
                 if c.snapshot != (step.kind == "snapshot"):
@@ -516,8 +523,7 @@ def main(argv: list[str] | None = None) -> int:
                     if step.kind == "build" or (c.snapshot and step.name == "snapshot_init"):
                         failed_build[c.name] = f"first build failed: {short_reason(o.error)}"
                         unavailable[c.name] = failed_build[c.name]
-            last = bool(model_steps) and step is model_steps[-1]
-            if (args.check == "each" and step.kind != "snapshot") or (args.check == "last" and last):
+            if step.name in check_points:
                 check(step)
             report(final=False)
     finally:
@@ -526,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     print(stem.with_suffix(".md").read_text())
     print(f"wrote {stem}.md, .json, .png")
-    return 1 if any(v.startswith("WRONG") for v in checks.values()) else 0
+    return 1 if any(v.startswith("WRONG") for per_step in checks.values() for v in per_step.values()) else 0
 
 
 if __name__ == "__main__":

@@ -63,6 +63,21 @@ def cell(o: Outcome | None) -> str:
     return f"{o.status.upper()} (process {secs(o.process_s)})"
 
 
+def check_summary(per_step: dict[str, str]) -> str:
+    """One contender's check verdicts in a line: the failures in full, the passes counted.
+
+    >>> check_summary({"delete": "OK", "full_refresh": "OK"})
+    'OK (after delete, full_refresh)'
+    >>> check_summary({"batch01": "OK", "batch02": "WRONG: rows 3 (expected 2)", "batch03": "OK"})
+    'WRONG: rows 3 (expected 2) (after batch02); OK after 2 other steps'
+    """
+    bad = [f"{verdict} (after {step})" for step, verdict in per_step.items() if verdict != "OK"]
+    good = [step for step, verdict in per_step.items() if verdict == "OK"]
+    if not bad:
+        return f"OK (after {', '.join(good)})" if len(good) <= 3 else f"OK after all {len(good)} checked steps"
+    return "; ".join(bad) + (f"; OK after {len(good)} other steps" if good else "")
+
+
 def target_lines(steps: list[Step], by: dict[tuple[str, str], Outcome], ours: str, theirs: str) -> list[str]:
     """Issue 25's targets for one pair of contenders, each line saying met / NOT MET."""
     def pair(step: str) -> tuple[Outcome | None, Outcome | None]:
@@ -118,7 +133,7 @@ def target_lines(steps: list[Step], by: dict[tuple[str, str], Outcome], ours: st
 
 
 def markdown(meta: dict[str, Any], steps: list[Step], contenders: list[Contender], outcomes: list[Outcome],
-             unavailable: dict[str, str], checks: dict[str, str], final: bool) -> str:
+             unavailable: dict[str, str], checks: dict[str, dict[str, str]], final: bool) -> str:
     by = {(o.step, o.contender): o for o in outcomes}
     names = {c.name for c in contenders}
     out = [
@@ -140,7 +155,7 @@ def markdown(meta: dict[str, Any], steps: list[Step], contenders: list[Contender
     ]
     if not final:
         out += ["", "**Partial results: the run was still going when this file was written.**"]
-    wrong = sorted(name for name, verdict in checks.items() if verdict.startswith("WRONG"))
+    wrong = sorted(name for name, per_step in checks.items() if any(v.startswith("WRONG") for v in per_step.values()))
     if wrong:
         out += ["", f"**WRONG RESULTS: {', '.join(wrong)} (see the check rows)**"]
     if unavailable:
@@ -153,7 +168,7 @@ def markdown(meta: dict[str, Any], steps: list[Step], contenders: list[Contender
         lines = target_lines(steps, by, a.name, b.name)
         missing = [f"- {n}: n/a: {unavailable[n]}" for n in (a.name, b.name) if n in unavailable]
         out += [f"{a.label} vs {b.label}:", ""] + (lines or missing or ["- not enough successful steps yet"]) + [""]
-    out += ["- results check: " + (", ".join(f"{k} {v}" for k, v in checks.items())
+    out += ["- results check: " + ("; ".join(f"{k} {check_summary(v)}" for k, v in checks.items())
                                    or ("not run (--check none)" if meta["check"] == "none" else "not run yet")), ""]
     for a, b in pairs:
         out += [f"## {a.fmt.capitalize()}: {a.name} vs {b.name}", ""]
@@ -172,7 +187,7 @@ def markdown(meta: dict[str, Any], steps: list[Step], contenders: list[Contender
             out.append(f"| {s.label} | {counts} | {cell(oa)} | {cell(ob)} | {speed} | {result} |")
         for c in (a, b):
             if c.name in checks:
-                out.append(f"| check: {c.name} | | | | | {checks[c.name]} |")
+                out.append(f"| check: {c.name} | | | | | {check_summary(checks[c.name])} |")
         out.append("")
     snaps = [c for c in contenders if c.snapshot]
     if snaps:
