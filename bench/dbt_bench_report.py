@@ -148,9 +148,8 @@ def markdown(meta: dict[str, Any], steps: list[Step], contenders: list[Contender
         f"{meta['table_rows']:,} rows. Code: {meta['code']}.",
         "",
         "Every cell is one fresh `dbt run --select <model>` process (`dbt snapshot` for snapshots), contenders one "
-        "after "
-        "the other within each step. `model / process` = `execution_time` in run_results.json / wall time of the dbt "
-        "process, in seconds. `speed-up` = dbt-spark's time / ours (above 1: ours is faster). The model SQL is "
+        "after the other within each step. `model / process` = `execution_time` in run_results.json / wall time of "
+        "the dbt process, in seconds. `speed-up` = dbt-spark's time / ours (above 1: ours is faster). The model SQL is "
         "`select * from parquet.`<batch file>`` for every contender.",
     ]
     if not final:
@@ -160,24 +159,31 @@ def markdown(meta: dict[str, Any], steps: list[Step], contenders: list[Contender
         out += ["", f"**WRONG RESULTS: {', '.join(wrong)} (see the check rows)**"]
     if unavailable:
         out += [""] + [f"- {name}: **n/a**: {why}" for name, why in unavailable.items()]
-    pairs = [(a, b) for a in contenders for b in contenders
-             if a.family == "ours" and b.family == "dbt_spark" and a.fmt == b.fmt and a.snapshot == b.snapshot
-             and not a.snapshot]
+    # per table format: ours and dbt-spark's (either may be missing when --contenders names one)
+    pairs = []
+    for fmt in dict.fromkeys(c.fmt for c in contenders if not c.snapshot):
+        mine = [c for c in contenders if c.fmt == fmt and not c.snapshot]
+        pairs.append((next((c for c in mine if c.family == "ours"), None),
+                      next((c for c in mine if c.family == "dbt_spark"), None)))
     out += ["", "## Targets (issue 25)", ""]
     for a, b in pairs:
+        if a is None or b is None:
+            continue
         lines = target_lines(steps, by, a.name, b.name)
         missing = [f"- {n}: n/a: {unavailable[n]}" for n in (a.name, b.name) if n in unavailable]
         out += [f"{a.label} vs {b.label}:", ""] + (lines or missing or ["- not enough successful steps yet"]) + [""]
     out += ["- results check: " + ("; ".join(f"{k} {check_summary(v)}" for k, v in checks.items())
                                    or ("not run (--check none)" if meta["check"] == "none" else "not run yet")), ""]
     for a, b in pairs:
-        out += [f"## {a.fmt.capitalize()}: {a.name} vs {b.name}", ""]
+        present = [c for c in (a, b) if c is not None]
+        out += [f"## {present[0].fmt.capitalize()}: {' vs '.join(c.name for c in present)}", ""]
         out += ["| step | batch rows (U/I/D) | ours model / process s | dbt-spark model / process s "
                 "| speed-up model / process | ours result |", "|---|---|---:|---:|---:|---|"]
         for s in steps:
             if s.kind == "snapshot":
                 continue
-            oa, ob = by.get((s.name, a.name)), by.get((s.name, b.name))
+            oa = by.get((s.name, a.name)) if a else None
+            ob = by.get((s.name, b.name)) if b else None
             if oa is None and ob is None:
                 continue
             ok = oa is not None and ob is not None and oa.status == ob.status == "success"
@@ -185,7 +191,7 @@ def markdown(meta: dict[str, Any], steps: list[Step], contenders: list[Contender
             counts = f"{s.rows:,} ({s.updates:,}/{s.inserts:,}/{s.deletes:,})"
             result = (oa.message if oa else "").replace("|", "/")
             out.append(f"| {s.label} | {counts} | {cell(oa)} | {cell(ob)} | {speed} | {result} |")
-        for c in (a, b):
+        for c in present:
             if c.name in checks:
                 out.append(f"| check: {c.name} | | | | | {check_summary(checks[c.name])} |")
         out.append("")
