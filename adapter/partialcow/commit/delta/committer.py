@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from partialcow.commit.base import CommitResult, DataFile, FileReplacement
 from partialcow.commit.delta.conflicts import check_concurrent
-from partialcow.commit.delta.features import unsupported_features
+from partialcow.commit.delta.features import DeltaTableInfo, unsupported_features
 from partialcow.commit.delta.stats import file_stats, partition_strings
 from partialcow.exceptions import (
     CommitConflictError,
@@ -134,7 +134,7 @@ class DeltaCommitter:
         ...     print("change data feed" in str(exc))
         True
         """
-        problems = unsupported_features(self._open(), removing=removing)
+        problems = unsupported_features(DeltaTableInfo.of_delta_rs(self._open()), removing=removing)
         if problems:
             raise UnsupportedTableFeatureError(self._refusal_message(problems))
 
@@ -178,7 +178,7 @@ class DeltaCommitter:
                         )
                     )
             head = self._open()
-            problems = unsupported_features(head, removing=bool(removed))
+            problems = unsupported_features(DeltaTableInfo.of_delta_rs(head), removing=bool(removed))
             problems += self._deletion_vector_problems(base, removed)
             if problems:
                 raise UnsupportedTableFeatureError(self._refusal_message(problems))
@@ -399,7 +399,9 @@ class DeltaCommitter:
             raise CommitError(
                 f"new file {rel} of Delta table {self._table_uri} is not readable Parquet: {exc}"
             ) from exc
-        stats = file_stats(metadata, head, rel, self._table_uri)
+        meta = head.metadata()
+        stats = file_stats(metadata, json.loads(head.schema().to_json()), list(meta.partition_columns),
+                           dict(meta.configuration), rel, self._table_uri)
         mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
         return AddAction(
             path=rel,

@@ -18,7 +18,9 @@ import pyarrow.parquet as pq
 
 from partialcow.exceptions import CommitError
 
-__all__ = ["STATS_STRING_PREFIX", "file_stats", "partition_strings", "truncate_string_max", "truncate_string_min"]
+__all__ = [
+    "STATS_STRING_PREFIX", "delta_type", "file_stats", "partition_strings", "truncate_string_max", "truncate_string_min",
+]
 
 #: Characters of a string column kept in min/max stats (Delta's default prefix length).
 STATS_STRING_PREFIX = 32
@@ -47,9 +49,8 @@ def partition_strings(values: Mapping[str, Any]) -> dict[str, str | None]:
     return out
 
 
-def _indexed_columns(table: Any, fields: Sequence[Mapping[str, Any]]) -> set[str]:
+def _indexed_columns(config: Mapping[str, str], fields: Sequence[Mapping[str, Any]]) -> set[str]:
     """Top-level columns Delta collects stats for (delta.dataSkippingStatsColumns / NumIndexedCols)."""
-    config = table.metadata().configuration
     listed = config.get("delta.dataSkippingStatsColumns")
     if listed:
         return {c.strip().strip("`") for c in listed.split(",")}
@@ -72,13 +73,29 @@ def _leaf_count(dtype: Any) -> int:
     return 1  # arrays and maps are not indexed leaf by leaf
 
 
-def file_stats(metadata: pq.FileMetaData, table: Any, rel: str, table_uri: str) -> str:
-    """Delta stats JSON for one new file, from its footer; columns whose bounds we cannot prove are left out."""
-    schema_json = json.loads(table.schema().to_json())
-    partition_columns = set(table.metadata().partition_columns)
-    fields = [f for f in schema_json["fields"] if f["name"] not in partition_columns]
-    _check_file_schema(metadata, fields, partition_columns, rel, table_uri)
-    indexed = _indexed_columns(table, fields)
+def file_stats(
+    metadata: pq.FileMetaData,
+    schema: Mapping[str, Any],
+    partition_columns: Sequence[str],
+    configuration: Mapping[str, str],
+    rel: str,
+    table_uri: str,
+) -> str:
+    """Delta stats JSON for one new file, from its footer; columns whose bounds we cannot prove are left out.
+
+    ``schema`` is the table's schema in Delta's JSON form (the log's ``schemaString``), ``configuration`` its table
+    properties; the file must hold every non-partition column with the table's type.
+
+    >>> import io, pyarrow as pa, pyarrow.parquet as pq
+    >>> sink = io.BytesIO(); pq.write_table(pa.table({"id": [3, 1]}), sink)
+    >>> meta = pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata
+    >>> file_stats(meta, {"fields": [{"name": "id", "type": "long", "nullable": True}]}, [], {}, "f", "t")
+    '{"numRecords":2,"minValues":{"id":1},"maxValues":{"id":3},"nullCount":{"id":0}}'
+    """
+    partition_set = set(partition_columns)
+    fields = [f for f in schema["fields"] if f["name"] not in partition_set]
+    _check_file_schema(metadata, fields, partition_set, rel, table_uri)
+    indexed = _indexed_columns(configuration, fields)
     leaf_index = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
 
     mins: dict[str, Any] = {}
@@ -133,8 +150,6 @@ def _check_file_schema(
     rel: str,
     table: str,
 ) -> None:
-    from deltalake import Schema
-
     arrow_schema = metadata.schema.to_arrow_schema()
     file_names = set(arrow_schema.names)
     table_names = {f["name"] for f in fields}
@@ -147,10 +162,7 @@ def _check_file_schema(
         raise CommitError(f"new file {rel} has columns {extra} that Delta table {table} does not declare")
     for field in fields:
         arrow_field = arrow_schema.field(field["name"])
-        try:
-            file_type = json.loads(Schema.from_arrow(pa.schema([arrow_field])).to_json())["fields"][0]["type"]
-        except Exception:  # noqa: BLE001 - an Arrow type Delta cannot express
-            file_type = None
+        file_type = delta_type(arrow_field.type)
         if file_type == field["type"] or _compatible(file_type, field["type"]):
             continue
         if field["type"] == "timestamp" and _physical_type(metadata, field["name"]) == "INT96":
@@ -159,6 +171,70 @@ def _check_file_schema(
             f"column {field['name']} of new file {rel} has type {file_type or arrow_field.type}, but Delta table "
             f"{table} declares {json.dumps(field['type'])}; write the file with the table's types"
         )
+
+
+_UTC_NAMES = frozenset({"UTC", "+00:00", "Etc/UTC", "Z"})
+
+
+def delta_type(arrow_type: pa.DataType) -> Any:
+    """The Delta type (its schema JSON form) a file column of ``arrow_type`` holds, or None if Delta has none.
+
+    The same mapping delta-rs applies to Arrow schemas: unsigned integers as their signed width, timestamps without a
+    zone as ``timestamp_ntz`` (nanoseconds as ``timestamp_nanos_ntz``), dictionary columns as their values.
+
+    >>> delta_type(pa.int32()), delta_type(pa.timestamp("us")), delta_type(pa.timestamp("us", tz="UTC"))
+    ('integer', 'timestamp_ntz', 'timestamp')
+    >>> delta_type(pa.list_(pa.decimal128(10, 2)))
+    {'type': 'array', 'elementType': 'decimal(10,2)', 'containsNull': True}
+    >>> delta_type(pa.time64("us")) is None
+    True
+    """
+    t = arrow_type
+    if pa.types.is_dictionary(t):
+        return delta_type(t.value_type)
+    for test, name in _SIMPLE_TYPES:
+        if test(t):
+            return name
+    if pa.types.is_timestamp(t):
+        if t.unit == "s" or (t.tz is not None and t.tz not in _UTC_NAMES):
+            return None
+        nanos = "_nanos" if t.unit == "ns" else ""
+        return f"timestamp{nanos}" if t.tz else f"timestamp{nanos}_ntz"
+    if pa.types.is_decimal128(t):
+        return f"decimal({t.precision},{t.scale})"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        element = delta_type(t.value_type)
+        return None if element is None else {"type": "array", "elementType": element,
+                                             "containsNull": t.value_field.nullable}
+    if pa.types.is_map(t):
+        key, value = delta_type(t.key_type), delta_type(t.item_type)
+        if key is None or value is None:
+            return None
+        return {"type": "map", "keyType": key, "valueType": value, "valueContainsNull": t.item_field.nullable}
+    if pa.types.is_struct(t):
+        fields = []
+        for child in (t.field(i) for i in range(t.num_fields)):
+            child_type = delta_type(child.type)
+            if child_type is None:
+                return None
+            fields.append({"name": child.name, "type": child_type, "nullable": child.nullable, "metadata": {}})
+        return {"type": "struct", "fields": fields}
+    return None
+
+
+_SIMPLE_TYPES = (
+    (lambda t: pa.types.is_int8(t) or pa.types.is_uint8(t), "byte"),
+    (lambda t: pa.types.is_int16(t) or pa.types.is_uint16(t), "short"),
+    (lambda t: pa.types.is_int32(t) or pa.types.is_uint32(t), "integer"),
+    (lambda t: pa.types.is_int64(t) or pa.types.is_uint64(t), "long"),
+    (pa.types.is_float32, "float"),
+    (pa.types.is_float64, "double"),
+    (pa.types.is_boolean, "boolean"),
+    (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t), "string"),
+    (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t), "binary"),
+    (lambda t: pa.types.is_date32(t) or pa.types.is_date64(t), "date"),
+    (pa.types.is_null, "void"),
+)
 
 
 def _compatible(file_type: Any, table_type: Any) -> bool:
