@@ -21,6 +21,7 @@ The batch contract is :class:`partialcow.spark.spec.ChangeSpec`; staging and the
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -35,7 +36,6 @@ from partialcow.exceptions import (
     ChangeFeedError,
     CommitConflictError,
     CommitStateUnknownError,
-    ConfigurationError,
     LostCommitError,
     StaleIndexError,
 )
@@ -49,6 +49,7 @@ from partialcow.spark.errors import named_errors
 from partialcow.faults import checkpoint
 from partialcow.spark.journal import WriteLease, data_file_prefix
 from partialcow.spark.staging import SAMPLE, keys_text, repeated_keys_error, stage, stage_changes
+from partialcow.spark.delta_checks import check_new_files
 from partialcow.spark.tables import LakehouseTable, local_path
 
 if TYPE_CHECKING:
@@ -80,30 +81,34 @@ _IN_PLACE_MAX_INDEX_ROWS = 10_000_000
 _UNSCALED_DECIMALS_MIN_ROWS = 250_000
 
 
-def _table_schema(spark: SparkSession, table: LakehouseTable):  # type: ignore[no-untyped-def]
-    if table.table_format == "iceberg":
-        return spark.table(quote_identifier(table.name)).schema
-    return _delta_schema(spark, table)
-
-
 def _evolve_schema(spark: SparkSession, table: LakehouseTable, changes_schema, spec: ChangeSpec) -> bool:  # type: ignore[no-untyped-def]
     """``append_new_columns`` / ``sync_all_columns``: add the batch's new columns (and drop the table's columns the
-    batch no longer has, for sync) before applying it. Existing files keep their columns; a row that gets a value in
-    a column its file lacks is moved to a new file (see ``rewrite_changed_file``)."""
+    batch no longer has, for sync) before applying it, in the table format's metadata (Iceberg: schema update;
+    Delta: a metadata commit). Existing files keep their columns; a row that gets a value in a column its file lacks
+    is moved to a new file (see ``rewrite_changed_file``)."""
     if spec.on_schema_change not in ("append_new_columns", "sync_all_columns"):
         return False
-    table_fields = {f.name: f.dataType for f in spark.table(quote_identifier(table.name)).schema.fields}
+    table_fields = {f.name: f.dataType for f in table.spark_schema().fields}
     control = {*spec.control_columns, DELETE}
     new = [f for f in changes_schema.fields if f.name not in table_fields and f.name not in control]
     dropped = [c for c in table_fields if c not in changes_schema.names] if spec.on_schema_change == "sync_all_columns" else []
     if not new and not dropped:
         return False
-    if table.table_format != "iceberg":
+    if table.table_format != "iceberg" and not table.delta_spark:
         raise ChangeFeedError(
-            f"model {spec.model}: on_schema_change={spec.on_schema_change!r} needs schema evolution, which is "
-            f"implemented for Iceberg tables; Delta table {table.name} would need a metadata commit"
+            f"model {spec.model}: on_schema_change={spec.on_schema_change!r} needs schema evolution, a Delta metadata "
+            f"commit, which needs Delta inside Spark: Delta table {table.name} is written through delta-rs here"
         )
-    name = quote_identifier(table.name)
+    if dropped and table.table_format == "delta":
+        # Without column mapping a Delta table names columns in its files by name: a dropped column's values stay
+        # in the files and come back if a column of that name is added again, which is why Delta allows DROP
+        # COLUMN only with column mapping (which these rewrites do not support). dbt-spark refuses it on Delta too.
+        raise ChangeFeedError(
+            f"model {spec.model}: on_schema_change='sync_all_columns' would drop column(s) {dropped} of Delta table "
+            f"{table.name}; Delta drops columns only under column mapping, which partial copy-on-write does not "
+            "support. Keep the columns in the model, or rebuild the table with --full-refresh"
+        )
+    name = table.sql_name
     if new:
         columns = ", ".join(f"{quote_identifier(f.name)} {f.dataType.simpleString()}" for f in new)
         spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({columns})")
@@ -146,8 +151,8 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
     Keys present in the table are updated in place (only changed pages re-encoded) or deleted; keys absent are
     inserted; deletes of absent keys are no-ops. A batch that changes no value commits nothing.
 
-    When another writer commits first (Iceberg), the batch is located again on the new snapshot and committed
-    again, up to ``_MAX_COMMIT_RETRIES`` times, as long as that writer changed none of the batch's keys
+    When another writer commits first (Iceberg; Delta inside Spark), the batch is located again on the new snapshot
+    and committed again, up to ``_MAX_COMMIT_RETRIES`` times, as long as that writer changed none of the batch's keys
     (``WriteMetrics.commit_retries`` counts the retries); if it changed one, ``CommitConflictError`` names it.
     Every error a batch can cause is a ``PartialCowError`` naming the model (see ``partialcow.spark.errors``).
     """
@@ -159,12 +164,13 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
     started = time.monotonic()
     with table.write_lease() as lease:
         checkpoint("leased")
-        table_schema = _table_schema(spark, table)
+        table.check_supported(removing=False)  # refused before any Spark job; the commit checks again
+        table_schema = table.spark_schema()
         staged, batch_rows = stage(changes, spec, table_schema=table_schema, check_unique=False)
         checkpoint("staged")
         # only a batch that passed every check may change the table's schema
         if _evolve_schema(spark, table, staged.schema, spec):
-            table_schema = _table_schema(spark, table)
+            table_schema = table.spark_schema()
         retries = 0
         while True:
             index = _open_index(table, spec)
@@ -173,7 +179,8 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
                 metrics = _attempt(spark, table, index, staged, spec, table_schema, batch_rows, lease)
                 break
             except CommitConflictError as exc:
-                if retries >= _MAX_COMMIT_RETRIES or table.table_format != "iceberg":
+                # Delta through delta-rs: its committer already re-checks and rebases on other writers' commits
+                if retries >= _MAX_COMMIT_RETRIES or not (table.table_format == "iceberg" or table.delta_spark):
                     raise
                 changed = _keys_changed_since(spark, table, staged, spec, base_version)
                 if changed:
@@ -209,7 +216,10 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
         threads = _threads_per_file(cores, len(ids)) if ids else 1
         # an insert writer also runs for deletes of absent keys only: it checks them for repeats (see run_file_tasks)
         parts = _insert_files(located.inserts, cores) if located.insert_fragments else 0
-        tasks = [FileTask(src=paths[i], fragments=located.fragments[i], threads=threads) for i in ids]
+        vectors = table.deletion_vectors(base_version) if ids else {}
+        tasks = [FileTask(src=paths[i], fragments=located.fragments[i], threads=threads,
+                          deletion_vector=json.dumps(vectors[paths[i]]) if paths[i] in vectors else None,
+                          table_root=local_path(table.source.location)) for i in ids]
         tasks += [FileTask(src=None, fragments=located.insert_fragments, part=p, parts=parts) for p in range(parts)]
         results: list[dict] = []
         if tasks:
@@ -249,6 +259,8 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
             if not new_files:
                 return metrics
             table_paths = {p: _table_path(p, location=table.source.location) for p in new_files}
+            if table.delta_spark:
+                check_new_files(table, new_files, spec)
             change = FileReplacement(
                 base_version=base_version,
                 removed=[r["src"] for r in rewritten],
@@ -266,8 +278,8 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
         shutil.rmtree(scratch, ignore_errors=True)
     checkpoint("committed")
     # spelled as the commit reports added files, or the index would not recognise the re-pointed file
-    same_positions = {r["src"]: table_paths[r["dst"]] for r in rewritten if r["rows_deleted"] == 0}
-    shifted = {r["src"]: (table_paths[r["dst"]], r["removed_positions"]) for r in rewritten if r["rows_deleted"]}
+    same_positions = {r["src"]: table_paths[r["dst"]] for r in rewritten if not r["removed_positions"]}
+    shifted = {r["src"]: (table_paths[r["dst"]], r["removed_positions"]) for r in rewritten if r["removed_positions"]}
     try:
         index.apply_commit(result, same_positions=same_positions, shifted=shifted)
     except StaleIndexError:
@@ -293,12 +305,11 @@ def _keys_changed_since(spark: SparkSession, table: LakehouseTable, staged: Data
     concurrent writer changed that this batch also changes. Empty when it changed none of them (a retry is safe)."""
     keys = [quote_identifier(c) for c in spec.key_columns]
     batch_keys = staged.select(*keys).distinct()
-    name = quote_identifier(table.name)
-    now = spark.table(name)
+    now = table.read()
     if base_version == -1:  # the table was empty: any row of one of our keys is someone else's
         before = now.limit(0)
     else:
-        before = spark.sql(f"SELECT * FROM {name} VERSION AS OF {int(base_version)}")
+        before = table.read(base_version)
     columns = [c for c in now.columns if c in before.columns]
     now = now.select(*map(quote_identifier, columns)).join(batch_keys, list(spec.key_columns), "left_semi")
     before = before.select(*map(quote_identifier, columns)).join(batch_keys, list(spec.key_columns), "left_semi")
@@ -481,14 +492,6 @@ def _conflict_keys(keys_files: Sequence[str | None], spec: ChangeSpec) -> dict[s
     return {c: sorted(set(keys.column(c).to_pylist()), key=repr) for c in spec.key_columns}
 
 
-def _delta_schema(spark: SparkSession, table: LakehouseTable):  # type: ignore[no-untyped-def]
-    from deltalake import DeltaTable
-
-    from partialcow.spark.tables import delta_spark_schema
-
-    return delta_spark_schema(DeltaTable(table.name).schema().to_json(), table=table.name)
-
-
 # Writer settings of tables we create: small pages so a change touches few of them (see partialcow.parquet.writer).
 ICEBERG_TABLE_PROPERTIES = {
     "format-version": "2",
@@ -500,6 +503,12 @@ ICEBERG_TABLE_PROPERTIES = {
     "write.update.mode": "copy-on-write",
     "write.merge.mode": "copy-on-write",
 }
+
+
+# Delta tables we create keep deletion vectors off whatever the session's defaults say: our writes rewrite pages and
+# need none, and delta-rs and polars (1.x) cannot read a table whose protocol lists them. A model turns them on with
+# tblproperties {'delta.enableDeletionVectors': 'true'} (our writes then materialise them; see FileTask).
+DELTA_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
 
 
 # Set while a table's first build (or full refresh) runs: a table that still carries it after a crash is rebuilt.
@@ -520,25 +529,41 @@ def create_table(
     Parquet engine's writer (page index, small pages) and committed as the table's first snapshot. Until that
     commit the table carries the property ``PENDING_CREATE``: a build that dies in between leaves a table that
     :func:`create_pending` reports, and the next run builds it again instead of adding to it.
+
+    A Delta table is created by Spark SQL (``CREATE OR REPLACE TABLE ... USING delta``: a metadata commit, no data
+    file) and needs a session with Delta; its rows then land in one delta-spark transaction.
     """
+    from partialcow.spark.tables import open_table, require_session_format
+
     with named_errors(model=spec.model, table=name):
+        require_session_format(spark, table_format, what=f"model {spec.model}")
         staged = stage_changes(changes, spec)
         columns = [c for c in staged.columns if c != DELETE]
-        if table_format != "iceberg":
-            raise ConfigurationError(
-                f"model {spec.model}: creating Delta tables needs Delta inside Spark (delta-spark jars); "
-                "create the table first, then apply changes with apply_changes()"
-            )
-        writer = staged.select(*columns).limit(0).writeTo(quote_identifier(name)).using("iceberg")
-        for key, value in {**ICEBERG_TABLE_PROPERTIES, **spec.extra_table_properties, PENDING_CREATE: "true"}.items():
-            writer = writer.tableProperty(key, value)
-        writer.createOrReplace()
-        from partialcow.spark.tables import open_table
+        if table_format == "delta":
+            properties = {**DELTA_TABLE_PROPERTIES, **spec.extra_table_properties, PENDING_CREATE: "true"}
+            schema = staged.select(*columns).schema
+            ddl = spark.sparkContext._jvm.org.apache.spark.sql.types.DataType.fromJson(schema.json()).toDDL()  # type: ignore[union-attr]
+            listed = ", ".join(f"{_sql_string(k)} = {_sql_string(v)}" for k, v in properties.items())
+            spark.sql(f"CREATE OR REPLACE TABLE {quote_identifier(name)} ({ddl}) USING delta TBLPROPERTIES ({listed})")
+        else:
+            writer = staged.select(*columns).limit(0).writeTo(quote_identifier(name)).using("iceberg")
+            for key, value in {**ICEBERG_TABLE_PROPERTIES, **spec.extra_table_properties, PENDING_CREATE: "true"}.items():
+                writer = writer.tableProperty(key, value)
+            writer.createOrReplace()
 
         # A replaced table keeps its location: a leftover index is repaired against the new (empty) snapshot.
         metrics = apply_changes(spark, open_table(spark, name, table_format=table_format), changes, spec)
         spark.sql(f"ALTER TABLE {quote_identifier(name)} UNSET TBLPROPERTIES IF EXISTS ('{PENDING_CREATE}')")
         return metrics
+
+
+def _sql_string(text: str) -> str:
+    """A Spark SQL string literal.
+
+    >>> print(_sql_string("it's"))
+    'it\\'s'
+    """
+    return "'" + str(text).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def create_pending(spark: SparkSession, name: str) -> bool:
