@@ -291,7 +291,8 @@ class DeltaSparkCommitter:
                               "table folder") from None
         except (pa.ArrowException, OSError) as exc:
             raise CommitError(f"new file {rel} of Delta table {self.name} is not readable Parquet: {exc}") from exc
-        stats = file_stats(metadata, info.schema, info.partition_columns, info.configuration, rel, self.name)
+        stats = file_stats(metadata, info.schema, info.partition_columns, info.configuration, rel, self.name,
+                           missing_nullable_ok=True)
         return json.dumps({"add": {
             "path": quote(rel), "partitionValues": dict(partition_values), "size": stat.st_size,
             "modificationTime": int(stat.st_mtime * 1000), "dataChange": True, "stats": stats,

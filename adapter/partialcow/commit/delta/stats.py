@@ -80,11 +80,15 @@ def file_stats(
     configuration: Mapping[str, str],
     rel: str,
     table_uri: str,
+    *,
+    missing_nullable_ok: bool = False,
 ) -> str:
     """Delta stats JSON for one new file, from its footer; columns whose bounds we cannot prove are left out.
 
     ``schema`` is the table's schema in Delta's JSON form (the log's ``schemaString``), ``configuration`` its table
-    properties; the file must hold every non-partition column with the table's type.
+    properties; the file must hold every non-partition column with the table's type, except, with
+    ``missing_nullable_ok``, nullable columns the table gained after the file's rows were first written (readers
+    read them as null; a rewritten copy of an older file keeps its columns).
 
     >>> import io, pyarrow as pa, pyarrow.parquet as pq
     >>> sink = io.BytesIO(); pq.write_table(pa.table({"id": [3, 1]}), sink)
@@ -94,7 +98,7 @@ def file_stats(
     """
     partition_set = set(partition_columns)
     fields = [f for f in schema["fields"] if f["name"] not in partition_set]
-    _check_file_schema(metadata, fields, partition_set, rel, table_uri)
+    _check_file_schema(metadata, fields, partition_set, rel, table_uri, missing_nullable_ok=missing_nullable_ok)
     indexed = _indexed_columns(configuration, fields)
     leaf_index = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
 
@@ -149,11 +153,14 @@ def _check_file_schema(
     partition_columns: set[str],
     rel: str,
     table: str,
+    *,
+    missing_nullable_ok: bool = False,
 ) -> None:
     arrow_schema = metadata.schema.to_arrow_schema()
     file_names = set(arrow_schema.names)
     table_names = {f["name"] for f in fields}
-    missing = sorted(table_names - file_names)
+    required = {f["name"] for f in fields if not (missing_nullable_ok and f.get("nullable", True))}
+    missing = sorted(required - file_names)
     if missing:
         raise CommitError(f"new file {rel} lacks columns {missing} of Delta table {table}; write every table column")
     extra = sorted(file_names - table_names - partition_columns)
@@ -161,6 +168,8 @@ def _check_file_schema(
         # Readers would silently ignore them: almost certainly a file meant for another table or schema.
         raise CommitError(f"new file {rel} has columns {extra} that Delta table {table} does not declare")
     for field in fields:
+        if field["name"] not in file_names:
+            continue  # a nullable column the file predates (allowed above)
         arrow_field = arrow_schema.field(field["name"])
         file_type = delta_type(arrow_field.type)
         if file_type == field["type"] or _compatible(file_type, field["type"]):
