@@ -52,3 +52,15 @@ def dbt_profile_target(spark_warehouse: Path) -> dict:
         "table_format": "delta",
         "delta_jars": JARS,
     }
+
+
+@pytest.fixture(scope="session")
+def delta_tables():
+    """delta-spark's Python API (``delta.tables``), loaded from the jar as the Maven artifact ships it: generated
+    and identity columns can only be declared through it in Delta 3.3 (Spark 3.5's SQL parser has no syntax)."""
+    jar = next(j for j in JARS if "delta-spark" in Path(j).name)
+    if jar not in sys.path:
+        sys.path.append(jar)
+    import delta.tables
+
+    return delta.tables

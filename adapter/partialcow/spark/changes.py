@@ -552,8 +552,13 @@ def create_table(
             writer.createOrReplace()
 
         # A replaced table keeps its location: a leftover index is repaired against the new (empty) snapshot.
-        metrics = apply_changes(spark, open_table(spark, name, table_format=table_format), changes, spec)
+        table = open_table(spark, name, table_format=table_format)
+        metrics = apply_changes(spark, table, changes, spec)
         spark.sql(f"ALTER TABLE {quote_identifier(name)} UNSET TBLPROPERTIES IF EXISTS ('{PENDING_CREATE}')")
+        if table_format == "delta":
+            # Delta records a property change as a table version: the index follows it now, so the next write does
+            # not start by publishing an index state for a version that changed no file
+            RowIndex.open(table.source).ensure_fresh(table.committer)
         return metrics
 
 
