@@ -86,6 +86,7 @@
       'merge_exclude_columns': config.get('merge_exclude_columns'),
       'on_schema_change': config.get('on_schema_change'),
       'file_format': file_format,
+      'tblproperties': config.get('tblproperties'),
   }) }}
 {% endmacro %}
 

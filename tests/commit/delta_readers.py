@@ -12,8 +12,10 @@ A reusable checker for tests that write Delta tables (issue 22 item 2, issue 26 
 - filtered reads on each column's smallest and largest value (data skipping uses the stats) return every row that
   holds the value, through all three readers.
 
-delta-spark runs in one child process for everything a call asks: the test process's SparkSession has Iceberg's
-catalog, and a JVM cannot switch its session catalog.
+delta-spark runs in one child process for everything a call asks (the test process's SparkSession has Iceberg's
+catalog, and a JVM cannot switch its session catalog), or in the caller's own session when it has Delta
+(``spark=``: the Delta-inside-Spark suite). A table whose protocol lists deletion vectors cannot be read by delta-rs
+or polars 1.x: its versions are then read by delta-spark alone, which must equal the expected rows.
 
 ``assert_readers_agree([DeltaCheck(root, expected={0: rows_v0, 1: rows_v1})], spark_time_zones=("Asia/Tokyo",))``
 """
@@ -22,15 +24,12 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import glob
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
-import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,40 +41,12 @@ import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parents[2]
 UTC = dt.timezone.utc
-_EXTENSION_CLASS = "io/delta/sql/DeltaSparkSessionExtension.class"
 _ONE_MS = dt.timedelta(milliseconds=1)
 
 
 # ------------------------------------------------------------------------------------------------ delta-spark jars
 
-
-def delta_spark_jars() -> list[str]:
-    """delta-spark + delta-storage jars: ``PARTIALCOW_DELTA_JARS`` (comma or path-separator list), else the
-    team's shared jar folder next to the repository (``../shared/jars``), where CI finds it too."""
-    listed = [p.strip() for p in os.environ.get("PARTIALCOW_DELTA_JARS", "").replace(os.pathsep, ",").split(",")]
-    jars = [p for p in listed if p and Path(p).is_file()]
-    if not jars:
-        shared = REPO.parent / "shared" / "jars"
-        jars = sorted(glob.glob(str(shared / "delta-spark_2.12-*.jar")))
-        jars += sorted(glob.glob(str(shared / "delta-storage-*.jar")))
-    return jars if _has_extension(jars) and shutil.which("java") else []
-
-
-def _has_extension(jars: Sequence[str]) -> bool:
-    for jar in jars:
-        try:
-            with zipfile.ZipFile(jar) as zf:
-                if _EXTENSION_CLASS in zf.namelist():
-                    return True
-        except (zipfile.BadZipFile, OSError):
-            continue
-    return False
-
-
-NO_DELTA_SPARK = (
-    "delta-spark jars not found (not on PyPI, Maven is offline): set PARTIALCOW_DELTA_JARS or keep them in "
-    "../shared/jars, and have Java"
-)
+from delta_env import NO_DELTA_SPARK, delta_spark_jars  # noqa: E402,F401 - re-exported for the tests using this module
 
 
 # ------------------------------------------------------------------------------------------------ what to check
@@ -111,35 +82,42 @@ def assert_readers_agree(
     spark_time_zones: Sequence[str] = ("UTC",),
     delta_spark: bool | None = None,
     stats_strings: Sequence[str] = (),
+    spark: Any = None,
 ) -> None:
     """Check every table of ``checks`` (see the module docstring); raises AssertionError naming reader and version.
 
     ``delta_spark``: None reads through delta-spark when its jars are here, True requires them, False skips it.
     ``stats_strings``: strings whose stats bounds our committer must truncate exactly as delta-spark's own writer
     does (its ``substring`` for the min and ``truncateMaxStringAgg`` for the max, called in the same JVM).
+    ``spark``: a session with Delta to read through instead of a child process.
     """
-    from deltalake import DeltaTable
-
-    jars = delta_spark_jars()
+    jars = delta_spark_jars() if spark is None else ["in-process"]
     if delta_spark and not jars:
         raise AssertionError(NO_DELTA_SPARK)
     use_spark = bool(jars) if delta_spark is None else delta_spark
     spark_reads: list[dict[str, Any]] = []
     pending: list[tuple[str, Any]] = []  # (what, how to check the child's answer)
     for check in checks:
-        check.schema = json.loads(DeltaTable(check.root).schema().to_json())
+        check.schema = _log_schema(check.root)
         versions = check.chosen_versions()
         latest = max(versions)
         states: dict[int, dict[Any, dict[str, Any]]] = {}
         for version in versions:
             where = f"{check.root} at version {version}"
-            rs = _canonical_rows(_read_delta_rs(check.root, version), check, f"delta-rs read of {where}")
-            pl_rows = _canonical_rows(_read_polars(check.root, version), check, f"polars read of {where}")
-            if check.expected is not None:
-                expected = canonical_rows(check.expected[version], check.schema, check.key)
-                assert_same_rows(rs, expected, f"delta-rs read of {where}")
-            assert_same_rows(pl_rows, rs, f"polars read of {where} (against delta-rs)")
-            states[version] = rs
+            expected = None if check.expected is None else canonical_rows(check.expected[version], check.schema,
+                                                                          check.key)
+            if _has_deletion_vectors(check.root, version):
+                assert use_spark, f"{where}: a deletion vector table only delta-spark reads, and it is not here"
+                assert expected is not None, f"{where}: a deletion vector table needs the expected rows"
+                states[version] = expected  # delta-spark's read is compared with them below
+            else:
+                rs = _canonical_rows(_read_delta_rs(check.root, version), check, f"delta-rs read of {where}")
+                pl_rows = _canonical_rows(_read_polars(check.root, version), check, f"polars read of {where}")
+                if expected is not None:
+                    assert_same_rows(rs, expected, f"delta-rs read of {where}")
+                assert_same_rows(pl_rows, rs, f"polars read of {where} (against delta-rs)")
+                states[version] = rs
+            rs = states[version]
             _check_stats(check.root, version)
             for vectorized in (True, False) if use_spark else ():
                 tz = spark_time_zones[(version + (not vectorized)) % len(spark_time_zones)]
@@ -148,7 +126,7 @@ def assert_readers_agree(
                                 f"{tz}) read of {where}", ("rows", check, rs)))
         if check.filters:
             boundaries = boundary_values(check.schema, states[latest])
-            for column, value, wanted in boundaries:
+            for column, value, wanted in boundaries if not _has_deletion_vectors(check.root, latest) else ():
                 what = f"filter {column} = {value!r} on {check.root} at version {latest}"
                 assert_same_keys(_filter_delta_rs(check.root, latest, column, value, check), wanted, f"delta-rs {what}")
                 assert_same_keys(_filter_polars(check.root, latest, column, value, check), wanted, f"polars {what}")
@@ -166,7 +144,7 @@ def assert_readers_agree(
         pending.append(("delta-spark's string stats truncation", ("truncate", None, list(stats_strings))))
     if not spark_reads:
         return
-    answers = _run_delta_spark(spark_reads, jars)
+    answers = _run_delta_spark(spark_reads, jars) if spark is None else _read_in_process(spark, spark_reads)
     for (what, (kind, check, want)), answer in zip(pending, answers):
         if kind == "truncate":
             from partialcow.commit.delta import truncate_string_max, truncate_string_min
@@ -225,13 +203,8 @@ def _filter_polars(root: str, version: int, column: str, value: Any, check: Delt
     return frame.collect()[check.key].to_list()
 
 
-_CHILD = r"""
-import json, sys
+_READS = r"""
 import pyarrow as pa
-from partialcow.spark.session import get_or_create_session
-args = json.loads(sys.argv[1])
-spark = get_or_create_session(table_format="delta", warehouse=args["warehouse"], master="local[1]",
-                              delta_jars=args["jars"])
 answers = []
 for i, r in enumerate(args["reads"]):
     if "truncate" in r:  # delta-spark's own stats truncation (StatisticsCollection), for the same strings
@@ -257,9 +230,30 @@ for i, r in enumerate(args["reads"]):
         with pa.OSFile(out, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
     answers.append(out if table is not None else None)
+"""
+_CHILD = r"""
+import json, sys
+from partialcow.spark.session import get_or_create_session
+args = json.loads(sys.argv[1])
+spark = get_or_create_session(table_format="delta", warehouse=args["warehouse"], master="local[1]",
+                              delta_jars=args["jars"])
+""" + _READS + r"""
 spark.stop()
 print("RESULT" + json.dumps(answers))
 """
+
+
+def _read_in_process(spark: Any, reads: list[dict[str, Any]]) -> list[Any]:
+    """The child's reads, in the caller's Delta session (its time zone and reader settings restored after)."""
+    with tempfile.TemporaryDirectory(prefix="delta-spark-reads-") as folder:
+        saved = {k: spark.conf.get(k) for k in ("spark.sql.session.timeZone", "spark.sql.parquet.enableVectorizedReader")}
+        scope: dict[str, Any] = {"spark": spark, "args": {"reads": reads, "out": folder}}
+        try:
+            exec(_READS, scope)  # noqa: S102 - the same code the child runs
+        finally:
+            for key, value in saved.items():
+                spark.conf.set(key, value)
+        return _answers(reads, scope["answers"])
 
 
 def _run_delta_spark(reads: list[dict[str, Any]], jars: list[str]) -> list[Any]:
@@ -271,16 +265,20 @@ def _run_delta_spark(reads: list[dict[str, Any]], jars: list[str]) -> list[Any]:
         if proc.returncode != 0 or "RESULT" not in proc.stdout:
             causes = [line for line in proc.stderr.splitlines() if "Exception" in line or "Error" in line]
             raise AssertionError("delta-spark reader failed: " + "\n".join(causes[:10]) + "\n" + proc.stderr[-2000:])
-        answers = json.loads(proc.stdout.split("RESULT", 1)[1])
-        out: list[Any] = []
-        for read, answer in zip(reads, answers):
-            if "wheres" in read or "truncate" in read:
-                out.append(answer)
-            elif answer is None:
-                out.append(pa.table({}))
-            else:
-                out.append(pa.ipc.open_file(answer).read_all())
-        return out
+        return _answers(reads, json.loads(proc.stdout.split("RESULT", 1)[1]))
+
+
+def _answers(reads: list[dict[str, Any]], answers: list[Any]) -> list[Any]:
+    """The reads' answers as the checks take them: rows as Arrow tables (read from the files the reader left)."""
+    out: list[Any] = []
+    for read, answer in zip(reads, answers):
+        if "wheres" in read or "truncate" in read:
+            out.append(answer)
+        elif answer is None:
+            out.append(pa.table({}))
+        else:
+            out.append(pa.ipc.open_file(answer).read_all())
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ canonical rows
@@ -352,7 +350,9 @@ def _log_files(root: str, version: int) -> dict[str, tuple[dict[str, Any], bool]
         path = os.path.join(root, "_delta_log", f"{v:020d}.json")
         with open(path, encoding="utf-8") as f:
             actions = [json.loads(line) for line in f if line.strip()]
-        ours = any("partialcow.commitId" in a.get("commitInfo", {}) for a in actions)
+        ours = any("partialcow.commitId" in a.get("commitInfo", {})  # delta-rs commits: a commitInfo field
+                   or "partialcow.commitId" in (a.get("commitInfo", {}).get("tags") or {})  # delta-spark: a tag
+                   for a in actions)
         for action in actions:
             if "add" in action:
                 live[unquote(action["add"]["path"])] = (action["add"], ours)
@@ -361,10 +361,36 @@ def _log_files(root: str, version: int) -> dict[str, tuple[dict[str, Any], bool]
     return live
 
 
-def _check_stats(root: str, version: int) -> None:
-    from deltalake import DeltaTable
+def _log_schema(root: str, version: int | None = None) -> dict[str, Any]:
+    """The table's schema at ``version`` (default: latest) from its JSON log (delta-rs cannot open every table)."""
+    schema = None
+    last = version if version is not None else max(
+        int(n.split(".")[0]) for n in os.listdir(os.path.join(root, "_delta_log")) if n.endswith(".json"))
+    for v in range(last + 1):
+        for action in _log_actions(root, v):
+            if "metaData" in action:
+                schema = json.loads(action["metaData"]["schemaString"])
+    assert schema is not None, f"{root}: no metaData action up to version {last}"
+    return schema
 
-    schema = json.loads(DeltaTable(root, version=version).schema().to_json())
+
+def _log_actions(root: str, version: int) -> list[dict[str, Any]]:
+    with open(os.path.join(root, "_delta_log", f"{version:020d}.json"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _has_deletion_vectors(root: str, version: int) -> bool:
+    """Whether the protocol at ``version`` lists deletion vectors (delta-rs and polars 1.x then refuse the table)."""
+    features: list[str] = []
+    for v in range(version + 1):
+        for action in _log_actions(root, v):
+            if "protocol" in action:
+                features = action["protocol"].get("readerFeatures") or []
+    return "deletionVectors" in features
+
+
+def _check_stats(root: str, version: int) -> None:
+    schema = _log_schema(root, version)
     for rel, (add, ours) in _log_files(root, version).items():
         if not ours or not add.get("stats"):
             # Other writers' stats are theirs to answer for: delta-rs 1.6 writes decimal bounds as floats, which

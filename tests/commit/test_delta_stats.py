@@ -66,7 +66,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from deltalake import DeltaTable  # noqa: E402
 
-from partialcow.commit.delta import _file_stats  # noqa: E402
+from partialcow.commit.delta.stats import file_stats  # noqa: E402
 
 UTC = dt.timezone.utc
 TS_RANGE = (dt.datetime(1900, 1, 1), dt.datetime(2200, 1, 1))
@@ -138,7 +138,8 @@ def test_footer_stats_bound_the_data(empty_table: DeltaTable, case: tuple[pa.Tab
     with tempfile.TemporaryDirectory() as folder:
         pq.write_table(data, f"{folder}/f.parquet", row_group_size=row_group_size)
         metadata = pq.read_metadata(f"{folder}/f.parquet")
-    doc_text = _file_stats(metadata, empty_table, "f.parquet", "stats-table")
+    doc_text = file_stats(metadata, json.loads(empty_table.schema().to_json()), [],
+                          dict(empty_table.metadata().configuration), "f.parquet", "stats-table")
     doc = json.loads(doc_text, parse_float=decimal.Decimal)
     assert doc["numRecords"] == data.num_rows
     assert doc["nullCount"] == {c: data[c].null_count for c in data.column_names}

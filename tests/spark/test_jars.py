@@ -175,10 +175,19 @@ def test_delta_jars(tmp_path: Path) -> None:
     with pytest.raises(JarNotFoundError, match="delta_jars"):
         jars.resolve_delta_jars([])
     assert jars.resolve_delta_jars(["maven"]).packages == (jars.DELTA_MAVEN,)
-    spark_jar, storage_jar = tmp_path / "delta-spark_2.12-3.3.2.jar", tmp_path / "delta-storage-3.3.2.jar"
+    spark_jar, storage_jar = tmp_path / "delta-spark_2.12-3.3.3.jar", tmp_path / "delta-storage-3.3.3.jar"
     spark_jar.write_bytes(b"PK")
     storage_jar.write_bytes(b"PK")
     assert jars.resolve_delta_jars([str(spark_jar), str(storage_jar)]).jars == (str(spark_jar), str(storage_jar))
+
+
+def test_regression_delta_4671_maven_default_is_3_3_3() -> None:
+    """delta-spark 3.3.2 fails CREATE OR REPLACE (a Delta model's first build and --full-refresh) on pyspark >= 3.5.6
+    (delta-io/delta#4671); 3.3.3 fixes it. The Maven default must not fall back to the broken release."""
+    group, artifact, version = jars.DELTA_MAVEN.split(":")
+    assert (group, artifact) == ("io.delta", "delta-spark_2.12")
+    assert tuple(int(p) for p in version.split(".")) >= (3, 3, 3)
+    assert jars.resolve_delta_jars(["maven"]).packages == ("io.delta:delta-spark_2.12:3.3.3",)
 
 
 def _u2(data: bytes, pos: int) -> int:

@@ -95,7 +95,18 @@ class BranchingMixin(metaclass=AdapterMeta):
 
     def _branch_spark(self) -> Any:
         # Through dbt's connection, never a bare getOrCreate(): see PartialcowConnectionManager.spark_session
-        return self.connections.spark_session()  # type: ignore[attr-defined]
+        from partialcow.spark.session import session_table_format
+
+        spark = self.connections.spark_session()  # type: ignore[attr-defined]
+        running = session_table_format(spark)
+        if running not in (None, "iceberg"):
+            # the branch records, overlays and images are Iceberg tables (images are Iceberg branches)
+            raise DbtRuntimeError(
+                f"branches are implemented for Iceberg tables, and this profile's Spark session holds {running} "
+                f"tables (table_format: {running}): run branch operations and `--vars '{{branch: ...}}'` builds "
+                "with an Iceberg profile (table_format: iceberg)"
+            )
+        return spark
 
     @available
     def partialcow_branch_name(self, value: Any) -> Optional[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Sequence
 
 from dbt.adapters.base import available
 from dbt.adapters.base.meta import AdapterMeta
@@ -111,6 +111,9 @@ def change_spec(config: Mapping[str, Any], *, model: str) -> Any:
     if unknown:
         raise DbtRuntimeError(f"model {model}: op_codes keys {unknown} are not among insert, update, delete")
     update_columns = _names(config.get("merge_update_columns"), "merge_update_columns", model)
+    properties = config.get("tblproperties") or {}
+    if not isinstance(properties, Mapping):
+        raise DbtRuntimeError(f"model {model}: tblproperties must be a mapping of table properties, got {properties!r}")
     return ChangeSpec(
         key_columns=keys,
         op_column=(_names(config.get("op_column"), "op_column", model) or (None,))[0],
@@ -122,6 +125,7 @@ def change_spec(config: Mapping[str, Any], *, model: str) -> Any:
         exclude_columns=_names(config.get("merge_exclude_columns"), "merge_exclude_columns", model),
         on_schema_change=on_schema_change,
         model=model,
+        extra_table_properties={str(k): str(v) for k, v in properties.items()},
     )
 
 
@@ -135,8 +139,8 @@ class PartialCowMixin(metaclass=AdapterMeta):
         """Create the table from the staged changes (first run, full refresh) or apply them to it."""
         from pyspark.sql import SparkSession
 
-        from partialcow.spark.changes import apply_changes, create_table
-        from partialcow.spark.tables import open_table
+        from partialcow.spark.changes import apply_changes, create_pending, create_table
+        from partialcow.spark.tables import open_table, require_session_format
 
         model = str(relation.identifier)
         spec = change_spec(config, model=model)
@@ -152,12 +156,14 @@ class PartialCowMixin(metaclass=AdapterMeta):
         name = f"{relation.schema}.{relation.identifier}"
         spark.sparkContext.setJobDescription(f"dbt-partialcow {name}: {'create' if create else 'apply changes'}")
         try:
+            require_session_format(spark, file_format, what=f"model {model} (file_format={file_format!r})")
             changes = spark.table(f"`{changes_view}`")
+            if not create and file_format == "delta" and create_pending(spark, name):
+                create = True  # its first build died before its first commit: build it again
             if create:
                 metrics = create_table(spark, name, changes, spec, table_format=file_format)
             else:
-                target = name if file_format == "iceberg" else _table_location(spark, name)
-                metrics = apply_changes(spark, open_table(spark, target, table_format=file_format), changes, spec)
+                metrics = apply_changes(spark, open_table(spark, name, table_format=file_format), changes, spec)
         except PartialCowError as exc:
             raise DbtRuntimeError(str(exc)) from None
         finally:
@@ -165,11 +171,3 @@ class PartialCowMixin(metaclass=AdapterMeta):
         # where the model's time went, for the log and the dbt-level benchmark (bench/dbt_bench.py)
         _LOGGER.info(f"partialcow phases: {json.dumps({'model': name, **metrics.phase_ms})}")
         return PartialCowResponse.from_metrics(metrics, created=create)
-
-
-def _table_location(spark: Any, name: str) -> Optional[str]:
-    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
-    for row in rows:
-        if row[0] == "Location":
-            return str(row[1])
-    raise DbtRuntimeError(f"table {name}: no Location in DESCRIBE TABLE EXTENDED")

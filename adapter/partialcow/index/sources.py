@@ -12,6 +12,10 @@ Two implementations share everything else in ``partialcow.index``:
 - ``DeltaSource``: live files from delta-rs (``DeltaTable.get_add_actions``), read with Spark's own Parquet reader and
   its ``_metadata.file_path`` / ``_metadata.row_index`` columns (no delta-spark jar needed). Files with deletion vectors
   are refused: Spark's plain Parquet reader would not apply them.
+- ``DeltaSparkSource``: where the session has Delta, live files from delta-spark's snapshot and rows read through
+  delta-spark itself (``_metadata.row_index`` stays the physical position; rows a deletion vector removes are not
+  read). A file's deletion vector is its delete signature, so a file that gained one through another writer's
+  ``DELETE``/``MERGE`` is re-indexed.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ __all__ = [
     "TableSource",
     "IcebergSource",
     "DeltaSource",
+    "DeltaSparkSource",
     "ParquetFilesSource",
     "read_parquet_positions",
     "quote_identifier",
@@ -99,10 +104,16 @@ def read_parquet_positions(spark: SparkSession, key_columns: Sequence[str], file
 
     ``files`` maps each file's path (local path or URI) to its id in the index.
     """
-    from pyspark.sql import functions as F
 
     if not files:
         raise ValueError("no files to read")
+    return _positions(spark, spark.read.parquet(*files.keys()), key_columns, files)
+
+
+def _positions(spark: SparkSession, frame: DataFrame, key_columns: Sequence[str], files: Mapping[str, int]) -> DataFrame:
+    """``key..., _file_id, _pos`` of ``frame``'s rows in ``files`` (path -> id), by Spark's file metadata columns."""
+    from pyspark.sql import functions as F
+
     # Spark reports _metadata.file_path as the qualified, URL-encoded Hadoop URI; compute the same form to join
     # back, with local URIs reduced to their path on both sides (Spark prints file:/x where Hadoop says file:///x).
     jvm = spark.sparkContext._jvm
@@ -112,7 +123,7 @@ def read_parquet_positions(spark: SparkSession, key_columns: Sequence[str], file
         hpath = jvm.org.apache.hadoop.fs.Path(path)
         uri = str(hpath.getFileSystem(conf).makeQualified(hpath).toUri().toString())
         by_uri[re.sub(r"^file:/+", "/", uri)] = file_id
-    rows = spark.read.parquet(*files.keys()).select(
+    rows = frame.select(
         *[F.col(quote_identifier(c)) for c in key_columns],
         F.regexp_replace(F.col("_metadata.file_path"), r"^file:/+", "/").alias("_uri"),
         F.col("_metadata.row_index").cast("bigint").alias(POS),
@@ -248,6 +259,70 @@ class DeltaSource:
             )
         # Delta data files are immutable: reading them by path is reading them at ``version``.
         return read_parquet_positions(self.spark, key_columns, files)
+
+
+class DeltaSparkSource:
+    """A Delta table by path, read through delta-spark (the session has Delta; see ``commit.delta.spark_log``).
+
+    ``DeltaSparkSource(spark, "/warehouse/db.db/events", name="db.events")``
+    """
+
+    table_format = "delta"
+
+    def __init__(self, spark: SparkSession, table_root: str, *, name: str | None = None) -> None:
+        from partialcow.commit.delta import spark_log
+
+        self.spark = spark
+        self._log = spark_log
+        self.location = spark_log.local_root(table_root)
+        self.name = name or self.location
+        info = spark_log.table_info(spark_log.latest_snapshot(spark, self.location))
+        self._partition_columns = set(info.partition_columns)
+        self._live_cache: dict[int, list[LiveFile]] = {}  # a version's files never change
+
+    def current_version(self) -> int:
+        return int(self._log.latest_snapshot(self.spark, self.location).version())
+
+    def normalize_path(self, path: str) -> str:
+        if "://" in path or path.startswith("/") or path.startswith("file:"):
+            return path if not path.startswith("file:") else DeltaSource._absolute(path)
+        return f"{self.location}/{unquote(path)}"
+
+    def live_files(self, version: int | None = None) -> list[LiveFile]:
+        from pyspark.sql import functions as F
+
+        if version is None:
+            version = self.current_version()
+        if version in self._live_cache:
+            return list(self._live_cache[version])
+        snapshot = self._log.snapshot_at(self.spark, self.location, version)
+        rows = self._log.add_actions(self.spark, snapshot).select(
+            "path",
+            F.get_json_object("stats", "$.numRecords").cast("long").alias("n"),
+            # Delta's uniqueId of a deletion vector: a file whose vector changed is another set of rows
+            F.when(F.col("deletionVector").isNotNull(), F.concat_ws(
+                "@", F.concat(F.col("deletionVector.storageType"), F.col("deletionVector.pathOrInlineDv")),
+                F.col("deletionVector.offset").cast("string"))).alias("dv"),
+        ).collect()
+        out = [LiveFile(self.normalize_path(r["path"]), -1 if r["n"] is None else int(r["n"]), r["dv"]) for r in rows]
+        self._live_cache[version] = out
+        return list(out)
+
+    def read_rows(self, key_columns: Sequence[str], *, version: int, files: Mapping[str, int]) -> DataFrame:
+        partition_keys = sorted(set(key_columns) & self._partition_columns)
+        if partition_keys:
+            raise ConfigurationError(
+                f"Delta table {self.name}: key column(s) {partition_keys} are partition columns, which are not stored in "
+                "the data files; index a key made of data columns"
+            )
+        snapshot = self._log.snapshot_at(self.spark, self.location, version)
+        if "deletionVectors" not in self._log.table_info(snapshot).reader_features:
+            # no file can have a deletion vector (and delta-spark then hides _metadata.row_index): data files are
+            # immutable, so reading them as Parquet is reading them at ``version``
+            return read_parquet_positions(self.spark, key_columns, files)
+        # delta-spark applies deletion vectors and keeps _metadata.row_index the physical row position
+        frame = self.spark.read.format("delta").option("versionAsOf", str(int(version))).load(self.location)
+        return _positions(self.spark, frame, key_columns, files)
 
 
 class ParquetFilesSource:

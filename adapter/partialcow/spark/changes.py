@@ -21,6 +21,7 @@ The batch contract is :class:`partialcow.spark.spec.ChangeSpec`; staging and the
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -38,7 +39,6 @@ from partialcow.exceptions import (
     ChangeFeedError,
     CommitConflictError,
     CommitStateUnknownError,
-    ConfigurationError,
     LostCommitError,
     StaleIndexError,
 )
@@ -53,6 +53,7 @@ from partialcow.faults import checkpoint
 from partialcow.spark.journal import WriteLease, data_file_prefix
 from partialcow.spark.small_batch import collect_small_batch
 from partialcow.spark.staging import SAMPLE, keys_text, repeated_keys_error, stage, stage_changes
+from partialcow.spark.delta_checks import check_new_files
 from partialcow.spark.tables import LakehouseTable, check_table_name, local_path
 
 if TYPE_CHECKING:
@@ -85,30 +86,34 @@ _IN_PLACE_MAX_INDEX_ROWS = 10_000_000
 _UNSCALED_DECIMALS_MIN_ROWS = 250_000
 
 
-def _table_schema(spark: SparkSession, table: LakehouseTable):  # type: ignore[no-untyped-def]
-    if table.table_format == "iceberg":
-        return spark.table(quote_identifier(table.name)).schema
-    return _delta_schema(spark, table)
-
-
 def _evolve_schema(spark: SparkSession, table: LakehouseTable, changes_schema, spec: ChangeSpec) -> bool:  # type: ignore[no-untyped-def]
     """``append_new_columns`` / ``sync_all_columns``: add the batch's new columns (and drop the table's columns the
-    batch no longer has, for sync) before applying it. Existing files keep their columns; a row that gets a value in
-    a column its file lacks is moved to a new file (see ``rewrite_changed_file``)."""
+    batch no longer has, for sync) before applying it, in the table format's metadata (Iceberg: schema update;
+    Delta: a metadata commit). Existing files keep their columns; a row that gets a value in a column its file lacks
+    is moved to a new file (see ``rewrite_changed_file``)."""
     if spec.on_schema_change not in ("append_new_columns", "sync_all_columns"):
         return False
-    table_fields = {f.name: f.dataType for f in spark.table(quote_identifier(table.name)).schema.fields}
+    table_fields = {f.name: f.dataType for f in table.spark_schema().fields}
     control = {*spec.control_columns, DELETE}
     new = [f for f in changes_schema.fields if f.name not in table_fields and f.name not in control]
     dropped = [c for c in table_fields if c not in changes_schema.names] if spec.on_schema_change == "sync_all_columns" else []
     if not new and not dropped:
         return False
-    if table.table_format != "iceberg":
+    if table.table_format != "iceberg" and not table.delta_spark:
         raise ChangeFeedError(
-            f"model {spec.model}: on_schema_change={spec.on_schema_change!r} needs schema evolution, which is "
-            f"implemented for Iceberg tables; Delta table {table.name} would need a metadata commit"
+            f"model {spec.model}: on_schema_change={spec.on_schema_change!r} needs schema evolution, a Delta metadata "
+            f"commit, which needs Delta inside Spark: Delta table {table.name} is written through delta-rs here"
         )
-    name = quote_identifier(table.name)
+    if dropped and table.table_format == "delta":
+        # Without column mapping a Delta table names columns in its files by name: a dropped column's values stay
+        # in the files and come back if a column of that name is added again, which is why Delta allows DROP
+        # COLUMN only with column mapping (which these rewrites do not support). dbt-spark refuses it on Delta too.
+        raise ChangeFeedError(
+            f"model {spec.model}: on_schema_change='sync_all_columns' would drop column(s) {dropped} of Delta table "
+            f"{table.name}; Delta drops columns only under column mapping, which partial copy-on-write does not "
+            "support. Keep the columns in the model, or rebuild the table with --full-refresh"
+        )
+    name = table.sql_name
     if new:
         columns = ", ".join(f"{quote_identifier(f.name)} {f.dataType.simpleString()}" for f in new)
         spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({columns})")
@@ -151,8 +156,8 @@ def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame
     Keys present in the table are updated in place (only changed pages re-encoded) or deleted; keys absent are
     inserted; deletes of absent keys are no-ops. A batch that changes no value commits nothing.
 
-    When another writer commits first (Iceberg), the batch is located again on the new snapshot and committed
-    again, up to ``_MAX_COMMIT_RETRIES`` times, as long as that writer changed none of the batch's keys
+    When another writer commits first (Iceberg; Delta inside Spark), the batch is located again on the new snapshot
+    and committed again, up to ``_MAX_COMMIT_RETRIES`` times, as long as that writer changed none of the batch's keys
     (``WriteMetrics.commit_retries`` counts the retries); if it changed one, ``CommitConflictError`` names it.
     Every error a batch can cause is a ``PartialCowError`` naming the model (see ``partialcow.spark.errors``).
     """
@@ -167,8 +172,9 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
         with clock("lease"):
             lease = stack.enter_context(table.write_lease())
         checkpoint("leased")
+        table.check_supported(removing=False)  # refused before any Spark job; the commit checks again
         with clock("schema"):
-            table_schema = _table_schema(spark, table)
+            table_schema = table.spark_schema()
         with clock("index_open"):
             index = _open_index(table, spec)
         small = None
@@ -186,7 +192,7 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
                 staged, batch_rows = stage(changes, spec, table_schema=table_schema, check_unique=False)
             # only a batch that passed every check may change the table's schema
             if _evolve_schema(spark, table, staged.schema, spec):
-                table_schema = _table_schema(spark, table)
+                table_schema = table.spark_schema()
         checkpoint("staged")
         retries = 0
         while True:
@@ -198,7 +204,8 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
                     metrics = _attempt(spark, table, index, staged, spec, table_schema, batch_rows, lease, clock)
                 break
             except CommitConflictError as exc:
-                if retries >= _MAX_COMMIT_RETRIES or table.table_format != "iceberg":
+                # Delta through delta-rs: its committer already re-checks and rebases on other writers' commits
+                if retries >= _MAX_COMMIT_RETRIES or not (table.table_format == "iceberg" or table.delta_spark):
                     raise
                 keys = staged if staged is not None else spark.createDataFrame(batch.select(list(spec.key_columns)).to_pandas())
                 changed = _keys_changed_since(spark, table, keys, spec, base_version)
@@ -240,7 +247,10 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
         threads = _threads_per_file(cores, len(ids)) if ids else 1
         # an insert writer also runs for deletes of absent keys only: it checks them for repeats (see run_file_tasks)
         parts = _insert_files(located.inserts, cores) if located.insert_fragments else 0
-        tasks = [FileTask(src=paths[i], fragments=located.fragments[i], threads=threads) for i in ids]
+        vectors = table.deletion_vectors(base_version) if ids else {}
+        tasks = [FileTask(src=paths[i], fragments=located.fragments[i], threads=threads,
+                          deletion_vector=json.dumps(vectors[paths[i]]) if paths[i] in vectors else None,
+                          table_root=local_path(table.source.location)) for i in ids]
         tasks += [FileTask(src=None, fragments=located.insert_fragments, part=p, parts=parts) for p in range(parts)]
         results: list[dict] = []
         if tasks:
@@ -263,7 +273,7 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
         if repeated:
             _discard([p for r in results for p in (r.get("dst"), r.get("moved_dst")) if p])
             raise repeated_keys_error(spec, ", ".join([s for r in repeated for s in r["samples"]][:SAMPLE]))
-        return _commit(table, index, results, located.inserts, located.conflict_keys, base_version, clock)
+        return _commit(table, index, results, located.inserts, located.conflict_keys, base_version, clock, spec)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -276,6 +286,7 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
     import pyarrow.compute as pc
     from concurrent.futures import ThreadPoolExecutor
 
+    from partialcow.commit.delta.dv import deleted_positions
     from partialcow.spark.rewrite_job import POS, rewrite_changed_file, write_index_rows, write_partition
 
     table_columns = [f.name for f in table_schema.fields]
@@ -311,12 +322,17 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
         moved_schema = insert_schema if len(value_columns) + len(keys) == len(table_columns) else None
         threads = _threads_per_file(cores, len(ids)) if len(ids) else 1
 
+        vectors = table.deletion_vectors(base_version) if len(ids) else {}
+        root = local_path(table.source.location)
+
         def rewrite(item: tuple[int, int, int]) -> dict:
             file_id, start, size = item
+            vector = vectors.get(paths[file_id])
             report = rewrite_changed_file(paths[file_id], located.slice(start, size), update_columns=value_columns,
                                           moved_schema=moved_schema, data_dir=table.data_dir, threads=threads,
                                           file_prefix=prefix, key_columns=keys if indexable else (),
-                                          index_dir=scratch if indexable else None)
+                                          index_dir=scratch if indexable else None,
+                                          dropped=deleted_positions(vector, root) if vector is not None else None)
             return {"kind": "rewrite", **report}
 
         def insert(part: pa.Table) -> list[dict]:
@@ -337,13 +353,15 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
             with ThreadPoolExecutor(max_workers=max(1, min(cores, len(work) + len(slices)))) as pool:
                 rewrites = list(pool.map(rewrite, work))
                 inserts = [r for rs in pool.map(insert, slices) for r in rs]
-        return _commit(table, index, rewrites + inserts, insert_rows.num_rows, conflict_keys, base_version, clock)
+        return _commit(table, index, rewrites + inserts, insert_rows.num_rows, conflict_keys, base_version, clock,
+                       spec)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _commit(table: LakehouseTable, index: RowIndex, results: list[dict], inserts: int,
-            conflict_keys: dict[str, list[object]], base_version: int, clock: PhaseClock) -> WriteMetrics:
+            conflict_keys: dict[str, list[object]], base_version: int, clock: PhaseClock,
+            spec: ChangeSpec) -> WriteMetrics:
     """Commit what the rewrite wrote (``results`` as ``run_file_tasks`` yields them) in one commit, then bring the
     index to the new version. A rewritten file none of whose rows changed is dropped (nothing to commit for it)."""
     checkpoint("rewritten")
@@ -367,6 +385,8 @@ def _commit(table: LakehouseTable, index: RowIndex, results: list[dict], inserts
             return metrics
         table_paths = {p: _table_path(p, location=table.source.location) for p in new_files}
         added_rows = _added_index_rows(results, table_paths)  # before the scratch folder holding them goes
+        if table.delta_spark:
+            check_new_files(table, new_files, spec)
         change = FileReplacement(
             base_version=base_version,
             removed=[r["src"] for r in rewritten],
@@ -383,8 +403,9 @@ def _commit(table: LakehouseTable, index: RowIndex, results: list[dict], inserts
         raise
     checkpoint("committed")
     # spelled as the commit reports added files, or the index would not recognise the re-pointed file
-    same_positions = {r["src"]: table_paths[r["dst"]] for r in rewritten if r["rows_deleted"] == 0}
-    shifted = {r["src"]: (table_paths[r["dst"]], r["removed_positions"]) for r in rewritten if r["rows_deleted"]}
+    # a file whose rows a deletion vector hid also has positions removed, though no change deleted a row
+    same_positions = {r["src"]: table_paths[r["dst"]] for r in rewritten if not r["removed_positions"]}
+    shifted = {r["src"]: (table_paths[r["dst"]], r["removed_positions"]) for r in rewritten if r["removed_positions"]}
     with clock("index_update"):
         try:
             index.apply_commit(result, same_positions=same_positions, shifted=shifted, added_rows=added_rows)
@@ -429,12 +450,11 @@ def _keys_changed_since(spark: SparkSession, table: LakehouseTable, staged: Data
     concurrent writer changed that this batch also changes. Empty when it changed none of them (a retry is safe)."""
     keys = [quote_identifier(c) for c in spec.key_columns]
     batch_keys = staged.select(*keys).distinct()
-    name = quote_identifier(table.name)
-    now = spark.table(name)
+    now = table.read()
     if base_version == -1:  # the table was empty: any row of one of our keys is someone else's
         before = now.limit(0)
     else:
-        before = spark.sql(f"SELECT * FROM {name} VERSION AS OF {int(base_version)}")
+        before = table.read(base_version)
     columns = [c for c in now.columns if c in before.columns]
     now = now.select(*map(quote_identifier, columns)).join(batch_keys, list(spec.key_columns), "left_semi")
     before = before.select(*map(quote_identifier, columns)).join(batch_keys, list(spec.key_columns), "left_semi")
@@ -617,14 +637,6 @@ def _conflict_keys(keys_files: Sequence[str | None], spec: ChangeSpec) -> dict[s
     return {c: sorted(set(keys.column(c).to_pylist()), key=repr) for c in spec.key_columns}
 
 
-def _delta_schema(spark: SparkSession, table: LakehouseTable):  # type: ignore[no-untyped-def]
-    from deltalake import DeltaTable
-
-    from partialcow.spark.tables import delta_spark_schema
-
-    return delta_spark_schema(DeltaTable(table.name).schema().to_json(), table=table.name)
-
-
 # Writer settings of tables we create: small pages so a change touches few of them (see partialcow.parquet.writer).
 ICEBERG_TABLE_PROPERTIES = {
     "format-version": "2",
@@ -638,6 +650,17 @@ ICEBERG_TABLE_PROPERTIES = {
 }
 
 
+# Delta tables we create keep deletion vectors off whatever the session's defaults say: our writes rewrite pages and
+# need none, and delta-rs and polars (1.x) cannot read a table whose protocol lists them. A model turns them on with
+# tblproperties {'delta.enableDeletionVectors': 'true'} (our writes then materialise them; see FileTask).
+DELTA_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
+
+
+# Set while a Delta table's first build (or full refresh) runs: a table that still carries it after a crash is rebuilt.
+# (Iceberg tables are created and filled in one commit and need no marker.)
+PENDING_CREATE = "partialcow.create-pending"
+
+
 def create_table(
     spark: SparkSession,
     name: str,
@@ -649,18 +672,52 @@ def create_table(
     """Create (or replace) ``name`` from a first batch of changes and build its row index.
 
     The batch is staged like any other (latest change per key; deletes dropped); the rows are written by the
-    Parquet engine's writer (page index, small pages) in one Spark job that also builds the index, and the table
-    is created or replaced with them in one commit (see ``partialcow.spark.bulk``): a build that fails leaves no
-    table, or the previous one untouched.
+    Parquet engine's writer (page index, small pages).
+
+    An Iceberg table is written in one Spark job that also builds the index, and created or replaced with those
+    files in one commit (see ``partialcow.spark.bulk``): a build that fails leaves no table, or the previous one
+    untouched. A Delta table is created by Spark SQL (``CREATE OR REPLACE TABLE ... USING delta``: a metadata commit,
+    no data file) and needs a session with Delta; its rows then land in one delta-spark transaction. Until then it
+    carries the property ``PENDING_CREATE``: a build that dies in between leaves a table that :func:`create_pending`
+    reports, and the next run builds it again instead of adding to it.
     """
     from partialcow.spark.bulk import bulk_create
+    from partialcow.spark.tables import open_table, require_session_format
 
     with named_errors(model=spec.model, table=name):
         check_table_name(spark, name, model=spec.model)
-        if table_format != "iceberg":
-            raise ConfigurationError(
-                f"model {spec.model}: creating Delta tables needs Delta inside Spark (delta-spark jars); "
-                "create the table first, then apply changes with apply_changes()"
-            )
-        return bulk_create(spark, name, changes, spec,
-                           properties={**ICEBERG_TABLE_PROPERTIES, **spec.extra_table_properties})
+        require_session_format(spark, table_format, what=f"model {spec.model}")
+        if table_format == "iceberg":
+            return bulk_create(spark, name, changes, spec,
+                               properties={**ICEBERG_TABLE_PROPERTIES, **spec.extra_table_properties})
+        staged = stage_changes(changes, spec)
+        columns = [c for c in staged.columns if c != DELETE]
+        properties = {**DELTA_TABLE_PROPERTIES, **spec.extra_table_properties, PENDING_CREATE: "true"}
+        schema = staged.select(*columns).schema
+        ddl = spark.sparkContext._jvm.org.apache.spark.sql.types.DataType.fromJson(schema.json()).toDDL()  # type: ignore[union-attr]
+        listed = ", ".join(f"{_sql_string(k)} = {_sql_string(v)}" for k, v in properties.items())
+        spark.sql(f"CREATE OR REPLACE TABLE {quote_identifier(name)} ({ddl}) USING delta TBLPROPERTIES ({listed})")
+
+        # A replaced table keeps its location: a leftover index is repaired against the new (empty) snapshot.
+        table = open_table(spark, name, table_format=table_format)
+        metrics = apply_changes(spark, table, changes, spec)
+        spark.sql(f"ALTER TABLE {quote_identifier(name)} UNSET TBLPROPERTIES IF EXISTS ('{PENDING_CREATE}')")
+        # Delta records a property change as a table version: the index follows it now, so the next write does not
+        # start by publishing an index state for a version that changed no file
+        RowIndex.open(table.source).ensure_fresh(table.committer)
+        return metrics
+
+
+def _sql_string(text: str) -> str:
+    """A Spark SQL string literal.
+
+    >>> print(_sql_string("it's"))
+    'it\\'s'
+    """
+    return "'" + str(text).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def create_pending(spark: SparkSession, name: str) -> bool:
+    """Whether table ``name``'s first build (or full refresh) never finished (see :func:`create_table`)."""
+    rows = spark.sql(f"SHOW TBLPROPERTIES {quote_identifier(name)} ('{PENDING_CREATE}')").collect()
+    return bool(rows) and str(rows[0][1]) == "true"

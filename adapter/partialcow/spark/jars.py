@@ -46,8 +46,10 @@ ICEBERG_VERSION = "1.10.2"
 # pyspark 3.5 is built with Scala 2.12; the runtime must match both Spark's minor version and its Scala.
 ICEBERG_ARTIFACT = "iceberg-spark-runtime-3.5_2.12"
 ICEBERG_MAVEN = f"org.apache.iceberg:{ICEBERG_ARTIFACT}:{ICEBERG_VERSION}"
-# delta-spark 3.x is the line built for Spark 3.5; it pulls delta-storage transitively.
-DELTA_MAVEN = "io.delta:delta-spark_2.12:3.3.2"
+# delta-spark 3.x is the line built for Spark 3.5; it pulls delta-storage transitively. 3.3.3, not 3.3.2: on
+# pyspark >= 3.5.6, 3.3.2 fails CREATE OR REPLACE, REPLACE TABLE and overwrite saveAsTable ("does not support truncate
+# in batch mode", delta-io/delta#4671), and a first build or --full-refresh of a Delta model is a CREATE OR REPLACE.
+DELTA_MAVEN = "io.delta:delta-spark_2.12:3.3.3"
 MAVEN_HOST = ("repo1.maven.org", 443)
 
 _WHEEL_MODULE = "snowpark_connect_deps_iceberg"

@@ -81,6 +81,7 @@ def rewrite_changed_file(
     file_prefix: str = "pcow-",
     key_columns: Sequence[str] = (),
     index_dir: str | None = None,
+    dropped: np.ndarray | None = None,
 ) -> dict[str, object]:
     """Rewrite data file ``src`` with its changed rows ``mine`` (``_pcow_pos``, ``_pcow_delete``, keys, values) and
     report what was done.
@@ -88,7 +89,8 @@ def rewrite_changed_file(
     The new file goes next to the old one; it is not yet part of the table (the driver commits all files at once).
     A row that sets a column its file does not have (the table gained it later) cannot be patched in place: it is
     deleted from its file and written, whole, to a new file with ``moved_schema``. ``threads``: column chunks the
-    rewrite works on at once.
+    rewrite works on at once. ``dropped``: positions already deleted from ``src`` by the table format (a Delta
+    deletion vector): left out of the new file, which replaces the vector; not counted as deleted rows.
     """
     local_src = _local(src)
     in_file = set(pq.read_schema(local_src).names)
@@ -99,6 +101,11 @@ def rewrite_changed_file(
     moved = upserts.filter(move)
     upserts = upserts.filter(pc.invert(move))
     deletes = pa.concat_arrays([mine.filter(is_delete)[POS].combine_chunks(), moved[POS].combine_chunks()])
+    dropped_count = 0
+    if dropped is not None and len(dropped):
+        # the table format already hides these rows: the index holds none of them, so no change names them
+        dropped_count = len(dropped)
+        deletes = pa.concat_arrays([deletes.cast(pa.int64()), pa.array(dropped, pa.int64())])
     moved_dst = moved_index = None
     if moved.num_rows:
         if moved_schema is None or data_dir is None:
@@ -129,7 +136,8 @@ def rewrite_changed_file(
         "rows_before": report.rows_before,
         "rows_after": report.rows_after,
         "rows_updated": report.rows_updated,
-        "rows_deleted": report.rows_deleted,
+        "rows_deleted": report.rows_deleted - dropped_count,
+        "rows_dropped": dropped_count,
         "pages_rewritten": report.pages_rewritten,
         "pages_copied": report.pages_copied,
         "bytes_copied": report.bytes_copied,
@@ -300,13 +308,16 @@ def _locate_result(rows: int, **fields: object) -> pa.RecordBatch:
 
 class FileTask(NamedTuple):
     """One task of the rewrite job: rewrite data file ``src`` with the changes in ``fragments``, or (``src`` None)
-    write part ``part`` of ``parts`` of the inserted rows in ``fragments``."""
+    write part ``part`` of ``parts`` of the inserted rows in ``fragments``. ``deletion_vector``: the Delta deletion
+    vector of ``src`` (its descriptor as JSON) and ``table_root`` the table folder it is relative to."""
 
     src: str | None
     fragments: tuple[str, ...]
     part: int = 0
     parts: int = 1
     threads: int = 1
+    deletion_vector: str | None = None
+    table_root: str | None = None
 
 
 def run_file_tasks(
@@ -340,10 +351,18 @@ def run_file_tasks(
                 yield {"kind": "repeated", "count": repeated.num_rows, "samples": samples}
                 continue
         if task.src is not None:
+            dropped = None
+            if task.deletion_vector is not None:
+                import json
+
+                from partialcow.commit.delta.dv import deleted_positions
+
+                dropped = deleted_positions(json.loads(task.deletion_vector), task.table_root or "")
             report = rewrite_changed_file(task.src, rows, update_columns=update_columns, moved_schema=moved_schema,
                                           data_dir=data_dir, threads=task.threads, file_prefix=file_prefix,
                                           key_columns=key_columns,
-                                          index_dir=os.path.dirname(task.fragments[0]) if key_columns else None)
+                                          index_dir=os.path.dirname(task.fragments[0]) if key_columns else None,
+                                          dropped=dropped)
             yield {"kind": "rewrite", **report}
         else:
             rows = rows.filter(pc.invert(rows[DELETE])).drop_columns([DELETE])

@@ -24,7 +24,7 @@ from partialcow.spark.metastore import LOCK_CONF, prepare_embedded_metastore
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["TableFormat", "spark_conf", "get_or_create_session", "warehouse_path"]
+__all__ = ["TableFormat", "spark_conf", "get_or_create_session", "warehouse_path", "session_table_format"]
 
 TableFormat = Literal["iceberg", "delta"]
 _FORMATS = ("iceberg", "delta")
@@ -219,6 +219,20 @@ def get_or_create_session(
     if table_format == "iceberg":
         prepare_embedded_metastore(session)
     return session
+
+
+_SESSION_CATALOGS = {
+    "org.apache.iceberg.spark.SparkSessionCatalog": "iceberg",
+    "org.apache.spark.sql.delta.catalog.DeltaCatalog": "delta",
+}
+
+
+def session_table_format(spark: SparkSession) -> str | None:
+    """The table format the session's ``spark_catalog`` holds (``iceberg`` or ``delta``), None for neither.
+
+    One session catalog holds one format: Iceberg's ``SparkSessionCatalog`` or Delta's ``DeltaCatalog``.
+    """
+    return _SESSION_CATALOGS.get(spark.sparkContext.getConf().get("spark.sql.catalog.spark_catalog") or "")
 
 
 def bind_to_current_thread(spark: SparkSession) -> SparkSession:

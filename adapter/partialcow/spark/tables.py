@@ -3,7 +3,11 @@
 One small interface over both formats, chosen once from the table format:
 
 - Iceberg: a table name in the session catalog; commits through Iceberg's Java API (``IcebergCommitter``).
-- Delta: a table root folder; commits through delta-rs (``DeltaCommitter``), read by Spark as plain Parquet.
+- Delta in a session that has Delta (``table_format: delta``): a catalog name or a table root folder; read and
+  committed through delta-spark (``DeltaSparkSource``, ``DeltaSparkCommitter``: Delta's own transactions, deletion
+  vectors honoured).
+- Delta without delta-spark: a table root folder; commits through delta-rs (``DeltaCommitter``), read by Spark as
+  plain Parquet.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ if TYPE_CHECKING:
 
     from partialcow.spark.journal import WriteLease
 
-__all__ = ["LakehouseTable", "open_table", "local_path", "delta_spark_schema"]
+__all__ = ["LakehouseTable", "open_table", "local_path", "delta_spark_schema", "delta_root", "require_session_format"]
 
 TableFormat = Literal["iceberg", "delta"]
 
@@ -58,6 +62,49 @@ class LakehouseTable:
     committer: TableCommitter
     source: TableSource
     data_dir: str  # local folder for new data files
+    delta_spark: bool = False  # a Delta table read and committed through delta-spark
+
+    @property
+    def sql_name(self) -> str:
+        """How Spark SQL names the table: the quoted catalog name, or ``delta.`<root>``` for a Delta table."""
+        from partialcow.index.sources import quote_identifier
+
+        if self.table_format == "iceberg":
+            return quote_identifier(self.name)
+        return "delta.`" + local_path(self.source.location).replace("`", "``") + "`"
+
+    def read(self, version: int | None = None) -> Any:
+        """The table (at ``version``: a snapshot id for Iceberg, a version for Delta) as a DataFrame."""
+        if self.table_format == "iceberg":
+            if version is None:
+                return self.spark.table(self.sql_name)
+            return self.spark.sql(f"SELECT * FROM {self.sql_name} VERSION AS OF {int(version)}")
+        if not self.delta_spark:
+            raise ConfigurationError(f"Delta table {self.name}: reading it through Spark needs a Delta session")
+        reader = self.spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", str(int(version)))
+        return reader.load(local_path(self.source.location))
+
+    def spark_schema(self) -> Any:
+        """The table's schema as Spark sees it (the type every batch column is cast to)."""
+        if self.table_format == "iceberg" or self.delta_spark:
+            return self.read().schema
+        from deltalake import DeltaTable
+
+        return delta_spark_schema(DeltaTable(self.source.location).schema().to_json(), table=self.name)
+
+    def check_supported(self, *, removing: bool = True) -> None:
+        """Refuse, before anything is written, a table whose features this write path cannot honour (the commit
+        checks again)."""
+        check = getattr(self.committer, "check_supported", None)
+        if check is not None:
+            check(removing=removing)
+
+    def deletion_vectors(self, version: int) -> dict[str, dict[str, Any]]:
+        """Local path -> deletion vector descriptor of the files live at ``version`` that have one (Delta)."""
+        vectors = getattr(self.committer, "deletion_vectors", None)
+        return vectors(version) if self.delta_spark and vectors is not None and version >= 0 else {}
 
     def write_lease(self) -> WriteLease:
         """A lease for one write of this table (see ``partialcow.spark.journal``): enter it before writing."""
@@ -206,8 +253,49 @@ def check_table_name(spark: SparkSession, name: str, *, model: str) -> None:
         )
 
 
+def require_session_format(spark: SparkSession, table_format: str, *, what: str) -> None:
+    """Refuse a table format the session's catalog does not hold (one session catalog holds one table format).
+
+    Creating tables needs it; so does writing a catalog table of the other format, which this session's catalog
+    cannot even load.
+    """
+    from partialcow.spark.session import session_table_format
+
+    running = session_table_format(spark)
+    if running is None or running == table_format:
+        return
+    raise ConfigurationError(
+        f"{what}: a {table_format} table needs a Spark session whose catalog holds {table_format} tables, and this "
+        f"session's spark_catalog holds {running} tables (one session catalog holds one table format). Set the "
+        f"profile's table_format to {table_format}" + (" with delta_jars" if table_format == "delta" else "")
+        + ", or build the model with file_format='" + running + "'"
+    )
+
+
+def _is_path(name: str) -> bool:
+    return name.startswith("/") or name.startswith("file:") or "://" in name or os.sep in name
+
+
+def delta_root(spark: SparkSession, name: str) -> str:
+    """The root folder of Delta table ``name`` (a catalog name, or already a path)."""
+    if _is_path(name):
+        return local_path(name)
+    from partialcow.index.sources import quote_identifier
+
+    try:
+        detail = spark.sql(f"DESCRIBE DETAIL {quote_identifier(name)}").first()
+    except Exception as exc:  # noqa: BLE001 - an AnalysisException for a missing table, a py4j error otherwise
+        raise ConfigurationError(f"cannot find Delta table {name}: {str(exc).splitlines()[0]}") from None
+    if detail is None or str(detail["format"]).lower() != "delta":
+        found = None if detail is None else detail["format"]
+        raise ConfigurationError(f"table {name} is not a Delta table (format {found!r}); use table_format='iceberg' "
+                                 "or build it as a Delta table")
+    return local_path(str(detail["location"]))
+
+
 def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> LakehouseTable:
-    """Open ``name`` (Iceberg: ``schema.table``; Delta: the table's root folder) for partial copy-on-write.
+    """Open ``name`` for partial copy-on-write: Iceberg ``schema.table``; Delta ``schema.table`` (in a session with
+    Delta) or the table's root folder.
 
     >>> open_table(None, "t", table_format="hudi")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -218,6 +306,8 @@ def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> 
 
     if table_format not in ("iceberg", "delta"):
         raise ConfigurationError(f"table {name}: table format {table_format!r} is not supported (iceberg or delta)")
+    if table_format == "iceberg" or not _is_path(name):
+        require_session_format(spark, table_format, what=f"table {name}")
     bind_to_current_thread(spark)
     if table_format == "iceberg":
         from partialcow.commit.iceberg import IcebergCommitter
@@ -226,6 +316,23 @@ def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> 
         committer: TableCommitter = IcebergCommitter(spark, name)
         data_dir = os.path.join(local_path(source.location), "data")
     else:
+        from partialcow.commit.delta.spark_log import has_delta
+
+        if has_delta(spark):
+            from partialcow.commit.delta.spark_committer import DeltaSparkCommitter
+            from partialcow.index.sources import DeltaSparkSource
+
+            root = delta_root(spark, name)
+            source = DeltaSparkSource(spark, root, name=name)
+            committer = DeltaSparkCommitter(spark, root, name=name)
+            table = LakehouseTable(spark=spark, name=name, table_format=table_format, committer=committer,
+                                   source=source, data_dir=root, delta_spark=True)
+            return table
+        if not _is_path(name):
+            raise ConfigurationError(
+                f"Delta table {name}: a catalog name needs a Spark session with Delta (profile table_format: delta "
+                "and delta_jars); without one, pass the table's root folder (commits then go through delta-rs)"
+            )
         from partialcow.commit.delta import DeltaCommitter
 
         source = DeltaSource(spark, name)

@@ -9,10 +9,7 @@ rebased). The log version file is created with put-if-absent, which is what make
 
 from __future__ import annotations
 
-import datetime as _dt
-import decimal
 import json
-import math
 import os
 import time
 import uuid
@@ -26,6 +23,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from partialcow.commit.base import CommitResult, DataFile, FileReplacement
+from partialcow.commit.delta.conflicts import check_concurrent
+from partialcow.commit.delta.features import DeltaTableInfo, unsupported_features
+from partialcow.commit.delta.stats import file_stats, partition_strings
 from partialcow.exceptions import (
     CommitConflictError,
     CommitError,
@@ -34,31 +34,7 @@ from partialcow.exceptions import (
     UnsupportedTableFeatureError,
 )
 
-__all__ = ["DeltaCommitter", "STATS_STRING_PREFIX", "truncate_string_max", "truncate_string_min"]
-
-#: Characters of a string column kept in min/max stats (Delta's default prefix length).
-STATS_STRING_PREFIX = 32
-
-# Features whose only obligations we can check (usage-based refusals below) or that do not concern a writer
-# that replaces whole files. Anything else a table lists is refused by name.
-_WRITER_FEATURES_OK = frozenset(
-    {
-        "appendOnly",
-        "invariants",
-        "checkConstraints",
-        "changeDataFeed",
-        "generatedColumns",
-        "columnMapping",
-        "identityColumns",
-        "deletionVectors",
-        "timestampNtz",
-        "vacuumProtocolCheck",
-    }
-)
-_READER_FEATURES_OK = frozenset({"columnMapping", "deletionVectors", "timestampNtz", "vacuumProtocolCheck"})
-_INTEGER_TYPES = frozenset({"byte", "short", "integer", "long"})
-_TIME_UNITS = {"milliseconds": 1_000, "microseconds": 1_000_000, "nanoseconds": 1_000_000_000}
-_EPOCH = _dt.datetime(1970, 1, 1)
+__all__ = ["DeltaCommitter"]
 
 
 def _lazy_deltalake() -> Any:
@@ -158,7 +134,7 @@ class DeltaCommitter:
         ...     print("change data feed" in str(exc))
         True
         """
-        problems = _unsupported_features(self._open(), removing=removing)
+        problems = unsupported_features(DeltaTableInfo.of_delta_rs(self._open()), removing=removing)
         if problems:
             raise UnsupportedTableFeatureError(self._refusal_message(problems))
 
@@ -202,7 +178,7 @@ class DeltaCommitter:
                         )
                     )
             head = self._open()
-            problems = _unsupported_features(head, removing=bool(removed))
+            problems = unsupported_features(DeltaTableInfo.of_delta_rs(head), removing=bool(removed))
             problems += self._deletion_vector_problems(base, removed)
             if problems:
                 raise UnsupportedTableFeatureError(self._refusal_message(problems))
@@ -223,7 +199,10 @@ class DeltaCommitter:
             # put fail; we then reload, check the newcomer, and try head+2.
             for _attempt in range(self._max_attempts):
                 head_version = int(head.version())
-                self._check_concurrent(change, removed, added, head_version, referenced_by_others)
+                check_concurrent(
+                    self._table_uri, change, [f.rel_path for f in removed], added, head_version, referenced_by_others,
+                    read_entry=self._read_log_entry, read_columns=self._read_parquet,
+                )
                 outcome = self._commit_once(head, change, removed, add_actions, commit_id, started)
                 if outcome is not None:
                     return CommitResult(
@@ -266,7 +245,7 @@ class DeltaCommitter:
                 data_change=True,
                 deletion_timestamp=now_ms,
                 size=f.size,
-                partition_values=_partition_strings(f.partition_values),
+                partition_values=partition_strings(f.partition_values),
             )
             for f in removed
         ]
@@ -357,84 +336,6 @@ class DeltaCommitter:
             ) from cause
         return True
 
-    # ---------------------------------------------------------------- internals: conflicts
-
-    def _check_concurrent(
-        self,
-        change: FileReplacement,
-        removed: Sequence[_LiveFile],
-        added: Sequence[str],
-        head_version: int,
-        referenced: set[str],
-    ) -> None:
-        """Apply Delta's conflict rules to versions (base, head]; record in ``referenced`` our files others use."""
-        ours_removed = {f.rel_path for f in removed}
-        ours_added = set(added)
-        appended: dict[str, int] = {}  # concurrently added data files still live at head -> their version
-        for version in range(change.base_version + 1, head_version + 1):
-            try:
-                entries = self._read_log_entry(version)
-            except FileNotFoundError as exc:
-                raise CommitConflictError(
-                    f"cannot check concurrent changes to Delta table {self._table_uri}: log version {version} "
-                    f"is gone (log cleanup). Re-run the change from the current version {head_version}"
-                ) from exc
-            for action in entries:
-                kind, body = next(iter(action.items()))
-                if kind in ("metaData", "protocol", "domainMetadata"):
-                    raise CommitConflictError(
-                        f"concurrent {kind} change in version {version} of Delta table {self._table_uri} since "
-                        f"base version {change.base_version}; re-run the change against the new version"
-                    )
-                if kind not in ("add", "remove"):
-                    continue
-                path = unquote(body["path"])
-                if path in ours_removed:
-                    verb = "removed" if kind == "remove" else "re-added (rewritten or given a deletion vector)"
-                    raise CommitConflictError(
-                        f"file {path} of Delta table {self._table_uri} was {verb} by concurrent version {version} "
-                        f"after base version {change.base_version}; re-run the change against the new version"
-                    )
-                if path in ours_added:
-                    referenced.add(path)  # the other commit points at it: cleanup must keep it
-                    raise CommitConflictError(
-                        f"new file {path} was also added to Delta table {self._table_uri} by concurrent version "
-                        f"{version}; it is kept (the table references it). Write new files under unique names"
-                    )
-                if kind == "remove":
-                    appended.pop(path, None)
-                elif body.get("dataChange", True):
-                    appended[path] = version
-        if change.conflict_keys:
-            for path, version in appended.items():
-                self._check_keys(change, path, version)
-
-    def _check_keys(self, change: FileReplacement, path: str, version: int) -> None:
-        """A concurrently added file holding any key we touch is a conflict (the row would exist twice)."""
-        columns = list(change.conflict_keys)
-        try:
-            found = self._read_parquet(path, columns)
-        except (KeyError, pa.ArrowException, OSError) as exc:
-            raise CommitConflictError(
-                f"concurrent version {version} of Delta table {self._table_uri} added {path}, whose key columns "
-                f"{columns} cannot be read to rule out a key conflict ({exc}); re-run the change"
-            ) from exc
-        ours = pa.table({c: pa.array(list(v)) for c, v in change.conflict_keys.items()})
-        try:
-            ours = ours.cast(found.select(columns).schema)
-            hits = found.select(columns).join(ours, keys=columns, join_type="inner")
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-            raise CommitConflictError(
-                f"cannot compare the conflict keys {columns} with file {path} added by concurrent version {version} "
-                f"of Delta table {self._table_uri} ({exc}); re-run the change"
-            ) from exc
-        if hits.num_rows:
-            sample = hits.slice(0, 3).to_pylist()
-            raise CommitConflictError(
-                f"concurrent version {version} of Delta table {self._table_uri} added {path} holding keys this "
-                f"change also writes (for example {sample}); re-run the change against the new version"
-            )
-
     # ---------------------------------------------------------------- internals: validation
 
     def _refusal_message(self, problems: Sequence[str]) -> str:
@@ -472,7 +373,7 @@ class DeltaCommitter:
         columns = list(head.metadata().partition_columns)
         if not columns or not added:
             return {}
-        distinct = {tuple(sorted(_partition_strings(f.partition_values).items())) for f in removed}
+        distinct = {tuple(sorted(partition_strings(f.partition_values).items())) for f in removed}
         if len(distinct) != 1:
             raise CommitError(
                 f"partitioned Delta table {self._table_uri} (by {columns}): new files take the partition values of "
@@ -498,12 +399,14 @@ class DeltaCommitter:
             raise CommitError(
                 f"new file {rel} of Delta table {self._table_uri} is not readable Parquet: {exc}"
             ) from exc
-        stats = _file_stats(metadata, head, rel, self._table_uri)
+        meta = head.metadata()
+        stats = file_stats(metadata, json.loads(head.schema().to_json()), list(meta.partition_columns),
+                           dict(meta.configuration), rel, self._table_uri)
         mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
         return AddAction(
             path=rel,
             size=int(info.size),
-            partition_values=_partition_strings(partition_values),
+            partition_values=partition_strings(partition_values),
             modification_time=int(mtime * 1000),
             data_change=True,
             stats=stats,
@@ -633,346 +536,3 @@ def _local_root(uri: str) -> str | None:
         return None
     return os.path.abspath(uri)
 
-
-# -------------------------------------------------------------------- table features
-
-
-def _unsupported_features(table: Any, *, removing: bool) -> list[str]:
-    """Everything about ``table`` this writer cannot honour, each named, in a stable order."""
-    protocol = table.protocol()
-    config = {k: (v or "") for k, v in table.metadata().configuration.items()}
-    problems: list[str] = []
-    if protocol.min_reader_version > 3 or protocol.min_writer_version > 7:
-        problems.append(
-            f"protocol version reader {protocol.min_reader_version} / writer {protocol.min_writer_version}"
-        )
-    for feature in sorted(set(protocol.writer_features or []) - _WRITER_FEATURES_OK):
-        problems.append(f"writer feature {feature}" + (" (row tracking)" if feature == "rowTracking" else ""))
-    for feature in sorted(set(protocol.reader_features or []) - _READER_FEATURES_OK):
-        problems.append(f"reader feature {feature}")
-    if config.get("delta.enableRowTracking", "").lower() == "true":
-        problems.append("row tracking (delta.enableRowTracking)")
-    if config.get("delta.enableChangeDataFeed", "").lower() == "true":
-        problems.append("change data feed (delta.enableChangeDataFeed)")
-    if config.get("delta.columnMapping.mode", "none").lower() != "none":
-        problems.append(f"column mapping (delta.columnMapping.mode={config['delta.columnMapping.mode']})")
-    if removing and config.get("delta.appendOnly", "").lower() == "true":
-        problems.append("append-only table (delta.appendOnly) while removing files")
-    problems += [f"check constraint {k}" for k in sorted(config) if k.startswith("delta.constraints.")]
-    problems += _schema_problems(json.loads(table.schema().to_json()), "")
-    return problems
-
-
-def _schema_problems(node: Mapping[str, Any], prefix: str) -> list[str]:
-    problems: list[str] = []
-    for field in node.get("fields", []):
-        name = prefix + field["name"]
-        meta = field.get("metadata") or {}
-        if "delta.invariants" in meta:
-            problems.append(f"invariant on column {name}")
-        if "delta.generationExpression" in meta:
-            problems.append(f"generated column {name}")
-        if any(k.startswith("delta.identity.") for k in meta):
-            problems.append(f"identity column {name}")
-        problems += _nested_problems(field["type"], name + ".")
-    return problems
-
-
-def _nested_problems(dtype: Any, prefix: str) -> list[str]:
-    if not isinstance(dtype, dict):
-        return []
-    kind = dtype.get("type")
-    if kind == "struct":
-        return _schema_problems(dtype, prefix)
-    if kind == "array":
-        return _nested_problems(dtype.get("elementType"), prefix)
-    if kind == "map":
-        return _nested_problems(dtype.get("keyType"), prefix) + _nested_problems(dtype.get("valueType"), prefix)
-    return []
-
-
-# -------------------------------------------------------------------- partition values and stats
-
-
-def _partition_strings(values: Mapping[str, Any]) -> dict[str, str | None]:
-    """Typed partition values (as delta-rs returns them) -> the protocol's string form."""
-    out: dict[str, str | None] = {}
-    for name, value in values.items():
-        if value is None:
-            out[name] = None
-        elif isinstance(value, bool):
-            out[name] = "true" if value else "false"
-        elif isinstance(value, _dt.datetime):
-            naive = value.astimezone(_dt.timezone.utc).replace(tzinfo=None) if value.tzinfo else value
-            out[name] = naive.strftime("%Y-%m-%d %H:%M:%S.%f")
-        elif isinstance(value, _dt.date):
-            out[name] = value.isoformat()
-        elif isinstance(value, bytes):
-            out[name] = value.decode("latin-1")
-        else:
-            out[name] = str(value)
-    return out
-
-
-def _indexed_columns(table: Any, fields: Sequence[Mapping[str, Any]]) -> set[str]:
-    """Top-level columns Delta collects stats for (delta.dataSkippingStatsColumns / NumIndexedCols)."""
-    config = table.metadata().configuration
-    listed = config.get("delta.dataSkippingStatsColumns")
-    if listed:
-        return {c.strip().strip("`") for c in listed.split(",")}
-    limit = int(config.get("delta.dataSkippingNumIndexedCols") or 32)
-    chosen: set[str] = set()
-    leaves = 0
-    for field in fields:
-        if 0 <= limit <= leaves:
-            break
-        chosen.add(field["name"])
-        leaves += _leaf_count(field["type"])
-    return chosen
-
-
-def _leaf_count(dtype: Any) -> int:
-    if not isinstance(dtype, dict):
-        return 1
-    if dtype.get("type") == "struct":
-        return sum(_leaf_count(f["type"]) for f in dtype["fields"])
-    return 1  # arrays and maps are not indexed leaf by leaf
-
-
-def _file_stats(metadata: pq.FileMetaData, table: Any, rel: str, table_uri: str) -> str:
-    """Delta stats JSON for one new file, from its footer; columns whose bounds we cannot prove are left out."""
-    schema_json = json.loads(table.schema().to_json())
-    partition_columns = set(table.metadata().partition_columns)
-    fields = [f for f in schema_json["fields"] if f["name"] not in partition_columns]
-    _check_file_schema(metadata, fields, partition_columns, rel, table_uri)
-    indexed = _indexed_columns(table, fields)
-    leaf_index = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
-
-    mins: dict[str, Any] = {}
-    maxes: dict[str, Any] = {}
-    nulls: dict[str, int] = {}
-    for field in fields:
-        name, dtype = field["name"], field["type"]
-        if name not in indexed or isinstance(dtype, dict) or name not in leaf_index:
-            continue  # nested columns: no stats (readers treat missing stats as "unknown")
-        chunks = [metadata.row_group(g).column(leaf_index[name]) for g in range(metadata.num_row_groups)]
-        stats = [c.statistics for c in chunks]
-        if all(s is not None and s.has_null_count for s in stats):
-            nulls[name] = sum(s.null_count for s in stats)
-            if not field.get("nullable", True) and nulls[name]:
-                raise CommitError(
-                    f"new file {rel} has {nulls[name]} nulls in NOT NULL column {name} of Delta table {table_uri}"
-                )
-        # A row group holding only nulls has no bounds and needs none; any other one without bounds is unknown.
-        bounded = [(c, s) for c, s in zip(chunks, stats) if not (s is not None and _all_null(c, s))]
-        if not bounded or not all(s is not None and s.has_min_max for _, s in bounded):
-            continue
-        low = [_stat_value(dtype, c, s.min_raw, upper=False) for c, s in bounded]
-        high = [_stat_value(dtype, c, s.max_raw, upper=True) for c, s in bounded]
-        if all(v is not None for v in low):
-            mins[name] = min(low)
-        if all(v is not None for v in high):
-            maxes[name] = max(high)
-        if dtype == "string":  # truncated once, from the file's own bounds, as Delta's writer does
-            if name in mins:
-                mins[name] = truncate_string_min(mins[name])
-            if name in maxes:
-                maxes[name] = truncate_string_max(maxes[name])
-                if maxes[name] is None:
-                    del maxes[name]
-    doc = {
-        "numRecords": metadata.num_rows,
-        "minValues": {k: _json_value(v) for k, v in mins.items()},
-        "maxValues": {k: _json_value(v) for k, v in maxes.items()},
-        "nullCount": nulls,
-    }
-    return _dumps_with_decimals(doc)
-
-
-def _all_null(chunk: Any, stats: Any) -> bool:
-    return bool(stats.has_null_count and stats.null_count == chunk.num_values)
-
-
-def _check_file_schema(
-    metadata: pq.FileMetaData,
-    fields: Sequence[Mapping[str, Any]],
-    partition_columns: set[str],
-    rel: str,
-    table: str,
-) -> None:
-    from deltalake import Schema
-
-    arrow_schema = metadata.schema.to_arrow_schema()
-    file_names = set(arrow_schema.names)
-    table_names = {f["name"] for f in fields}
-    missing = sorted(table_names - file_names)
-    if missing:
-        raise CommitError(f"new file {rel} lacks columns {missing} of Delta table {table}; write every table column")
-    extra = sorted(file_names - table_names - partition_columns)
-    if extra:
-        # Readers would silently ignore them: almost certainly a file meant for another table or schema.
-        raise CommitError(f"new file {rel} has columns {extra} that Delta table {table} does not declare")
-    for field in fields:
-        arrow_field = arrow_schema.field(field["name"])
-        try:
-            file_type = json.loads(Schema.from_arrow(pa.schema([arrow_field])).to_json())["fields"][0]["type"]
-        except Exception:  # noqa: BLE001 - an Arrow type Delta cannot express
-            file_type = None
-        if file_type == field["type"] or _compatible(file_type, field["type"]):
-            continue
-        if field["type"] == "timestamp" and _physical_type(metadata, field["name"]) == "INT96":
-            continue  # legacy Spark timestamps: INT96 is UTC-adjusted
-        raise CommitError(
-            f"column {field['name']} of new file {rel} has type {file_type or arrow_field.type}, but Delta table "
-            f"{table} declares {json.dumps(field['type'])}; write the file with the table's types"
-        )
-
-
-def _compatible(file_type: Any, table_type: Any) -> bool:
-    """Nested types compare without nullability/metadata details Arrow does not carry the same way."""
-    if isinstance(file_type, dict) and isinstance(table_type, dict):
-        if file_type.get("type") != table_type.get("type"):
-            return False
-        if table_type["type"] == "struct":
-            a, b = file_type["fields"], table_type["fields"]
-            return len(a) == len(b) and all(
-                x["name"] == y["name"] and (x["type"] == y["type"] or _compatible(x["type"], y["type"]))
-                for x, y in zip(a, b)
-            )
-        if table_type["type"] == "array":
-            return _compatible(file_type["elementType"], table_type["elementType"]) or (
-                file_type["elementType"] == table_type["elementType"]
-            )
-        if table_type["type"] == "map":
-            return all(
-                file_type[k] == table_type[k] or _compatible(file_type[k], table_type[k])
-                for k in ("keyType", "valueType")
-            )
-    return False
-
-
-def _physical_type(metadata: pq.FileMetaData, name: str) -> str | None:
-    for i in range(metadata.num_columns):
-        col = metadata.schema.column(i)
-        if col.path == name:
-            return col.physical_type
-    return None
-
-
-def _stat_value(dtype: str, chunk: Any, raw: Any, *, upper: bool) -> Any:
-    """One footer bound as a Delta stats value that is still a bound, or None when that cannot be guaranteed."""
-    logical = json.loads(chunk.statistics.logical_type.to_json()) if chunk.statistics.logical_type else {}
-    physical = chunk.physical_type
-    if dtype in _INTEGER_TYPES:
-        unsigned = logical.get("Type") == "Int" and not logical.get("isSigned", True)
-        return int(raw) if physical in ("INT32", "INT64") and not unsigned else None
-    if dtype == "date":
-        return _EPOCH.date() + _dt.timedelta(days=int(raw)) if physical == "INT32" else None
-    if dtype in ("timestamp", "timestamp_ntz"):
-        if physical != "INT64" or logical.get("Type") != "Timestamp":
-            return None  # INT96 and untyped integers: no trustworthy bound
-        per_second = _TIME_UNITS[logical["timeUnit"]]
-        per_milli = per_second // 1000
-        # Delta keeps milliseconds: round the lower bound down and the upper bound up so both stay bounds.
-        millis = -(-int(raw) // per_milli) if upper else int(raw) // per_milli
-        return ("ts_utc" if dtype == "timestamp" else "ts_ntz", millis)
-    if dtype.startswith("decimal"):
-        if logical.get("Type") != "Decimal":
-            return None
-        value = chunk.statistics.max if upper else chunk.statistics.min
-        return value if isinstance(value, decimal.Decimal) else None
-    if dtype == "string":
-        if physical != "BYTE_ARRAY":
-            return None
-        try:
-            return bytes(raw).decode("utf-8") if not isinstance(raw, str) else raw
-        except UnicodeDecodeError:
-            return None  # a writer cut the bound inside a character
-    # float/double: footers leave NaN out of min/max while Spark orders NaN above every number, so a max
-    # without NaN could skip files a `> x` predicate must read. boolean/binary: Delta does not index them.
-    return None
-
-
-def truncate_string_min(text: str, prefix: int = STATS_STRING_PREFIX) -> str:
-    r"""A string column's ``minValues`` entry: its first ``prefix`` characters (code points), as delta-spark writes it.
-
-    Delta's writer takes Spark's ``substring(min, 0, prefix)``, which counts code points: a prefix never splits a
-    character, and a prefix of a string sorts before it.
-
-    >>> truncate_string_min("abcdef", 3), len(truncate_string_min("\U00020000xyz", 2))
-    ('abc', 2)
-    """
-    return text[:prefix]
-
-
-def truncate_string_max(text: str, prefix: int = STATS_STRING_PREFIX) -> str | None:
-    r"""A string column's ``maxValues`` entry, as delta-spark writes it (``truncateMaxStringAgg``), or None.
-
-    Up to ``prefix`` UTF-16 units are kept (a surrogate pair is kept whole), then a tie-breaker is appended that
-    sorts above the character it replaces in UTF-8 byte order, Spark's and delta-rs' string order: U+007F when that
-    character is below it, U+10FFFF otherwise. U+10FFFF characters in the string cannot be outgrown and are kept
-    (up to twice ``prefix`` units); past that there is no short upper bound and None says "leave the max out".
-
-    >>> truncate_string_max("abcdef", 3), truncate_string_max("abc\u00e9f", 3), truncate_string_max("ab", 3)
-    ('abc\x7f', 'abc\U0010ffff', 'ab')
-    >>> truncate_string_max("ab\U0010ffffz", 2), truncate_string_max("a\U0010ffff\U0010ffffz", 2)
-    ('ab\U0010ffff\x7f', None)
-    """
-    if _utf16_units(text) <= prefix:
-        return text
-    kept = units = 0
-    while units < prefix:  # a pair straddling the limit is kept whole, never split
-        units += _utf16_units(text[kept])
-        kept += 1
-    while units <= 2 * prefix:
-        if kept >= len(text):
-            return text
-        nxt = text[kept]
-        if nxt == _MAX_CHAR:
-            kept, units = kept + 1, units + 2
-        elif nxt < "\x7f":
-            return text[:kept] + "\x7f"
-        else:
-            return text[:kept] + _MAX_CHAR
-    return None
-
-
-_MAX_CHAR = "\U0010ffff"
-
-
-def _utf16_units(text: str) -> int:
-    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, tuple):
-        kind, millis = value
-        moment = _EPOCH + _dt.timedelta(milliseconds=millis)
-        text = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
-        return text + "Z" if kind == "ts_utc" else text
-    if isinstance(value, _dt.date):
-        return value.isoformat()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def _dumps_with_decimals(doc: Mapping[str, Any]) -> str:
-    """JSON with decimals written as exact numbers (json has no Decimal support; floats would round)."""
-    literals: dict[str, str] = {}
-
-    def encode(value: Any) -> Any:
-        if isinstance(value, decimal.Decimal):
-            token = f"__partialcow_decimal_{len(literals)}__"
-            literals[token] = format(value, "f")
-            return token
-        if isinstance(value, dict):
-            return {k: encode(v) for k, v in value.items()}
-        return value
-
-    # Raw UTF-8, as Delta's own writers emit: delta-rs decodes some escaped surrogate pairs wrongly (U+10FFFF as
-    # U+FFFFF), and a wrong string bound makes readers skip files that hold matching rows.
-    text = json.dumps(encode(doc), separators=(",", ":"), ensure_ascii=False)
-    for token, literal in literals.items():
-        text = text.replace(f'"{token}"', literal)
-    return text

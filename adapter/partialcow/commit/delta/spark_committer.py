@@ -1,0 +1,329 @@
+"""Delta Lake commits inside Spark: replace data files through delta-spark's own optimistic transaction.
+
+:class:`DeltaSparkCommitter` is the commit path wherever the session has Delta (``table_format: delta``). It starts a
+delta-spark transaction on the change's base snapshot, removes the replaced files as that snapshot lists them (with
+their deletion vectors), adds the new files with stats from their footers, and commits as ``Manual Update``: Delta's
+own conflict checks then run against every version committed since the base (protocol, metadata, concurrent removes
+of the files we replace or read, concurrent data-changing appends), and a lost race for the next version is retried
+by delta-spark itself. Before that, the log versions since the base are checked for appended files holding the
+change's keys (``conflicts.check_concurrent``): Delta's WriteSerializable isolation lets blind appends pass, and a
+row whose key the change also writes would then exist twice.
+
+The commit carries ``userMetadata`` = the change's operation and the tags ``partialcow.commitId`` and
+``partialcow.operation`` (``DESCRIBE HISTORY`` shows both); a failed commit is looked up by its id before anything
+is deleted, so a commit that landed is never mistaken for one that did not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote
+
+from partialcow.commit.base import CommitResult, DataFile, FileReplacement
+from partialcow.commit.delta import spark_log
+from partialcow.commit.delta.conflicts import check_concurrent
+from partialcow.commit.delta.features import ENFORCED_BY_SPARK, DeltaTableInfo, unsupported_features
+from partialcow.commit.delta.stats import file_stats
+from partialcow.exceptions import (
+    CommitConflictError,
+    CommitError,
+    CommitStateUnknownError,
+    UnsupportedTableFeatureError,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["DeltaSparkCommitter", "COMMIT_ID_TAG"]
+
+#: commitInfo tag naming one commit of ours (a failed call looks for it before deleting anything)
+COMMIT_ID_TAG = "partialcow.commitId"
+_OPERATION_TAG = "partialcow.operation"
+_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+class DeltaSparkCommitter:
+    """Replace data files of the Delta table at ``root`` in single delta-spark transactions.
+
+    ``DeltaSparkCommitter(spark, "/warehouse/db.db/events").replace_files(FileReplacement(...))``; ``name`` is how
+    errors name the table (its catalog name, when it has one).
+    """
+
+    def __init__(self, spark: SparkSession, root: str, *, name: str | None = None) -> None:
+        self.spark = spark
+        self.root = spark_log.local_root(root)
+        self.name = name or self.root
+
+    @property
+    def table_uri(self) -> str:
+        return self.root
+
+    # ---------------------------------------------------------------- reading
+
+    def current_version(self) -> int:
+        return int(spark_log.latest_snapshot(self.spark, self.root).version())
+
+    def _snapshot(self, version: int | None) -> Any:
+        if version is None:
+            return spark_log.latest_snapshot(self.spark, self.root)
+        return spark_log.snapshot_at(self.spark, self.root, version)
+
+    def live_files(self, version: int | None = None) -> list[DataFile]:
+        """The data files live at ``version`` (default: latest), paths as the log writes them."""
+        from pyspark.sql import functions as F
+
+        rows = spark_log.add_actions(self.spark, self._snapshot(version)).select(
+            "path", "size", F.get_json_object("stats", "$.numRecords").cast("long").alias("n")).collect()
+        out = []
+        for r in rows:
+            count = r["n"]
+            if count is None:  # no stats in the log: the footer knows
+                import pyarrow.parquet as pq
+
+                count = pq.read_metadata(os.path.join(self.root, unquote(r["path"]))).num_rows
+            out.append(DataFile(path=r["path"], record_count=int(count), file_size_bytes=int(r["size"])))
+        return out
+
+    def table_info(self, version: int | None = None) -> DeltaTableInfo:
+        """Protocol, table properties, schema and partition columns at ``version`` (default: latest)."""
+        return spark_log.table_info(self._snapshot(version))
+
+    def check_supported(self, *, removing: bool = True) -> None:
+        """Raise ``UnsupportedTableFeatureError`` if this writer cannot honour the table's features (deletion
+        vectors are honoured: a rewritten file leaves out the rows its vector deletes; check constraints and
+        generated columns are enforced on every new file before the commit)."""
+        problems = unsupported_features(self.table_info(), removing=removing, enforced=ENFORCED_BY_SPARK)
+        if problems:
+            raise UnsupportedTableFeatureError(self._refusal_message(problems))
+
+    def deletion_vectors(self, version: int) -> dict[str, dict[str, Any]]:
+        """Local path -> deletion vector descriptor of every file live at ``version`` that has one."""
+        snapshot = self._snapshot(version)
+        if "deletionVectors" not in spark_log.table_info(snapshot).reader_features:
+            return {}  # no file can have one: no Spark job
+        rows = spark_log.add_actions(self.spark, snapshot).where("deletionVector IS NOT NULL") \
+            .selectExpr("path", "to_json(deletionVector) AS dv").collect()
+        return {os.path.join(self.root, unquote(r["path"])): json.loads(r["dv"]) for r in rows}
+
+    # ---------------------------------------------------------------- committing
+
+    def replace_files(self, change: FileReplacement) -> CommitResult:
+        """Commit ``change`` as one new Delta version through a delta-spark transaction based on
+        ``change.base_version``: remove ``change.removed`` (live at the base), add ``change.added`` (written inside
+        the table folder). On a conflict or refusal nothing is committed and the added files are deleted; when the
+        outcome is unknown they are kept and ``CommitStateUnknownError`` is raised."""
+        started = time.monotonic()
+        added = [self._relative(p) for p in change.added]
+        referenced: set[str] = set()  # our new files another commit already points at: never deleted
+        try:
+            if not change.removed and not added:
+                raise CommitError(f"nothing to commit to Delta table {self.name}: no file removed or added")
+            base = self._snapshot(change.base_version)
+            base_paths = self._live_paths(base)  # decoded path under the root -> path as the log writes it
+            for rel in added:
+                if rel in base_paths:
+                    raise _KeepFiles(CommitError(
+                        f"added file {rel} is already live in Delta table {self.name} at version "
+                        f"{change.base_version}; write each new file under a fresh name"))
+            removed = [self._resolve_removed(p, base_paths, change.base_version) for p in change.removed]
+            if len(set(removed)) != len(removed) or len(set(added)) != len(added):
+                raise _KeepFiles(CommitError(f"a file is listed twice in one change of Delta table {self.name}"))
+            head = spark_log.latest_snapshot(self.spark, self.root)
+            info = spark_log.table_info(head)
+            problems = unsupported_features(info, removing=bool(removed), enforced=ENFORCED_BY_SPARK)
+            if problems:
+                raise UnsupportedTableFeatureError(self._refusal_message(problems))
+            removed_actions = self._base_actions(base, [base_paths[r] for r in removed])
+            partition_values = self._partition_values(info, removed_actions, added)
+            add_json = [self._add_json(info, rel, partition_values) for rel in added]
+            check_concurrent(self.name, change, removed, added, int(head.version()), referenced,
+                             read_entry=lambda v: spark_log.read_log_entry(self.root, v),
+                             read_columns=self._read_columns)
+        except _KeepFiles as keep:
+            raise keep.error from None
+        except CommitError:
+            self._delete_quietly([p for p in added if p not in referenced])
+            raise
+        commit_id = str(uuid.uuid4())
+        try:
+            version = self._commit(change, base, removed_actions, add_json, commit_id, started)
+        except CommitStateUnknownError:
+            raise
+        except CommitError:
+            self._delete_quietly(added)
+            raise
+        return CommitResult(
+            version=version,
+            previous_version=version - 1,
+            removed=tuple(base_paths[r] for r in removed),
+            added=tuple(quote(rel) for rel in added),
+        )
+
+    def _commit(self, change: FileReplacement, base: Any, removed: Sequence[Any], add_json: Sequence[str],
+                commit_id: str, started: float) -> int:
+        from py4j.protocol import Py4JJavaError
+
+        jvm = self.spark.sparkContext._jvm  # noqa: SLF001
+        original = self.spark._jsparkSession  # noqa: SLF001
+        # userMetadata comes from the session's SQL conf: a session of our own carries it, so no other writer of
+        # the shared session picks it up meanwhile (delta-spark takes the thread's active session)
+        session = original.newSession()
+        session.conf().set(_USER_METADATA, change.operation)
+        now = int(time.time() * 1000)
+        actions = [a.removeWithTimestamp(now, True) for a in removed]
+        actions += [jvm.org.apache.spark.sql.delta.actions.Action.fromJson(a) for a in add_json]
+        summary = change.metrics.as_commit_summary()
+        summary["partialcow.duration_ms"] = str(
+            max(change.metrics.duration_ms, int((time.monotonic() - started) * 1000)))
+        tags = {COMMIT_ID_TAG: commit_id, _OPERATION_TAG: change.operation,
+                **{k if k.startswith("partialcow.") else f"partialcow.{k}": str(v) for k, v in summary.items()}}
+        utils = jvm.org.apache.spark.api.python.PythonUtils
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(session)
+        try:
+            log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(session, self.root)
+            txn = log.startTransaction(jvm.scala.Option.apply(None), jvm.scala.Option.apply(base))
+            txn.trackFilesRead(utils.toSeq(list(removed)))
+            if change.metrics.rows_inserted:
+                # the batch found its new keys absent from the whole table: any data change since then may hold one
+                txn.readWholeTable()
+            operation = getattr(getattr(jvm.org.apache.spark.sql.delta, "DeltaOperations$ManualUpdate$"), "MODULE$")
+            return int(txn.commit(utils.toSeq(actions), operation, utils.toScalaMap(tags)))
+        except Py4JJavaError as exc:
+            landed = self._find_commit(commit_id, change.base_version + 1)
+            if landed is not None:  # it landed, then something after the commit failed (a checkpoint, a hook)
+                return landed
+            raise self._translate(exc) from exc
+        finally:
+            jvm.org.apache.spark.sql.SparkSession.setActiveSession(original)
+
+    def _translate(self, exc: Any) -> CommitError:
+        jvm = self.spark.sparkContext._jvm  # noqa: SLF001
+        error = exc.java_exception
+        first = str(error.toString()).splitlines()[0][:500]
+
+        def is_a(class_name: str) -> bool:
+            cause = error
+            while cause is not None:
+                if jvm.java.lang.Class.forName(class_name).isInstance(cause):
+                    return True
+                cause = cause.getCause()
+            return False
+
+        if is_a("java.util.ConcurrentModificationException"):
+            return CommitConflictError(
+                f"another writer changed Delta table {self.name} since the change's base version in a way Delta's "
+                f"conflict rules reject ({first}); nothing was committed. Re-run the change against the new version")
+        if "UnsupportedTableFeature" in first or "InvalidProtocolVersion" in first:
+            return UnsupportedTableFeatureError(f"delta-spark refused the commit to Delta table {self.name}: {first}")
+        if is_a("java.io.IOException"):
+            return CommitStateUnknownError(
+                f"commit to Delta table {self.name} failed ({first}) and cannot be confirmed absent; the new files "
+                "are kept. Check the table's history before retrying")
+        return CommitError(f"delta-spark refused the commit to Delta table {self.name}: {first}")
+
+    def _find_commit(self, commit_id: str, first: int) -> int | None:
+        version = first
+        while True:
+            try:
+                entries = spark_log.read_log_entry(self.root, version)
+            except FileNotFoundError:
+                return None
+            for action in entries:
+                info = action.get("commitInfo")
+                if info is not None and (info.get("tags") or {}).get(COMMIT_ID_TAG) == commit_id:
+                    return version
+            version += 1
+
+    # ---------------------------------------------------------------- internals
+
+    def _refusal_message(self, problems: Sequence[str]) -> str:
+        return (f"Delta table {self.name} uses features partial copy-on-write cannot honour: " + "; ".join(problems)
+                + ". Use a full rewrite (e.g. Spark MERGE) for this table, or disable the feature")
+
+    def _live_paths(self, snapshot: Any) -> dict[str, str]:
+        rows = spark_log.add_actions(self.spark, snapshot).select("path").collect()
+        return {unquote(r["path"]): r["path"] for r in rows}
+
+    def _base_actions(self, snapshot: Any, log_paths: Sequence[str]) -> list[Any]:
+        """The base snapshot's add actions (JVM objects, deletion vectors included) of ``log_paths``."""
+        if not log_paths:
+            return []
+        literals = ", ".join("'" + p.replace("\\", "\\\\").replace("'", "\\'") + "'" for p in log_paths)
+        found = list(snapshot.allFiles().filter(f"path IN ({literals})").collectAsList())
+        if len(found) != len(log_paths):
+            raise CommitConflictError(f"files {list(log_paths)[:3]} are no longer all live in Delta table {self.name}")
+        return found
+
+    def _resolve_removed(self, path: str, live: Mapping[str, str], base_version: int) -> str:
+        rel = self._relative(path) if os.path.isabs(path) or path.startswith("file:") else unquote(path)
+        if rel in live:
+            return rel
+        raise CommitConflictError(
+            f"file {path} is not live in Delta table {self.name} at base version {base_version}; pass paths from "
+            f"live_files({base_version}) (it may have been removed by another writer)")
+
+    def _partition_values(self, info: DeltaTableInfo, removed: Sequence[Any], added: Sequence[str]) -> dict[str, Any]:
+        if not info.partition_columns or not added:
+            return {}
+        distinct = {tuple(sorted(json.loads(str(a.json()))["add"]["partitionValues"].items())) for a in removed}
+        if len(distinct) != 1:
+            raise CommitError(
+                f"partitioned Delta table {self.name} (by {list(info.partition_columns)}): new files take the "
+                f"partition values of the files they replace, so a change must remove files of exactly one partition "
+                f"(got {len(distinct)}); split it into one change per partition")
+        return dict(next(iter(distinct)))
+
+    def _add_json(self, info: DeltaTableInfo, rel: str, partition_values: Mapping[str, Any]) -> str:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = os.path.join(self.root, rel)
+        try:
+            stat = os.stat(path)
+            metadata = pq.read_metadata(path)
+        except FileNotFoundError:
+            raise CommitError(f"new file {rel} does not exist under Delta table {self.name}; write it inside the "
+                              "table folder") from None
+        except (pa.ArrowException, OSError) as exc:
+            raise CommitError(f"new file {rel} of Delta table {self.name} is not readable Parquet: {exc}") from exc
+        stats = file_stats(metadata, info.schema, info.partition_columns, info.configuration, rel, self.name,
+                           missing_nullable_ok=True)
+        return json.dumps({"add": {
+            "path": quote(rel), "partitionValues": dict(partition_values), "size": stat.st_size,
+            "modificationTime": int(stat.st_mtime * 1000), "dataChange": True, "stats": stats,
+        }}, ensure_ascii=False)
+
+    def _read_columns(self, rel: str, columns: list[str]) -> Any:
+        import pyarrow.parquet as pq
+
+        return pq.read_table(os.path.join(self.root, rel), columns=columns)
+
+    def _relative(self, path: str) -> str:
+        local = spark_log.local_root(path) if path.startswith("file:") or os.path.isabs(path) else \
+            os.path.join(self.root, unquote(path))
+        rel = os.path.relpath(local, self.root)
+        parts = rel.split(os.sep)
+        if rel.startswith("..") or parts[0] == "_delta_log":
+            raise CommitError(f"file {path} must be a data file inside Delta table {self.name} (not outside it or "
+                              "in _delta_log)")
+        return rel.replace(os.sep, "/")
+
+    def _delete_quietly(self, paths: Sequence[str]) -> None:
+        for rel in paths:
+            try:
+                os.remove(os.path.join(self.root, rel))
+            except OSError:
+                pass
+
+
+class _KeepFiles(Exception):
+    """Internal: an error raised before we may safely delete the caller's files (they may be live or foreign)."""
+
+    def __init__(self, error: CommitError) -> None:
+        super().__init__(str(error))
+        self.error = error

@@ -1,0 +1,114 @@
+"""delta-spark's transaction log over py4j: whether the session has Delta, a table's snapshots and their files.
+
+delta-spark's ``DeltaLog`` is internal API (stable within a release line, pinned by ``DELTA_MAVEN`` and tested where
+the jar is): ``DeltaLog.forTable(spark, path)``, ``update()`` for the latest snapshot, ``getSnapshotAt(v)`` for time
+travel, and the snapshot's protocol, metadata and add actions. Protocol and metadata cross as their JSON actions,
+the add actions as a Spark DataFrame: no Scala object is taken apart field by field from Python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+from partialcow.commit.delta.features import DeltaTableInfo
+from partialcow.exceptions import CommitError, ConfigurationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "has_delta",
+    "delta_log",
+    "latest_snapshot",
+    "snapshot_at",
+    "table_info",
+    "add_actions",
+    "local_root",
+    "read_log_entry",
+]
+
+
+def has_delta(spark: SparkSession) -> bool:
+    """Whether the session can run delta-spark: its jar loaded and Delta's SQL extension configured.
+
+    A session without the extension cannot read Delta tables by name, and an Iceberg session holds Iceberg's catalog
+    in ``spark_catalog`` (one session catalog holds one table format).
+    """
+    extensions = spark.sparkContext.getConf().get("spark.sql.extensions") or ""
+    if "io.delta.sql.DeltaSparkSessionExtension" not in extensions:
+        return False
+    from py4j.java_gateway import JavaClass
+
+    return isinstance(spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog, JavaClass)  # noqa: SLF001
+
+
+def _none(spark: SparkSession) -> Any:
+    return spark.sparkContext._jvm.scala.Option.apply(None)  # noqa: SLF001 - py4j is the way to delta-spark
+
+
+def local_root(uri: str) -> str:
+    """A Delta table root (local path or ``file:`` URI) as an absolute local path without a trailing slash.
+
+    >>> local_root("file:///tmp/t/"), local_root("/tmp/a%20b")
+    ('/tmp/t', '/tmp/a%20b')
+    """
+    if uri.startswith("file:"):
+        return os.path.abspath(unquote(urlparse(uri).path))
+    if "://" in uri:
+        raise ConfigurationError(
+            f"Delta table {uri}: partial copy-on-write rewrites files on a local or mounted file system; "
+            f"the {urlparse(uri).scheme!r} scheme is not supported yet"
+        )
+    return os.path.abspath(uri)
+
+
+def delta_log(spark: SparkSession, root: str) -> Any:
+    """delta-spark's ``DeltaLog`` of the table at ``root`` (cached by delta-spark per path)."""
+    jvm = spark.sparkContext._jvm  # noqa: SLF001
+    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, local_root(root))  # noqa: SLF001
+
+
+def latest_snapshot(spark: SparkSession, root: str) -> Any:
+    """The table's latest snapshot (the log is listed again: commits of other writers are seen)."""
+    log = delta_log(spark, root)
+    snapshot = log.update(False, _none(spark), _none(spark))
+    if int(snapshot.version()) < 0:
+        raise CommitError(f"no Delta table at {root}: its _delta_log holds no version")
+    return snapshot
+
+
+def snapshot_at(spark: SparkSession, root: str, version: int) -> Any:
+    """The table's snapshot at ``version`` (time travel through delta-spark)."""
+    return delta_log(spark, root).getSnapshotAt(int(version), _none(spark), _none(spark))
+
+
+def table_info(snapshot: Any) -> DeltaTableInfo:
+    """A snapshot's protocol, table properties, schema and partition columns."""
+    protocol = json.loads(str(snapshot.protocol().json()))["protocol"]
+    metadata = json.loads(str(snapshot.metadata().json()))["metaData"]
+    return DeltaTableInfo(
+        min_reader_version=int(protocol["minReaderVersion"]),
+        min_writer_version=int(protocol["minWriterVersion"]),
+        reader_features=frozenset(protocol.get("readerFeatures") or ()),
+        writer_features=frozenset(protocol.get("writerFeatures") or ()),
+        configuration=dict(metadata.get("configuration") or {}),
+        schema=json.loads(metadata["schemaString"]),
+        partition_columns=tuple(metadata.get("partitionColumns") or ()),
+    )
+
+
+def add_actions(spark: SparkSession, snapshot: Any) -> DataFrame:
+    """The snapshot's live files as a DataFrame of add actions (``path``, ``size``, ``stats``, ``deletionVector``...)."""
+    from pyspark.sql import DataFrame
+
+    return DataFrame(snapshot.allFiles().toDF(), spark)
+
+
+def read_log_entry(root: str, version: int) -> list[dict[str, Any]]:
+    """The actions of log version ``version`` (raises FileNotFoundError when the version does not exist)."""
+    path = os.path.join(local_root(root), "_delta_log", f"{version:020d}.json")
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]

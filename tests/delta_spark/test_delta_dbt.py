@@ -1,0 +1,131 @@
+"""``partial_cow_incremental`` through dbt on a ``table_format: delta`` profile (dbt runs in this process).
+
+SQL and Python models: the first run and ``--full-refresh`` create the Delta table through Spark, incremental runs
+apply batches; each state is compared with the DuckDB oracle and read by delta-spark, delta-rs and polars. A first
+build that died before its commit is built again. What cannot work on a Delta profile says so: an Iceberg model
+(one session catalog holds one table format) and branches (implemented on Iceberg tables).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from dbt.tests.util import run_dbt
+
+from cdc_oracle import CdcOracle, sorted_rows
+from delta_readers import DeltaCheck, assert_readers_agree
+
+from partialcow.index import RowIndex
+from partialcow.spark.tables import delta_root, open_table
+
+pytestmark = [pytest.mark.dbt, pytest.mark.spark, pytest.mark.slow]
+
+COLUMNS = ("id", "v", "_ts")
+BATCHES = {  # (id, v, _op, _ts)
+    1: [(1, 10, "I", 1), (2, 20, "I", 1), (3, 30, "I", 1), (3, 31, "U", 2), (4, 40, "I", 1)],
+    2: [(1, 11, "U", 5), (2, None, "D", 5), (4, 41, "U", 5), (5, 50, "U", 5), (9, None, "D", 5)],
+    3: [(7, 70, "I", 9), (8, 80, "I", 9)],
+}
+SQL_MODEL = """
+{{ config(materialized='partial_cow_incremental', unique_key='id', op_column='_op', sequence_column='_ts',
+          tblproperties={'delta.checkpointInterval': '5'}) }}
+{% set rows = %s[var('batch') | string] %}
+select * from values {% for r in rows %}({{ r[0] }}L, cast({{ 'null' if r[1] is none else r[1] }} as int),
+  '{{ r[2] }}', {{ r[3] }}L){{ ',' if not loop.last }}{% endfor %} as t(id, v, _op, _ts)
+""".replace("%s", repr({str(k): [list(r) for r in v] for k, v in BATCHES.items()}))
+
+PY_MODEL = f'''
+def model(dbt, session):
+    dbt.config(materialized="partial_cow_incremental", unique_key="id", op_column="_op", sequence_column="_ts")
+    batches = {BATCHES!r}
+    return session.createDataFrame(batches[2 if dbt.is_incremental else 1], "id bigint, v int, _op string, _ts bigint")
+'''
+
+ICEBERG_MODEL = """
+{{ config(materialized='partial_cow_incremental', unique_key='id', file_format='iceberg') }}
+select 1L as id
+"""
+
+
+def _arrow(batch: int) -> pa.Table:
+    return pa.Table.from_pylist([dict(zip(("id", "v", "_op", "_ts"), r)) for r in BATCHES[batch]])
+
+
+def _response(project, model: str) -> dict:
+    results = json.loads(Path(project.project_root, "target", "run_results.json").read_text())["results"]
+    return next(r for r in results if r["unique_id"].endswith(f".{model}"))["adapter_response"]
+
+
+class TestDeltaModels:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"changes.sql": SQL_MODEL, "py_changes.py": PY_MODEL}
+
+    def test_first_build_batches_and_full_refresh(self, project, spark):
+        name = f"{project.test_schema}.changes"
+        oracle = CdcOracle(key_columns=("id",), columns=COLUMNS, op_column="_op", sequence_column="_ts")
+        expected_versions: dict[int, list[dict]] = {}
+        for step, (batch, args) in enumerate([(1, []), (2, []), (3, ["--full-refresh"])]):
+            if args:  # a full refresh starts again from the batch alone
+                oracle = CdcOracle(key_columns=("id",), columns=COLUMNS, op_column="_op", sequence_column="_ts")
+            counts = oracle.apply(_arrow(batch))
+            run_dbt(["run", "--select", "changes", "--vars", f"batch: {batch}", *args])
+            response = _response(project, "changes")
+            assert (response["rows_inserted"], response["rows_updated"], response["rows_deleted"]) == (
+                counts.inserted, counts.updated, counts.deleted), (step, response)
+            assert sorted_rows(spark.table(name).select(*COLUMNS).collect()) == oracle.rows(), step
+            detail = spark.sql(f"DESCRIBE DETAIL {name}").first()
+            assert detail["format"] == "delta"
+            assert detail["properties"].get("delta.checkpointInterval") == "5"  # the model's tblproperties
+            assert "partialcow.create-pending" not in detail["properties"]
+            version = int(spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()["version"])
+            expected_versions[version] = [dict(zip(COLUMNS, r)) for r in oracle.rows()]
+        index = RowIndex.open(open_table(spark, name, table_format="delta").source)
+        assert index.verify().ok
+        assert_readers_agree([DeltaCheck(delta_root(spark, name), expected=expected_versions)], spark=spark)
+
+    def test_python_model_batches(self, project, spark):
+        oracle = CdcOracle(key_columns=("id",), columns=COLUMNS, op_column="_op", sequence_column="_ts")
+        for batch in (1, 2):
+            counts = oracle.apply(_arrow(batch))
+            run_dbt(["run", "--select", "py_changes"])
+            response = _response(project, "py_changes")
+            assert (response["rows_inserted"], response["rows_updated"], response["rows_deleted"]) == (
+                counts.inserted, counts.updated, counts.deleted), (batch, response)
+            rows = spark.table(f"{project.test_schema}.py_changes").select(*COLUMNS).collect()
+            assert sorted_rows(rows) == oracle.rows(), batch
+        assert spark.sql(f"DESCRIBE DETAIL {project.test_schema}.py_changes").first()["format"] == "delta"
+
+    def test_a_first_build_that_died_is_built_again(self, project, spark):
+        """A table left with the pending marker (a first build killed before its commit) is rebuilt by the next
+        incremental run instead of being added to."""
+        name = f"{project.test_schema}.changes"
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+        spark.sql(f"CREATE TABLE {name} (id BIGINT, v INT, _ts BIGINT) USING delta "
+                  "TBLPROPERTIES ('partialcow.create-pending' = 'true')")
+        spark.sql(f"INSERT INTO {name} VALUES (99, 99, 0)")  # half of a dead build's rows
+        run_dbt(["run", "--select", "changes", "--vars", "batch: 1"])
+        oracle = CdcOracle(key_columns=("id",), columns=COLUMNS, op_column="_op", sequence_column="_ts")
+        oracle.apply(_arrow(1))
+        assert sorted_rows(spark.table(name).select(*COLUMNS).collect()) == oracle.rows()
+        assert _response(project, "changes")["_message"].startswith("CREATE")
+
+
+class TestWhatADeltaProfileRefuses:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"iceberg_changes.sql": ICEBERG_MODEL}
+
+    def test_an_iceberg_model_is_refused(self, project):
+        results = run_dbt(["run", "--select", "iceberg_changes"], expect_pass=False)
+        message = results.results[0].message
+        assert "iceberg_changes" in message and "one session catalog holds one table format" in message, message
+
+    def test_branches_are_refused(self, project):
+        from dbt.tests.util import run_dbt_and_capture
+
+        _, out = run_dbt_and_capture(["run-operation", "branch_create", "--args", "{name: dev}"], expect_pass=False)
+        assert "branches are implemented for Iceberg tables" in out and "table_format: delta" in out, out[-2000:]
