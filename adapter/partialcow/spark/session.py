@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 from partialcow.exceptions import ConfigurationError
 from partialcow.spark.jars import JarSet, ensure_jars, resolve_delta_jars, resolve_iceberg_runtime
-from partialcow.spark.metastore import LOCK_CONF, prepare_embedded_metastore
+from partialcow.spark.metastore import EMBEDDED_METASTORE_CONF, LOCK_CONF, prepare_embedded_metastore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -100,6 +100,7 @@ def _conf(
         "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true",
         "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
         "spark.hadoop.hive.metastore.schema.verification": "false",
+        **EMBEDDED_METASTORE_CONF,
         # derby.log goes next to the metastore instead of the working folder.
         "spark.driver.extraJavaOptions": f"-Dderby.stream.error.file={folder / 'derby.log'}",
         # PySpark's daemon with zip import caches kept and the task modules imported before forking (worker_daemon)
@@ -216,8 +217,7 @@ def get_or_create_session(
                 "and set JAVA_HOME; `partialcow doctor` shows what is found"
             ) from exc
         raise
-    if table_format == "iceberg":
-        prepare_embedded_metastore(session)
+    prepare_embedded_metastore(session, locks=table_format == "iceberg")
     return session
 
 
