@@ -13,6 +13,7 @@ MODULES = [
     "partialcow.spark.metastore",
     "partialcow.spark.executors",
     "partialcow.progress",
+    "partialcow.project",
     "partialcow.cli",
 ]
 
