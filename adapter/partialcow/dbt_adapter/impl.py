@@ -17,6 +17,7 @@ from partialcow.dbt_adapter.branching import BranchingMixin
 from partialcow.dbt_adapter.connections import PartialcowConnectionManager
 from partialcow.dbt_adapter.materialization import PartialCowMixin
 from partialcow.dbt_adapter.python_submission import SessionPythonJobHelper
+from partialcow.dbt_adapter.snapshots import SnapshotMixin
 from partialcow.dbt_adapter.python_models import sql_literal
 from partialcow.spark.metastore import EMBEDDED_LIMITS
 
@@ -78,7 +79,7 @@ def check_docs_fit(node: Any) -> None:
             )
 
 
-class PartialcowAdapter(PartialCowMixin, BranchingMixin, SparkAdapter):
+class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAdapter):
     ConnectionManager = PartialcowConnectionManager  # type: ignore[assignment]
 
     def __init__(self, config: Any, mp_context: Any) -> None:
