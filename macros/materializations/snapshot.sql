@@ -3,7 +3,7 @@
     (adapter.partialcow_snapshot_apply): only the pages holding the closed rows' dbt_valid_to are re-encoded, the new
     versions are appended, in one commit; the first run writes the table with our Parquet layout and row index
     (keyed by dbt_scd_id). dbt's own macros build the rows (strategies, staging query, hard_deletes), as dbt-spark's
-    materialization does; Delta tables take dbt-spark's MERGE.
+    materialization does; Delta tables take dbt-spark's MERGE (as does snapshot_write='merge').
 
     dbt-spark stages an Iceberg snapshot in a permanent view in the current database (schema none); ours is a
     temporary view of the session, so nothing is left in the metastore and snapshots of the same name in two
@@ -41,7 +41,14 @@
 
   {%- set strategy_macro = strategy_dispatch(strategy_name) -%}
   {%- set strategy = strategy_macro(model, "snapshotted_data", "source_data", model['config'], target_relation_exists) -%}
-  {%- set partial_cow = file_format == 'iceberg' -%}
+  {#-- snapshot_write: partial_cow (Iceberg's default) or merge (dbt-spark's MERGE, Delta's only way) --#}
+  {%- set snapshot_write = config.get('snapshot_write') or ('partial_cow' if file_format == 'iceberg' else 'merge') -%}
+  {%- if snapshot_write not in ['partial_cow', 'merge'] or (snapshot_write == 'partial_cow' and file_format != 'iceberg') -%}
+    {%- do exceptions.raise_compiler_error(
+        "Invalid snapshot_write '" ~ snapshot_write ~ "' for snapshot " ~ model.name ~ " (file_format " ~ file_format
+        ~ "): accepted values are partial_cow (Iceberg tables) and merge") -%}
+  {%- endif -%}
+  {%- set partial_cow = snapshot_write == 'partial_cow' -%}
 
   {%- if not target_relation_exists -%}
 
