@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from collections.abc import Sequence
 
@@ -17,16 +18,35 @@ __all__ = ["main"]
 # subcommand -> (module, function, help); the function takes the parsed arguments and returns an exit code.
 _COMMANDS = {
     "inspect": ("partialcow.parquet.inspect", "run", "print row groups, column chunks and pages of a Parquet file"),
-    "doctor": ("partialcow.spark.doctor", "run", "show Java, Spark, Iceberg and Delta on this machine"),
+    "doctor": ("partialcow.spark.doctor", "run", "show Java, Spark, Iceberg, Delta and the dbt project's warehouse"),
     "index": ("partialcow.index.cli", "run", "verify or rebuild a table's row-level index"),
 }
 
 
+_EXAMPLES = """examples:
+  partialcow inspect warehouse/shop.db/customers/data/00000-0-....parquet
+  partialcow doctor                      # the dbt project around this folder (its profile's warehouse)
+  partialcow doctor --probe              # ... and start Spark once: create, write and drop a table
+  partialcow index verify shop.customers --project-dir models_example
+  partialcow index rebuild /data/events --key event_id   # a Delta table by folder
+"""
+
+
+def plain(text: str) -> str:
+    """A docstring line as terminal text: reStructuredText's double backquotes removed.
+
+    >>> plain("The ``partialcow`` command: inspect ``*.parquet`` files")
+    'The partialcow command: inspect *.parquet files'
+    """
+    return re.sub(r"``([^`]+)``", r"\1", text)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="partialcow", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="partialcow", description=plain(__doc__.splitlines()[0]), epilog=_EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{inspect,doctor,index}")
     for name, (module, _, help_text) in _COMMANDS.items():
-        command = sub.add_parser(name, help=help_text)
+        command = sub.add_parser(name, help=help_text, description=help_text)
         add_arguments = getattr(importlib.import_module(module), "add_arguments", None)
         if add_arguments is not None:
             add_arguments(command)
@@ -40,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(getattr(importlib.import_module(module), function)(args) or 0)
     except PartialCowError as exc:
         print(f"partialcow {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # the reader of our output went away (`| head`): nothing left to say
+        sys.stderr.close()
         return 1
 
 

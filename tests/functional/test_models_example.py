@@ -29,7 +29,11 @@ print("RESULT" + json.dumps(out))
 
 
 def _dbt(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DBT_")}
+    # as `.venv/bin/dbt` run without activating the virtualenv: no PYSPARK_PYTHON, and a `python3` on the PATH that
+    # lacks dbt-partialcow; Python workers must start with dbt's own interpreter all the same
+    bin_dir = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DBT_", "PYSPARK_", "VIRTUAL_ENV"))}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir)
     return subprocess.run(
         [sys.executable, "-m", "dbt.cli.main", *args, "--project-dir", str(project), "--profiles-dir", str(project)],
         capture_output=True, text=True, timeout=900, env=env,

@@ -1,8 +1,5 @@
-"""The wheel users install: it carries the plugin and the macros as its include path.
-
-(`dbt --version` lists plugins found next to dbt-core in site-packages, which a wheel install is; an editable install
-is not listed there, though `dbt debug` shows it.)
-"""
+"""The wheel users install: it carries the plugin and the macros as its include path; and the editable install of
+the README's `.venv`, which `dbt --version` lists too (see hatch_build.py)."""
 
 from __future__ import annotations
 
@@ -50,3 +47,13 @@ def test_installed_plugin_uses_the_bundled_include_path(installed_wheel: Path) -
     assert Path(path) == installed_wheel / "partialcow" / "dbt_include"
     assert name == "dbt_partialcow"
 
+
+
+def test_dbt_version_lists_the_plugin() -> None:
+    """`dbt --version` in this environment (the README's editable `.venv` in CI) names the plugin and its version."""
+    from partialcow import __version__
+
+    out = subprocess.run([sys.executable, "-m", "dbt.cli.main", "--version"], capture_output=True, text=True,
+                         timeout=120).stdout
+    plugins = out.split("Plugins:", 1)[1]
+    assert f"- partialcow: {__version__}" in plugins

@@ -16,6 +16,8 @@ CASES = {
     "delta_without_jars": ({"table_format": "delta"}, "table_format 'delta' in Spark needs the delta-spark jars"),
     "unwritable_warehouse": ({"warehouse": "/proc/partialcow_wh"}, "is not a writable folder"),
     "thrift_method": ({"method": "thrift", "host": "h"}, "profile `method` must be `session`"),
+    "missing_runtime": ({"iceberg_runtime": "/nonexistent/iceberg-runtime.jar"},
+                        "iceberg_runtime: jar '/nonexistent/iceberg-runtime.jar' does not exist"),
 }
 
 
@@ -37,3 +39,5 @@ def test_bad_profile_value_gives_one_clear_line(case: str, tmp_path: Path) -> No
     assert run.returncode != 0
     assert expected in out
     assert "Traceback" not in out and "py4j" not in out and "at org.apache" not in out
+    # one dbt error, not the same one wrapped in "Runtime Error" at every level it passed (issue 27)
+    assert out.count("Runtime Error") <= 1

@@ -56,3 +56,28 @@ def test_iceberg_by_name_with_warehouse(spark, spark_warehouse, capsys) -> None:
         assert main(["index", "verify", "default.cli_idx", "--warehouse", warehouse]) == 0
     finally:
         spark.sql("DROP TABLE IF EXISTS default.cli_idx PURGE")
+
+
+@pytest.mark.iceberg
+def test_iceberg_by_name_in_a_dbt_project_with_progress(spark, spark_warehouse, tmp_path, monkeypatch, capsys) -> None:
+    """The warehouse comes from the project's profile; the steps are shown when asked for (a terminal)."""
+    project = tmp_path / "shop"
+    project.mkdir()
+    (project / "dbt_project.yml").write_text('name: shop\nversion: "1.0"\nconfig-version: 2\nprofile: shop\n')
+    (project / "profiles.yml").write_text(
+        f"shop:\n  target: t\n  outputs:\n    t: {{type: partialcow, schema: s, warehouse: {spark_warehouse}}}\n")
+    spark.sql("CREATE TABLE default.cli_proj (id bigint) USING iceberg")
+    try:
+        spark.sql("INSERT INTO default.cli_proj VALUES (1), (2)")
+        monkeypatch.setenv("PARTIALCOW_PROGRESS", "1")
+        assert main(["index", "rebuild", "default.cli_proj", "--project-dir", str(project), "--key", "id"]) == 0
+        monkeypatch.chdir(project)
+        assert main(["index", "verify", "default.cli_proj"]) == 0
+        captured = capsys.readouterr()
+        assert "OK" in captured.out
+        assert "done: verifying the row index of default.cli_proj" in captured.err
+        monkeypatch.setenv("PARTIALCOW_PROGRESS", "0")
+        assert main(["index", "verify", "default.cli_proj"]) == 0
+        assert capsys.readouterr().err == ""
+    finally:
+        spark.sql("DROP TABLE IF EXISTS default.cli_proj PURGE")

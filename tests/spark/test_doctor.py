@@ -52,3 +52,45 @@ def test_missing_java_fails_the_iceberg_check(monkeypatch: pytest.MonkeyPatch, t
     assert doctor.run(_args("--iceberg-runtime", "maven", "--output", "json")) == 1
     java = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "java")
     assert java["status"] == "fail" and "no-jdk" in java["detail"]
+
+
+PROFILE = """shop:
+  target: local
+  outputs:
+    local: {type: partialcow, schema: s, warehouse: "{{ env_var('PCOW_TEST_WH', 'lake') }}", iceberg_runtime: maven}
+    other: {type: partialcow, schema: s, warehouse: /tmp/elsewhere}
+"""
+
+
+def _project(root) -> None:
+    (root / "models").mkdir(parents=True)
+    (root / "dbt_project.yml").write_text('name: shop\nversion: "1.0"\nconfig-version: 2\nprofile: shop\n')
+    (root / "profiles.yml").write_text(PROFILE)
+
+
+def _checks(capsys) -> dict:
+    return {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+
+
+def test_doctor_checks_the_warehouse_of_the_project_around_it(monkeypatch, tmp_path, capsys) -> None:
+    """issue 27: `partialcow doctor` looked at ./warehouse of the current folder, not the project's warehouse."""
+    monkeypatch.delenv("DBT_PROJECT_DIR", raising=False)
+    monkeypatch.delenv("DBT_PROFILES_DIR", raising=False)
+    monkeypatch.delenv("PCOW_TEST_WH", raising=False)
+    root = tmp_path / "shop"
+    _project(root)
+    monkeypatch.chdir(root / "models")  # inside the project, as dbt users are
+    doctor.run(_args("--output", "json"))
+    checks = _checks(capsys)
+    assert checks["warehouse"]["detail"].startswith(f"{root / 'lake'} ")
+    assert "profile shop, target local" in checks["project"]["detail"]
+    assert "Maven" in checks["iceberg runtime"]["detail"] or "maven" in checks["iceberg runtime"]["detail"]
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PCOW_TEST_WH", "from_env")
+    doctor.run(_args("--project-dir", str(root), "--output", "json"))
+    assert _checks(capsys)["warehouse"]["detail"].startswith(f"{root / 'from_env'} ")
+    doctor.run(_args("--project-dir", str(root), "--target", "other", "--output", "json"))
+    assert _checks(capsys)["warehouse"]["detail"].startswith("/tmp/elsewhere ")
+    doctor.run(_args("--project-dir", str(root), "--warehouse", str(tmp_path / "given"), "--output", "json"))
+    assert _checks(capsys)["warehouse"]["detail"].startswith(f"{tmp_path / 'given'} ")

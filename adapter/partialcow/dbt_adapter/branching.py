@@ -152,7 +152,8 @@ class BranchingMixin(metaclass=AdapterMeta):
         from partialcow.branch import base_schema_of
         from partialcow.branch.image import drop_reader_relation
 
-        if base_schema_of(relation.schema) == relation.schema:
+        # dbt-spark stages Iceberg snapshots in a view without a schema (relation.schema is None): never a branch's
+        if not relation.schema or base_schema_of(relation.schema) == relation.schema:
             return False
         _dbt_errors(lambda: drop_reader_relation(self._branch_spark(), relation.schema, relation.identifier))
         return True

@@ -7,11 +7,13 @@ session. So ``open`` creates it first, from the profile, and dbt-spark's calls t
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, List, Optional, Tuple
+from typing import Any, ClassVar, Dict, Iterator, List, Optional, Tuple
 
 from dbt.adapters.contracts.connection import Connection, ConnectionState
 from dbt.adapters.spark.connections import SparkConnectionManager, SparkConnectionMethod, SparkCredentials
+from dbt_common.dataclass_schema import ValidationError
 from dbt_common.exceptions import DbtRuntimeError
 
 from partialcow.exceptions import PartialCowError
@@ -38,12 +40,14 @@ class PartialcowCredentials(SparkCredentials):
     spark_config: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # ValidationError, not DbtRuntimeError: dbt reports a profile's validation error by its message, and the
+        # text of a DbtRuntimeError would add a nested "Runtime Error" to it
         if self.method != SparkConnectionMethod.SESSION:
-            raise DbtRuntimeError(
+            raise ValidationError(
                 f"partialcow runs an embedded Spark: profile `method` must be `session`, not `{self.method}`"
             )
         if self.table_format not in TABLE_FORMATS:
-            raise DbtRuntimeError(
+            raise ValidationError(
                 f"Unknown table_format `{self.table_format}` in profile: use one of {', '.join(TABLE_FORMATS)}"
             )
         super().__post_init__()
@@ -81,6 +85,22 @@ class PartialcowConnectionManager(SparkConnectionManager):
     # The session each profile opened (key: ``unique_field``), so that Python entry points reuse it instead of
     # resolving the jars and settings again on every call.
     _sessions: ClassVar[Dict[str, Any]] = {}
+
+    @contextmanager
+    def exception_handler(self, sql: str) -> Iterator[None]:
+        """dbt-spark's handler, except that a dbt error passes as it is: dbt-spark wraps every exception into a new
+        ``DbtRuntimeError(str(exc))``, and the text of a dbt error starts with "Runtime Error", so an error raised
+        while opening the connection (a missing Iceberg runtime) was shown wrapped three times."""
+        try:
+            with super().exception_handler(sql):
+                try:
+                    yield
+                except PartialCowError as exc:
+                    raise DbtRuntimeError(str(exc)) from None
+        except DbtRuntimeError as wrapped:
+            if isinstance(wrapped.__context__, DbtRuntimeError):
+                raise wrapped.__context__ from None
+            raise
 
     @classmethod
     def open(cls, connection: Connection) -> Connection:

@@ -3,22 +3,83 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, List, Mapping, Type
+import re
+from typing import Any, Callable, Dict, List, Mapping, Optional, Type
 
 from dbt.adapters.base import PythonJobHelper, available
 from dbt.adapters.contracts.connection import AdapterResponse
 from dbt.adapters.contracts.relation import RelationType
 from dbt.adapters.spark.impl import SparkAdapter
+from dbt_common.exceptions import DbtRuntimeError
 
 from partialcow.branch.naming import IMAGE_OF_PROPERTY
 from partialcow.dbt_adapter.branching import BranchingMixin
 from partialcow.dbt_adapter.connections import PartialcowConnectionManager
 from partialcow.dbt_adapter.materialization import PartialCowMixin
 from partialcow.dbt_adapter.python_submission import SessionPythonJobHelper
+from partialcow.dbt_adapter.snapshots import SnapshotMixin
 from partialcow.dbt_adapter.python_models import sql_literal
+from partialcow.spark.metastore import EMBEDDED_LIMITS
 
 
-class PartialcowAdapter(PartialCowMixin, BranchingMixin, SparkAdapter):
+_TABLE_TYPE = re.compile(r"\btable_type=([A-Za-z_-]+)")
+
+
+def iceberg_table_type(information: str) -> Optional[str]:
+    """The ``table_type`` table property in a ``SHOW TABLE EXTENDED`` answer, lower case (None without one).
+
+    >>> iceberg_table_type("Table Properties: [owner=root, table_type=ICEBERG-VIEW, uuid=1]")
+    'iceberg-view'
+    >>> iceberg_table_type("Provider: hive, Table Properties: [table_type=ICEBERG]"), iceberg_table_type("Type: VIEW")
+    ('iceberg', None)
+    """
+    match = _TABLE_TYPE.search(information)
+    return match.group(1).lower() if match else None
+
+
+def embedded_metastore(spark_config: Mapping[str, str]) -> bool:
+    """Whether a profile's ``spark_config`` keeps the embedded Derby metastore (no remote or other JDBC metastore).
+
+    >>> embedded_metastore({}), embedded_metastore({"spark.hadoop.hive.metastore.uris": "thrift://hms:9083"})
+    (True, False)
+    """
+    url = spark_config.get("spark.hadoop.javax.jdo.option.ConnectionURL", "jdbc:derby:")
+    return url.startswith("jdbc:derby:") and not spark_config.get("spark.hadoop.hive.metastore.uris")
+
+
+def check_docs_fit(node: Any) -> None:
+    """Refuse, before anything runs, documentation that ``persist_docs`` would write beyond what the embedded
+    metastore holds (it failed inside the Iceberg commit, after Iceberg's retries).
+
+    >>> from types import SimpleNamespace as N
+    >>> node = N(name="m", description="", config={"persist_docs": {"columns": True}},
+    ...          columns={"id": N(description="x" * 40000)})
+    >>> check_docs_fit(node)
+    Traceback (most recent call last):
+    ...
+    dbt_common.exceptions.base.DbtRuntimeError: Runtime Error
+      model m: the description of column id has 40000 characters; the embedded metastore stores a column comment of at most 32672 (persist_docs): shorten it, set persist_docs columns: false for this model, or use your own metastore (README: the embedded metastore)
+    """
+    persist = (node.config or {}).get("persist_docs") or {}
+    if not isinstance(persist, Mapping):
+        return
+    what: List[tuple] = []
+    if persist.get("relation") and node.description:
+        what.append(("table comment", "the model's description", node.description, "relation"))
+    if persist.get("columns"):
+        for name, column in (node.columns or {}).items():
+            what.append(("column comment", f"the description of column {name}", column.description or "", "columns"))
+    for limit_name, subject, text, switch in what:
+        limit = EMBEDDED_LIMITS[limit_name]
+        if len(text) > limit:
+            raise DbtRuntimeError(
+                f"model {node.name}: {subject} has {len(text)} characters; the embedded metastore stores a "
+                f"{limit_name} of at most {limit} (persist_docs): shorten it, set persist_docs {switch}: false for "
+                "this model, or use your own metastore (README: the embedded metastore)"
+            )
+
+
+class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAdapter):
     ConnectionManager = PartialcowConnectionManager  # type: ignore[assignment]
 
     def __init__(self, config: Any, mp_context: Any) -> None:
@@ -36,6 +97,8 @@ class PartialcowAdapter(PartialCowMixin, BranchingMixin, SparkAdapter):
         node_config = getattr(node, "config", None)
         if node_config is not None and node_config.get("file_format") is None:
             node_config["file_format"] = self.config.credentials.table_format
+        if node is not None and embedded_metastore(self.config.credentials.spark_config):
+            check_docs_fit(node)
         return super().pre_model_hook(config)
 
     def _build_spark_relation_list(self, row_list: Any, relation_info_func: Callable[[Any], Any]) -> List[Any]:
@@ -44,13 +107,18 @@ class PartialcowAdapter(PartialCowMixin, BranchingMixin, SparkAdapter):
         # instead of an atomic CREATE OR REPLACE.
         # A branch's image table (see partialcow.branch.image.publish_image_table) is the model's read-only view
         # of the branch to dbt: never incremental, dropped (unregistered) and rebuilt with the model.
+        # Iceberg views carry table_type=ICEBERG-VIEW: they are views to dbt, never Iceberg tables (a model changed
+        # from view to table must drop the view before `create or replace table`).
         relations = super()._build_spark_relation_list(row_list, relation_info_func)
-        return [
-            r.incorporate(type=RelationType.View) if IMAGE_OF_PROPERTY in (r.information or "")
-            else r.incorporate(is_iceberg=True) if "table_type=iceberg" in (r.information or "").lower()
-            else r
-            for r in relations
-        ]
+        listed = []
+        for r in relations:
+            kind = iceberg_table_type(r.information or "")
+            if IMAGE_OF_PROPERTY in (r.information or "") or kind == "iceberg-view":
+                r = r.incorporate(type=RelationType.View, is_iceberg=False)
+            elif kind == "iceberg":
+                r = r.incorporate(is_iceberg=True)
+            listed.append(r)
+        return listed
 
     @available
     def partialcow_sql_literal(self, value: Any) -> str:

@@ -5,7 +5,8 @@ How a table is named on the command line:
 - a Delta table by its folder (a path or URI whose folder holds ``_delta_log``), e.g. ``partialcow index verify
   /data/events``; read with a plain local SparkSession (no Delta jar needed);
 - an Iceberg table by its name in the embedded catalog, with the warehouse that catalog lives in, e.g.
-  ``partialcow index verify analytics.events --warehouse ./warehouse``.
+  ``partialcow index verify analytics.events --warehouse ./warehouse``; without ``--warehouse``, the warehouse of the
+  dbt project's profile (``--project-dir``, or the project around the current folder; see :mod:`partialcow.project`).
 
 ``verify`` exits 0 when index and table agree and 1 otherwise (stale index, missing/extra/misplaced entries,
 duplicate keys); ``rebuild`` re-indexes the current snapshot (``--key`` is needed only when no index exists yet).
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 from partialcow.exceptions import ConfigurationError
 from partialcow.index.row_index import RowIndex, VerifyReport
 from partialcow.index.sources import DeltaSource, IcebergSource, TableSource
+from partialcow.progress import Progress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,7 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("table", help="Delta: the table folder; Iceberg: the table name (with --warehouse)")
     parser.add_argument("--format", choices=["auto", "iceberg", "delta"], default="auto",
                         help="table format (auto: Delta if the folder has _delta_log, else Iceberg)")
-    parser.add_argument("--warehouse", help="warehouse folder of the embedded Iceberg catalog")
+    parser.add_argument("--warehouse", help="warehouse folder of the embedded Iceberg catalog (default: the dbt "
+                        "project's, from its profile)")
+    parser.add_argument("--project-dir", help="dbt project whose profile names the warehouse (default: "
+                        "DBT_PROJECT_DIR, else the current folder or the nearest parent with a dbt_project.yml)")
+    parser.add_argument("--profiles-dir", help="folder of profiles.yml (default: DBT_PROFILES_DIR, the project, ~/.dbt)")
+    parser.add_argument("--target", help="profile target (default: the profile's)")
     parser.add_argument("--key", help="comma-separated key columns (rebuild of a table without an index)")
     parser.add_argument("--buckets", type=int, help="bucket count (rebuild; default: from the table's row count)")
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
@@ -61,20 +68,31 @@ def _session(args: argparse.Namespace, table_format: str) -> SparkSession:
             .config("spark.sql.shuffle.partitions", "8")
             .getOrCreate()
         )
-    if not args.warehouse:
-        raise ConfigurationError(
-            f"Iceberg table {args.table}: pass --warehouse <folder of the embedded catalog> (or a Delta table folder)"
-        )
+    warehouse, runtime = args.warehouse, "auto"
+    if not warehouse:
+        from partialcow.project import find_project, profile_target
+
+        project = find_project(args.project_dir)
+        if project is None:
+            raise ConfigurationError(
+                f"Iceberg table {args.table}: pass --warehouse <folder of the embedded catalog> or --project-dir "
+                "<dbt project> (or a Delta table folder)"
+            )
+        target = profile_target(project, profiles_dir=args.profiles_dir, target=args.target)
+        warehouse, runtime = target.warehouse, str(target.settings.get("iceberg_runtime") or "auto")
     from partialcow.spark.session import get_or_create_session  # entry point only: the index layer never imports it
 
-    return get_or_create_session(table_format="iceberg", warehouse=args.warehouse, master=args.master)
+    return get_or_create_session(table_format="iceberg", warehouse=warehouse, master=args.master,
+                                 iceberg_runtime=runtime)
 
 
-def _source(args: argparse.Namespace) -> TableSource:
+def _source(args: argparse.Namespace, progress: Progress) -> TableSource:
     table_format = args.format
     if table_format == "auto":
         table_format = "delta" if _is_delta(args.table) else "iceberg"
-    spark = _session(args, table_format)
+    with progress.step("starting Spark"):
+        spark = _session(args, table_format)
+    progress.watch(spark)
     if table_format == "delta":
         return DeltaSource(spark, args.table)
     return IcebergSource(spark, args.table)
@@ -101,9 +119,11 @@ def _render_report(report: VerifyReport) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``verify`` or ``rebuild``; the exit code is 0 on success, 1 when verification fails."""
-    source = _source(args)
+    progress = Progress()
+    source = _source(args, progress)
     if args.action == "verify":
-        report = RowIndex.open(source).verify()
+        with progress.step(f"verifying the row index of {args.table} against a scan of the table"):
+            report = RowIndex.open(source).verify()
         if args.output == "json":
             print(json.dumps({**asdict(report), "ok": report.ok}, indent=1))
         else:
@@ -113,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     from partialcow.spark.journal import WriteLease  # entry point only (see the module docstring)
 
     # a rebuild writes index files: it holds a write lease so that writers of the table leave them alone
-    with WriteLease(source.location, [], referenced=set):
+    with WriteLease(source.location, [], referenced=set), progress.step(f"rebuilding the row index of {args.table}"):
         if RowIndex.exists(source) and keys is None:
             index = RowIndex.open(source)
             metrics = index.rebuild(num_buckets=args.buckets)

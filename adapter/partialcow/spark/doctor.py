@@ -1,7 +1,8 @@
 """``partialcow doctor``: what this machine offers the embedded Spark (Java, pyspark, Iceberg and Delta runtimes).
 
 Fast by default (no JVM start: only files are looked at and ``java -version`` is run); ``--probe`` starts Spark in a
-temporary warehouse and creates, writes and drops an Iceberg table.
+temporary warehouse and creates, writes and drops an Iceberg table, showing each step on a terminal. The warehouse and
+runtime checked are the dbt project's (its profile, found as dbt finds it: see :mod:`partialcow.project`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from partialcow.exceptions import PartialCowError
+from partialcow.progress import Progress
 from partialcow.spark.jars import pyspark_jars_dir, resolve_delta_jars, resolve_iceberg_runtime
 
 __all__ = ["Check", "add_arguments", "collect", "run"]
@@ -39,9 +41,14 @@ class Check:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--iceberg-runtime", default="auto", help="auto|offline|maven|group:artifact:version|/path/to.jar")
+    parser.add_argument("--project-dir", help="dbt project whose profile to check (default: DBT_PROJECT_DIR, else the "
+                        "current folder or the nearest parent with a dbt_project.yml)")
+    parser.add_argument("--profiles-dir", help="folder of profiles.yml (default: DBT_PROFILES_DIR, the project, ~/.dbt)")
+    parser.add_argument("--target", help="profile target (default: the profile's)")
+    parser.add_argument("--iceberg-runtime", help="auto|offline|maven|group:artifact:version|/path/to.jar "
+                        "(default: the profile's, else auto)")
     parser.add_argument("--delta-jar", action="append", default=[], help="delta-spark jar path or Maven coordinates")
-    parser.add_argument("--warehouse", default="warehouse", help="warehouse folder to check (default: ./warehouse)")
+    parser.add_argument("--warehouse", help="warehouse folder to check (default: the profile's, else ./warehouse)")
     parser.add_argument("--probe", action="store_true", help="start Spark and create/drop an Iceberg table")
     parser.add_argument("--output", choices=("text", "json"), default="text")
 
@@ -112,20 +119,26 @@ def _warehouse(warehouse: str) -> Check:
     return Check("warehouse", "warn", f"{folder}: {existing} is not writable; choose another warehouse path")
 
 
-def _probe(runtime: str) -> Check:
+def _probe(runtime: str, progress: Progress) -> Check:
     from partialcow.spark.session import get_or_create_session
 
     with tempfile.TemporaryDirectory(prefix="partialcow-doctor-") as folder:
         try:
-            spark = get_or_create_session(
-                table_format="iceberg", warehouse=folder, master="local[1]", iceberg_runtime=runtime
-            )
+            with progress.step("starting Spark with the Iceberg runtime (a temporary warehouse)"):
+                spark = get_or_create_session(
+                    table_format="iceberg", warehouse=folder, master="local[1]", iceberg_runtime=runtime
+                )
+            progress.watch(spark)
             try:
-                spark.sql("CREATE TABLE default.partialcow_doctor (id BIGINT) USING iceberg")
-                spark.sql("INSERT INTO default.partialcow_doctor VALUES (1), (2)")
-                rows = spark.sql("SELECT count(*) FROM default.partialcow_doctor").collect()[0][0]
-                spark.sql("DROP TABLE default.partialcow_doctor PURGE")
+                with progress.step("creating an Iceberg table"):
+                    spark.sql("CREATE TABLE default.partialcow_doctor (id BIGINT) USING iceberg")
+                with progress.step("writing and reading it"):
+                    spark.sql("INSERT INTO default.partialcow_doctor VALUES (1), (2)")
+                    rows = spark.sql("SELECT count(*) FROM default.partialcow_doctor").collect()[0][0]
+                with progress.step("dropping it"):
+                    spark.sql("DROP TABLE default.partialcow_doctor PURGE")
             finally:
+                progress.watch(None)
                 spark.stop()
         except Exception as exc:  # report any failure of the probe as a failed check, not a traceback
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -136,24 +149,50 @@ def _probe(runtime: str) -> Check:
 
 
 def collect(
-    *, iceberg_runtime: str = "auto", delta_jars: list[str] | None = None, warehouse: str = "warehouse", probe: bool = False
+    *, iceberg_runtime: str = "auto", delta_jars: list[str] | None = None, warehouse: str = "warehouse", probe: bool = False,
+    progress: Progress | None = None,
 ) -> list[Check]:
-    """Run the checks; ``probe=True`` also starts Spark.
+    """Run the checks; ``probe=True`` also starts Spark (its steps shown on ``progress``).
 
     >>> [c.name for c in collect()][:3]
     ['java', 'pyspark', 'iceberg runtime']
     """
     checks = [_java(), _pyspark(), _iceberg(iceberg_runtime), *_delta(list(delta_jars or [])), _warehouse(warehouse)]
     if probe:
-        checks.append(_probe(iceberg_runtime))
+        checks.append(_probe(iceberg_runtime, progress or Progress(enabled=False)))
     return checks
+
+
+def _settings(args: argparse.Namespace) -> tuple[Check, str, str, list[str]]:
+    """The project check, and the warehouse, Iceberg runtime and Delta jars to check: the arguments, else the
+    project profile's, else the defaults."""
+    from partialcow.project import find_project, profile_target
+
+    project = find_project(args.project_dir)
+    if project is None:
+        check = Check("project", "info", "no dbt project here (no dbt_project.yml): defaults checked; pass "
+                      "--project-dir to check a project's profile")
+        settings: dict = {}
+        warehouse = "warehouse"
+    else:
+        try:
+            target = profile_target(project, profiles_dir=args.profiles_dir, target=args.target)
+        except PartialCowError as exc:
+            check = Check("project", "warn", f"{project}: {exc}; defaults checked")
+            settings, warehouse = {}, "warehouse"
+        else:
+            check = Check("project", "ok", f"{project}: {target.describe()}")
+            settings, warehouse = target.settings, target.warehouse
+    delta = settings.get("delta_jars") or []
+    return (check, args.warehouse or warehouse, args.iceberg_runtime or str(settings.get("iceberg_runtime") or "auto"),
+            list(args.delta_jar or (delta if isinstance(delta, list) else [delta])))
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; exit code 0 if Iceberg in Spark is usable here."""
-    checks = collect(
-        iceberg_runtime=args.iceberg_runtime, delta_jars=args.delta_jar, warehouse=args.warehouse, probe=args.probe
-    )
+    project, warehouse, runtime, delta_jars = _settings(args)
+    checks = [project, *collect(iceberg_runtime=runtime, delta_jars=delta_jars, warehouse=warehouse,
+                                probe=args.probe, progress=Progress())]
     usable = not any(c.status == "fail" and c.needed_for_iceberg for c in checks)
     if args.output == "json":
         print(json.dumps({"iceberg_usable": usable, "checks": [asdict(c) for c in checks]}, indent=2))

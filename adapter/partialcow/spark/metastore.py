@@ -1,15 +1,25 @@
-"""The embedded Derby metastore: what it needs beyond the tables Spark's Hive client creates by itself.
+"""The embedded Derby metastore: what it needs beyond the schema Spark's Hive client creates by itself.
 
-Iceberg commits to a Hive catalog swap the table's metadata pointer in the metastore. Hive 2.3 (Spark's embedded
-metastore) ignores the compare-and-swap condition Iceberg's lock-free commits send, so two writers committing at
-the same moment both "succeed" and one commit is silently lost, for Spark SQL writers as much as for ours. With Hive
-locks enabled, Iceberg takes a metastore lock around each commit and re-checks its base under it: a commit that lost
-the race then retries (or fails loudly), never vanishes. Hive locks need the metastore's transaction tables
-(``HIVE_LOCKS``, ``NEXT_LOCK_ID``, ...), which Spark's schema auto-creation does not make: this module creates them
-with Hive's own ``TxnDbUtil.prepDb``.
+**Locks.** Iceberg commits to a Hive catalog swap the table's metadata pointer in the metastore. Hive 2.3 (Spark's
+embedded metastore) ignores the compare-and-swap condition Iceberg's lock-free commits send, so two writers
+committing at the same moment both "succeed" and one commit is silently lost, for Spark SQL writers as much as for
+ours. With Hive locks enabled, Iceberg takes a metastore lock around each commit and re-checks its base under it: a
+commit that lost the race then retries (or fails loudly), never vanishes. Hive locks need the metastore's
+transaction tables (``HIVE_LOCKS``, ``NEXT_LOCK_ID``, ...), which Spark's schema auto-creation does not make: this
+module creates them with Hive's own ``TxnDbUtil.prepDb``. Embedded Derby admits one process at a time, so when a
+session starts, every lock in the table was left by a process that died while committing: those are removed, or the
+next commit would wait for a dead holder.
 
-Embedded Derby admits one process at a time, so when a session starts, every lock in the table was left by a process
-that died while committing: those are removed, or the next commit would wait for a dead holder.
+**Widths.** Hive 2.3's schema, as DataNucleus creates it in Derby, stores a column comment in 256 characters and a
+view's SQL in a ``LONG VARCHAR`` (32,700 characters). dbt writes both (``persist_docs``, view models), and a value
+that does not fit failed deep inside an Iceberg commit (``CommitStateUnknownException`` after Iceberg's retries).
+Those columns are widened once, in one transaction, when a session starts on a schema that still has the narrow
+ones (a look at the JDBC metadata otherwise). The limits that remain are :data:`EMBEDDED_LIMITS`: the dbt adapter
+checks a model's documentation against them before anything runs.
+
+**Type changes.** The metastore refuses to replace a table whose columns change to an incompatible type (``int`` to
+``string``), which Iceberg allows: ``CREATE OR REPLACE TABLE`` of a model whose cast changed failed.
+:data:`EMBEDDED_METASTORE_CONF` lets it through; a remote metastore keeps its own setting.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["prepare_embedded_metastore", "LOCK_CONF"]
+__all__ = ["prepare_embedded_metastore", "LOCK_CONF", "EMBEDDED_METASTORE_CONF", "EMBEDDED_LIMITS", "is_embedded_derby"]
 
 # Hive locks around every Iceberg commit to the session catalog (ours and Spark SQL's).
 LOCK_CONF = {
@@ -29,17 +39,51 @@ LOCK_CONF = {
     "spark.hadoop.iceberg.hive.lock-check-max-wait-ms": "500",
 }
 
+# Settings of the metastore that runs inside the driver (read from the Hadoop configuration by Spark's Hive client).
+EMBEDDED_METASTORE_CONF = {
+    "spark.hadoop.hive.metastore.disallow.incompatible.col.type.changes": "false",
+}
 
-def prepare_embedded_metastore(spark: SparkSession) -> bool:
-    """Create the lock tables of an embedded Derby metastore if missing, and drop stale locks; False (nothing done)
-    when the session's metastore is not embedded Derby."""
-    jvm: Any = spark.sparkContext._jvm  # noqa: SLF001 - py4j is the way to JDBC and Hive's utilities
+# Derby's widest VARCHAR. Columns that Hive compares in queries (table properties) must stay VARCHARs.
+_VARCHAR_MAX = 32672
+
+# (table, column, wanted type): what the embedded schema is widened to.
+_WIDENED = (
+    ("COLUMNS_V2", "COMMENT", f"VARCHAR({_VARCHAR_MAX})"),  # column comments: VARCHAR(256)
+    ("PARTITION_KEYS", "PKEY_COMMENT", f"VARCHAR({_VARCHAR_MAX})"),  # partition column comments: VARCHAR(4000)
+    ("TBLS", "VIEW_ORIGINAL_TEXT", "CLOB"),  # a view's SQL: LONG VARCHAR (32,700)
+    ("TBLS", "VIEW_EXPANDED_TEXT", "CLOB"),
+)
+
+# What still does not fit after widening, in characters (the adapter refuses documentation beyond these up front).
+EMBEDDED_LIMITS = {
+    "column comment": _VARCHAR_MAX,
+    "table comment": _VARCHAR_MAX,  # a table property (TABLE_PARAMS.PARAM_VALUE), compared by Hive's filters
+}
+
+
+def is_embedded_derby(spark: SparkSession) -> bool:
+    """Whether ``spark``'s metastore is an embedded Derby database (the embedded default)."""
     url = spark.sparkContext.getConf().get("spark.hadoop.javax.jdo.option.ConnectionURL")
-    if not url or not url.startswith("jdbc:derby:") or jvm is None:
+    remote = spark.sparkContext.getConf().get("spark.hadoop.hive.metastore.uris")
+    return bool(url) and url.startswith("jdbc:derby:") and not remote
+
+
+def prepare_embedded_metastore(spark: SparkSession, *, locks: bool = True) -> bool:
+    """Widen the embedded Derby schema's narrow columns and (``locks``) create the lock tables if missing and drop
+    stale locks; False (nothing done) when the session's metastore is not embedded Derby."""
+    jvm: Any = spark.sparkContext._jvm  # noqa: SLF001 - py4j is the way to JDBC and Hive's utilities
+    if jvm is None or not is_embedded_derby(spark):
         return False
+    url = spark.sparkContext.getConf().get("spark.hadoop.javax.jdo.option.ConnectionURL")
+    # Spark's Hive client creates the schema (DataNucleus auto-creation) when it first starts: make it start now.
+    spark._jsparkSession.sharedState().externalCatalog().databaseExists("default")  # noqa: SLF001
     jvm.java.lang.Class.forName("org.apache.derby.jdbc.EmbeddedDriver")
     connection = jvm.java.sql.DriverManager.getConnection(url)
     try:
+        _widen(connection)
+        if not locks:
+            return True
         tables = connection.getMetaData().getTables(None, None, "HIVE_LOCKS", None)
         exists = bool(tables.next())
         tables.close()
@@ -54,3 +98,52 @@ def prepare_embedded_metastore(spark: SparkSession) -> bool:
     hive_conf.set("javax.jdo.option.ConnectionURL", url)
     jvm.org.apache.hadoop.hive.metastore.txn.TxnDbUtil.prepDb(hive_conf)
     return True
+
+
+def _column_types(connection: Any) -> dict[tuple[str, str], tuple[str, int]]:
+    wanted = {(t, c) for t, c, _ in _WIDENED}
+    found = {}
+    for table in sorted({t for t, _ in wanted}):
+        columns = connection.getMetaData().getColumns(None, "APP", table, None)
+        while columns.next():
+            key = (columns.getString("TABLE_NAME"), columns.getString("COLUMN_NAME"))
+            if key in wanted:
+                found[key] = (columns.getString("TYPE_NAME"), columns.getInt("COLUMN_SIZE"))
+        columns.close()
+    return found
+
+
+def _widen(connection: Any) -> list[str]:
+    """Widen what :data:`_WIDENED` lists and is still narrow, in one transaction; returns the columns changed."""
+    current = _column_types(connection)
+    todo = []
+    for table, column, wanted in _WIDENED:
+        if (table, column) not in current:
+            continue  # a schema without it (another Hive version): nothing to widen
+        type_name, size = current[(table, column)]
+        if wanted == "CLOB" and type_name != "CLOB":
+            todo.append((table, column, wanted))
+        elif wanted.startswith("VARCHAR") and type_name == "VARCHAR" and size < _VARCHAR_MAX:
+            todo.append((table, column, wanted))
+    if not todo:
+        return []
+    connection.setAutoCommit(False)
+    statement = connection.createStatement()
+    try:
+        for table, column, wanted in todo:
+            if wanted == "CLOB":
+                # Derby cannot alter a LONG VARCHAR's type in place: copy into a new column that takes its name.
+                statement.execute(f'ALTER TABLE "{table}" ADD COLUMN "{column}_PCOW" CLOB')
+                statement.execute(f'UPDATE "{table}" SET "{column}_PCOW" = CAST("{column}" AS CLOB)')
+                statement.execute(f'ALTER TABLE "{table}" DROP COLUMN "{column}"')
+                statement.execute(f'RENAME COLUMN "{table}"."{column}_PCOW" TO "{column}"')
+            else:
+                statement.execute(f'ALTER TABLE "{table}" ALTER COLUMN "{column}" SET DATA TYPE {wanted}')
+        connection.commit()
+    except Exception:
+        connection.rollback()
+        raise
+    finally:
+        statement.close()
+        connection.setAutoCommit(True)
+    return [f"{table}.{column}" for table, column, _ in todo]

@@ -12,14 +12,16 @@ relation listing. The metastore is embedded Derby inside the warehouse folder, s
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from partialcow.exceptions import ConfigurationError
+from partialcow.spark.executors import check_executors, worker_environment, worker_python
 from partialcow.spark.jars import JarSet, ensure_jars, resolve_delta_jars, resolve_iceberg_runtime
-from partialcow.spark.metastore import LOCK_CONF, prepare_embedded_metastore
+from partialcow.spark.metastore import EMBEDDED_METASTORE_CONF, LOCK_CONF, prepare_embedded_metastore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,6 +33,9 @@ _FORMATS = ("iceberg", "delta")
 
 # Settings that must match when a session already runs: otherwise tables would land in another catalog or folder.
 _STATIC_KEYS = ("spark.sql.catalog.spark_catalog", "spark.sql.extensions", "spark.sql.warehouse.dir")
+
+# Spark's driver log configuration: errors only (see the file).
+QUIET_LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 def warehouse_path(warehouse: str) -> Path:
@@ -100,8 +105,10 @@ def _conf(
         "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true",
         "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
         "spark.hadoop.hive.metastore.schema.verification": "false",
-        # derby.log goes next to the metastore instead of the working folder.
-        "spark.driver.extraJavaOptions": f"-Dderby.stream.error.file={folder / 'derby.log'}",
+        **EMBEDDED_METASTORE_CONF,
+        # derby.log goes next to the metastore instead of the working folder; Spark's own log shows errors only.
+        "spark.driver.extraJavaOptions": f"-Dderby.stream.error.file={folder / 'derby.log'} "
+        f"-Dlog4j2.configurationFile={QUIET_LOG_CONFIG.as_uri()}",
         # PySpark's daemon with zip import caches kept and the task modules imported before forking (worker_daemon)
         "spark.python.daemon.module": "partialcow.spark.worker_daemon",
     }
@@ -133,6 +140,9 @@ def _conf(
             }
         )
     user = {str(k): str(v) for k, v in (extra or {}).items()}
+    # Java options are appended: the last -D of a property wins, so the user's override ours one by one.
+    if user.get("spark.driver.extraJavaOptions"):
+        user["spark.driver.extraJavaOptions"] = f"{conf['spark.driver.extraJavaOptions']} {user['spark.driver.extraJavaOptions']}"
     # Jar lists are merged, not replaced: a user adding a JDBC driver jar must not silently lose the Iceberg runtime.
     for key, ours in (("spark.jars", jars.jars), ("spark.jars.packages", jars.packages)):
         items = [*ours, *(i.strip() for i in user.pop(key, "").split(",") if i.strip())]
@@ -207,8 +217,10 @@ def get_or_create_session(
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
+    python = worker_python(conf)
     try:
-        session = builder.getOrCreate()
+        with worker_environment(python):
+            session = builder.getOrCreate()
     except Exception as exc:  # pyspark raises bare RuntimeError/PySparkRuntimeError when the JVM cannot start
         if "JAVA_GATEWAY_EXITED" in str(exc) or "Java gateway process exited" in str(exc):
             raise ConfigurationError(
@@ -216,8 +228,14 @@ def get_or_create_session(
                 "and set JAVA_HOME; `partialcow doctor` shows what is found"
             ) from exc
         raise
-    if table_format == "iceberg":
-        prepare_embedded_metastore(session)
+    if not conf["spark.master"].startswith("local") or python != sys.executable:
+        # executors with another Python: one small task says what they lack before a model's tasks fail
+        try:
+            check_executors(session)
+        except ConfigurationError:
+            session.stop()
+            raise
+    prepare_embedded_metastore(session, locks=table_format == "iceberg")
     return session
 
 

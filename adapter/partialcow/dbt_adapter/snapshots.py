@@ -1,0 +1,116 @@
+"""dbt snapshots on Iceberg tables through the change pipeline: the Python side of ``macros/materializations/snapshot.sql``.
+
+A snapshot table's rows are versions keyed by ``dbt_scd_id``. dbt's staging query (strategies, hard deletes) yields
+one row per change: ``insert`` (a new version, or a deleted record's ``new_record`` version) and ``update`` /
+``delete`` (the current version of a changed or deleted record, with its new ``dbt_valid_to``). That is a batch for
+:func:`partialcow.spark.changes.apply_changes`: key ``dbt_scd_id``, op column ``dbt_change_type``, only
+``dbt_valid_to`` updated; so a run re-encodes the pages holding the closed versions' ``dbt_valid_to`` and appends the
+new versions, in one commit, where dbt-spark's ``MERGE`` rewrites every data file holding a changed record.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from dbt.adapters.base import available
+from dbt.adapters.base.meta import AdapterMeta
+from dbt_common.exceptions import DbtRuntimeError
+
+from partialcow.exceptions import PartialCowError
+
+__all__ = ["SnapshotMixin", "snapshot_spec", "CHANGE_TYPE"]
+
+# dbt's staging column with the kind of each row (dbt-adapters' snapshot_staging_table)
+CHANGE_TYPE = "dbt_change_type"
+
+
+def snapshot_spec(columns: Mapping[str, str], *, model: str, staged: bool) -> Any:
+    """The ``ChangeSpec`` of a snapshot's rows: the first build's (``staged=False``: versions keyed by
+    ``dbt_scd_id``) or a later run's staged changes (``staged=True``).
+
+    >>> names = {"dbt_scd_id": "dbt_scd_id", "dbt_valid_to": "valid_until"}
+    >>> spec = snapshot_spec(names, model="orders_snapshot", staged=True)
+    >>> spec.key_columns, spec.op_column, spec.update_ops, spec.update_columns
+    (('dbt_scd_id',), 'dbt_change_type', ('update', 'delete'), ('valid_until',))
+    >>> snapshot_spec(names, model="orders_snapshot", staged=False).op_column is None
+    True
+    """
+    from partialcow.spark.changes import ChangeSpec
+
+    scd_id, valid_to = str(columns["dbt_scd_id"]), str(columns["dbt_valid_to"])
+    if not staged:
+        return ChangeSpec(key_columns=(scd_id,), model=model)
+    return ChangeSpec(
+        key_columns=(scd_id,),
+        op_column=CHANGE_TYPE,
+        insert_ops=("insert",),
+        # an update or a hard delete closes the current version: only its dbt_valid_to changes
+        update_ops=("update", "delete"),
+        delete_ops=(),
+        update_columns=(valid_to,),
+        model=model,
+    )
+
+
+def _pinned(frame: Any) -> Any:
+    """The rows of ``frame`` computed once. dbt's snapshot SQL calls ``current_timestamp()`` (check strategy ids,
+    hard deletes' validity), which each Spark query evaluates anew, and the pipeline reads its batch more than once."""
+    return frame.localCheckpoint(eager=True)
+
+
+class SnapshotMixin(metaclass=AdapterMeta):
+    """``@available`` methods of the snapshot materialization (mixed into ``PartialcowAdapter``)."""
+
+    def _snapshot_spark(self) -> Any:
+        from partialcow.spark.session import bind_to_current_thread
+
+        return bind_to_current_thread(self.connections.spark_session())  # type: ignore[attr-defined]
+
+    @available
+    def partialcow_snapshot_create(self, relation: Any, build_sql: str, columns: Mapping[str, str]) -> Any:
+        """First run of a snapshot: its versions become an Iceberg table with our layout and row index."""
+        from partialcow.dbt_adapter.materialization import PartialCowResponse
+        from partialcow.spark.changes import create_table
+
+        spark = self._snapshot_spark()
+        name = f"{relation.schema}.{relation.identifier}"
+        spec = snapshot_spec(columns, model=str(relation.identifier), staged=False)
+        spark.sparkContext.setJobDescription(f"dbt-partialcow snapshot {name}: create")
+        try:
+            metrics = create_table(spark, name, _pinned(spark.sql(build_sql)), spec, table_format="iceberg")
+        except PartialCowError as exc:
+            raise DbtRuntimeError(str(exc)) from None
+        finally:
+            spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
+        response = PartialCowResponse.from_metrics(metrics, created=True)
+        response._message = f"SNAPSHOT {metrics.rows_inserted}"
+        return response
+
+    @available
+    def partialcow_snapshot_apply(self, relation: Any, staging_view: str, columns: Mapping[str, str]) -> Any:
+        """A later run: close the changed versions and insert the new ones (``staging_view``: dbt's staged rows)."""
+        from partialcow.dbt_adapter.materialization import PartialCowResponse
+        from partialcow.index.sources import quote_identifier
+        from partialcow.spark.changes import apply_changes
+        from partialcow.spark.tables import open_table
+
+        spark = self._snapshot_spark()
+        name = f"{relation.schema}.{relation.identifier}"
+        spec = snapshot_spec(columns, model=str(relation.identifier), staged=True)
+        spark.sparkContext.setJobDescription(f"dbt-partialcow snapshot {name}: apply changes")
+        try:
+            staged = spark.table(quote_identifier(staging_view))
+            table_columns = spark.table(quote_identifier(name)).columns
+            batch = staged.select(*[quote_identifier(c) for c in table_columns if c in staged.columns],
+                                  quote_identifier(CHANGE_TYPE))
+            metrics = apply_changes(spark, open_table(spark, name, table_format="iceberg"), _pinned(batch), spec)
+        except PartialCowError as exc:
+            raise DbtRuntimeError(str(exc)) from None
+        finally:
+            spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
+        response = PartialCowResponse.from_metrics(metrics, created=False)
+        response._message = (
+            f"SNAPSHOT {metrics.rows_updated} closed, {metrics.rows_inserted} inserted; "
+            f"pages {metrics.pages_rewritten} rewritten / {metrics.pages_copied} copied"
+        )
+        return response

@@ -1,0 +1,112 @@
+"""The dbt project a command line tool works for, and the ``partialcow`` output of its profile.
+
+``partialcow doctor`` and ``partialcow index`` look at the warehouse (and Iceberg runtime) of the project's profile,
+as ``dbt`` would, instead of a ``./warehouse`` of whatever folder they were started in. The project is found like
+dbt finds it: ``--project-dir``, else ``DBT_PROJECT_DIR``, else the current folder or the nearest parent holding a
+``dbt_project.yml``; its profile in ``--profiles-dir``, ``DBT_PROFILES_DIR``, the project folder or ``~/.dbt``.
+Profiles are read as YAML with ``{{ env_var('NAME') }}`` / ``{{ env_var('NAME', 'default') }}`` replaced; other
+Jinja is left as it is (this module does not import dbt).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from partialcow.exceptions import ConfigurationError
+
+__all__ = ["ProfileTarget", "find_project", "profile_target", "render_env_vars"]
+
+_ENV_VAR = re.compile(r"""\{\{\s*env_var\(\s*(['"])(\w+)\1\s*(?:,\s*(['"])(.*?)\3\s*)?\)\s*\}\}""")
+
+
+def render_env_vars(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """``text`` with dbt's ``{{ env_var('NAME'[, 'default']) }}`` replaced by the variable (or the default).
+
+    >>> render_env_vars("wh: {{ env_var('WH', 'warehouse') }}/{{ env_var('X') }}", {"X": "1"})
+    'wh: warehouse/1'
+    """
+    environ = os.environ if environ is None else environ
+
+    def value(match: re.Match[str]) -> str:
+        name, default = match.group(2), match.group(4)
+        if name in environ:
+            return environ[name]
+        if default is None:
+            raise ConfigurationError(f"profile: environment variable {name} is not set and has no default")
+        return default
+
+    return _ENV_VAR.sub(value, text)
+
+
+def find_project(project_dir: str | None = None, *, start: Path | None = None) -> Path | None:
+    """The dbt project folder: ``project_dir``, ``DBT_PROJECT_DIR``, or the nearest folder from ``start`` (the current
+    one) upwards whose ``dbt_project.yml`` names a profile; None when there is none."""
+    explicit = project_dir or os.environ.get("DBT_PROJECT_DIR")
+    if explicit:
+        folder = Path(explicit).expanduser().absolute()
+        if not (folder / "dbt_project.yml").is_file():
+            raise ConfigurationError(f"--project-dir {explicit}: no dbt_project.yml in {folder}")
+        return folder
+    here = (start or Path.cwd()).absolute()
+    for folder in (here, *here.parents):
+        # a dbt package without a profile (such as this adapter's own macros) is not a project one runs
+        if (folder / "dbt_project.yml").is_file() and _yaml(folder / "dbt_project.yml").get("profile"):
+            return folder
+    return None
+
+
+@dataclass(frozen=True)
+class ProfileTarget:
+    """The output of a profile that a ``partialcow`` command needs, and where it came from."""
+
+    project_dir: Path
+    profile: str
+    target: str
+    profiles_file: Path
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def warehouse(self) -> str:
+        """The warehouse folder, a relative one resolved against the project folder (as the adapter does)."""
+        raw = str(self.settings.get("warehouse") or "warehouse")
+        path = Path(raw).expanduser()
+        return str(path if path.is_absolute() or raw.startswith("file:") else self.project_dir / path)
+
+    def describe(self) -> str:
+        return f"profile {self.profile}, target {self.target} ({self.profiles_file})"
+
+
+def _yaml(path: Path) -> Any:
+    import yaml
+
+    return yaml.safe_load(render_env_vars(path.read_text())) or {}
+
+
+def profile_target(project_dir: Path, *, profiles_dir: str | None = None, target: str | None = None) -> ProfileTarget:
+    """The profile output the project at ``project_dir`` runs with (``target``: the profile's default target)."""
+    project = _yaml(project_dir / "dbt_project.yml")
+    name = project.get("profile")
+    if not name:
+        raise ConfigurationError(f"{project_dir / 'dbt_project.yml'} names no profile")
+    folders = [profiles_dir, os.environ.get("DBT_PROFILES_DIR"), str(project_dir), str(Path.home() / ".dbt")]
+    files = [Path(f).expanduser() / "profiles.yml" for f in folders if f]
+    found = next((f for f in files if f.is_file()), None)
+    if found is None:
+        raise ConfigurationError(f"no profiles.yml for project {project_dir} (looked in {', '.join(map(str, files))})")
+    profiles = _yaml(found)
+    if name not in profiles:
+        raise ConfigurationError(f"{found} has no profile {name!r} (the profile of {project_dir / 'dbt_project.yml'})")
+    chosen = target or os.environ.get("DBT_TARGET") or profiles[name].get("target")
+    outputs = profiles[name].get("outputs") or {}
+    if chosen not in outputs:
+        raise ConfigurationError(f"profile {name} in {found} has no target {chosen!r} (targets: {', '.join(outputs)})")
+    settings = dict(outputs[chosen])
+    if settings.get("type") != "partialcow":
+        raise ConfigurationError(f"profile {name}, target {chosen} in {found} is of type {settings.get('type')!r}, "
+                                 "not partialcow")
+    return ProfileTarget(project_dir=project_dir, profile=name, target=chosen, profiles_file=found, settings=settings)
