@@ -45,7 +45,8 @@ def table(spark):
     schema = f"pcow_conc_{uuid.uuid4().hex[:8]}"
     spark.sql(f"create schema {schema}")
     name = f"{schema}.t"
-    create_table(spark, name, spark.createDataFrame([(i, i, "I") for i in range(100)], SCHEMA), SPEC)
+    # one partition: the first build writes one file per partition of its batch
+    create_table(spark, name, spark.createDataFrame([(i, i, "I") for i in range(100)], SCHEMA).coalesce(1), SPEC)
     apply_changes(spark, open_table(spark, name, table_format="iceberg"),
                   spark.createDataFrame([(i, i, "I") for i in range(1000, 1100)], SCHEMA), SPEC)
     assert spark.sql(f"select * from {name}.files").count() == 2

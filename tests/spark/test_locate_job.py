@@ -68,12 +68,13 @@ def test_rows_are_split_by_file_with_positions_and_inserts_kept_apart(tmp_path, 
     file3 = fragment(fragments[3])
     assert sorted(zip(file3[POS].to_pylist(), file3["v"].to_pylist(), file3[DELETE].to_pylist())) == [
         (0, 10, False), (2, 30, False)]
-    assert file3.column_names == [POS, DELETE, *TABLE]
+    # the bucket travels with the row: the rewrite writes the index rows of the file it writes (see write_index_rows)
+    assert file3.column_names == [POS, DELETE, *TABLE, BUCKET]
     file7 = fragment(fragments[7])
     assert file7[POS].to_pylist() == [0] and file7[DELETE].to_pylist() == [True]
     # keys not in the table: (9, z) is the only insert; the delete of (8, z) is kept, flagged, for the repeat check
-    assert fragment(result["inserts_file"]).to_pylist() == [{"k1": 9, "k2": "z", "v": 90, DELETE: False},
-                                                            {"k1": 8, "k2": "z", "v": None, DELETE: True}]
+    assert fragment(result["inserts_file"]).to_pylist() == [{"k1": 9, "k2": "z", "v": 90, BUCKET: 0, DELETE: False},
+                                                            {"k1": 8, "k2": "z", "v": None, BUCKET: 0, DELETE: True}]
     written = {result["inserts_file"], result["keys_file"], *result["fragments"]}
     assert written == {str(scratch / n) for n in os.listdir(scratch)}
     keys = fragment(result["keys_file"])

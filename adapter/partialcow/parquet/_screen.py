@@ -43,13 +43,16 @@ def screen_columns(lay: ParquetLayout, changes: _Changes, *, threads: int) -> _C
             at = pa.array(changes.upd_pos[ulo:uhi] - row)
             for name in names:
                 new = changes.upd[name].slice(ulo, uhi - ulo)
-                old = table.column(name).take(at).combine_chunks()
-                if old.type != new.type:
-                    try:
-                        old = old.cast(new.type)
-                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                        masks.pop(name, None)  # compare it page by page instead
-                        continue
+                try:
+                    column = table.column(name)
+                    if column.type != new.type:
+                        # before the take: some types have no take kernel (string_view, which a file's stored Arrow
+                        # schema can ask for)
+                        column = column.cast(new.type)
+                    old = column.take(at).combine_chunks()
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    masks.pop(name, None)  # compare it page by page instead
+                    continue
                 if name in masks:
                     masks[name].append(_changed_mask(old, new))
         row += n
