@@ -21,6 +21,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # child pytest process with DELTA_SESSION_ENV set; in any other process it is not collected.
 collect_ignore_glob = [] if os.environ.get(DELTA_SESSION_ENV) else ["delta_spark/*"]
 
+# The longest single tests first: xdist hands out files in collection order, and a long one collected last leaves
+# the other worker idle at the end of the run.
+_FIRST = ("test_delta_inside_spark.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name not in _FIRST)  # stable: the rest keep their order
+
 
 @pytest.fixture(scope="session")
 def spark_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
