@@ -36,9 +36,10 @@ from __future__ import annotations
 import os
 import uuid
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -46,7 +47,14 @@ import pyarrow.parquet as pq
 
 from partialcow.branch.catalog import load_iceberg
 from partialcow.branch.naming import IMAGE_OF_PROPERTY, MAIN, OP_COLUMN, OP_DELETE, OP_UPSERT, qualified, quote
-from partialcow.branch.types import COPY_ON_WRITE, IMAGE_MODES, MERGE_ON_READ, ImageMode, OverlayInfo, validate_image_mode
+from partialcow.branch.types import (
+    COPY_ON_WRITE,
+    IMAGE_MODES,
+    MERGE_ON_READ,
+    ImageMode,
+    OverlayInfo,
+    validate_image_mode,
+)
 from partialcow.exceptions import BranchError
 from partialcow.spark.rewrite_job import DELETE, FILE, IN_PLACE_RESULT_SCHEMA, POS, rewrite_files_in_place
 
@@ -54,9 +62,19 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "ImageMode", "ImageReport", "COPY_ON_WRITE", "MERGE_ON_READ", "IMAGE_MODES", "validate_image_mode",
-    "image_ref", "image_relation", "refresh_image", "drop_image", "has_image", "publish_image_table",
+    "COPY_ON_WRITE",
+    "IMAGE_MODES",
+    "MERGE_ON_READ",
+    "ImageMode",
+    "ImageReport",
+    "drop_image",
     "drop_reader_relation",
+    "has_image",
+    "image_ref",
+    "image_relation",
+    "publish_image_table",
+    "refresh_image",
+    "validate_image_mode",
 ]
 
 _REF_PREFIX = "partialcow_"

@@ -21,8 +21,9 @@ parent does not have (or a ``--full-refresh``) takes the batch's upserts as its 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from partialcow.branch.base import capture_base
 from partialcow.branch.catalog import table_exists

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from partialcow.branch.base import record_snapshots
 from partialcow.branch.catalog import iceberg_total_records, table_exists

@@ -14,16 +14,16 @@ from partialcow.branch.naming import overlay_table, qualified
 from partialcow.exceptions import BranchError
 
 __all__ = [
-    "BranchRecord",
-    "ConflictPolicy",
     "CONFLICT_POLICIES",
     "COPY_ON_WRITE",
     "IMAGE_MODES",
-    "ImageMode",
     "MERGE_ON_READ",
+    "PRESENT_COLUMN",
+    "BranchRecord",
+    "ConflictPolicy",
+    "ImageMode",
     "OverlayInfo",
     "OverlayMode",
-    "PRESENT_COLUMN",
     "validate_conflict_policy",
     "validate_image_mode",
 ]

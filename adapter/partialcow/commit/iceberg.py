@@ -30,7 +30,7 @@ from partialcow.exceptions import (
     UnsupportedTableFeatureError,
 )
 
-__all__ = ["IcebergCommitter", "NO_SNAPSHOT", "top_level_field_ids"]
+__all__ = ["NO_SNAPSHOT", "IcebergCommitter", "top_level_field_ids"]
 
 #: ``current_version()`` of a table without any snapshot yet.
 NO_SNAPSHOT = -1
@@ -64,7 +64,7 @@ class IcebergCommitter:
 
     def __init__(self, spark: Any, table_name: str) -> None:
         self._spark = spark
-        self._jvm = spark._jvm  # noqa: SLF001 - py4j handle, pyspark's only way to the JVM
+        self._jvm = spark._jvm
         self._name = table_name
         self._loaded: Any = None  # the Java table, loaded once: later calls only refresh it
 
@@ -77,7 +77,7 @@ class IcebergCommitter:
     def _table(self) -> Any:
         # Each Python thread drives its own JVM thread, whose active session starts empty (dbt runs models on
         # worker threads); without it Iceberg resolves the name through a catalog that returns a non-Iceberg table.
-        self._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self._spark._jsparkSession)  # noqa: SLF001
+        self._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self._spark._jsparkSession)
         if self._loaded is not None:
             # Resolving the name through Spark's catalogs costs about as much as the refresh (~40 ms here); the
             # refresh re-reads the name's current metadata, so a table dropped and re-created is seen as it is now.
@@ -88,7 +88,7 @@ class IcebergCommitter:
                 self._loaded = None  # dropped: load by name again, which reports why it cannot
         try:
             table = self._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-                self._spark._jsparkSession, self._name  # noqa: SLF001
+                self._spark._jsparkSession, self._name
             )
         except _java_errors() as exc:
             message = _java_message(exc)

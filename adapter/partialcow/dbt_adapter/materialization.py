@@ -7,8 +7,9 @@ typed and testable happens here.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from dbt.adapters.base import available
 from dbt.adapters.base.meta import AdapterMeta

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from partialcow.exceptions import DuplicateKeyError
 
-__all__ = ["merge_bucket", "duplicate_samples"]
+__all__ = ["duplicate_samples", "merge_bucket"]
 
 FILE_ID = "_file_id"
 POS = "_pos"

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["RowIndex", "IndexMetrics", "LookupResult", "VerifyReport"]
+__all__ = ["IndexMetrics", "LookupResult", "RowIndex", "VerifyReport"]
 
 BUCKET = "_bucket"
 _RESERVED = {FILE_ID, POS, BUCKET}

@@ -33,14 +33,14 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
-    "LiveFile",
-    "TableSource",
-    "IcebergSource",
     "DeltaSource",
     "DeltaSparkSource",
+    "IcebergSource",
+    "LiveFile",
     "ParquetFilesSource",
-    "read_parquet_positions",
+    "TableSource",
     "quote_identifier",
+    "read_parquet_positions",
 ]
 
 FILE_ID = "_file_id"

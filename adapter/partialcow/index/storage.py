@@ -34,9 +34,9 @@ from partialcow.exceptions import IndexError_, StaleIndexError
 
 __all__ = [
     "INDEX_DIR",
-    "IndexedFile",
     "IndexState",
     "IndexStore",
+    "IndexedFile",
     "local_path",
 ]
 

@@ -17,15 +17,38 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partialcow.parquet import _format as F
-from partialcow.parquet._changes import _Changes, _changed_mask, _patch
+from partialcow.parquet._changes import _changed_mask, _Changes, _patch
 from partialcow.parquet._column_index import PageBounds, encode_column_index
 from partialcow.parquet._layout import Chunk, ParquetLayout, TopField, _max_page_rows, _pages_holding, sort_key_fn
-from partialcow.parquet._output import (_boundary_order, _bloom_bytes, _ChunkOut, _combine_bounds, _copy_chunk,
-                                        _Expected, _page_offsets, run_pages, sample_runs)
+from partialcow.parquet._output import (
+    _bloom_bytes,
+    _boundary_order,
+    _ChunkOut,
+    _combine_bounds,
+    _copy_chunk,
+    _Expected,
+    _page_offsets,
+    run_pages,
+    sample_runs,
+)
 from partialcow.parquet._pagecodec import (
-    _CODEC_TO_ARROW, _DICTIONARY_TOO_LARGE, _decode_pages, _dictionary_encoded_pages, _dictionary_pays,
-    _dictionary_size, _dictionary_too_large, _dictionary_values, _encode_mini, _encode_runs, _Encoded,
-    _page_encoding, _page_num_values, _page_type_for_stats, _stats_key, _value_encoding)
+    _CODEC_TO_ARROW,
+    _DICTIONARY_TOO_LARGE,
+    _decode_pages,
+    _dictionary_encoded_pages,
+    _dictionary_pays,
+    _dictionary_size,
+    _dictionary_too_large,
+    _dictionary_values,
+    _encode_mini,
+    _encode_runs,
+    _Encoded,
+    _page_encoding,
+    _page_num_values,
+    _page_type_for_stats,
+    _stats_key,
+    _value_encoding,
+)
 
 _DICT = -1  # page kind of dictionary-encoded pages (others: their value encoding)
 from partialcow.parquet._thrift import T_BINARY, T_I32, T_I64, T_LIST, T_STRUCT, TList, TStruct

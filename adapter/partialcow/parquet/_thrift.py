@@ -11,8 +11,25 @@ import struct as _struct
 from typing import Any
 
 __all__ = [
-    "T_TRUE", "T_FALSE", "T_BYTE", "T_I16", "T_I32", "T_I64", "T_DOUBLE", "T_BINARY", "T_LIST", "T_SET",
-    "T_MAP", "T_STRUCT", "TStruct", "TList", "TMap", "ThriftError", "decode", "decode_struct", "encode",
+    "T_BINARY",
+    "T_BYTE",
+    "T_DOUBLE",
+    "T_FALSE",
+    "T_I16",
+    "T_I32",
+    "T_I64",
+    "T_LIST",
+    "T_MAP",
+    "T_SET",
+    "T_STRUCT",
+    "T_TRUE",
+    "TList",
+    "TMap",
+    "TStruct",
+    "ThriftError",
+    "decode",
+    "decode_struct",
+    "encode",
 ]
 
 T_TRUE, T_FALSE, T_BYTE, T_I16, T_I32, T_I64, T_DOUBLE, T_BINARY, T_LIST, T_SET, T_MAP, T_STRUCT = range(1, 13)
@@ -26,7 +43,7 @@ class ThriftError(ValueError):
 class TList:
     """A Thrift list or set: element type plus items (bool elements keep their raw wire byte, 1 = true)."""
 
-    __slots__ = ("etype", "items", "is_set")
+    __slots__ = ("etype", "is_set", "items")
 
     def __init__(self, etype: int, items: list[Any], is_set: bool = False) -> None:
         self.etype, self.items, self.is_set = etype, items, is_set
@@ -41,7 +58,7 @@ class TList:
 class TMap:
     """A Thrift map: key type, value type and (key, value) pairs in wire order."""
 
-    __slots__ = ("ktype", "vtype", "pairs")
+    __slots__ = ("ktype", "pairs", "vtype")
 
     def __init__(self, ktype: int, vtype: int, pairs: list[tuple[Any, Any]]) -> None:
         self.ktype, self.vtype, self.pairs = ktype, vtype, pairs

@@ -15,7 +15,6 @@ see ``partialcow.commit.iceberg_create``): bad input or a crash leaves no table,
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Sequence
 from functools import partial
@@ -51,7 +50,6 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
 
     The batch's latest change per key is written (deletes dropped); errors are those of ``apply_changes``.
     """
-    from pyspark.sql import functions as F
 
     from partialcow.commit.iceberg_create import NewIcebergTable
     from partialcow.index.storage import IndexStore

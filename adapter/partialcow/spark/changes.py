@@ -42,18 +42,25 @@ from partialcow.exceptions import (
     LostCommitError,
     StaleIndexError,
 )
+from partialcow.faults import checkpoint
 from partialcow.index import RowIndex
 from partialcow.index.sources import quote_identifier
 from partialcow.metrics import PhaseClock, WriteMetrics
-from partialcow.spark.partitioning import routes
-from partialcow.spark.rewrite_job import BUCKET, DELETE, LOCATE_RESULT_SCHEMA, FileTask, locate_partition, run_file_tasks
-from partialcow.spark.spec import ChangeSpec, OnSchemaChange
-from partialcow.spark.errors import named_errors
-from partialcow.faults import checkpoint
-from partialcow.spark.journal import WriteLease, data_file_prefix
-from partialcow.spark.small_batch import collect_small_batch
-from partialcow.spark.staging import SAMPLE, keys_text, repeated_keys_error, stage, stage_changes
 from partialcow.spark.delta_checks import check_new_files
+from partialcow.spark.errors import named_errors
+from partialcow.spark.journal import WriteLease, data_file_prefix
+from partialcow.spark.partitioning import routes
+from partialcow.spark.rewrite_job import (
+    BUCKET,
+    DELETE,
+    LOCATE_RESULT_SCHEMA,
+    FileTask,
+    locate_partition,
+    run_file_tasks,
+)
+from partialcow.spark.small_batch import collect_small_batch
+from partialcow.spark.spec import ChangeSpec, OnSchemaChange
+from partialcow.spark.staging import SAMPLE, keys_text, repeated_keys_error, stage, stage_changes
 from partialcow.spark.tables import LakehouseTable, check_table_name, local_path
 
 if TYPE_CHECKING:
@@ -61,7 +68,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["ChangeSpec", "apply_changes", "create_table", "stage_changes", "OnSchemaChange"]
+__all__ = ["ChangeSpec", "OnSchemaChange", "apply_changes", "create_table", "stage_changes"]
 
 # Above this many changed keys the commit's conflict filter would be larger than the work it guards; the commit then
 # relies on file-level validation (a concurrent change of any file we replace still fails).
@@ -282,9 +289,10 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
                    table_schema: StructType, lease: WriteLease, clock: PhaseClock) -> WriteMetrics:
     """The same as :func:`_attempt` for a batch collected on the driver (see ``partialcow.spark.small_batch``): the
     index's bucket files are joined with pyarrow and the touched files rewritten in driver threads, no Spark job."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import pyarrow as pa
     import pyarrow.compute as pc
-    from concurrent.futures import ThreadPoolExecutor
 
     from partialcow.commit.delta.dv import deleted_positions
     from partialcow.spark.rewrite_job import POS, rewrite_changed_file, write_index_rows, write_partition

@@ -27,7 +27,7 @@ def named_errors(*, model: str, table: str) -> Iterator[None]:
         yield
     except E.PartialCowError:
         raise
-    except Exception as exc:  # noqa: BLE001 - filtered by translate(): driver-side bugs are re-raised as they are
+    except Exception as exc:
         named = translate(exc, model=model, table=table)
         if named is None:
             raise

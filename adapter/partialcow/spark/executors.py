@@ -26,7 +26,7 @@ from partialcow.exceptions import ConfigurationError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["worker_python", "worker_environment", "check_executors", "executor_failure"]
+__all__ = ["check_executors", "executor_failure", "worker_environment", "worker_python"]
 
 PYTHON_SETTING = "spark.pyspark.python"
 # what the probe task imports: the code of the rewrite and locate tasks, and what it needs
@@ -110,7 +110,7 @@ def check_executors(spark: SparkSession) -> str:
     python = getattr(sc, "pythonExec", None) or "python3"
     sc.setJobDescription("dbt-partialcow: check the executors' Python")
     # the failure is reported once, as one line: not also as the task's stack traces in Spark's log
-    log_manager = sc._jvm.org.apache.logging.log4j.LogManager  # type: ignore[union-attr]  # noqa: SLF001
+    log_manager = sc._jvm.org.apache.logging.log4j.LogManager  # type: ignore[union-attr]
     level = log_manager.getRootLogger().getLevel().toString()
     sc.setLogLevel("OFF")
     try:

@@ -27,19 +27,19 @@ from pathlib import Path
 from partialcow.exceptions import JarNotFoundError
 
 __all__ = [
-    "ICEBERG_VERSION",
-    "ICEBERG_MAVEN",
     "DELTA_MAVEN",
+    "ICEBERG_MAVEN",
+    "ICEBERG_VERSION",
     "JarSet",
     "cache_dir",
-    "pyspark_jars_dir",
-    "resolve_iceberg_runtime",
-    "resolve_delta_jars",
-    "relocate_jars",
-    "relocate_class",
-    "relocated_jackson_jar",
-    "ensure_jars",
     "class_references",
+    "ensure_jars",
+    "pyspark_jars_dir",
+    "relocate_class",
+    "relocate_jars",
+    "relocated_jackson_jar",
+    "resolve_delta_jars",
+    "resolve_iceberg_runtime",
 ]
 
 ICEBERG_VERSION = "1.10.2"

@@ -33,7 +33,7 @@ from types import TracebackType
 
 from partialcow.index.storage import INDEX_DIR, IndexStore
 
-__all__ = ["WriteLease", "Recovered", "data_file_prefix", "JOURNAL_DIR"]
+__all__ = ["JOURNAL_DIR", "Recovered", "WriteLease", "data_file_prefix"]
 
 JOURNAL_DIR = "_writes"
 

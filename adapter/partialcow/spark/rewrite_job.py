@@ -35,8 +35,16 @@ from partialcow.index.lookup import join_keys, read_buckets
 from partialcow.parquet import ROW_POSITION, rewrite_file, write_table
 
 __all__ = [
-    "LOCATE_RESULT_SCHEMA", "FileTask", "rewrite_changed_file", "write_partition", "locate_partition",
-    "run_file_tasks", "new_file_name", "decimals_from_unscaled", "IN_PLACE_RESULT_SCHEMA", "rewrite_files_in_place",
+    "IN_PLACE_RESULT_SCHEMA",
+    "LOCATE_RESULT_SCHEMA",
+    "FileTask",
+    "decimals_from_unscaled",
+    "locate_partition",
+    "new_file_name",
+    "rewrite_changed_file",
+    "rewrite_files_in_place",
+    "run_file_tasks",
+    "write_partition",
 ]
 
 POS = "_pcow_pos"

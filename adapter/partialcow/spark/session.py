@@ -26,7 +26,7 @@ from partialcow.spark.metastore import EMBEDDED_METASTORE_CONF, LOCK_CONF, prepa
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["TableFormat", "spark_conf", "get_or_create_session", "warehouse_path", "session_table_format"]
+__all__ = ["TableFormat", "get_or_create_session", "session_table_format", "spark_conf", "warehouse_path"]
 
 TableFormat = Literal["iceberg", "delta"]
 _FORMATS = ("iceberg", "delta")
@@ -202,7 +202,7 @@ def get_or_create_session(
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    if SparkContext._active_spark_context is not None:  # noqa: SLF001 - pyspark's only handle on a running context
+    if SparkContext._active_spark_context is not None:
         session = SparkSession.builder.getOrCreate()
         running = session.sparkContext.getConf()
         for key in _STATIC_KEYS:
@@ -260,5 +260,5 @@ def bind_to_current_thread(spark: SparkSession) -> SparkSession:
     ``Spark3Util.loadIcebergTable`` then resolves tables through a catalog that hands back a V1 table. dbt runs
     models on worker threads, so every entry point that calls Iceberg's Java API binds the session first.
     """
-    spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # noqa: SLF001
+    spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
     return spark

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
-__all__ = ["stage_changes", "stage", "repeated_keys_error", "keys_text", "problem_flags", "SAMPLE"]
+__all__ = ["SAMPLE", "keys_text", "problem_flags", "repeated_keys_error", "stage", "stage_changes"]
 
 SAMPLE = 5
 

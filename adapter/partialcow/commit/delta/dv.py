@@ -23,7 +23,7 @@ import numpy as np
 
 from partialcow.exceptions import CommitError
 
-__all__ = ["deletion_vector_path", "deleted_positions", "decode_bitmap_array", "z85_decode"]
+__all__ = ["decode_bitmap_array", "deleted_positions", "deletion_vector_path", "z85_decode"]
 
 _PORTABLE = 1681511377  # the format Delta writes: 64-bit RoaringBitmap, portable serialisation
 _NATIVE = 1681511376  # Delta's older array format: a count, then per 32-bit bucket its size and bitmap
