@@ -33,6 +33,7 @@ an image, an overlay whose columns or types differ from the root's, or an empty 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections import defaultdict
@@ -423,10 +424,8 @@ def _rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: in
         rewrite.commit()
     except BaseException:
         for result in results:  # not referenced by any snapshot
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.remove(result["dst"])
-            except FileNotFoundError:
-                pass
         raise
     for result in results:
         if not result["rows_after"]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, Union
+from typing import TYPE_CHECKING, Any, Protocol
 
 from partialcow.branch.naming import MAIN, validate_branch_name
 from partialcow.branch.types import (
@@ -155,8 +155,9 @@ class RefreshOptions:
         return refresh_branch(spark, name=self.name, meta_schema=meta_schema)
 
 
-BranchOptions = Union[CreateOptions, DiffOptions, MergeOptions, DropOptions, ListOptions, MaterializeOptions,
-                      RefreshOptions]
+BranchOptions = (
+    CreateOptions | DiffOptions | MergeOptions | DropOptions | ListOptions | MaterializeOptions | RefreshOptions
+)
 
 #: operation name (``branch_<name>`` in dbt) -> its options class
 OPERATIONS: dict[str, type[BranchOptions]] = {

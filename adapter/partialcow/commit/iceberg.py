@@ -9,6 +9,7 @@ file set atomically with these validations.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import decimal
 import json
@@ -463,10 +464,9 @@ class IcebergCommitter:
     def _delete_quietly(self, table: Any, paths: Sequence[str]) -> None:
         io = table.io()
         for path in paths:
-            try:
+            # cleanup of our own unreferenced files is best effort
+            with contextlib.suppress(Exception):
                 io.deleteFile(path)
-            except Exception:  # noqa: BLE001 - cleanup of our own unreferenced files is best effort
-                pass
 
 
 def _key_literal(value: object, iceberg_type: Any) -> object:

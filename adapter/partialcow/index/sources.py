@@ -147,7 +147,7 @@ class IcebergSource:
         jvm = self.spark.sparkContext._jvm
         try:
             return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self.spark._jsparkSession, self.name)
-        except Exception as exc:  # py4j wraps NoSuchTableException and class-not-found alike
+        except Exception as exc:  # noqa: BLE001 - py4j wraps NoSuchTableException and class-not-found alike
             raise ConfigurationError(
                 f"cannot load Iceberg table {self.name}: {str(exc).splitlines()[0]}; check the table name and that "
                 "the session has the Iceberg catalog (partialcow.spark.session.get_or_create_session)"

@@ -259,7 +259,7 @@ class ParquetLayout:
             self.path, self.buf, size = name, path, len(path)
         else:
             self.path = os.fspath(path)
-            self._fh = open(self.path, "rb")
+            self._fh = open(self.path, "rb")  # noqa: SIM115 - the reader owns it; close() closes it
             size = os.fstat(self._fh.fileno()).st_size
         try:
             if size < 12:

@@ -49,9 +49,9 @@ from partialcow.parquet._pagecodec import (
     _stats_key,
     _value_encoding,
 )
+from partialcow.parquet._thrift import T_BINARY, T_I32, T_I64, T_LIST, T_STRUCT, TList, TStruct
 
 _DICT = -1  # page kind of dictionary-encoded pages (others: their value encoding)
-from partialcow.parquet._thrift import T_BINARY, T_I32, T_I64, T_LIST, T_STRUCT, TList, TStruct
 
 
 @dataclass
@@ -338,7 +338,7 @@ class _Rewriter:
         removed_nulls = 0
         for a, b in subruns:
             r0, r1 = ch.pages[a].first_row, ch.page_rows(b)[1]
-            da, db, dr0, arr = next(d for d in decoded if d[0] <= a and b <= d[1])
+            _da, _db, dr0, arr = next(d for d in decoded if d[0] <= a and b <= d[1])
             old = arr.slice(r0 - dr0, r1 - r0)
             removed_nulls += old.null_count
             ulo, uhi = np.searchsorted(changed, [r0, r1])

@@ -121,7 +121,7 @@ def _zigzag(n: int) -> int:
 
 
 def _read_value(buf: bytes, pos: int, ttype: int) -> tuple[Any, int]:
-    if ttype == T_I32 or ttype == T_I64 or ttype == T_I16:
+    if ttype in (T_I32, T_I64, T_I16):
         raw = buf[pos]
         if raw < 0x80:  # one-byte varint: the common case
             return (raw >> 1) ^ -(raw & 1), pos + 1
@@ -183,7 +183,7 @@ def _read_struct(buf: bytes, pos: int) -> tuple[TStruct, int]:
         else:
             raw, pos = _varint(buf, pos)
             fid = _zigzag(raw)
-        if ttype == T_I32 or ttype == T_I64:
+        if ttype in (T_I32, T_I64):
             raw = buf[pos]
             if raw < 0x80:
                 out[fid] = (ttype, (raw >> 1) ^ -(raw & 1))
@@ -232,7 +232,7 @@ def _zz(n: int, bits: int) -> int:
 
 
 def _write_value(out: bytearray, ttype: int, value: Any) -> None:
-    if ttype == T_I32 or ttype == T_I16:
+    if ttype in (T_I32, T_I16):
         _put_varint(out, _zz(value, 32))
     elif ttype == T_I64:
         _put_varint(out, _zz(value, 64))
@@ -268,7 +268,7 @@ def _write_value(out: bytearray, ttype: int, value: Any) -> None:
 def _write_struct(out: bytearray, st: TStruct) -> None:
     last = 0
     for fid, (ttype, value) in st.items():
-        if ttype == T_TRUE or ttype == T_FALSE:
+        if ttype in (T_TRUE, T_FALSE):
             ttype = T_TRUE if value else T_FALSE
         delta = fid - last
         if 0 < delta <= 15:
@@ -277,7 +277,7 @@ def _write_struct(out: bytearray, st: TStruct) -> None:
             out.append(ttype)
             _put_varint(out, _zz(fid, 16))
         last = fid
-        if ttype == T_I32 or ttype == T_I64 or ttype == T_I16:
+        if ttype in (T_I32, T_I64, T_I16):
             z = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF  # zigzag; same bytes for i16/i32 in range
             if z < 0x80:
                 out.append(z)

@@ -15,6 +15,7 @@ see ``partialcow.commit.iceberg_create``): bad input or a crash leaves no table,
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from functools import partial
@@ -102,10 +103,8 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
                 result = new.commit([f"file:{p}" if new.location.startswith("file:") else p for p in written], metrics)
         except BaseException:
             for path in written or _own_files(data_dir, prefix):
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.remove(path)
-                except FileNotFoundError:
-                    pass
             raise
         checkpoint("committed")
         with clock("index"):

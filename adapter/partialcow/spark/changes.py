@@ -27,7 +27,7 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Literal
@@ -150,10 +150,8 @@ def _open_index(table: LakehouseTable, spec: ChangeSpec) -> RowIndex:
 
 def _discard(paths: Sequence[str]) -> None:
     for path in paths:
-        try:
+        with suppress(FileNotFoundError):
             os.remove(local_path(path))
-        except FileNotFoundError:
-            pass
 
 
 def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec: ChangeSpec) -> WriteMetrics:
@@ -459,10 +457,8 @@ def _keys_changed_since(spark: SparkSession, table: LakehouseTable, staged: Data
     keys = [quote_identifier(c) for c in spec.key_columns]
     batch_keys = staged.select(*keys).distinct()
     now = table.read()
-    if base_version == -1:  # the table was empty: any row of one of our keys is someone else's
-        before = now.limit(0)
-    else:
-        before = table.read(base_version)
+    # base -1: the table was empty, so any row of one of our keys is someone else's
+    before = now.limit(0) if base_version == -1 else table.read(base_version)
     columns = [c for c in now.columns if c in before.columns]
     now = now.select(*map(quote_identifier, columns)).join(batch_keys, list(spec.key_columns), "left_semi")
     before = before.select(*map(quote_identifier, columns)).join(batch_keys, list(spec.key_columns), "left_semi")

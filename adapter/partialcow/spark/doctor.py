@@ -140,7 +140,7 @@ def _probe(runtime: str, progress: Progress) -> Check:
             finally:
                 progress.watch(None)
                 spark.stop()
-        except Exception as exc:  # report any failure of the probe as a failed check, not a traceback
+        except Exception as exc:  # noqa: BLE001 - report any failure of the probe as a failed check, not a traceback
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return Check("probe", "fail", f"{type(exc).__name__}: {first_line[:300]}", True)
     if rows != 2:

@@ -115,7 +115,7 @@ def check_executors(spark: SparkSession) -> str:
     sc.setLogLevel("OFF")
     try:
         ran = sc.parallelize([0], 1).mapPartitions(_probe).collect()
-    except Exception as exc:  # py4j errors carry the executors' traceback as text
+    except Exception as exc:  # noqa: BLE001 - py4j errors carry the executors' traceback as text
         raise ConfigurationError(executor_failure(str(exc), python)) from None
     finally:
         sc.setLogLevel(level)

@@ -16,6 +16,7 @@ is deleted, so a commit that landed is never mistaken for one that did not.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -315,10 +316,8 @@ class DeltaSparkCommitter:
 
     def _delete_quietly(self, paths: Sequence[str]) -> None:
         for rel in paths:
-            try:
+            with contextlib.suppress(OSError):
                 os.remove(os.path.join(self.root, rel))
-            except OSError:
-                pass
 
 
 class _KeepFiles(Exception):
