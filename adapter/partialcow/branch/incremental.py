@@ -220,7 +220,9 @@ def _changed_keys(
 def _merge_overlay_sql(target: str, source: str, keys: Sequence[str], columns: Sequence[str]) -> str:
     on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
     names = [quote(c) for c in columns]
-    sets = ", ".join([f"t.{n} = s.{n}" for n in names] + [f"t.{OP_COLUMN} = s.{_ACTION}", f"t.{SEQ_COLUMN} = s.{SEQ_COLUMN}"])
+    sets = ", ".join(
+        [f"t.{n} = s.{n}" for n in names] + [f"t.{OP_COLUMN} = s.{_ACTION}", f"t.{SEQ_COLUMN} = s.{SEQ_COLUMN}"]
+    )
     values = [f"s.{n}" for n in names] + [f"s.{_ACTION}", f"s.{SEQ_COLUMN}"]
     return (
         f"MERGE INTO {target} t USING (SELECT * FROM {source} WHERE {_ACTION} IS NOT NULL) s ON {on} "

@@ -172,7 +172,9 @@ def _stage_delta(
     else:
         base = side(None, "_b").withColumn("_bk", F.lit(True))
     key_pos = [cols.index(k) for k in keys]
-    joined = overlay.join(theirs, all_of([overlay[quote(k)] == theirs[f"_t{i}"] for k, i in zip(keys, key_pos)]), "left")
+    joined = overlay.join(
+        theirs, all_of([overlay[quote(k)] == theirs[f"_t{i}"] for k, i in zip(keys, key_pos)]), "left"
+    )
     joined = joined.join(base, all_of([joined[quote(k)] == base[f"_b{i}"] for k, i in zip(keys, key_pos)]), "left")
 
     ours_x = F.col(OP_COLUMN) == OP_UPSERT

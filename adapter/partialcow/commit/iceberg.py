@@ -111,7 +111,9 @@ class IcebergCommitter:
     def live_files(self, version: int | None = None) -> list[DataFile]:
         """The data files live at snapshot ``version`` (default: current), paths as the table's metadata holds them."""
         return [
-            DataFile(path=str(f.location()), record_count=int(f.recordCount()), file_size_bytes=int(f.fileSizeInBytes()))
+            DataFile(
+                path=str(f.location()), record_count=int(f.recordCount()), file_size_bytes=int(f.fileSizeInBytes())
+            )
             for f, _ in self._scan(self._table(), version)
         ]
 
@@ -164,7 +166,11 @@ class IcebergCommitter:
             spec, partition = self._target_partition(table, removed)
             mapping_json = table.properties().get("schema.name-mapping.default")
             # Tables imported from plain Parquet read files without field ids through their name mapping.
-            mapping = None if mapping_json is None else self._jvm.org.apache.iceberg.mapping.NameMappingParser.fromJson(mapping_json)
+            mapping = (
+                None
+                if mapping_json is None
+                else self._jvm.org.apache.iceberg.mapping.NameMappingParser.fromJson(mapping_json)
+            )
             field_ids = set(top_level_field_ids(self._jvm, table).values()) if added and mapping is None else set()
             metrics_config = self._jvm.org.apache.iceberg.MetricsConfig.forTable(table) if added else None
             new_files = [
@@ -327,7 +333,15 @@ class IcebergCommitter:
         return f"{str(table.location()).rstrip('/')}/data/{path}"
 
     def _data_file(
-        self, table: Any, spec: Any, partition: Any, path: str, *, mapping: Any, field_ids: set[int], metrics_config: Any
+        self,
+        table: Any,
+        spec: Any,
+        partition: Any,
+        path: str,
+        *,
+        mapping: Any,
+        field_ids: set[int],
+        metrics_config: Any,
     ) -> Any:
         jvm = self._jvm
         if mapping is None:

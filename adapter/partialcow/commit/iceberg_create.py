@@ -47,7 +47,9 @@ class NewIcebergTable:
             identifier = jvm.org.apache.iceberg.catalog.TableIdentifier.parse(name)
             self._txn = catalog.buildTable(identifier, schema).withProperties(java_props).createOrReplaceTransaction()
             self._table = self._txn.table()
-            self.schema_json: dict[str, Any] = json.loads(str(jvm.org.apache.iceberg.SchemaParser.toJson(self._table.schema())))
+            self.schema_json: dict[str, Any] = json.loads(
+                str(jvm.org.apache.iceberg.SchemaParser.toJson(self._table.schema()))
+            )
             self.location = str(self._table.location())
         except _java_errors() as exc:
             raise CommitError(f"cannot create Iceberg table {name}: {_java_message(exc)}") from exc

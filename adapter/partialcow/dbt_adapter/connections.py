@@ -126,7 +126,9 @@ class PartialcowConnectionManager(SparkConnectionManager):
 
         connection = self.get_if_exists()
         if connection is None:
-            raise DbtRuntimeError("partialcow: Spark was asked for outside a dbt connection (no connection on this thread)")
+            raise DbtRuntimeError(
+                "partialcow: Spark was asked for outside a dbt connection (no connection on this thread)"
+            )
         connection.handle  # noqa: B018 - resolves dbt's lazy handle: open() creates or checks the session
         credentials = connection.credentials
         session = self._sessions.get(credentials.unique_field)

@@ -162,7 +162,9 @@ class RowIndex:
             raise ConfigurationError(f"table {source.name}: the index needs at least one key column")
         clash = sorted(set(key_columns) & _RESERVED)
         if clash:
-            raise ConfigurationError(f"table {source.name}: key column name(s) {clash} are reserved by the index; rename them")
+            raise ConfigurationError(
+                f"table {source.name}: key column name(s) {clash} are reserved by the index; rename them"
+            )
         store = IndexStore(source.location)
         empty = IndexState(
             table=source.name,
@@ -218,7 +220,9 @@ class RowIndex:
                 total += self.spark.read.parquet(*unknown).count()
             num_buckets = _choose_buckets(total, rows_per_bucket)
         if not 1 <= num_buckets <= _MAX_BUCKETS:
-            raise ConfigurationError(f"table {self.source.name}: num_buckets must be in 1..{_MAX_BUCKETS}, got {num_buckets}")
+            raise ConfigurationError(
+                f"table {self.source.name}: num_buckets must be in 1..{_MAX_BUCKETS}, got {num_buckets}"
+            )
         base = replace(
             self.state,
             num_buckets=num_buckets,
@@ -288,7 +292,9 @@ class RowIndex:
             # The index rows of the wanted keys are few (about one per key): materialise them once for the
             # duplicate check and let found/missing reuse them instead of scanning the buckets again. A local
             # checkpoint (not persist) so Spark frees the blocks by itself once the DataFrames are gone.
-            index_rows = index_rows.join(typed.select(*keys_list).distinct(), keys_list, "left_semi").localCheckpoint(eager=True)
+            index_rows = index_rows.join(typed.select(*keys_list).distinct(), keys_list, "left_semi").localCheckpoint(
+                eager=True
+            )
             dups = index_rows.groupBy(*keys_list).count().where("count > 1").limit(_DUPLICATE_SAMPLE).collect()
             if dups:
                 raise self._duplicate_error(dups)
@@ -332,7 +338,9 @@ class RowIndex:
         os.makedirs(path)
         return path
 
-    def lookup_local(self, keys: pa.Table, *, file_column: str = "file", pos_column: str = "pos") -> tuple[pa.Table, pa.Table]:
+    def lookup_local(
+        self, keys: pa.Table, *, file_column: str = "file", pos_column: str = "pos"
+    ) -> tuple[pa.Table, pa.Table]:
         """Like ``lookup`` but on the driver with pyarrow, no Spark job: for small key sets (a few thousand keys).
 
         Returns ``(found, missing)`` Arrow tables. Buckets are chosen with the Python port of Spark's hash; when
@@ -349,7 +357,9 @@ class RowIndex:
         state = self.state
         missing_columns = [c for c in state.key_columns if c not in keys.column_names]
         if missing_columns:
-            raise ConfigurationError(f"lookup on the index of {state.table}: the keys lack key column(s) {missing_columns}")
+            raise ConfigurationError(
+                f"lookup on the index of {state.table}: the keys lack key column(s) {missing_columns}"
+            )
         if not state.key_types:  # an index of an empty table
             return keys.select(list(state.key_columns)).slice(0, 0), keys.select(list(state.key_columns))
         schema = self._arrow_key_schema()
@@ -374,11 +384,15 @@ class RowIndex:
             i = index_rows.schema.get_field_index(c)
             index_rows = index_rows.set_column(i, c, index_rows.column(c).cast(schema.field(c).type))
         paths = {f.file_id: f.path for f in state.files}
-        ids = pa.table({FILE_ID: pa.array(list(paths), pa.int32()), file_column: pa.array(list(paths.values()), pa.string())})
+        ids = pa.table(
+            {FILE_ID: pa.array(list(paths), pa.int32()), file_column: pa.array(list(paths.values()), pa.string())}
+        )
         joined = typed.join(index_rows, list(state.key_columns), join_type="left outer")
         hit = pc.is_valid(joined.column(FILE_ID))
         found = joined.filter(hit).join(ids, FILE_ID, join_type="inner")
-        found = found.select([*state.key_columns, file_column, POS]).rename_columns([*state.key_columns, file_column, pos_column])
+        found = found.select([*state.key_columns, file_column, POS]).rename_columns(
+            [*state.key_columns, file_column, pos_column]
+        )
         missing = joined.filter(pc.invert(hit)).select(list(state.key_columns))
         counts = found.group_by(list(state.key_columns)).aggregate([(file_column, "count")])
         dups = counts.filter(pc.greater(counts.column(f"{file_column}_count"), 1))
@@ -411,9 +425,18 @@ class RowIndex:
         import pyarrow as pa
 
         arrow = {
-            "tinyint": pa.int8(), "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64(), "boolean": pa.bool_(),
-            "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"),
-            "float": pa.float32(), "double": pa.float64(), "string": pa.string(), "binary": pa.binary(),
+            "tinyint": pa.int8(),
+            "smallint": pa.int16(),
+            "int": pa.int32(),
+            "bigint": pa.int64(),
+            "boolean": pa.bool_(),
+            "date": pa.date32(),
+            "timestamp": pa.timestamp("us", tz="UTC"),
+            "timestamp_ntz": pa.timestamp("us"),
+            "float": pa.float32(),
+            "double": pa.float64(),
+            "string": pa.string(),
+            "binary": pa.binary(),
         }
         return pa.schema([(c, arrow[t]) for c, t in zip(self.state.key_columns, self.state.key_types)])
 
@@ -513,8 +536,11 @@ class RowIndex:
         if new_paths:
             assert added_rows is not None
             norm = self.source.normalize_path
-            rows = added_rows.set_column(added_rows.schema.get_field_index("file"), "file",
-                                         pa.array([norm(p) for p in added_rows.column("file").to_pylist()], pa.string()))
+            rows = added_rows.set_column(
+                added_rows.schema.get_field_index("file"),
+                "file",
+                pa.array([norm(p) for p in added_rows.column("file").to_pylist()], pa.string()),
+            )
             if set(pc.unique(rows.column("file")).to_pylist()) - set(new_paths):
                 return None  # rows of files this commit did not add: not ours to trust
         dropped = [by_path[p] for p in removed if p not in pairs and p not in shifts]
@@ -613,7 +639,9 @@ class RowIndex:
         started = time.monotonic()
         version = (committer or self.source).current_version()
         if version == self.state.table_version:
-            metrics = IndexMetrics("ensure_fresh", version, rows_total=self._rows_total(self.state), num_buckets=self.state.num_buckets)
+            metrics = IndexMetrics(
+                "ensure_fresh", version, rows_total=self._rows_total(self.state), num_buckets=self.state.num_buckets
+            )
         else:
             metrics = self._refresh_to(version, operation="ensure_fresh", committer=committer)
         metrics.duration_ms = int((time.monotonic() - started) * 1000)
@@ -720,10 +748,15 @@ class RowIndex:
         if add:
             if new_rows is not None:
                 # the writer may spell paths as its committer reported them: accept both spellings
-                spellings = {**{p: i for p, i in new_ids.items()}, **{a: new_ids[n] for a, n in aliases.items() if n in new_ids}}
+                spellings = {
+                    **{p: i for p, i in new_ids.items()},
+                    **{a: new_ids[n] for a, n in aliases.items() if n in new_ids},
+                }
                 ids = self.spark.createDataFrame(list(spellings.items()), f"file string, {FILE_ID} int")
                 rows = new_rows.join(F.broadcast(ids), "file").select(
-                    *[F.col(quote_identifier(c)) for c in self.key_columns], FILE_ID, F.col("pos").cast("bigint").alias(POS)
+                    *[F.col(quote_identifier(c)) for c in self.key_columns],
+                    FILE_ID,
+                    F.col("pos").cast("bigint").alias(POS),
                 )
             else:
                 rows = self.source.read_rows(self.key_columns, version=version, files=new_ids)
@@ -794,7 +827,11 @@ class RowIndex:
         for path, file_id in new_ids.items():
             indexed, buckets = stats.get(file_id, (0, ()))
             count = live_by_path[path].record_count
-            files.append(IndexedFile(file_id, path, count if count >= 0 else indexed, indexed, live_by_path[path].deletes, buckets))
+            files.append(
+                IndexedFile(
+                    file_id, path, count if count >= 0 else indexed, indexed, live_by_path[path].deletes, buckets
+                )
+            )
         state = replace(
             base,
             key_types=key_types,
@@ -836,10 +873,14 @@ class RowIndex:
         live = {f.path: f.deletes for f in self.source.live_files(version)}
         recorded = {f.path: f.deletes for f in state.files}
         stale = sorted(p for p in set(live) | set(recorded) if live.get(p, "<absent>") != recorded.get(p, "<absent>"))
-        report = VerifyReport(table=state.table, index_version=state.table_version, table_version=version, stale_files=stale)
+        report = VerifyReport(
+            table=state.table, index_version=state.table_version, table_version=version, stale_files=stale
+        )
         cols = [*state.key_columns, FILE_ID, POS]
         if state.files:
-            scan = self.source.read_rows(state.key_columns, version=state.table_version, files={f.path: f.file_id for f in state.files})
+            scan = self.source.read_rows(
+                state.key_columns, version=state.table_version, files={f.path: f.file_id for f in state.files}
+            )
         else:
             scan = self._empty_rows()
         names = [b for b in state.buckets if b is not None]
@@ -856,7 +897,11 @@ class RowIndex:
             report.wrong_bucket = wrong.count()
             dups = scan.groupBy(*state.key_columns).count().where("count > 1")
             report.duplicate_keys = dups.count()
-            for label, frame in (("missing from index", missing), ("extra in index", extra), ("in wrong bucket", wrong)):
+            for label, frame in (
+                ("missing from index", missing),
+                ("extra in index", extra),
+                ("in wrong bucket", wrong),
+            ):
                 for row in frame.limit(3).collect():
                     report.samples.append(f"{label}: {row.asDict()}")
         finally:
@@ -874,7 +919,9 @@ class RowIndex:
         frame = self.spark.read.schema(self._row_schema()).parquet(*[self._store.uri(n) for n in names])
         if with_bucket:
             # the bucket a row is stored in comes from its file name (data/b00003-....parquet)
-            frame = frame.withColumn(BUCKET, F.regexp_extract(F.input_file_name(), r"/b(\d{5})-[0-9a-f]+\.parquet$", 1).cast("int"))
+            frame = frame.withColumn(
+                BUCKET, F.regexp_extract(F.input_file_name(), r"/b(\d{5})-[0-9a-f]+\.parquet$", 1).cast("int")
+            )
         return frame
 
     def _row_schema(self) -> str:

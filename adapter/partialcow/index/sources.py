@@ -110,7 +110,9 @@ def read_parquet_positions(spark: SparkSession, key_columns: Sequence[str], file
     return _positions(spark, spark.read.parquet(*files.keys()), key_columns, files)
 
 
-def _positions(spark: SparkSession, frame: DataFrame, key_columns: Sequence[str], files: Mapping[str, int]) -> DataFrame:
+def _positions(
+    spark: SparkSession, frame: DataFrame, key_columns: Sequence[str], files: Mapping[str, int]
+) -> DataFrame:
     """``key..., _file_id, _pos`` of ``frame``'s rows in ``files`` (path -> id), by Spark's file metadata columns."""
     from pyspark.sql import functions as F
 
@@ -190,11 +192,17 @@ class IcebergSource:
 
         keys = ", ".join(quote_identifier(c) for c in key_columns)
         # VERSION AS OF pins the read to the snapshot the index records; _file/_pos honour delete files.
-        rows = self.spark.sql(f"SELECT {keys}, _file, _pos FROM {quote_identifier(self.name)} VERSION AS OF {int(version)}")
+        rows = self.spark.sql(
+            f"SELECT {keys}, _file, _pos FROM {quote_identifier(self.name)} VERSION AS OF {int(version)}"
+        )
         if not {f.path for f in self.live_files(version)} <= set(files):
             # Iceberg does not prune data files on a _file predicate: this still scans the snapshot's key columns.
             rows = rows.where(F.col("_file").isin(list(files.keys())))
-        return rows.join(_files_frame(self.spark, files, "_file"), "_file").drop("_file").withColumn(POS, F.col(POS).cast("bigint"))
+        return (
+            rows.join(_files_frame(self.spark, files, "_file"), "_file")
+            .drop("_file")
+            .withColumn(POS, F.col(POS).cast("bigint"))
+        )
 
 
 class DeltaSource:
@@ -205,7 +213,9 @@ class DeltaSource:
 
     table_format = "delta"
 
-    def __init__(self, spark: SparkSession, table_uri: str, *, storage_options: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, spark: SparkSession, table_uri: str, *, storage_options: Mapping[str, str] | None = None
+    ) -> None:
         try:
             from deltalake import DeltaTable
         except ImportError:
@@ -240,7 +250,9 @@ class DeltaSource:
         actions = pa.table(table.get_add_actions(flatten=True))
         dv_columns = [c for c in actions.column_names if c.startswith("deletionVector")]
         paths = actions.column("path").to_pylist()
-        counts = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else [None] * len(paths)
+        counts = (
+            actions.column("num_records").to_pylist() if "num_records" in actions.column_names else [None] * len(paths)
+        )
         for column in dv_columns:
             hits = [p for p, v in zip(paths, actions.column(column).to_pylist()) if v is not None]
             if hits:

@@ -124,7 +124,9 @@ def _validated(changes: DataFrame, spec: ChangeSpec) -> tuple[DataFrame, list[st
     columns = list(changes.columns)
     for column in (*spec.key_columns, *spec.control_columns):
         if column not in columns:
-            raise ChangeFeedError(f"model {spec.model}: column {column!r} is missing from the changes (columns: {columns})")
+            raise ChangeFeedError(
+                f"model {spec.model}: column {column!r} is missing from the changes (columns: {columns})"
+            )
     if spec.sequence_column:
         check_sequence_type(spec, changes.schema[spec.sequence_column].dataType, "the model delivers")
     flags = problem_flags(changes, spec)

@@ -103,7 +103,11 @@ def _evolve_schema(spark: SparkSession, table: LakehouseTable, changes_schema, s
     table_fields = {f.name: f.dataType for f in table.spark_schema().fields}
     control = {*spec.control_columns, DELETE}
     new = [f for f in changes_schema.fields if f.name not in table_fields and f.name not in control]
-    dropped = [c for c in table_fields if c not in changes_schema.names] if spec.on_schema_change == "sync_all_columns" else []
+    dropped = (
+        [c for c in table_fields if c not in changes_schema.names]
+        if spec.on_schema_change == "sync_all_columns"
+        else []
+    )
     if not new and not dropped:
         return False
     if table.table_format != "iceberg" and not table.delta_spark:
@@ -212,7 +216,11 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
                 # Delta through delta-rs: its committer already re-checks and rebases on other writers' commits
                 if retries >= _MAX_COMMIT_RETRIES or not (table.table_format == "iceberg" or table.delta_spark):
                     raise
-                keys = staged if staged is not None else spark.createDataFrame(batch.select(list(spec.key_columns)).to_pandas())
+                keys = (
+                    staged
+                    if staged is not None
+                    else spark.createDataFrame(batch.select(list(spec.key_columns)).to_pandas())
+                )
                 changed = _keys_changed_since(spark, table, keys, spec, base_version)
                 if changed:
                     raise CommitConflictError(
@@ -264,7 +272,9 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
                 run_file_tasks,
                 update_columns=value_columns,
                 # rows whose new values land in columns their file lacks move to a new file with the table schema
-                moved_schema=insert_schema if len(value_columns) + len(spec.key_columns) == len(table_columns) else None,
+                moved_schema=insert_schema
+                if len(value_columns) + len(spec.key_columns) == len(table_columns)
+                else None,
                 insert_schema=insert_schema,
                 data_dir=table.data_dir,
                 check_keys=spec.key_columns if in_place else (),
@@ -509,7 +519,9 @@ def _locate(
         routed = staged.withColumn(BUCKET, index.bucket_column()).repartition(tasks, route)
     else:  # no rows in the table yet: every key is new; rows are still routed by key, so a task sees all of a key's
         tasks = max(cores, math.ceil(batch_rows / _ROWS_PER_LOCATE_TASK))
-        routed = staged.withColumn(BUCKET, F.lit(0)).repartition(tasks, *[F.col(quote_identifier(c)) for c in spec.key_columns])
+        routed = staged.withColumn(BUCKET, F.lit(0)).repartition(
+            tasks, *[F.col(quote_identifier(c)) for c in spec.key_columns]
+        )
     routed, unscaled = _unscaled_decimals(routed) if batch_rows >= _UNSCALED_DECIMALS_MIN_ROWS else (routed, {})
     job = partial(
         locate_partition,
@@ -580,7 +592,9 @@ def _locates_in_place(staged: DataFrame, index: RowIndex, spec: ChangeSpec, batc
     as many partitions as Spark's shuffles make, too many for each to read the index.
     """
     index_rows = sum(f.indexed_rows for f in index.state.files)
-    if spec.sequence_column or not 0 < index_rows <= min(_IN_PLACE_MAX_INDEX_ROWS, _INDEX_ROWS_PER_SHUFFLED_ROW * batch_rows):
+    if spec.sequence_column or not 0 < index_rows <= min(
+        _IN_PLACE_MAX_INDEX_ROWS, _INDEX_ROWS_PER_SHUFFLED_ROW * batch_rows
+    ):
         return False
     tasks = staged.rdd.getNumPartitions()  # plans the batch's query: only asked when in place is likely
     return (tasks >= cores and batch_rows <= tasks * _IN_PLACE_MAX_TASK_ROWS

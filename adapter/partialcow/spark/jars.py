@@ -123,7 +123,9 @@ def _jackson_inputs() -> list[Path]:
     found = []
     for artifact in _JACKSON_JARS:
         # e.g. jackson-core-2.15.2.jar, not jackson-core-asl-1.9.13.jar
-        matches = [p for p in jars_dir.glob(f"{artifact}-*.jar") if re.fullmatch(rf"{artifact}-\d[\w.\-]*\.jar", p.name)]
+        matches = [
+            p for p in jars_dir.glob(f"{artifact}-*.jar") if re.fullmatch(rf"{artifact}-\d[\w.\-]*\.jar", p.name)
+        ]
         if not matches:
             if artifact == "jackson-datatype-jsr310":
                 continue  # only used by Arrow's JSON helpers inside the runtime; the rest works without it
@@ -181,7 +183,9 @@ def resolve_iceberg_runtime(runtime: str = "auto") -> JarSet:
         )
     offline_help = "pip install 'dbt-partialcow[iceberg-offline]', or set iceberg_runtime to a runtime jar path"
     if runtime == "offline":
-        raise JarNotFoundError(f"iceberg_runtime 'offline': the wheel snowpark-connect-deps-iceberg is not installed: {offline_help}")
+        raise JarNotFoundError(
+            f"iceberg_runtime 'offline': the wheel snowpark-connect-deps-iceberg is not installed: {offline_help}"
+        )
     if not _maven_reachable():
         raise JarNotFoundError(
             f"no offline Iceberg runtime and Maven Central ({MAVEN_HOST[0]}) is unreachable: {offline_help}"

@@ -121,7 +121,9 @@ def _widen(connection: Any) -> list[str]:
         if (table, column) not in current:
             continue  # a schema without it (another Hive version): nothing to widen
         type_name, size = current[(table, column)]
-        if (wanted == "CLOB" and type_name != "CLOB") or (wanted.startswith("VARCHAR") and type_name == "VARCHAR" and size < _VARCHAR_MAX):
+        if (wanted == "CLOB" and type_name != "CLOB") or (
+            wanted.startswith("VARCHAR") and type_name == "VARCHAR" and size < _VARCHAR_MAX
+        ):
             todo.append((table, column, wanted))
     if not todo:
         return []

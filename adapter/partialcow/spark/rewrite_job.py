@@ -420,7 +420,9 @@ def rewrite_files_in_place(
 
 def _repeated_keys(rows: pa.Table, key_columns: Sequence[str]) -> pa.Table:
     """The keys that occur more than once in ``rows`` (key columns only)."""
-    counts = rows.select(list(key_columns)).group_by(list(key_columns), use_threads=False).aggregate([([], "count_all")])
+    counts = (
+        rows.select(list(key_columns)).group_by(list(key_columns), use_threads=False).aggregate([([], "count_all")])
+    )
     return counts.filter(pc.greater(counts.column("count_all"), 1)).select(list(key_columns))
 
 

@@ -84,7 +84,9 @@ def spark_conf(
     """
     if table_format not in _FORMATS:
         raise ConfigurationError(f"table_format {table_format!r} is not supported: use one of {', '.join(_FORMATS)}")
-    return _conf(table_format, warehouse_path(warehouse), master, extra, _jars(table_format, iceberg_runtime, delta_jars))
+    return _conf(
+        table_format, warehouse_path(warehouse), master, extra, _jars(table_format, iceberg_runtime, delta_jars)
+    )
 
 
 def _conf(
@@ -142,7 +144,9 @@ def _conf(
     user = {str(k): str(v) for k, v in (extra or {}).items()}
     # Java options are appended: the last -D of a property wins, so the user's override ours one by one.
     if user.get("spark.driver.extraJavaOptions"):
-        user["spark.driver.extraJavaOptions"] = f"{conf['spark.driver.extraJavaOptions']} {user['spark.driver.extraJavaOptions']}"
+        user["spark.driver.extraJavaOptions"] = (
+            f"{conf['spark.driver.extraJavaOptions']} {user['spark.driver.extraJavaOptions']}"
+        )
     # Jar lists are merged, not replaced: a user adding a JDBC driver jar must not silently lose the Iceberg runtime.
     for key, ours in (("spark.jars", jars.jars), ("spark.jars.packages", jars.packages)):
         items = [*ours, *(i.strip() for i in user.pop(key, "").split(",") if i.strip())]

@@ -74,7 +74,9 @@ def collect_small_batch(changes: DataFrame, spec: ChangeSpec, *, table_schema: S
     plan = assignment_plan(changes, spec, table_types)
     flags = problem_flags(changes, spec)
     checked = [name for name, (kind, _, _) in plan.items() if kind == "checked"]
-    projection = [assigned(name, plan, spec, changes.schema[name].dataType) for name in columns if name != spec.op_column]
+    projection = [
+        assigned(name, plan, spec, changes.schema[name].dataType) for name in columns if name != spec.op_column
+    ]
     projection += [flag.alias(name) for name, flag in zip(_FLAGS, flags[:4])]
     projection.append(flags[4].alias(DELETE))
     if spec.op_column:

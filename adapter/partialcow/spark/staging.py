@@ -153,7 +153,9 @@ def stage(
             raise repeated_keys_error(spec, keys_text(ties, spec.key_columns))
         latest = ranked.drop("_pcow_latest")
     else:
-        dups = frame.groupBy(*keys).count().where("count > 1").limit(SAMPLE).collect() if counts["repeated_keys"] else []
+        dups = (
+            frame.groupBy(*keys).count().where("count > 1").limit(SAMPLE).collect() if counts["repeated_keys"] else []
+        )
         if dups:
             raise repeated_keys_error(spec, keys_text(dups, spec.key_columns))
         latest = frame

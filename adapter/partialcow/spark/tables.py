@@ -339,4 +339,6 @@ def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> 
         committer = DeltaCommitter(name)
         data_dir = local_path(source.location)
     os.makedirs(data_dir, exist_ok=True)
-    return LakehouseTable(spark=spark, name=name, table_format=table_format, committer=committer, source=source, data_dir=data_dir)
+    return LakehouseTable(
+        spark=spark, name=name, table_format=table_format, committer=committer, source=source, data_dir=data_dir
+    )
