@@ -98,7 +98,7 @@ class ImageReport:
     >>> ImageReport(COPY_ON_WRITE, files_rewritten=2, pages_rewritten=50, pages_copied=200, files_with_deletes=1,
     ...             rows_hidden_by_deletes=7).describe()
     'copy-on-write image: 2 data files rewritten (50 pages re-encoded, 200 copied), 7 rows hidden by position deletes in 1 data files'
-    """
+    """  # noqa: E501 - a doctest output line cannot wrap
 
     mode: ImageMode
     files_rewritten: int
@@ -191,7 +191,8 @@ def publish_image_table(spark: SparkSession, *, schema: str, base_schema: str, i
     jvm.org.apache.iceberg.TableMetadataParser.write(metadata, root.io().newOutputFile(path))
     drop_reader_relation(spark, schema, identifier)
     spark.sql(
-        f"CALL spark_catalog.system.register_table(table => '{qualified(schema, identifier)}', metadata_file => '{path}')"
+        f"CALL spark_catalog.system.register_table(table => '{qualified(schema, identifier)}', "
+        f"metadata_file => '{path}')"
     )
 
 

@@ -64,7 +64,7 @@ class CreateResult:
     >>> CreateResult(BranchRecord("dev", "main", _now(), {"shop.a": 1}), 0.9,
     ...              {"read branches": 0.2, "snapshots": 0.3, "write record": 0.4}).describe()
     'branch dev created from main in 0.90s (nothing copied; merge base: 1 table snapshot(s); read branches 0.20s, snapshots 0.30s, write record 0.40s)'
-    """
+    """  # noqa: E501 - a doctest output line cannot wrap
 
     record: BranchRecord
     seconds: float
@@ -95,7 +95,8 @@ def create_branch(
     image stores the data files a build touches; ``merge-on-read``: the image stores position deletes, reads apply
     them); see ``partialcow.branch.image``.
 
-    >>> create_branch(spark, name="dev", meta_schema="shop", models=[("shop", "orders")]).record.parent  # doctest: +SKIP
+    >>> branch = create_branch(spark, name="dev", meta_schema="shop", models=[("shop", "orders")])  # doctest: +SKIP
+    >>> branch.record.parent  # doctest: +SKIP
     'main'
     """
     start = time.perf_counter()

@@ -62,7 +62,7 @@ def validate_branch_name(name: object, *, allow_main: bool = False) -> str:
     Traceback (most recent call last):
     ...
     partialcow.exceptions.BranchError: invalid branch name 'Dev': use 1-40 characters of a-z, 0-9 and _, starting with a letter, without '__' (for example 'dev' or 'feature_1')
-    """
+    """  # noqa: E501 - a doctest output line cannot wrap
     # "__" separates the parts of generated names (shop__br_dev, orders__pcow_overlay): not inside a branch name
     if not isinstance(name, str) or not _BRANCH_RE.match(name) or "__" in name:
         raise BranchError(

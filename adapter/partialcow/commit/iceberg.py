@@ -59,8 +59,9 @@ class IcebergCommitter:
     >>> committer = IcebergCommitter(spark, "db.events")  # doctest: +SKIP
     >>> base = committer.current_version()  # doctest: +SKIP
     >>> old = committer.live_files(base)[0].path  # doctest: +SKIP
-    >>> committer.replace_files(FileReplacement(base_version=base, removed=[old], added=["/wh/db/events/data/new.parquet"],
-    ...                                         conflict_keys={"id": [7]}))  # doctest: +SKIP
+    >>> new = "/wh/db/events/data/new.parquet"
+    >>> committer.replace_files(FileReplacement(base_version=base, removed=[old], added=[new],  # doctest: +SKIP
+    ...                                         conflict_keys={"id": [7]}))
     """
 
     def __init__(self, spark: Any, table_name: str) -> None:

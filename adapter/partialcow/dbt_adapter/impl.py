@@ -59,7 +59,7 @@ def check_docs_fit(node: Any) -> None:
     ...
     dbt_common.exceptions.base.DbtRuntimeError: Runtime Error
       model m: the description of column id has 40000 characters; the embedded metastore stores a column comment of at most 32672 (persist_docs): shorten it, set persist_docs columns: false for this model, or use your own metastore (README: the embedded metastore)
-    """
+    """  # noqa: E501 - a doctest output line cannot wrap
     persist = (node.config or {}).get("persist_docs") or {}
     if not isinstance(persist, Mapping):
         return

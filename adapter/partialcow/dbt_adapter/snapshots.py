@@ -1,4 +1,5 @@
-"""dbt snapshots on Iceberg tables through the change pipeline: the Python side of ``macros/materializations/snapshot.sql``.
+"""dbt snapshots on Iceberg tables through the change pipeline: the Python side of
+``macros/materializations/snapshot.sql``.
 
 A snapshot table's rows are versions keyed by ``dbt_scd_id``. dbt's staging query (strategies, hard deletes) yields
 one row per change: ``insert`` (a new version, or a deleted record's ``new_record`` version) and ``update`` /

@@ -772,7 +772,8 @@ class RowIndex:
                 )
             if key_types and key_types != actual:
                 raise StaleIndexError(
-                    f"index of {base.table}: key types changed from {list(key_types)} to {list(actual)}; rebuild the index"
+                    f"index of {base.table}: key types changed from {list(key_types)} to {list(actual)}; "
+                    "rebuild the index"
                 )
             key_types = actual
             rows = rows.withColumn(BUCKET, _bucket_expr(self.key_columns, n)).persist(StorageLevel.MEMORY_AND_DISK)

@@ -266,8 +266,8 @@ class DeltaSource:
         partition_keys = sorted(set(key_columns) & self._partition_columns)
         if partition_keys:
             raise ConfigurationError(
-                f"Delta table {self.name}: key column(s) {partition_keys} are partition columns, which are not stored in "
-                "the data files; index a key made of data columns"
+                f"Delta table {self.name}: key column(s) {partition_keys} are partition columns, which are not "
+                "stored in the data files; index a key made of data columns"
             )
         # Delta data files are immutable: reading them by path is reading them at ``version``.
         return read_parquet_positions(self.spark, key_columns, files)
@@ -324,8 +324,8 @@ class DeltaSparkSource:
         partition_keys = sorted(set(key_columns) & self._partition_columns)
         if partition_keys:
             raise ConfigurationError(
-                f"Delta table {self.name}: key column(s) {partition_keys} are partition columns, which are not stored in "
-                "the data files; index a key made of data columns"
+                f"Delta table {self.name}: key column(s) {partition_keys} are partition columns, which are not "
+                "stored in the data files; index a key made of data columns"
             )
         snapshot = self._log.snapshot_at(self.spark, self.location, version)
         if "deletionVectors" not in self._log.table_info(snapshot).reader_features:

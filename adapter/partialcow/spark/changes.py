@@ -588,8 +588,9 @@ def _locates_in_place(staged: DataFrame, index: RowIndex, spec: ChangeSpec, batc
     In place, a key's changes may reach several tasks: repeated keys are then checked by the rewrite job, before
     anything is committed. Chosen when the shuffle would cost more than every task reading the index buckets its rows
     hit (``_INDEX_ROWS_PER_SHUFFLED_ROW``), the batch has a partition per core (a routed batch is spread over the
-    cores) and the tasks stay small enough to hold their rows and the index in memory. A batch with a sequence column is routed: it was shuffled by key to pick each key's latest change, into
-    as many partitions as Spark's shuffles make, too many for each to read the index.
+    cores) and the tasks stay small enough to hold their rows and the index in memory. A batch with a sequence
+    column is routed: it was shuffled by key to pick each key's latest change, into as many partitions as Spark's
+    shuffles make, too many for each to read the index.
     """
     index_rows = sum(f.indexed_rows for f in index.state.files)
     if spec.sequence_column or not 0 < index_rows <= min(

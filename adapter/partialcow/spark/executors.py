@@ -88,7 +88,7 @@ def executor_failure(text: str, python: str) -> str:
 
     >>> print(executor_failure("... ModuleNotFoundError: No module named 'partialcow' ...", "python3"))
     the executors' Python (python3) cannot import partialcow (ModuleNotFoundError: No module named 'partialcow'): install dbt-partialcow into the executors' Python, or set spark.pyspark.python in the profile's spark_config to an interpreter that has it (README: clusters)
-    """
+    """  # noqa: E501 - a doctest output line cannot wrap
     missing = _MISSING_MODULE.search(text)
     if missing:
         module = missing.group(1).split(".")[0]

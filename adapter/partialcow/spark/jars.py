@@ -159,7 +159,8 @@ def resolve_iceberg_runtime(runtime: str = "auto") -> JarSet:
     """Find the Iceberg Spark runtime without building or downloading anything.
 
     ``runtime`` is ``auto`` (the offline wheel if installed, else Maven if Maven Central is reachable), ``offline``
-    (the wheel, or an error), ``maven`` (coordinates :data:`ICEBERG_MAVEN`), Maven coordinates ``group:artifact:version``,
+    (the wheel, or an error), ``maven`` (coordinates :data:`ICEBERG_MAVEN`), Maven coordinates
+    ``group:artifact:version``,
     or the path of a complete runtime jar.
 
     >>> resolve_iceberg_runtime("maven").packages == (ICEBERG_MAVEN,)
@@ -204,8 +205,8 @@ def resolve_delta_jars(delta_jars: Sequence[str] | None) -> JarSet:
     """
     if not delta_jars:
         raise JarNotFoundError(
-            "table_format 'delta' in Spark needs the delta-spark jars, which are not on PyPI: set delta_jars to the jar "
-            f"paths (delta-spark_2.12-3.x.jar and delta-storage-3.x.jar) or to ['maven'] to fetch {DELTA_MAVEN}"
+            "table_format 'delta' in Spark needs the delta-spark jars, which are not on PyPI: set delta_jars to the "
+            f"jar paths (delta-spark_2.12-3.x.jar and delta-storage-3.x.jar) or to ['maven'] to fetch {DELTA_MAVEN}"
         )
     items = [DELTA_MAVEN if item.strip() == "maven" else item for item in delta_jars]
     return _explicit_jars(items, what="delta_jars")
@@ -292,7 +293,8 @@ def relocate_class(data: bytes) -> bytes:
     >>> import zipfile
     >>> jar = next(pyspark_jars_dir().glob("jackson-annotations-2*.jar"))
     >>> data = zipfile.ZipFile(jar).read("com/fasterxml/jackson/annotation/JsonProperty.class")
-    >>> "org/apache/iceberg/shaded/com/fasterxml/jackson/annotation/JsonProperty" in class_references(relocate_class(data))
+    >>> shaded = "org/apache/iceberg/shaded/com/fasterxml/jackson/annotation/JsonProperty"
+    >>> shaded in class_references(relocate_class(data))
     True
     """
     out = bytearray()
@@ -346,7 +348,8 @@ def relocate_jars(inputs: Sequence[Path], dest: Path) -> Path:
     >>> import tempfile
     >>> inputs = sorted(pyspark_jars_dir().glob("jackson-annotations-2*.jar"))
     >>> out = relocate_jars(inputs, Path(tempfile.mkdtemp()) / "a.jar")
-    >>> "org/apache/iceberg/shaded/com/fasterxml/jackson/annotation/JsonProperty.class" in zipfile.ZipFile(out).namelist()
+    >>> shaded = "org/apache/iceberg/shaded/com/fasterxml/jackson/annotation/JsonProperty.class"
+    >>> shaded in zipfile.ZipFile(out).namelist()
     True
     """
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -355,7 +358,10 @@ def relocate_jars(inputs: Sequence[Path], dest: Path) -> Path:
     try:
         seen: set[str] = set()
         with zipfile.ZipFile(tmp_name, "w") as out:
-            manifest = "Manifest-Version: 1.0\r\nMulti-Release: true\r\nCreated-By: partialcow (Jackson relocated for Iceberg)\r\n\r\n"
+            manifest = (
+                "Manifest-Version: 1.0\r\nMulti-Release: true\r\n"
+                "Created-By: partialcow (Jackson relocated for Iceberg)\r\n\r\n"
+            )
             out.writestr(_entry("META-INF/MANIFEST.MF"), manifest)
             for jar in inputs:
                 with zipfile.ZipFile(jar) as source:

@@ -220,7 +220,8 @@ def locate_partition(
     Located rows go to ``f<file id>-<task>.arrow`` (``_pcow_pos``, ``_pcow_delete``, ``carried``), the changes of
     keys not in the table to ``ins-<task>.arrow`` (``insert_columns``, ``_pcow_delete``: the insert writers drop
     the deletes). The result row lists
-    the fragments written. Up to ``keys_limit`` rows, the keys also go to ``keys-<task>.arrow`` (the commit's conflict filter).
+    the fragments written. Up to ``keys_limit`` rows, the keys also go to ``keys-<task>.arrow`` (the commit's conflict
+    filter).
     ``unscaled_decimals``: columns that arrive as their decimals' unscaled int64 values, by name: (precision, scale).
 
     Keys given more than once in this task are counted here (and nothing is written). A batch routed by bucket
@@ -347,7 +348,8 @@ def run_file_tasks(
 
     ``check_keys``: when the locate tasks did not see every change of a key (they took the batch's partitions as
     they were), the key columns to check here: a file task that finds a key changed more than once, or the first
-    insert writer finding a key absent from the table changed more than once, writes nothing and yields ``kind`` "repeated" with
+    insert writer finding a key absent from the table changed more than once, writes nothing and yields ``kind``
+    "repeated" with
     ``count`` (keys) and ``samples`` instead.
     """
     for task in tasks:

@@ -104,7 +104,9 @@ def _conf(
         # Hive-backed session catalog: dbt's schemas and views and Iceberg's tables share one persistent metastore.
         "spark.sql.catalogImplementation": "hive",
         "spark.sql.warehouse.dir": str(folder),
-        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true",
+        "spark.hadoop.javax.jdo.option.ConnectionURL": (
+            f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true"
+        ),
         "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
         "spark.hadoop.hive.metastore.schema.verification": "false",
         **EMBEDDED_METASTORE_CONF,

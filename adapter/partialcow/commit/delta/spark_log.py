@@ -101,7 +101,8 @@ def table_info(snapshot: Any) -> DeltaTableInfo:
 
 
 def add_actions(spark: SparkSession, snapshot: Any) -> DataFrame:
-    """The snapshot's live files as a DataFrame of add actions (``path``, ``size``, ``stats``, ``deletionVector``...)."""
+    """The snapshot's live files as a DataFrame of add actions (``path``, ``size``, ``stats``,
+    ``deletionVector``...)."""
     from pyspark.sql import DataFrame
 
     return DataFrame(snapshot.allFiles().toDF(), spark)
