@@ -258,7 +258,7 @@ def apply_changes_on_branch(
     """Apply a batch of CDC ``changes`` (read per ``spec``, as ``apply_changes`` reads them) to the model
     ``base_schema.identifier`` on ``branch``; see the module docstring. The parent's table is never written.
 
-    >>> spec = ChangeSpec(key_columns=("id",), op_column="_op")
+    >>> spec = ChangeSpec(key_columns=("id",), op_column="_op")  # doctest: +SKIP
     >>> apply_changes_on_branch(spark, changes_df, spec, branch="dev",  # doctest: +SKIP
     ...                         base_schema="shop", identifier="orders", meta_schema="shop").describe()
     'branch dev: shop.orders: 1 inserted, 2 updated, 1 deleted; overlay 3 upserted rows, 1 tombstones; ...'
