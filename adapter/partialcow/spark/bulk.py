@@ -233,7 +233,13 @@ def _check(batch: pa.RecordBatch, key_columns: list[str], model: str, spec: Chan
 def _write_index(spark: SparkSession, store: Any, spec: ChangeSpec, key_types: Sequence[str], name: str,
                  entries: DataFrame, rows: int) -> tuple[int, dict[int, str]]:
     """Write the bucket files of the new index (not yet published); a repeated key is the batch's error."""
-    from partialcow.index.row_index import _ROWS_PER_BUCKET, BUCKET, _bucket_expr, _choose_buckets, write_bucket_files
+    from partialcow.index.bucket_files import (
+        _ROWS_PER_BUCKET,
+        BUCKET,
+        _bucket_expr,
+        _choose_buckets,
+        write_bucket_files,
+    )
 
     n = _choose_buckets(rows, _ROWS_PER_BUCKET)
     try:
