@@ -7,23 +7,23 @@ says what to do.
 from __future__ import annotations
 
 __all__ = [
-    "PartialCowError",
-    "ConfigurationError",
-    "JarNotFoundError",
-    "ParquetRewriteError",
-    "InvalidChangeError",
-    "UnsupportedFileError",
-    "CommitError",
-    "CommitConflictError",
-    "CommitStateUnknownError",
-    "LostCommitError",
-    "UnsupportedTableFeatureError",
-    "IndexError_",
-    "StaleIndexError",
-    "DuplicateKeyError",
-    "ChangeFeedError",
     "BranchError",
+    "ChangeFeedError",
+    "CommitConflictError",
+    "CommitError",
+    "CommitStateUnknownError",
+    "ConfigurationError",
+    "DuplicateKeyError",
+    "IndexError_",
+    "InvalidChangeError",
+    "JarNotFoundError",
+    "LostCommitError",
+    "ParquetRewriteError",
+    "PartialCowError",
     "SparkJobError",
+    "StaleIndexError",
+    "UnsupportedFileError",
+    "UnsupportedTableFeatureError",
 ]
 
 

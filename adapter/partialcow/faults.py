@@ -1,4 +1,5 @@
-"""Crash injection for the fault suite (imported by every layer: it depends on nothing): ``PARTIALCOW_CRASH_AT=<point>`` kills the process at that point.
+"""Crash injection for the fault suite (imported by every layer: it depends on nothing): ``PARTIALCOW_CRASH_AT=<point>``
+kills the process at that point.
 
 The kill is a ``SIGKILL`` of the driver process: no ``finally`` block, ``except`` clause or exit handler runs, which is
 what a crash (power loss, an OOM kill, a scheduler's ``kill -9``) does to a write. The JVM follows (PySpark's gateway

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 
-__all__ = ["WriteMetrics", "PhaseClock"]
+__all__ = ["PhaseClock", "WriteMetrics"]
 
 
 @dataclass

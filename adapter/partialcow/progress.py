@@ -80,7 +80,7 @@ class Progress:
                 if self.spark is not None:
                     try:
                         tasks = spark_tasks(self.spark)
-                    except Exception:  # the session may be starting or stopping: show the time alone
+                    except Exception:  # noqa: BLE001 - the session may be starting or stopping: show the time alone
                         tasks = ""
                 elapsed = time.monotonic() - started
                 self._line(f"{_FRAMES[frame % len(_FRAMES)]} {label} ({elapsed:.0f} s{'; ' + tasks if tasks else ''})")

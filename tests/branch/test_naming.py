@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import doctest
-
 import pytest
 
-from partialcow.branch import image, naming
 from partialcow.branch.naming import base_schema_of, overlay_schema, quote, validate_branch_name
 from partialcow.exceptions import BranchError
 
@@ -44,8 +41,3 @@ def test_schema_names_are_checked_too():
 def test_quote_escapes_backticks():
     assert quote("a`b") == "`a``b`"
 
-
-def test_docstring_examples():
-    assert doctest.testmod(naming).failed == 0
-    result = doctest.testmod(image)
-    assert result.attempted >= 2 and result.failed == 0

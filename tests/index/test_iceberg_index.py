@@ -245,9 +245,9 @@ def test_shift_that_empties_a_bucket_records_it_as_empty(spark, table) -> None:
 def test_an_index_that_outgrows_its_buckets_is_laid_out_again(spark, monkeypatch) -> None:
     """A table created empty and then loaded (what a first dbt run does) must not keep a one-bucket index."""
     from partialcow.commit.iceberg import IcebergCommitter
-    from partialcow.index import row_index
+    from partialcow.index import bucket_files
 
-    monkeypatch.setattr(row_index, "_ROWS_PER_BUCKET", 100)
+    monkeypatch.setattr(bucket_files, "_ROWS_PER_BUCKET", 100)
     name = f"default.idx_{uuid.uuid4().hex[:8]}"
     spark.sql(f"CREATE TABLE {name} (id bigint, code string, amount double) USING iceberg")
     try:

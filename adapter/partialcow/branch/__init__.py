@@ -12,7 +12,8 @@ Using it from dbt::
     dbt run-operation branch_drop --args '{name: dev}'
 
 Layout (branch ``dev``, model ``orders`` of schema ``shop``): everything lives in the overlay schema
-``shop__br_dev``: ``orders`` (what users and ``ref()`` read: a view, or an image table, below), the overlay table ``orders__pcow_overlay``
+``shop__br_dev``: ``orders`` (what users and ``ref()`` read: a view, or an image table, below), the overlay table
+``orders__pcow_overlay``
 (the model's columns + ``_pcow_op`` 'U'/'D' + ``_pcow_seq``, one row per key that differs from the parent),
 ``orders__pcow_base`` (the parent's rows at the merge base for those keys) and, after ``branch_materialize``,
 ``orders__pcow_full``. Branch metadata is the Iceberg table ``<target schema>.partialcow_branches``. Branch names

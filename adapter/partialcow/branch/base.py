@@ -7,7 +7,8 @@ merged. When a key enters a branch's overlay, the parent's row for it at that ba
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from partialcow.branch.catalog import iceberg_snapshot, list_tables, table_exists
 from partialcow.branch.levels import chain_tables, overlay_info, resolve_parent

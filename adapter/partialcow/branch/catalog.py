@@ -9,7 +9,7 @@ from partialcow.branch.naming import quote
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["table_exists", "list_tables", "schema_exists", "load_iceberg", "iceberg_snapshot", "iceberg_total_records"]
+__all__ = ["iceberg_snapshot", "iceberg_total_records", "list_tables", "load_iceberg", "schema_exists", "table_exists"]
 
 
 def table_exists(spark: SparkSession, schema: str, table: str) -> bool:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from partialcow.branch.naming import quote
 

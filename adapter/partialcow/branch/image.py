@@ -33,12 +33,14 @@ an image, an overlay whose columns or types differ from the root's, or an empty 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -46,7 +48,14 @@ import pyarrow.parquet as pq
 
 from partialcow.branch.catalog import load_iceberg
 from partialcow.branch.naming import IMAGE_OF_PROPERTY, MAIN, OP_COLUMN, OP_DELETE, OP_UPSERT, qualified, quote
-from partialcow.branch.types import COPY_ON_WRITE, IMAGE_MODES, MERGE_ON_READ, ImageMode, OverlayInfo, validate_image_mode
+from partialcow.branch.types import (
+    COPY_ON_WRITE,
+    IMAGE_MODES,
+    MERGE_ON_READ,
+    ImageMode,
+    OverlayInfo,
+    validate_image_mode,
+)
 from partialcow.exceptions import BranchError
 from partialcow.spark.rewrite_job import DELETE, FILE, IN_PLACE_RESULT_SCHEMA, POS, rewrite_files_in_place
 
@@ -54,9 +63,19 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "ImageMode", "ImageReport", "COPY_ON_WRITE", "MERGE_ON_READ", "IMAGE_MODES", "validate_image_mode",
-    "image_ref", "image_relation", "refresh_image", "drop_image", "has_image", "publish_image_table",
+    "COPY_ON_WRITE",
+    "IMAGE_MODES",
+    "MERGE_ON_READ",
+    "ImageMode",
+    "ImageReport",
+    "drop_image",
     "drop_reader_relation",
+    "has_image",
+    "image_ref",
+    "image_relation",
+    "publish_image_table",
+    "refresh_image",
+    "validate_image_mode",
 ]
 
 _REF_PREFIX = "partialcow_"
@@ -79,7 +98,7 @@ class ImageReport:
     >>> ImageReport(COPY_ON_WRITE, files_rewritten=2, pages_rewritten=50, pages_copied=200, files_with_deletes=1,
     ...             rows_hidden_by_deletes=7).describe()
     'copy-on-write image: 2 data files rewritten (50 pages re-encoded, 200 copied), 7 rows hidden by position deletes in 1 data files'
-    """
+    """  # noqa: E501 - a doctest output line cannot wrap
 
     mode: ImageMode
     files_rewritten: int
@@ -172,7 +191,8 @@ def publish_image_table(spark: SparkSession, *, schema: str, base_schema: str, i
     jvm.org.apache.iceberg.TableMetadataParser.write(metadata, root.io().newOutputFile(path))
     drop_reader_relation(spark, schema, identifier)
     spark.sql(
-        f"CALL spark_catalog.system.register_table(table => '{qualified(schema, identifier)}', metadata_file => '{path}')"
+        f"CALL spark_catalog.system.register_table(table => '{qualified(schema, identifier)}', "
+        f"metadata_file => '{path}')"
     )
 
 
@@ -405,10 +425,8 @@ def _rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: in
         rewrite.commit()
     except BaseException:
         for result in results:  # not referenced by any snapshot
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.remove(result["dst"])
-            except FileNotFoundError:
-                pass
         raise
     for result in results:
         if not result["rows_after"]:

@@ -21,8 +21,9 @@ parent does not have (or a ``--full-refresh``) takes the batch's upserts as its 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from partialcow.branch.base import capture_base
 from partialcow.branch.catalog import table_exists
@@ -219,7 +220,9 @@ def _changed_keys(
 def _merge_overlay_sql(target: str, source: str, keys: Sequence[str], columns: Sequence[str]) -> str:
     on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
     names = [quote(c) for c in columns]
-    sets = ", ".join([f"t.{n} = s.{n}" for n in names] + [f"t.{OP_COLUMN} = s.{_ACTION}", f"t.{SEQ_COLUMN} = s.{SEQ_COLUMN}"])
+    sets = ", ".join(
+        [f"t.{n} = s.{n}" for n in names] + [f"t.{OP_COLUMN} = s.{_ACTION}", f"t.{SEQ_COLUMN} = s.{SEQ_COLUMN}"]
+    )
     values = [f"s.{n}" for n in names] + [f"s.{_ACTION}", f"s.{SEQ_COLUMN}"]
     return (
         f"MERGE INTO {target} t USING (SELECT * FROM {source} WHERE {_ACTION} IS NOT NULL) s ON {on} "
@@ -255,8 +258,9 @@ def apply_changes_on_branch(
     """Apply a batch of CDC ``changes`` (read per ``spec``, as ``apply_changes`` reads them) to the model
     ``base_schema.identifier`` on ``branch``; see the module docstring. The parent's table is never written.
 
-    >>> apply_changes_on_branch(spark, changes_df, ChangeSpec(key_columns=("id",), op_column="_op"), branch="dev",
-    ...                         base_schema="shop", identifier="orders", meta_schema="shop").describe()  # doctest: +SKIP
+    >>> spec = ChangeSpec(key_columns=("id",), op_column="_op")  # doctest: +SKIP
+    >>> apply_changes_on_branch(spark, changes_df, spec, branch="dev",  # doctest: +SKIP
+    ...                         base_schema="shop", identifier="orders", meta_schema="shop").describe()
     'branch dev: shop.orders: 1 inserted, 2 updated, 1 deleted; overlay 3 upserted rows, 1 tombstones; ...'
     """
     from pyspark.sql import functions as F

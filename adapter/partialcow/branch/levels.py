@@ -6,7 +6,8 @@ A model's parent on branch ``B`` is the nearest level above ``B`` that has the m
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from partialcow.branch.catalog import list_tables, table_exists
 from partialcow.branch.naming import (

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from partialcow.branch.base import record_snapshots
 from partialcow.branch.catalog import iceberg_total_records, table_exists
@@ -63,7 +64,7 @@ class CreateResult:
     >>> CreateResult(BranchRecord("dev", "main", _now(), {"shop.a": 1}), 0.9,
     ...              {"read branches": 0.2, "snapshots": 0.3, "write record": 0.4}).describe()
     'branch dev created from main in 0.90s (nothing copied; merge base: 1 table snapshot(s); read branches 0.20s, snapshots 0.30s, write record 0.40s)'
-    """
+    """  # noqa: E501 - a doctest output line cannot wrap
 
     record: BranchRecord
     seconds: float
@@ -94,7 +95,8 @@ def create_branch(
     image stores the data files a build touches; ``merge-on-read``: the image stores position deletes, reads apply
     them); see ``partialcow.branch.image``.
 
-    >>> create_branch(spark, name="dev", meta_schema="shop", models=[("shop", "orders")]).record.parent  # doctest: +SKIP
+    >>> branch = create_branch(spark, name="dev", meta_schema="shop", models=[("shop", "orders")])  # doctest: +SKIP
+    >>> branch.record.parent  # doctest: +SKIP
     'main'
     """
     start = time.perf_counter()

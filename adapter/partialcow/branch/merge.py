@@ -11,13 +11,21 @@ import dataclasses
 import datetime as _dt
 import functools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from partialcow.branch.base import capture_base, current_snapshots, record_snapshots, recorded_snapshots
 from partialcow.branch.catalog import table_exists
 from partialcow.branch.frames import all_of, key_string
-from partialcow.branch.levels import branch_models, chain_tables, distinct_models, overlay_info, resolve_parent, write_overlay
+from partialcow.branch.levels import (
+    branch_models,
+    chain_tables,
+    distinct_models,
+    overlay_info,
+    resolve_parent,
+    write_overlay,
+)
 from partialcow.branch.naming import (
     MAIN,
     OP_COLUMN,
@@ -164,7 +172,9 @@ def _stage_delta(
     else:
         base = side(None, "_b").withColumn("_bk", F.lit(True))
     key_pos = [cols.index(k) for k in keys]
-    joined = overlay.join(theirs, all_of([overlay[quote(k)] == theirs[f"_t{i}"] for k, i in zip(keys, key_pos)]), "left")
+    joined = overlay.join(
+        theirs, all_of([overlay[quote(k)] == theirs[f"_t{i}"] for k, i in zip(keys, key_pos)]), "left"
+    )
     joined = joined.join(base, all_of([joined[quote(k)] == base[f"_b{i}"] for k, i in zip(keys, key_pos)]), "left")
 
     ours_x = F.col(OP_COLUMN) == OP_UPSERT

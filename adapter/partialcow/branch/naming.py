@@ -21,19 +21,19 @@ from partialcow.exceptions import BranchError
 __all__ = [
     "IMAGE_OF_PROPERTY",
     "MAIN",
-    "OP_COLUMN",
-    "SEQ_COLUMN",
-    "OP_UPSERT",
-    "OP_DELETE",
     "METADATA_TABLE",
-    "validate_branch_name",
-    "overlay_schema",
-    "base_schema_of",
-    "overlay_table",
-    "full_table",
+    "OP_COLUMN",
+    "OP_DELETE",
+    "OP_UPSERT",
+    "SEQ_COLUMN",
     "base_image_table",
-    "quote",
+    "base_schema_of",
+    "full_table",
+    "overlay_schema",
+    "overlay_table",
     "qualified",
+    "quote",
+    "validate_branch_name",
 ]
 
 #: The implicit root: the tables dbt builds without a branch.
@@ -62,7 +62,7 @@ def validate_branch_name(name: object, *, allow_main: bool = False) -> str:
     Traceback (most recent call last):
     ...
     partialcow.exceptions.BranchError: invalid branch name 'Dev': use 1-40 characters of a-z, 0-9 and _, starting with a letter, without '__' (for example 'dev' or 'feature_1')
-    """
+    """  # noqa: E501 - a doctest output line cannot wrap
     # "__" separates the parts of generated names (shop__br_dev, orders__pcow_overlay): not inside a branch name
     if not isinstance(name, str) or not _BRANCH_RE.match(name) or "__" in name:
         raise BranchError(

@@ -14,17 +14,25 @@ partialcow.exceptions.BranchError: branch_merge: unknown argument(s) on_confict:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, Union
+from typing import TYPE_CHECKING, Any, Protocol
 
 from partialcow.branch.naming import MAIN, validate_branch_name
-from partialcow.branch.types import COPY_ON_WRITE, ConflictPolicy, ImageMode, validate_conflict_policy, validate_image_mode
+from partialcow.branch.types import (
+    COPY_ON_WRITE,
+    ConflictPolicy,
+    ImageMode,
+    validate_conflict_policy,
+    validate_image_mode,
+)
 from partialcow.exceptions import BranchError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "OPERATIONS",
     "BranchOptions",
     "CreateOptions",
     "DiffOptions",
@@ -32,7 +40,6 @@ __all__ = [
     "ListOptions",
     "MaterializeOptions",
     "MergeOptions",
-    "OPERATIONS",
     "RefreshOptions",
     "parse_options",
     "run_operation",
@@ -148,8 +155,9 @@ class RefreshOptions:
         return refresh_branch(spark, name=self.name, meta_schema=meta_schema)
 
 
-BranchOptions = Union[CreateOptions, DiffOptions, MergeOptions, DropOptions, ListOptions, MaterializeOptions,
-                      RefreshOptions]
+BranchOptions = (
+    CreateOptions | DiffOptions | MergeOptions | DropOptions | ListOptions | MaterializeOptions | RefreshOptions
+)
 
 #: operation name (``branch_<name>`` in dbt) -> its options class
 OPERATIONS: dict[str, type[BranchOptions]] = {

@@ -24,8 +24,9 @@ from __future__ import annotations
 import functools
 import operator
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from partialcow.branch.base import capture_base
 from partialcow.branch.catalog import table_exists
@@ -127,7 +128,8 @@ def _diff_against_parent(result: DataFrame, parent: DataFrame, keys: Sequence[st
     key_positions = [columns.index(k) for k in keys]
     r = result.select([F.col(quote(c)).alias(f"r{i}") for i, c in enumerate(columns)] + [F.lit(True).alias("_r")])
     p = parent.select(
-        [F.col(quote(parent_names[c.lower()])).alias(f"p{i}") for i, c in enumerate(columns)] + [F.lit(True).alias("_p")]
+        [F.col(quote(parent_names[c.lower()])).alias(f"p{i}") for i, c in enumerate(columns)]
+        + [F.lit(True).alias("_p")]
     )
     joined = r.join(p, on=all_of([F.col(f"r{i}") == F.col(f"p{i}") for i in key_positions]), how="full_outer")
     in_result, in_parent = F.col("_r").isNotNull(), F.col("_p").isNotNull()
@@ -218,7 +220,9 @@ def build_model(
     )
 
 
-def view_sql(info: OverlayInfo, parent: tuple[str, str] | None, *, materialized: bool, source: str | None = None) -> str:
+def view_sql(
+    info: OverlayInfo, parent: tuple[str, str] | None, *, materialized: bool, source: str | None = None
+) -> str:
     """The SELECT of a branch view (see the module docstring for the forms); ``source``: one relation that already
     holds the branch's rows (the model's image, or the parent when the overlay is empty)."""
     cols = ", ".join(quote(c) for c in info.columns)
@@ -231,7 +235,9 @@ def view_sql(info: OverlayInfo, parent: tuple[str, str] | None, *, materialized:
         return upserts
     parent_cols = ", ".join(f"p.{quote(c)}" for c in info.columns)
     on = " AND ".join(f"p.{quote(k)} = o.{quote(k)}" for k in info.key_columns)
-    return f"{upserts}\nUNION ALL\nSELECT {parent_cols} FROM {qualified(*parent)} p LEFT ANTI JOIN {info.table} o ON {on}"
+    return (
+        f"{upserts}\nUNION ALL\nSELECT {parent_cols} FROM {qualified(*parent)} p LEFT ANTI JOIN {info.table} o ON {on}"
+    )
 
 
 def create_branch_view(spark: SparkSession, *, store: BranchStore, branch: str, base_schema: str,

@@ -10,7 +10,8 @@ the branch's read images are built (``copy-on-write`` or ``merge-on-read``, see 
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from partialcow.branch.catalog import table_exists
 from partialcow.branch.naming import MAIN, METADATA_TABLE, qualified, quote, validate_branch_name
@@ -99,7 +100,7 @@ class BranchStore:
         return [r.name for r in self.all() if r.parent == name]
 
     def _frame(self, record: BranchRecord) -> DataFrame:
-        from pyspark.sql.types import MapType, LongType, StringType, StructField, StructType, TimestampType
+        from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType, TimestampType
 
         schema = StructType(
             [

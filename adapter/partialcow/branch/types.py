@@ -14,16 +14,16 @@ from partialcow.branch.naming import overlay_table, qualified
 from partialcow.exceptions import BranchError
 
 __all__ = [
-    "BranchRecord",
-    "ConflictPolicy",
     "CONFLICT_POLICIES",
     "COPY_ON_WRITE",
     "IMAGE_MODES",
-    "ImageMode",
     "MERGE_ON_READ",
+    "PRESENT_COLUMN",
+    "BranchRecord",
+    "ConflictPolicy",
+    "ImageMode",
     "OverlayInfo",
     "OverlayMode",
-    "PRESENT_COLUMN",
     "validate_conflict_policy",
     "validate_image_mode",
 ]
@@ -69,7 +69,7 @@ def validate_conflict_policy(policy: object, *, branch: str) -> ConflictPolicy:
     Traceback (most recent call last):
     ...
     partialcow.exceptions.BranchError: branch_merge dev: on_conflict 'mine' is not one of: fail, ours, theirs (ours = the branch's rows win, theirs = the parent's rows stay)
-    """
+    """  # noqa: E501 - a doctest output line cannot wrap
     if policy is None:
         return "fail"
     if policy not in CONFLICT_POLICIES:

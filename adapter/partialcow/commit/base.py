@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from partialcow.metrics import WriteMetrics
 
-__all__ = ["DataFile", "FileReplacement", "CommitResult", "TableCommitter"]
+__all__ = ["CommitResult", "DataFile", "FileReplacement", "TableCommitter"]
 
 OPERATION = "partial_cow_upsert"
 

@@ -9,6 +9,7 @@ file set atomically with these validations.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import decimal
 import json
@@ -30,7 +31,7 @@ from partialcow.exceptions import (
     UnsupportedTableFeatureError,
 )
 
-__all__ = ["IcebergCommitter", "NO_SNAPSHOT", "top_level_field_ids"]
+__all__ = ["NO_SNAPSHOT", "IcebergCommitter", "top_level_field_ids"]
 
 #: ``current_version()`` of a table without any snapshot yet.
 NO_SNAPSHOT = -1
@@ -58,13 +59,14 @@ class IcebergCommitter:
     >>> committer = IcebergCommitter(spark, "db.events")  # doctest: +SKIP
     >>> base = committer.current_version()  # doctest: +SKIP
     >>> old = committer.live_files(base)[0].path  # doctest: +SKIP
-    >>> committer.replace_files(FileReplacement(base_version=base, removed=[old], added=["/wh/db/events/data/new.parquet"],
-    ...                                         conflict_keys={"id": [7]}))  # doctest: +SKIP
+    >>> new = "/wh/db/events/data/new.parquet"
+    >>> committer.replace_files(FileReplacement(base_version=base, removed=[old], added=[new],  # doctest: +SKIP
+    ...                                         conflict_keys={"id": [7]}))
     """
 
     def __init__(self, spark: Any, table_name: str) -> None:
         self._spark = spark
-        self._jvm = spark._jvm  # noqa: SLF001 - py4j handle, pyspark's only way to the JVM
+        self._jvm = spark._jvm
         self._name = table_name
         self._loaded: Any = None  # the Java table, loaded once: later calls only refresh it
 
@@ -77,7 +79,7 @@ class IcebergCommitter:
     def _table(self) -> Any:
         # Each Python thread drives its own JVM thread, whose active session starts empty (dbt runs models on
         # worker threads); without it Iceberg resolves the name through a catalog that returns a non-Iceberg table.
-        self._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self._spark._jsparkSession)  # noqa: SLF001
+        self._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self._spark._jsparkSession)
         if self._loaded is not None:
             # Resolving the name through Spark's catalogs costs about as much as the refresh (~40 ms here); the
             # refresh re-reads the name's current metadata, so a table dropped and re-created is seen as it is now.
@@ -88,7 +90,7 @@ class IcebergCommitter:
                 self._loaded = None  # dropped: load by name again, which reports why it cannot
         try:
             table = self._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-                self._spark._jsparkSession, self._name  # noqa: SLF001
+                self._spark._jsparkSession, self._name
             )
         except _java_errors() as exc:
             message = _java_message(exc)
@@ -110,7 +112,9 @@ class IcebergCommitter:
     def live_files(self, version: int | None = None) -> list[DataFile]:
         """The data files live at snapshot ``version`` (default: current), paths as the table's metadata holds them."""
         return [
-            DataFile(path=str(f.location()), record_count=int(f.recordCount()), file_size_bytes=int(f.fileSizeInBytes()))
+            DataFile(
+                path=str(f.location()), record_count=int(f.recordCount()), file_size_bytes=int(f.fileSizeInBytes())
+            )
             for f, _ in self._scan(self._table(), version)
         ]
 
@@ -163,7 +167,11 @@ class IcebergCommitter:
             spec, partition = self._target_partition(table, removed)
             mapping_json = table.properties().get("schema.name-mapping.default")
             # Tables imported from plain Parquet read files without field ids through their name mapping.
-            mapping = None if mapping_json is None else self._jvm.org.apache.iceberg.mapping.NameMappingParser.fromJson(mapping_json)
+            mapping = (
+                None
+                if mapping_json is None
+                else self._jvm.org.apache.iceberg.mapping.NameMappingParser.fromJson(mapping_json)
+            )
             field_ids = set(top_level_field_ids(self._jvm, table).values()) if added and mapping is None else set()
             metrics_config = self._jvm.org.apache.iceberg.MetricsConfig.forTable(table) if added else None
             new_files = [
@@ -326,7 +334,15 @@ class IcebergCommitter:
         return f"{str(table.location()).rstrip('/')}/data/{path}"
 
     def _data_file(
-        self, table: Any, spec: Any, partition: Any, path: str, *, mapping: Any, field_ids: set[int], metrics_config: Any
+        self,
+        table: Any,
+        spec: Any,
+        partition: Any,
+        path: str,
+        *,
+        mapping: Any,
+        field_ids: set[int],
+        metrics_config: Any,
     ) -> Any:
         jvm = self._jvm
         if mapping is None:
@@ -463,10 +479,9 @@ class IcebergCommitter:
     def _delete_quietly(self, table: Any, paths: Sequence[str]) -> None:
         io = table.io()
         for path in paths:
-            try:
+            # cleanup of our own unreferenced files is best effort
+            with contextlib.suppress(Exception):
                 io.deleteFile(path)
-            except Exception:  # noqa: BLE001 - cleanup of our own unreferenced files is best effort
-                pass
 
 
 def _key_literal(value: object, iceberg_type: Any) -> object:

@@ -35,11 +35,11 @@ class NewIcebergTable:
 
     def __init__(self, spark: Any, name: str, spark_schema: Any, properties: Mapping[str, str]) -> None:
         self._spark = spark
-        self._jvm = spark._jvm  # noqa: SLF001 - py4j is the way to Iceberg's Java API
+        self._jvm = spark._jvm
         self.name = name
         jvm = self._jvm
         try:
-            catalog = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergCatalog(spark._jsparkSession, "spark_catalog")  # noqa: SLF001
+            catalog = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergCatalog(spark._jsparkSession, "spark_catalog")
             schema = jvm.org.apache.iceberg.spark.SparkSchemaUtil.convert(spark_schema)
             java_props = jvm.java.util.HashMap()
             for key, value in properties.items():
@@ -47,7 +47,9 @@ class NewIcebergTable:
             identifier = jvm.org.apache.iceberg.catalog.TableIdentifier.parse(name)
             self._txn = catalog.buildTable(identifier, schema).withProperties(java_props).createOrReplaceTransaction()
             self._table = self._txn.table()
-            self.schema_json: dict[str, Any] = json.loads(str(jvm.org.apache.iceberg.SchemaParser.toJson(self._table.schema())))
+            self.schema_json: dict[str, Any] = json.loads(
+                str(jvm.org.apache.iceberg.SchemaParser.toJson(self._table.schema()))
+            )
             self.location = str(self._table.location())
         except _java_errors() as exc:
             raise CommitError(f"cannot create Iceberg table {name}: {_java_message(exc)}") from exc
@@ -88,7 +90,7 @@ class NewIcebergTable:
                 ) from exc
             raise CommitError(f"Iceberg refused to create table {self.name}: {message}") from exc
         self._spark.catalog.refreshTable(self.name)
-        loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self._spark._jsparkSession, self.name)  # noqa: SLF001
+        loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self._spark._jsparkSession, self.name)
         snapshot = loaded.currentSnapshot()
         while snapshot is not None and snapshot.summary().get(_COMMIT_ID) != commit_id:
             parent = snapshot.parentId()

@@ -7,7 +7,8 @@ Jinja stays thin: every macro passes its arguments here, these methods turn them
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, List, Optional, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from dbt.adapters.base import available
 from dbt.adapters.base.meta import AdapterMeta
@@ -29,7 +30,7 @@ def _dbt_errors(call: Callable[[], _T]) -> _T:
         raise DbtRuntimeError(str(exc)) from None
 
 
-def _key_columns(unique_key: Any) -> List[str]:
+def _key_columns(unique_key: Any) -> list[str]:
     if unique_key is None or unique_key == "":
         return []
     if isinstance(unique_key, str):
@@ -37,7 +38,7 @@ def _key_columns(unique_key: Any) -> List[str]:
     return [str(k) for k in unique_key]
 
 
-def _require_iceberg(identifier: str, file_format: Optional[str]) -> None:
+def _require_iceberg(identifier: str, file_format: str | None) -> None:
     if file_format not in (None, "", "iceberg"):
         raise PartialCowError(
             f"model {identifier}: branches are implemented for Iceberg tables, and {identifier} is a "
@@ -57,7 +58,7 @@ def _base_schema(schema: str, identifier: str, branch: str) -> str:
 
 
 def _build(df: Any, *, schema: str, identifier: str, unique_key: Any, branch: str, meta_schema: str,
-           file_format: Optional[str] = None) -> str:
+           file_format: str | None = None) -> str:
     from partialcow.branch import build_model
 
     _require_iceberg(identifier, file_format)
@@ -109,7 +110,7 @@ class BranchingMixin(metaclass=AdapterMeta):
         return spark
 
     @available
-    def partialcow_branch_name(self, value: Any) -> Optional[str]:
+    def partialcow_branch_name(self, value: Any) -> str | None:
         """The validated branch selected by ``--vars '{branch: ...}'`` / ``DBT_PARTIALCOW_BRANCH``; None for main."""
         from partialcow.branch import MAIN, validate_branch_name
 
@@ -161,7 +162,7 @@ class BranchingMixin(metaclass=AdapterMeta):
     @available
     def partialcow_branch_build(
         self, relation: Any, compiled_code: str, unique_key: Any, branch: str, meta_schema: str,
-        file_format: Optional[str] = None,
+        file_format: str | None = None,
     ) -> str:
         """Build a SQL model on ``branch``: its result is diffed against the parent into the overlay table."""
         _dbt_errors(lambda: _require_iceberg(relation.identifier, file_format))
@@ -192,7 +193,7 @@ class BranchingMixin(metaclass=AdapterMeta):
         return _dbt_errors(find)
 
     @available
-    def partialcow_branch_prepare(self, relation: Any, config: Dict[str, Any], branch: str, meta_schema: str) -> bool:
+    def partialcow_branch_prepare(self, relation: Any, config: dict[str, Any], branch: str, meta_schema: str) -> bool:
         """Before a ``partial_cow_incremental`` model's SQL runs on ``branch``: refuse Delta models, and give the
         model a relation on the branch (``{{ this }}``) when only a parent level has it."""
         from partialcow.branch.incremental import prepare_model
@@ -208,7 +209,7 @@ class BranchingMixin(metaclass=AdapterMeta):
 
     @available
     def partialcow_branch_apply(
-        self, relation: Any, changes_view: str, config: Dict[str, Any], branch: str, meta_schema: str,
+        self, relation: Any, changes_view: str, config: dict[str, Any], branch: str, meta_schema: str,
         full_refresh: bool,
     ) -> Any:
         """Apply a ``partial_cow_incremental`` model's staged changes to its overlay on ``branch`` (the parent's
@@ -236,7 +237,7 @@ class BranchingMixin(metaclass=AdapterMeta):
         return response
 
     @available
-    def partialcow_branch_operation(self, operation: str, options: Dict[str, Any], meta_schema: str) -> str:
+    def partialcow_branch_operation(self, operation: str, options: dict[str, Any], meta_schema: str) -> str:
         """Run one branch operation (create, diff, merge, drop, list, materialize, refresh); returns its log summary.
 
         ``options`` (the run-operation's arguments) are parsed into the operation's typed options first: a bad

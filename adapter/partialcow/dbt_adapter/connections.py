@@ -7,9 +7,10 @@ session. So ``open`` creates it first, from the profile, and dbt-spark's calls t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, Iterator, List, Optional, Tuple
+from typing import Any, ClassVar
 
 from dbt.adapters.contracts.connection import Connection, ConnectionState
 from dbt.adapters.spark.connections import SparkConnectionManager, SparkConnectionMethod, SparkCredentials
@@ -31,13 +32,13 @@ class PartialcowCredentials(SparkCredentials):
     """
 
     method: SparkConnectionMethod = SparkConnectionMethod.SESSION  # type: ignore[assignment]
-    host: Optional[str] = "localhost"
+    host: str | None = "localhost"
     table_format: str = "iceberg"
     warehouse: str = "warehouse"
     master: str = "local[*]"
     iceberg_runtime: str = "auto"
-    delta_jars: List[str] = field(default_factory=list)
-    spark_config: Dict[str, Any] = field(default_factory=dict)
+    delta_jars: list[str] = field(default_factory=list)
+    spark_config: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # ValidationError, not DbtRuntimeError: dbt reports a profile's validation error by its message, and the
@@ -61,7 +62,7 @@ class PartialcowCredentials(SparkCredentials):
     def unique_field(self) -> str:
         return f"{self.master}:{self.warehouse}"
 
-    def _connection_keys(self) -> Tuple[str, ...]:
+    def _connection_keys(self) -> tuple[str, ...]:
         return ("method", "master", "table_format", "warehouse", "schema", "iceberg_runtime")
 
 
@@ -84,7 +85,7 @@ class PartialcowConnectionManager(SparkConnectionManager):
 
     # The session each profile opened (key: ``unique_field``), so that Python entry points reuse it instead of
     # resolving the jars and settings again on every call.
-    _sessions: ClassVar[Dict[str, Any]] = {}
+    _sessions: ClassVar[dict[str, Any]] = {}
 
     @contextmanager
     def exception_handler(self, sql: str) -> Iterator[None]:
@@ -125,11 +126,13 @@ class PartialcowConnectionManager(SparkConnectionManager):
 
         connection = self.get_if_exists()
         if connection is None:
-            raise DbtRuntimeError("partialcow: Spark was asked for outside a dbt connection (no connection on this thread)")
+            raise DbtRuntimeError(
+                "partialcow: Spark was asked for outside a dbt connection (no connection on this thread)"
+            )
         connection.handle  # noqa: B018 - resolves dbt's lazy handle: open() creates or checks the session
         credentials = connection.credentials
         session = self._sessions.get(credentials.unique_field)
-        active = SparkContext._active_spark_context  # noqa: SLF001 - pyspark's only handle on a running context
+        active = SparkContext._active_spark_context
         if session is None or active is None or session.sparkContext is not active:
             session = self._sessions[credentials.unique_field] = configured_session(credentials)
         return bind_to_current_thread(session)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Callable, Dict, List, Mapping, Optional, Type
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from dbt.adapters.base import PythonJobHelper, available
 from dbt.adapters.contracts.connection import AdapterResponse
@@ -16,16 +17,15 @@ from partialcow.branch.naming import IMAGE_OF_PROPERTY
 from partialcow.dbt_adapter.branching import BranchingMixin
 from partialcow.dbt_adapter.connections import PartialcowConnectionManager
 from partialcow.dbt_adapter.materialization import PartialCowMixin
+from partialcow.dbt_adapter.python_models import sql_literal
 from partialcow.dbt_adapter.python_submission import SessionPythonJobHelper
 from partialcow.dbt_adapter.snapshots import SnapshotMixin
-from partialcow.dbt_adapter.python_models import sql_literal
 from partialcow.spark.metastore import EMBEDDED_LIMITS
-
 
 _TABLE_TYPE = re.compile(r"\btable_type=([A-Za-z_-]+)")
 
 
-def iceberg_table_type(information: str) -> Optional[str]:
+def iceberg_table_type(information: str) -> str | None:
     """The ``table_type`` table property in a ``SHOW TABLE EXTENDED`` answer, lower case (None without one).
 
     >>> iceberg_table_type("Table Properties: [owner=root, table_type=ICEBERG-VIEW, uuid=1]")
@@ -59,11 +59,11 @@ def check_docs_fit(node: Any) -> None:
     ...
     dbt_common.exceptions.base.DbtRuntimeError: Runtime Error
       model m: the description of column id has 40000 characters; the embedded metastore stores a column comment of at most 32672 (persist_docs): shorten it, set persist_docs columns: false for this model, or use your own metastore (README: the embedded metastore)
-    """
+    """  # noqa: E501 - a doctest output line cannot wrap
     persist = (node.config or {}).get("persist_docs") or {}
     if not isinstance(persist, Mapping):
         return
-    what: List[tuple] = []
+    what: list[tuple] = []
     if persist.get("relation") and node.description:
         what.append(("table comment", "the model's description", node.description, "relation"))
     if persist.get("columns"):
@@ -101,7 +101,7 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
             check_docs_fit(node)
         return super().pre_model_hook(config)
 
-    def _build_spark_relation_list(self, row_list: Any, relation_info_func: Callable[[Any], Any]) -> List[Any]:
+    def _build_spark_relation_list(self, row_list: Any, relation_info_func: Callable[[Any], Any]) -> list[Any]:
         # Through Iceberg's SparkSessionCatalog, SHOW TABLE EXTENDED reports Iceberg tables as "Provider: hive";
         # only the table_type property tells. dbt-spark would otherwise drop and re-create them (losing history)
         # instead of an atomic CREATE OR REPLACE.
@@ -130,7 +130,7 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
         return "session"
 
     @property
-    def python_submission_helpers(self) -> Dict[str, Type[PythonJobHelper]]:
+    def python_submission_helpers(self) -> dict[str, type[PythonJobHelper]]:
         return {"session": SessionPythonJobHelper}
 
     def generate_python_submission_response(self, submission_result: Any) -> AdapterResponse:

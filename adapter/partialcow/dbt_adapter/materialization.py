@@ -7,8 +7,9 @@ typed and testable happens here.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from dbt.adapters.base import available
 from dbt.adapters.base.meta import AdapterMeta
@@ -100,7 +101,9 @@ def change_spec(config: Mapping[str, Any], *, model: str) -> Any:
 
     keys = _names(config.get("unique_key"), "unique_key", model)
     if not keys:
-        raise DbtRuntimeError(f"model {model}: partial_cow_incremental needs unique_key (a column or a list of columns)")
+        raise DbtRuntimeError(
+            f"model {model}: partial_cow_incremental needs unique_key (a column or a list of columns)"
+        )
     on_schema_change = config.get("on_schema_change") or "ignore"
     if on_schema_change not in ON_SCHEMA_CHANGE:
         raise DbtRuntimeError(

@@ -22,7 +22,9 @@ def to_spark_dataframe(result: Any, spark: Any, *, model_name: str) -> Any:
         return result
     if type(result).__module__.startswith("pandas") and type(result).__name__ == "DataFrame":
         return spark.createDataFrame(result)
-    raise DbtRuntimeError(f"Python model {model_name} returned {type(result).__name__}: return a Spark or pandas DataFrame")
+    raise DbtRuntimeError(
+        f"Python model {model_name} returned {type(result).__name__}: return a Spark or pandas DataFrame"
+    )
 
 
 def sql_literal(value: Any) -> str:

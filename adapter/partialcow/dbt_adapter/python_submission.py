@@ -5,7 +5,7 @@ dbt-spark only ships Databricks submission helpers; an embedded Spark needs none
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any
 
 from dbt.adapters.base import PythonJobHelper
 from dbt_common.exceptions import DbtRuntimeError
@@ -14,7 +14,7 @@ from dbt_common.exceptions import DbtRuntimeError
 class SessionPythonJobHelper(PythonJobHelper):
     """Executes a compiled Python model with the global ``spark`` the compiled code expects."""
 
-    def __init__(self, parsed_model: Dict[str, Any], credentials: Any) -> None:
+    def __init__(self, parsed_model: dict[str, Any], credentials: Any) -> None:
         self.model_name = parsed_model.get("alias") or parsed_model.get("name", "<python model>")
         self.credentials = credentials
 
@@ -24,7 +24,7 @@ class SessionPythonJobHelper(PythonJobHelper):
 
         # the profile's session (created or checked against the profile), never a bare getOrCreate()
         spark = bind_to_current_thread(configured_session(self.credentials))
-        namespace: Dict[str, Any] = {"spark": spark, "__name__": f"dbt_model_{self.model_name}"}
+        namespace: dict[str, Any] = {"spark": spark, "__name__": f"dbt_model_{self.model_name}"}
         try:
             exec(compile(compiled_code, f"<dbt python model {self.model_name}>", "exec"), namespace)
         except Exception as exc:  # the model's own error, attributed to the model

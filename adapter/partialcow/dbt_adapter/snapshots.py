@@ -1,4 +1,5 @@
-"""dbt snapshots on Iceberg tables through the change pipeline: the Python side of ``macros/materializations/snapshot.sql``.
+"""dbt snapshots on Iceberg tables through the change pipeline: the Python side of
+``macros/materializations/snapshot.sql``.
 
 A snapshot table's rows are versions keyed by ``dbt_scd_id``. dbt's staging query (strategies, hard deletes) yields
 one row per change: ``insert`` (a new version, or a deleted record's ``new_record`` version) and ``update`` /
@@ -10,7 +11,8 @@ new versions, in one commit, where dbt-spark's ``MERGE`` rewrites every data fil
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from dbt.adapters.base import available
 from dbt.adapters.base.meta import AdapterMeta
@@ -18,7 +20,7 @@ from dbt_common.exceptions import DbtRuntimeError
 
 from partialcow.exceptions import PartialCowError
 
-__all__ = ["SnapshotMixin", "snapshot_spec", "CHANGE_TYPE"]
+__all__ = ["CHANGE_TYPE", "SnapshotMixin", "snapshot_spec"]
 
 # dbt's staging column with the kind of each row (dbt-adapters' snapshot_staging_table)
 CHANGE_TYPE = "dbt_change_type"

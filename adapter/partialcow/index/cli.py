@@ -33,7 +33,9 @@ __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["verify", "rebuild"], help="verify: compare with a fresh scan; rebuild: re-index")
+    parser.add_argument(
+        "action", choices=["verify", "rebuild"], help="verify: compare with a fresh scan; rebuild: re-index"
+    )
     parser.add_argument("table", help="Delta: the table folder; Iceberg: the table name (with --warehouse)")
     parser.add_argument("--format", choices=["auto", "iceberg", "delta"], default="auto",
                         help="table format (auto: Delta if the folder has _delta_log, else Iceberg)")
@@ -41,7 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "project's, from its profile)")
     parser.add_argument("--project-dir", help="dbt project whose profile names the warehouse (default: "
                         "DBT_PROJECT_DIR, else the current folder or the nearest parent with a dbt_project.yml)")
-    parser.add_argument("--profiles-dir", help="folder of profiles.yml (default: DBT_PROFILES_DIR, the project, ~/.dbt)")
+    parser.add_argument(
+        "--profiles-dir", help="folder of profiles.yml (default: DBT_PROFILES_DIR, the project, ~/.dbt)"
+    )
     parser.add_argument("--target", help="profile target (default: the profile's)")
     parser.add_argument("--key", help="comma-separated key columns (rebuild of a table without an index)")
     parser.add_argument("--buckets", type=int, help="bucket count (rebuild; default: from the table's row count)")
@@ -112,7 +116,9 @@ def _render_report(report: VerifyReport) -> str:
         f"stale files      {len(report.stale_files)}",
         *[f"  {s}" for s in report.samples],
         *[f"  stale: {p}" for p in report.stale_files[:5]],
-        "OK: index and table agree" if report.ok else "FAILED: index and table disagree (run `partialcow index rebuild`)",
+        "OK: index and table agree"
+        if report.ok
+        else "FAILED: index and table disagree (run `partialcow index rebuild`)",
     ]
     return "\n".join(lines)
 

@@ -25,7 +25,7 @@ import math
 import struct
 from collections.abc import Sequence
 
-__all__ = ["SPARK_HASH_SEED", "spark_xxhash64", "bucket_of", "SUPPORTED_KEY_TYPES"]
+__all__ = ["SPARK_HASH_SEED", "SUPPORTED_KEY_TYPES", "bucket_of", "spark_xxhash64"]
 
 SPARK_HASH_SEED = 42
 

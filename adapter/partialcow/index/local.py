@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from partialcow.exceptions import DuplicateKeyError
 
-__all__ = ["merge_bucket", "duplicate_samples"]
+__all__ = ["duplicate_samples", "merge_bucket"]
 
 FILE_ID = "_file_id"
 POS = "_pos"
@@ -59,7 +59,11 @@ def merge_bucket(
         file_ids = entries.column(FILE_ID).to_numpy()
         positions = entries.column(POS).to_numpy().copy()
         new_ids = file_ids.astype(np.int32, copy=True)
-        keep = ~np.isin(file_ids, np.fromiter(drop_ids, dtype=file_ids.dtype)) if drop_ids else np.ones(len(file_ids), bool)
+        keep = (
+            ~np.isin(file_ids, np.fromiter(drop_ids, dtype=file_ids.dtype))
+            if drop_ids
+            else np.ones(len(file_ids), bool)
+        )
         for old_id, (new_id, gone) in remap.items():
             mine = np.flatnonzero(file_ids == old_id)
             if not mine.size:

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-__all__ = ["FILE_ID", "POS", "read_buckets", "join_keys", "normalized_key"]
+__all__ = ["FILE_ID", "POS", "join_keys", "normalized_key", "read_buckets"]
 
 FILE_ID = "_file_id"
 POS = "_pos"

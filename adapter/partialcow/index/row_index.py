@@ -23,12 +23,10 @@ index upkeep 6.3 s -> 1.0 s, see ``bench/results/upsert_sf1.md``).
 
 from __future__ import annotations
 
-import math
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import partial
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,90 +34,32 @@ import numpy as np
 from partialcow.commit.base import CommitResult, TableCommitter
 from partialcow.exceptions import ConfigurationError, DuplicateKeyError, IndexError_, StaleIndexError
 from partialcow.faults import checkpoint
+from partialcow.index import bucket_files
+from partialcow.index.bucket_files import (
+    _DUPLICATE_SAMPLE,
+    _MAX_BUCKETS,
+    _RESERVED,
+    _ROWS_PER_BUCKET,
+    BUCKET,
+    _bucket_expr,
+    _choose_buckets,
+    duplicate_error,
+    write_bucket_files,
+)
+from partialcow.index.driver_side import _DriverSide
 from partialcow.index.hashing import SUPPORTED_KEY_TYPES
+from partialcow.index.results import IndexMetrics, LookupResult, VerifyReport
 from partialcow.index.sources import FILE_ID, POS, LiveFile, TableSource, quote_identifier
-from partialcow.index.storage import IndexedFile, IndexState, IndexStore, replace_buckets, unique_names
+from partialcow.index.storage import IndexedFile, IndexState, IndexStore, replace_buckets
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["RowIndex", "IndexMetrics", "LookupResult", "VerifyReport"]
-
-BUCKET = "_bucket"
-_RESERVED = {FILE_ID, POS, BUCKET}
-_MAX_BUCKETS = 4096
-_ROWS_PER_BUCKET = 500_000  # a bucket file of two bigint keys is then ~10 MB: one Spark task reads it quickly
-_DUPLICATE_SAMPLE = 5
-_DUP_MARKER = "partialcow-duplicate-key: "
-# the bucket column of ``apply_commit``'s ``added_rows`` (the writer's locate job computed it with the index's hash)
-_ADDED_BUCKET = "_pcow_bucket"
+__all__ = ["IndexMetrics", "LookupResult", "RowIndex", "VerifyReport"]
 
 
-@dataclass
-class IndexMetrics:
-    """What one index operation did. ``files_reindexed`` lists the data files whose rows were (re)read."""
-
-    operation: str
-    table_version: int
-    rows_indexed: int = 0
-    rows_total: int = 0
-    num_buckets: int = 0
-    buckets_rewritten: int = 0
-    files_reindexed: list[str] = field(default_factory=list)
-    files_dropped: list[str] = field(default_factory=list)
-    files_repointed: list[str] = field(default_factory=list)
-    duration_ms: int = 0
-
-
-@dataclass(frozen=True)
-class LookupResult:
-    """``found``: ``key..., file, pos`` of keys present in the table; ``missing``: keys absent from it (both lazy)."""
-
-    found: DataFrame
-    missing: DataFrame
-    buckets_read: int
-
-
-@dataclass
-class VerifyReport:
-    """Outcome of comparing the index with a fresh scan of the table. ``ok`` is True only if they agree."""
-
-    table: str
-    index_version: int
-    table_version: int
-    stale_files: list[str] = field(default_factory=list)
-    rows_in_table: int = 0
-    rows_in_index: int = 0
-    missing_from_index: int = 0
-    extra_in_index: int = 0
-    wrong_bucket: int = 0
-    duplicate_keys: int = 0
-    samples: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return (
-            self.index_version == self.table_version
-            and not self.stale_files
-            and self.missing_from_index == 0
-            and self.extra_in_index == 0
-            and self.wrong_bucket == 0
-            and self.duplicate_keys == 0
-        )
-
-
-def _bucket_expr(key_columns: Sequence[str], num_buckets: int) -> Column:
-    from pyspark.sql import functions as F
-
-    return F.pmod(F.xxhash64(*[F.col(quote_identifier(c)) for c in key_columns]), F.lit(num_buckets)).cast("int")
-
-
-def _choose_buckets(total_rows: int, rows_per_bucket: int) -> int:
-    return max(1, min(_MAX_BUCKETS, math.ceil(max(total_rows, 0) / rows_per_bucket)))
-
-
-class RowIndex:
+class RowIndex(_DriverSide):
     """The row-level index of one table.
 
     Build it once, then keep it fresh after every commit::
@@ -162,7 +102,9 @@ class RowIndex:
             raise ConfigurationError(f"table {source.name}: the index needs at least one key column")
         clash = sorted(set(key_columns) & _RESERVED)
         if clash:
-            raise ConfigurationError(f"table {source.name}: key column name(s) {clash} are reserved by the index; rename them")
+            raise ConfigurationError(
+                f"table {source.name}: key column name(s) {clash} are reserved by the index; rename them"
+            )
         store = IndexStore(source.location)
         empty = IndexState(
             table=source.name,
@@ -218,7 +160,9 @@ class RowIndex:
                 total += self.spark.read.parquet(*unknown).count()
             num_buckets = _choose_buckets(total, rows_per_bucket)
         if not 1 <= num_buckets <= _MAX_BUCKETS:
-            raise ConfigurationError(f"table {self.source.name}: num_buckets must be in 1..{_MAX_BUCKETS}, got {num_buckets}")
+            raise ConfigurationError(
+                f"table {self.source.name}: num_buckets must be in 1..{_MAX_BUCKETS}, got {num_buckets}"
+            )
         base = replace(
             self.state,
             num_buckets=num_buckets,
@@ -288,7 +232,9 @@ class RowIndex:
             # The index rows of the wanted keys are few (about one per key): materialise them once for the
             # duplicate check and let found/missing reuse them instead of scanning the buckets again. A local
             # checkpoint (not persist) so Spark frees the blocks by itself once the DataFrames are gone.
-            index_rows = index_rows.join(typed.select(*keys_list).distinct(), keys_list, "left_semi").localCheckpoint(eager=True)
+            index_rows = index_rows.join(typed.select(*keys_list).distinct(), keys_list, "left_semi").localCheckpoint(
+                eager=True
+            )
             dups = index_rows.groupBy(*keys_list).count().where("count > 1").limit(_DUPLICATE_SAMPLE).collect()
             if dups:
                 raise self._duplicate_error(dups)
@@ -332,92 +278,6 @@ class RowIndex:
         os.makedirs(path)
         return path
 
-    def lookup_local(self, keys: pa.Table, *, file_column: str = "file", pos_column: str = "pos") -> tuple[pa.Table, pa.Table]:
-        """Like ``lookup`` but on the driver with pyarrow, no Spark job: for small key sets (a few thousand keys).
-
-        Returns ``(found, missing)`` Arrow tables. Buckets are chosen with the Python port of Spark's hash; when
-        there are many keys per bucket every bucket is read anyway, so hashing is skipped.
-
-        ``found, missing = index.lookup_local(pa.table({"id": [1, 2]}))``
-        """
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
-        from partialcow.index.hashing import bucket_of
-
-        state = self.state
-        missing_columns = [c for c in state.key_columns if c not in keys.column_names]
-        if missing_columns:
-            raise ConfigurationError(f"lookup on the index of {state.table}: the keys lack key column(s) {missing_columns}")
-        if not state.key_types:  # an index of an empty table
-            return keys.select(list(state.key_columns)).slice(0, 0), keys.select(list(state.key_columns))
-        schema = self._arrow_key_schema()
-        typed = pa.table([keys.column(c).cast(schema.field(c).type) for c in state.key_columns], schema=schema)
-        if typed.num_rows < 4 * state.num_buckets:
-            rows = zip(*[typed.column(c).to_pylist() for c in state.key_columns])
-            wanted = sorted({bucket_of(k, state.key_types, state.num_buckets) for k in rows})
-        else:
-            wanted = list(range(state.num_buckets))
-        parts = []
-        for b in wanted:
-            name = state.buckets[b]
-            if name is not None:
-                with self._store.fs.open_input_file(self._store.path(name)) as handle:
-                    parts.append(pq.read_table(handle))
-        if not parts:
-            return typed.slice(0, 0).append_column(file_column, pa.array([], pa.string())).append_column(
-                pos_column, pa.array([], pa.int64())), typed
-        index_rows = pa.concat_tables(parts)
-        # Spark may store keys with another physical type (e.g. INT96 timestamps): align before joining
-        for c in state.key_columns:
-            i = index_rows.schema.get_field_index(c)
-            index_rows = index_rows.set_column(i, c, index_rows.column(c).cast(schema.field(c).type))
-        paths = {f.file_id: f.path for f in state.files}
-        ids = pa.table({FILE_ID: pa.array(list(paths), pa.int32()), file_column: pa.array(list(paths.values()), pa.string())})
-        joined = typed.join(index_rows, list(state.key_columns), join_type="left outer")
-        hit = pc.is_valid(joined.column(FILE_ID))
-        found = joined.filter(hit).join(ids, FILE_ID, join_type="inner")
-        found = found.select([*state.key_columns, file_column, POS]).rename_columns([*state.key_columns, file_column, pos_column])
-        missing = joined.filter(pc.invert(hit)).select(list(state.key_columns))
-        counts = found.group_by(list(state.key_columns)).aggregate([(file_column, "count")])
-        dups = counts.filter(pc.greater(counts.column(f"{file_column}_count"), 1))
-        if dups.num_rows:
-            raise self._duplicate_error(dups.slice(0, _DUPLICATE_SAMPLE).to_pylist())
-        return found, missing
-
-    def locate_local(self, keys: pa.Table, buckets: np.ndarray | None = None
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Find ``keys`` (the key columns of a batch, one row per change) on the driver, with pyarrow: the batch row,
-        file id and position of every match (see ``partialcow.index.lookup``). ``buckets``: each key's bucket as
-        Spark hashed it, so only those bucket files are read.
-
-        ``locate_partition`` (the executor side of large batches) runs the same join on the buckets of its rows.
-        """
-        from partialcow.index.lookup import join_keys, read_buckets
-
-        state = self.state
-        if not state.key_types or not self._store.is_local:
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty.astype(np.int32), empty
-        wanted = range(state.num_buckets) if buckets is None else np.unique(buckets).tolist()
-        schema = self._arrow_key_schema()
-        entries = read_buckets([self._store.path(state.buckets[b]) for b in wanted if state.buckets[b] is not None],
-                               state.key_columns, schema)
-        typed = keys.select(list(state.key_columns)).cast(schema)
-        return join_keys(entries, typed)
-
-    def _arrow_key_schema(self) -> pa.Schema:
-        import pyarrow as pa
-
-        arrow = {
-            "tinyint": pa.int8(), "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64(), "boolean": pa.bool_(),
-            "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"),
-            "float": pa.float32(), "double": pa.float64(), "string": pa.string(), "binary": pa.binary(),
-        }
-        return pa.schema([(c, arrow[t]) for c, t in zip(self.state.key_columns, self.state.key_types)])
-
-    # -- maintenance ----------------------------------------------------------------------------------------------
     def apply_commit(
         self,
         result: CommitResult,
@@ -490,119 +350,6 @@ class RowIndex:
         self.last_metrics = metrics
         return metrics
 
-    def _apply_local(self, result: CommitResult, pairs: Mapping[str, str],
-                     shifts: Mapping[str, tuple[str, np.ndarray]], removed: Sequence[str], added: Sequence[str],
-                     added_rows: pa.Table | None) -> IndexMetrics | None:
-        """``apply_commit`` merged bucket by bucket on the driver (see ``partialcow.index.local``); None when the
-        change needs the Spark path (rows of added files unknown, a remote index, an index growing past its layout)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        from partialcow.index.local import merge_bucket
-
-        state = self.state
-        targets = set(pairs.values()) | {dst for dst, _ in shifts.values()}
-        new_paths = [p for p in added if p not in targets]
-        if not self._store.is_local or not state.key_types or (new_paths and added_rows is None):
-            return None
-        by_path = state.by_path()
-        if any(by_path[p].deletes for p in shifts):
-            return None
-        n = state.num_buckets
-        rows = None
-        if new_paths:
-            assert added_rows is not None
-            norm = self.source.normalize_path
-            rows = added_rows.set_column(added_rows.schema.get_field_index("file"), "file",
-                                         pa.array([norm(p) for p in added_rows.column("file").to_pylist()], pa.string()))
-            if set(pc.unique(rows.column("file")).to_pylist()) - set(new_paths):
-                return None  # rows of files this commit did not add: not ours to trust
-        dropped = [by_path[p] for p in removed if p not in pairs and p not in shifts]
-        rows_after = (self._rows_total(state) - sum(f.indexed_rows for f in dropped)
-                      - sum(len(g) for _, g in shifts.values()) + (rows.num_rows if rows is not None else 0))
-        if _choose_buckets(rows_after, _ROWS_PER_BUCKET) >= 2 * n:
-            return None  # the index grows past its layout: the Spark path lays it out again
-
-        next_id = state.next_file_id
-        remap: dict[int, tuple[int, np.ndarray]] = {}
-        affected: set[int] = set()
-        for f in state.files:
-            if f.path in shifts:
-                remap[f.file_id] = (next_id, shifts[f.path][1])
-                affected.update(range(n) if f.buckets is None else f.buckets)
-                next_id += 1
-        for f in dropped:
-            affected.update(range(n) if f.buckets is None else f.buckets)
-        new_ids = {}
-        for path in new_paths:
-            new_ids[path] = next_id
-            next_id += 1
-        per_bucket: dict[int, pa.Table] = {}
-        new_stats: dict[str, tuple[int, tuple[int, ...]]] = {p: (0, ()) for p in new_paths}
-        if rows is not None and rows.num_rows:
-            ids = pa.array([new_ids[p] for p in rows.column("file").to_pylist()], pa.int32())
-            key_schema = self._arrow_key_schema()
-            entries = pa.table([*(rows.column(c).cast(key_schema.field(c).type) for c in state.key_columns), ids,
-                                rows.column("pos").cast(pa.int64())],
-                               names=[*state.key_columns, FILE_ID, POS])
-            buckets = rows.column(_ADDED_BUCKET).to_numpy(zero_copy_only=False)
-            for b in np.unique(buckets).tolist():
-                per_bucket[int(b)] = entries.filter(pa.array(buckets == b))
-            affected.update(per_bucket)
-            files_col = rows.column("file").to_numpy(zero_copy_only=False)
-            for path in new_paths:
-                mine = buckets[files_col == path]
-                new_stats[path] = (int(mine.size), tuple(sorted(int(b) for b in np.unique(mine))))
-        names = unique_names("b", sorted(affected))
-        drop_ids = frozenset(f.file_id for f in dropped)
-
-        def one(bucket: int) -> tuple[int, dict[int, int], int]:
-            src = self._store.path(state.buckets[bucket]) if state.buckets[bucket] is not None else None
-            counts, left = merge_bucket(src, self._store.path(names[bucket]), key_columns=state.key_columns,
-                                        remap=remap, drop_ids=drop_ids, added=per_bucket.get(bucket),
-                                        table=state.table)
-            return bucket, counts, left
-
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1, max(1, len(affected)))) as pool:
-            done = list(pool.map(one, sorted(affected)))
-        changes: dict[int, str | None] = {}
-        removed_counts: dict[int, int] = {}
-        for bucket, counts, left in done:
-            changes[bucket] = names[bucket] if left else None
-            for file_id, count in counts.items():
-                removed_counts[file_id] = removed_counts.get(file_id, 0) + count
-        files = []
-        for f in state.files:
-            if f.file_id in drop_ids:
-                continue
-            if f.path in pairs:
-                files.append(replace(f, path=pairs[f.path], deletes=None))
-            elif f.file_id in remap:
-                dst, gone = shifts[f.path]
-                count = f.record_count - len(gone) if f.record_count >= 0 else -1
-                files.append(IndexedFile(remap[f.file_id][0], dst, count,
-                                         f.indexed_rows - removed_counts.get(f.file_id, 0), None, f.buckets))
-            else:
-                files.append(f)
-        for path in new_paths:
-            count, buckets_of = new_stats[path]
-            files.append(IndexedFile(new_ids[path], path, count, count, None, buckets_of))
-        new_state = replace(state, table_version=result.version, files=tuple(files),
-                            buckets=replace_buckets(state.buckets, changes), next_file_id=next_id,
-                            state_version=state.state_version + 1)
-        checkpoint("index-written")
-        self._store.write_state(new_state)
-        self.state = new_state
-        self._store.garbage_collect()
-        return IndexMetrics(
-            "apply_commit(local)", result.version, rows_indexed=rows.num_rows if rows is not None else 0,
-            rows_total=self._rows_total(new_state), num_buckets=n, buckets_rewritten=len(changes),
-            files_reindexed=sorted(new_paths), files_dropped=sorted([*(f.path for f in dropped), *shifts]),
-            files_repointed=sorted([*pairs.values(), *(dst for dst, _ in shifts.values())]),
-        )
-
     def ensure_fresh(self, committer: TableCommitter | None = None) -> IndexMetrics:
         """Make the index reflect the table's current version, re-indexing only the files that changed.
 
@@ -613,7 +360,9 @@ class RowIndex:
         started = time.monotonic()
         version = (committer or self.source).current_version()
         if version == self.state.table_version:
-            metrics = IndexMetrics("ensure_fresh", version, rows_total=self._rows_total(self.state), num_buckets=self.state.num_buckets)
+            metrics = IndexMetrics(
+                "ensure_fresh", version, rows_total=self._rows_total(self.state), num_buckets=self.state.num_buckets
+            )
         else:
             metrics = self._refresh_to(version, operation="ensure_fresh", committer=committer)
         metrics.duration_ms = int((time.monotonic() - started) * 1000)
@@ -636,56 +385,6 @@ class RowIndex:
         drop = [f for p, f in recorded.items() if p not in current or current[p].deletes != f.deletes]
         add = [f for p, f in current.items() if p not in recorded or recorded[p].deletes != f.deletes]
         return self._update(self.state, version=version, drop=drop, add=add, full=False, operation=operation)
-
-    def _shift(self, base: IndexState, shifts: Mapping[str, tuple[str, np.ndarray]], *, version: int,
-               repointed: Sequence[str]) -> IndexMetrics:
-        """Entries of files that lost rows: drop the removed positions, shift the later ones, point at the new file.
-
-        One Spark task per touched bucket file patches its ``file id`` and ``pos`` columns with the Parquet engine
-        and deletes the removed entries: the key columns' pages are copied or re-encoded in place, the file stays
-        sorted by key, and no data file is read.
-        """
-        n = base.num_buckets
-        next_id = base.next_file_id
-        remap: dict[int, tuple[int, np.ndarray]] = {}
-        affected: set[int] = set()
-        for f in base.files:
-            if f.path in shifts:
-                remap[f.file_id] = (next_id, shifts[f.path][1])
-                affected.update(range(n) if f.buckets is None else f.buckets)
-                next_id += 1
-        names = unique_names("b", sorted(affected))
-        tasks = [(b, self._store.path(base.buckets[b]), self._store.path(names[b]))
-                 for b in sorted(affected) if base.buckets[b] is not None]
-        removed: dict[int, int] = {}
-        changes: dict[int, str | None] = {}
-        if tasks:
-            job = partial(_shift_bucket_files, remap=remap)
-            done = self.spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(job).collect()
-            for bucket, counts, left in done:
-                changes[bucket] = names[bucket] if left else None  # an emptied bucket is recorded as empty
-                for file_id, count in counts.items():
-                    removed[file_id] = removed.get(file_id, 0) + count
-        files = []
-        for f in base.files:
-            if f.file_id in remap:
-                gone = removed.get(f.file_id, 0)
-                dst = shifts[f.path][0]
-                count = f.record_count - len(shifts[f.path][1]) if f.record_count >= 0 else -1
-                files.append(IndexedFile(remap[f.file_id][0], dst, count, f.indexed_rows - gone, None, f.buckets))
-            else:
-                files.append(f)
-        state = replace(base, table_version=version, files=tuple(files), buckets=replace_buckets(base.buckets, changes),
-                        next_file_id=next_id, state_version=self.state.state_version + 1)
-        checkpoint("index-written")
-        self._store.write_state(state)
-        self.state = state
-        self._store.garbage_collect()
-        return IndexMetrics(
-            "apply_commit", version, rows_total=self._rows_total(state), num_buckets=n,
-            buckets_rewritten=len(changes), files_dropped=sorted(shifts),
-            files_repointed=sorted([*repointed, *(dst for dst, _ in shifts.values())]),
-        )
 
     def _update(
         self,
@@ -720,10 +419,15 @@ class RowIndex:
         if add:
             if new_rows is not None:
                 # the writer may spell paths as its committer reported them: accept both spellings
-                spellings = {**{p: i for p, i in new_ids.items()}, **{a: new_ids[n] for a, n in aliases.items() if n in new_ids}}
+                spellings = {
+                    **{p: i for p, i in new_ids.items()},
+                    **{a: new_ids[n] for a, n in aliases.items() if n in new_ids},
+                }
                 ids = self.spark.createDataFrame(list(spellings.items()), f"file string, {FILE_ID} int")
                 rows = new_rows.join(F.broadcast(ids), "file").select(
-                    *[F.col(quote_identifier(c)) for c in self.key_columns], FILE_ID, F.col("pos").cast("bigint").alias(POS)
+                    *[F.col(quote_identifier(c)) for c in self.key_columns],
+                    FILE_ID,
+                    F.col("pos").cast("bigint").alias(POS),
                 )
             else:
                 rows = self.source.read_rows(self.key_columns, version=version, files=new_ids)
@@ -739,7 +443,8 @@ class RowIndex:
                 )
             if key_types and key_types != actual:
                 raise StaleIndexError(
-                    f"index of {base.table}: key types changed from {list(key_types)} to {list(actual)}; rebuild the index"
+                    f"index of {base.table}: key types changed from {list(key_types)} to {list(actual)}; "
+                    "rebuild the index"
                 )
             key_types = actual
             rows = rows.withColumn(BUCKET, _bucket_expr(self.key_columns, n)).persist(StorageLevel.MEMORY_AND_DISK)
@@ -752,9 +457,9 @@ class RowIndex:
                     stats[r[FILE_ID]] = (int(r["n"]), None if r["b"] is None else tuple(sorted(r["b"])))
             rows_after = (self._rows_total(base) - sum(f.indexed_rows for f in drop)
                           + sum(count for count, _ in stats.values()))
-            relayout = not full and _choose_buckets(rows_after, _ROWS_PER_BUCKET) >= 2 * n
+            relayout = not full and _choose_buckets(rows_after, bucket_files._ROWS_PER_BUCKET) >= 2 * n
             if relayout:
-                n = _choose_buckets(rows_after, _ROWS_PER_BUCKET)
+                n = _choose_buckets(rows_after, bucket_files._ROWS_PER_BUCKET)
                 if rows is not None:
                     rows = rows.withColumn(BUCKET, _bucket_expr(self.key_columns, n))
                 # which new buckets a file's rows fall in is not known without reading them: any
@@ -794,7 +499,11 @@ class RowIndex:
         for path, file_id in new_ids.items():
             indexed, buckets = stats.get(file_id, (0, ()))
             count = live_by_path[path].record_count
-            files.append(IndexedFile(file_id, path, count if count >= 0 else indexed, indexed, live_by_path[path].deletes, buckets))
+            files.append(
+                IndexedFile(
+                    file_id, path, count if count >= 0 else indexed, indexed, live_by_path[path].deletes, buckets
+                )
+            )
         state = replace(
             base,
             key_types=key_types,
@@ -836,10 +545,14 @@ class RowIndex:
         live = {f.path: f.deletes for f in self.source.live_files(version)}
         recorded = {f.path: f.deletes for f in state.files}
         stale = sorted(p for p in set(live) | set(recorded) if live.get(p, "<absent>") != recorded.get(p, "<absent>"))
-        report = VerifyReport(table=state.table, index_version=state.table_version, table_version=version, stale_files=stale)
+        report = VerifyReport(
+            table=state.table, index_version=state.table_version, table_version=version, stale_files=stale
+        )
         cols = [*state.key_columns, FILE_ID, POS]
         if state.files:
-            scan = self.source.read_rows(state.key_columns, version=state.table_version, files={f.path: f.file_id for f in state.files})
+            scan = self.source.read_rows(
+                state.key_columns, version=state.table_version, files={f.path: f.file_id for f in state.files}
+            )
         else:
             scan = self._empty_rows()
         names = [b for b in state.buckets if b is not None]
@@ -856,7 +569,11 @@ class RowIndex:
             report.wrong_bucket = wrong.count()
             dups = scan.groupBy(*state.key_columns).count().where("count > 1")
             report.duplicate_keys = dups.count()
-            for label, frame in (("missing from index", missing), ("extra in index", extra), ("in wrong bucket", wrong)):
+            for label, frame in (
+                ("missing from index", missing),
+                ("extra in index", extra),
+                ("in wrong bucket", wrong),
+            ):
                 for row in frame.limit(3).collect():
                     report.samples.append(f"{label}: {row.asDict()}")
         finally:
@@ -874,7 +591,9 @@ class RowIndex:
         frame = self.spark.read.schema(self._row_schema()).parquet(*[self._store.uri(n) for n in names])
         if with_bucket:
             # the bucket a row is stored in comes from its file name (data/b00003-....parquet)
-            frame = frame.withColumn(BUCKET, F.regexp_extract(F.input_file_name(), r"/b(\d{5})-[0-9a-f]+\.parquet$", 1).cast("int"))
+            frame = frame.withColumn(
+                BUCKET, F.regexp_extract(F.input_file_name(), r"/b(\d{5})-[0-9a-f]+\.parquet$", 1).cast("int")
+            )
         return frame
 
     def _row_schema(self) -> str:
@@ -903,113 +622,3 @@ class RowIndex:
     def store(self) -> IndexStore:
         """The index folder (``store.root``) and its file operations."""
         return self._store
-
-
-def _shift_bucket_files(tasks: Iterable[tuple[int, str, str]], *, remap: Mapping[int, tuple[int, np.ndarray]]
-                        ) -> Iterator[tuple[int, dict[int, int], int]]:
-    """Executor side of :meth:`RowIndex._shift`: rewrite each ``(bucket, src, dst)`` bucket file with the entries of
-    the files in ``remap`` (old file id -> (new file id, sorted removed positions)) shifted; yields the bucket, the
-    entries removed per old file id and the entries left."""
-    import os
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from partialcow.parquet import ROW_POSITION, rewrite_file
-
-    for bucket, src, dst in tasks:
-        entries = pq.read_table(src, columns=[FILE_ID, POS])
-        file_ids = entries.column(FILE_ID).to_numpy()
-        positions = entries.column(POS).to_numpy()
-        rows, new_ids, new_positions, gone_rows = [], [], [], []
-        counts: dict[int, int] = {}
-        for old_id, (new_id, gone) in remap.items():
-            mine = np.flatnonzero(file_ids == old_id)
-            if not mine.size:
-                continue
-            pos = positions[mine]
-            before = np.searchsorted(gone, pos)  # removed positions before each entry's position
-            hit = np.zeros(mine.size, dtype=bool)
-            inside = before < gone.size
-            hit[inside] = gone[before[inside]] == pos[inside]
-            gone_rows.append(mine[hit])
-            counts[old_id] = int(hit.sum())
-            rows.append(mine[~hit])
-            new_ids.append(np.full(int((~hit).sum()), new_id, dtype=np.int32))
-            new_positions.append(pos[~hit] - before[~hit])
-        updates = None
-        if rows:
-            updates = pa.table({
-                ROW_POSITION: pa.array(np.concatenate(rows), pa.int64()),
-                FILE_ID: pa.array(np.concatenate(new_ids)).cast(entries.schema.field(FILE_ID).type),
-                POS: pa.array(np.concatenate(new_positions)).cast(entries.schema.field(POS).type),
-            })
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        report = rewrite_file(src, dst, updates=updates, deletes=np.concatenate(gone_rows) if gone_rows else None,
-                              threads=1)
-        yield bucket, counts, report.rows_after
-
-
-def duplicate_error(table: str, key_columns: Sequence[str], rows: Iterable) -> DuplicateKeyError:  # type: ignore[type-arg]
-    sample = [tuple(r[c] for c in key_columns) for r in rows]
-    err = DuplicateKeyError(
-        f"table {table} holds key(s) {list(key_columns)} more than once, e.g. {sample}; "
-        "deduplicate the table (or choose a unique key) before using the row index"
-    )
-    err.samples = sample  # type: ignore[attr-defined]
-    return err
-
-
-def write_bucket_files(spark: SparkSession, store: IndexStore, key_columns: Sequence[str], key_types: Sequence[str],
-                       table: str, merged: DataFrame, buckets: Sequence[int], *, keep_negative_ids: bool = True
-                       ) -> dict[int, str]:
-    """Write one key-sorted Parquet file per bucket of ``merged`` (key columns, ``_file_id``, ``_pos``, ``_bucket``)
-    under a fresh name; refuse duplicate keys. ``keep_negative_ids=False``: rows with a negative file id take part
-    in the duplicate check only (a first build's deletes) and are not written.
-
-    One shuffle serves both: rows clustered by bucket and sorted by key put duplicates next to each other, so a
-    ``lag`` over the same partitioning and order (no further exchange) finds them inside the write job, which
-    then fails with a marked error that becomes ``DuplicateKeyError``.
-    """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    keys = [F.col(quote_identifier(c)) for c in key_columns]
-    shown = [
-        F.concat(F.lit("'"), k, F.lit("'")) if t == "string" else F.coalesce(k.cast("string"), F.lit("None"))
-        for k, t in zip(keys, key_types)
-    ]
-    message = F.concat(F.lit(_DUP_MARKER + "("), F.concat_ws(", ", *shown), F.lit(")"))
-    previous = F.lag(F.struct(*keys)).over(Window.partitionBy(BUCKET).orderBy(*keys))
-    laid_out = (
-        merged.repartition(max(1, len(buckets)), BUCKET)
-        .sortWithinPartitions(BUCKET, *keys)
-        .withColumn("_previous", previous)
-        .where(F.when(F.struct(*keys).eqNullSafe(F.col("_previous")), F.raise_error(message)).isNull())
-        .drop("_previous")
-    )
-    if not keep_negative_ids:
-        laid_out = laid_out.where(F.col(FILE_ID) >= 0)
-    tmp = store.new_tmp_dir()
-    try:
-        laid_out.write.option("maxRecordsPerFile", 0).partitionBy(BUCKET).parquet(store.uri(tmp))
-    except Exception as exc:
-        store.delete_dir(tmp)
-        if _DUP_MARKER not in str(exc):
-            raise
-        # error path only: one more pass to name a sample of the duplicated keys
-        sample = merged.groupBy(*key_columns).count().where("count > 1").limit(_DUPLICATE_SAMPLE).collect()
-        raise duplicate_error(table, key_columns, sample) from None
-    names = unique_names("b", buckets)
-    written: dict[int, str] = {}
-    for info in store.list_dir(tmp, recursive=True):
-        if not info.base_name.endswith(".parquet"):
-            continue
-        folder = info.path.rsplit("/", 2)[-2]
-        bucket = int(folder.split("=", 1)[1])
-        if bucket in written:
-            raise IndexError_(f"index of {table}: Spark wrote bucket {bucket} as more than one file")
-        store.move_in(info.path[len(store.root) + 1:], names[bucket])
-        written[bucket] = names[bucket]
-    store.delete_dir(tmp)
-    return written

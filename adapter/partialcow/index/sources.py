@@ -33,14 +33,14 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
-    "LiveFile",
-    "TableSource",
-    "IcebergSource",
     "DeltaSource",
     "DeltaSparkSource",
+    "IcebergSource",
+    "LiveFile",
     "ParquetFilesSource",
-    "read_parquet_positions",
+    "TableSource",
     "quote_identifier",
+    "read_parquet_positions",
 ]
 
 FILE_ID = "_file_id"
@@ -110,7 +110,9 @@ def read_parquet_positions(spark: SparkSession, key_columns: Sequence[str], file
     return _positions(spark, spark.read.parquet(*files.keys()), key_columns, files)
 
 
-def _positions(spark: SparkSession, frame: DataFrame, key_columns: Sequence[str], files: Mapping[str, int]) -> DataFrame:
+def _positions(
+    spark: SparkSession, frame: DataFrame, key_columns: Sequence[str], files: Mapping[str, int]
+) -> DataFrame:
     """``key..., _file_id, _pos`` of ``frame``'s rows in ``files`` (path -> id), by Spark's file metadata columns."""
     from pyspark.sql import functions as F
 
@@ -147,7 +149,7 @@ class IcebergSource:
         jvm = self.spark.sparkContext._jvm
         try:
             return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self.spark._jsparkSession, self.name)
-        except Exception as exc:  # py4j wraps NoSuchTableException and class-not-found alike
+        except Exception as exc:  # noqa: BLE001 - py4j wraps NoSuchTableException and class-not-found alike
             raise ConfigurationError(
                 f"cannot load Iceberg table {self.name}: {str(exc).splitlines()[0]}; check the table name and that "
                 "the session has the Iceberg catalog (partialcow.spark.session.get_or_create_session)"
@@ -190,11 +192,17 @@ class IcebergSource:
 
         keys = ", ".join(quote_identifier(c) for c in key_columns)
         # VERSION AS OF pins the read to the snapshot the index records; _file/_pos honour delete files.
-        rows = self.spark.sql(f"SELECT {keys}, _file, _pos FROM {quote_identifier(self.name)} VERSION AS OF {int(version)}")
+        rows = self.spark.sql(
+            f"SELECT {keys}, _file, _pos FROM {quote_identifier(self.name)} VERSION AS OF {int(version)}"
+        )
         if not {f.path for f in self.live_files(version)} <= set(files):
             # Iceberg does not prune data files on a _file predicate: this still scans the snapshot's key columns.
             rows = rows.where(F.col("_file").isin(list(files.keys())))
-        return rows.join(_files_frame(self.spark, files, "_file"), "_file").drop("_file").withColumn(POS, F.col(POS).cast("bigint"))
+        return (
+            rows.join(_files_frame(self.spark, files, "_file"), "_file")
+            .drop("_file")
+            .withColumn(POS, F.col(POS).cast("bigint"))
+        )
 
 
 class DeltaSource:
@@ -205,7 +213,9 @@ class DeltaSource:
 
     table_format = "delta"
 
-    def __init__(self, spark: SparkSession, table_uri: str, *, storage_options: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, spark: SparkSession, table_uri: str, *, storage_options: Mapping[str, str] | None = None
+    ) -> None:
         try:
             from deltalake import DeltaTable
         except ImportError:
@@ -240,7 +250,9 @@ class DeltaSource:
         actions = pa.table(table.get_add_actions(flatten=True))
         dv_columns = [c for c in actions.column_names if c.startswith("deletionVector")]
         paths = actions.column("path").to_pylist()
-        counts = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else [None] * len(paths)
+        counts = (
+            actions.column("num_records").to_pylist() if "num_records" in actions.column_names else [None] * len(paths)
+        )
         for column in dv_columns:
             hits = [p for p, v in zip(paths, actions.column(column).to_pylist()) if v is not None]
             if hits:
@@ -254,8 +266,8 @@ class DeltaSource:
         partition_keys = sorted(set(key_columns) & self._partition_columns)
         if partition_keys:
             raise ConfigurationError(
-                f"Delta table {self.name}: key column(s) {partition_keys} are partition columns, which are not stored in "
-                "the data files; index a key made of data columns"
+                f"Delta table {self.name}: key column(s) {partition_keys} are partition columns, which are not "
+                "stored in the data files; index a key made of data columns"
             )
         # Delta data files are immutable: reading them by path is reading them at ``version``.
         return read_parquet_positions(self.spark, key_columns, files)
@@ -312,8 +324,8 @@ class DeltaSparkSource:
         partition_keys = sorted(set(key_columns) & self._partition_columns)
         if partition_keys:
             raise ConfigurationError(
-                f"Delta table {self.name}: key column(s) {partition_keys} are partition columns, which are not stored in "
-                "the data files; index a key made of data columns"
+                f"Delta table {self.name}: key column(s) {partition_keys} are partition columns, which are not "
+                "stored in the data files; index a key made of data columns"
             )
         snapshot = self._log.snapshot_at(self.spark, self.location, version)
         if "deletionVectors" not in self._log.table_info(snapshot).reader_features:

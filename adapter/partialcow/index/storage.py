@@ -34,9 +34,9 @@ from partialcow.exceptions import IndexError_, StaleIndexError
 
 __all__ = [
     "INDEX_DIR",
-    "IndexedFile",
     "IndexState",
     "IndexStore",
+    "IndexedFile",
     "local_path",
 ]
 
@@ -104,9 +104,12 @@ class IndexState:
     def from_json(cls, text: str, *, source: str) -> IndexState:
         body = json.loads(text)
         if body.pop("format_version", None) != STATE_FORMAT_VERSION:
-            raise IndexError_(f"index state {source} has an unknown format; rebuild the index with `partialcow index rebuild`")
+            raise IndexError_(
+                f"index state {source} has an unknown format; rebuild the index with `partialcow index rebuild`"
+            )
         body["files"] = tuple(
-            IndexedFile(**{**f, "buckets": None if f["buckets"] is None else tuple(f["buckets"])}) for f in body["files"]
+            IndexedFile(**{**f, "buckets": None if f["buckets"] is None else tuple(f["buckets"])})
+            for f in body["files"]
         )
         for name in ("key_columns", "key_types", "buckets"):
             body[name] = tuple(body[name])

@@ -10,4 +10,4 @@ from __future__ import annotations
 from partialcow.parquet._engine import ROW_POSITION, RewriteReport, rewrite_file
 from partialcow.parquet.writer import DEFAULT_WRITE_OPTIONS, WrittenFile, write_table
 
-__all__ = ["ROW_POSITION", "RewriteReport", "rewrite_file", "write_table", "WrittenFile", "DEFAULT_WRITE_OPTIONS"]
+__all__ = ["DEFAULT_WRITE_OPTIONS", "ROW_POSITION", "RewriteReport", "WrittenFile", "rewrite_file", "write_table"]

@@ -154,7 +154,7 @@ def rewrite_file(
                 row += lay.rg_rows(rg)
                 if res is not None:
                     planned.append((rg, res[0], res[1]))
-            size, rewritten = _write_output(lay, fd, rw.run(planned, threads), rw.stats)
+            _size, rewritten = _write_output(lay, fd, rw.run(planned, threads), rw.stats)
             verify_output(tmp, dst, lay, rewritten, clock=clock)
             if fsync:
                 os.fsync(fd)

@@ -12,9 +12,9 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from collections.abc import Sequence
 from typing import Any, overload
 
 import numpy as np
@@ -24,9 +24,9 @@ from partialcow.parquet import _format as F
 from partialcow.parquet._column_index import PageBounds, decode_column_index
 from partialcow.parquet._column_index import from_struct as column_index_from_struct
 from partialcow.parquet._offset_index import PageLocations, count_page_locations, decode_page_locations, from_struct
-from partialcow.parquet._thrift import TStruct, ThriftError, decode_struct, encode
+from partialcow.parquet._thrift import ThriftError, TStruct, decode_struct, encode
 
-__all__ = ["ThriftClock", "Leaf", "Page", "Chunk", "ParquetLayout", "sort_key_fn"]
+__all__ = ["Chunk", "Leaf", "Page", "ParquetLayout", "ThriftClock", "sort_key_fn"]
 
 
 class ThriftClock:
@@ -259,7 +259,7 @@ class ParquetLayout:
             self.path, self.buf, size = name, path, len(path)
         else:
             self.path = os.fspath(path)
-            self._fh = open(self.path, "rb")
+            self._fh = open(self.path, "rb")  # noqa: SIM115 - the reader owns it; close() closes it
             size = os.fstat(self._fh.fileno()).st_size
         try:
             if size < 12:

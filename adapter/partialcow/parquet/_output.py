@@ -7,6 +7,7 @@ filters and the footer.
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 from collections.abc import Iterable
@@ -154,9 +155,9 @@ def _boundary_order(leaf_key, null_pages: list[int], mins: list[bytes], maxs: li
         pairs = [(leaf_key(lo), leaf_key(hi)) for n, lo, hi in zip(null_pages, mins, maxs) if n != 1]
     except (ValueError, struct.error):  # a NaN bound or a malformed entry: claim no order
         return F.UNORDERED
-    if all(a[0] <= b[0] and a[1] <= b[1] for a, b in zip(pairs, pairs[1:])):
+    if all(a[0] <= b[0] and a[1] <= b[1] for a, b in itertools.pairwise(pairs)):
         return F.ASCENDING
-    if all(a[0] >= b[0] and a[1] >= b[1] for a, b in zip(pairs, pairs[1:])):
+    if all(a[0] >= b[0] and a[1] >= b[1] for a, b in itertools.pairwise(pairs)):
         return F.DESCENDING
     return F.UNORDERED
 

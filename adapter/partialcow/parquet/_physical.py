@@ -44,7 +44,7 @@ def decimal_precision_for(leaf: Leaf) -> int | None:
         return 18
     if ptype == F.FIXED_LEN_BYTE_ARRAY and leaf.type_length:
         # digits of the largest positive two's-complement value of that many bytes
-        return int(math.floor(math.log10(2 ** (8 * leaf.type_length - 1) - 1)))
+        return math.floor(math.log10(2 ** (8 * leaf.type_length - 1) - 1))
     return None
 
 

@@ -17,18 +17,41 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partialcow.parquet import _format as F
-from partialcow.parquet._changes import _Changes, _changed_mask, _patch
+from partialcow.parquet._changes import _changed_mask, _Changes, _patch
 from partialcow.parquet._column_index import PageBounds, encode_column_index
 from partialcow.parquet._layout import Chunk, ParquetLayout, TopField, _max_page_rows, _pages_holding, sort_key_fn
-from partialcow.parquet._output import (_boundary_order, _bloom_bytes, _ChunkOut, _combine_bounds, _copy_chunk,
-                                        _Expected, _page_offsets, run_pages, sample_runs)
+from partialcow.parquet._output import (
+    _bloom_bytes,
+    _boundary_order,
+    _ChunkOut,
+    _combine_bounds,
+    _copy_chunk,
+    _Expected,
+    _page_offsets,
+    run_pages,
+    sample_runs,
+)
 from partialcow.parquet._pagecodec import (
-    _CODEC_TO_ARROW, _DICTIONARY_TOO_LARGE, _decode_pages, _dictionary_encoded_pages, _dictionary_pays,
-    _dictionary_size, _dictionary_too_large, _dictionary_values, _encode_mini, _encode_runs, _Encoded,
-    _page_encoding, _page_num_values, _page_type_for_stats, _stats_key, _value_encoding)
+    _CODEC_TO_ARROW,
+    _DICTIONARY_TOO_LARGE,
+    _decode_pages,
+    _dictionary_encoded_pages,
+    _dictionary_pays,
+    _dictionary_size,
+    _dictionary_too_large,
+    _dictionary_values,
+    _encode_mini,
+    _encode_runs,
+    _Encoded,
+    _page_encoding,
+    _page_num_values,
+    _page_type_for_stats,
+    _stats_key,
+    _value_encoding,
+)
+from partialcow.parquet._thrift import T_BINARY, T_I32, T_I64, T_LIST, T_STRUCT, TList, TStruct
 
 _DICT = -1  # page kind of dictionary-encoded pages (others: their value encoding)
-from partialcow.parquet._thrift import T_BINARY, T_I32, T_I64, T_LIST, T_STRUCT, TList, TStruct
 
 
 @dataclass
@@ -315,7 +338,7 @@ class _Rewriter:
         removed_nulls = 0
         for a, b in subruns:
             r0, r1 = ch.pages[a].first_row, ch.page_rows(b)[1]
-            da, db, dr0, arr = next(d for d in decoded if d[0] <= a and b <= d[1])
+            _da, _db, dr0, arr = next(d for d in decoded if d[0] <= a and b <= d[1])
             old = arr.slice(r0 - dr0, r1 - r0)
             removed_nulls += old.null_count
             ulo, uhi = np.searchsorted(changed, [r0, r1])

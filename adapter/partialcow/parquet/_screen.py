@@ -15,9 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from partialcow.parquet._changes import _Changes, _changed_mask
-from partialcow.parquet._layout import ParquetLayout
-from partialcow.parquet._layout import _pages_holding
+from partialcow.parquet._changes import _changed_mask, _Changes
+from partialcow.parquet._layout import ParquetLayout, _pages_holding
 
 __all__ = ["screen_columns"]
 

@@ -11,8 +11,25 @@ import struct as _struct
 from typing import Any
 
 __all__ = [
-    "T_TRUE", "T_FALSE", "T_BYTE", "T_I16", "T_I32", "T_I64", "T_DOUBLE", "T_BINARY", "T_LIST", "T_SET",
-    "T_MAP", "T_STRUCT", "TStruct", "TList", "TMap", "ThriftError", "decode", "decode_struct", "encode",
+    "T_BINARY",
+    "T_BYTE",
+    "T_DOUBLE",
+    "T_FALSE",
+    "T_I16",
+    "T_I32",
+    "T_I64",
+    "T_LIST",
+    "T_MAP",
+    "T_SET",
+    "T_STRUCT",
+    "T_TRUE",
+    "TList",
+    "TMap",
+    "TStruct",
+    "ThriftError",
+    "decode",
+    "decode_struct",
+    "encode",
 ]
 
 T_TRUE, T_FALSE, T_BYTE, T_I16, T_I32, T_I64, T_DOUBLE, T_BINARY, T_LIST, T_SET, T_MAP, T_STRUCT = range(1, 13)
@@ -26,7 +43,7 @@ class ThriftError(ValueError):
 class TList:
     """A Thrift list or set: element type plus items (bool elements keep their raw wire byte, 1 = true)."""
 
-    __slots__ = ("etype", "items", "is_set")
+    __slots__ = ("etype", "is_set", "items")
 
     def __init__(self, etype: int, items: list[Any], is_set: bool = False) -> None:
         self.etype, self.items, self.is_set = etype, items, is_set
@@ -41,7 +58,7 @@ class TList:
 class TMap:
     """A Thrift map: key type, value type and (key, value) pairs in wire order."""
 
-    __slots__ = ("ktype", "vtype", "pairs")
+    __slots__ = ("ktype", "pairs", "vtype")
 
     def __init__(self, ktype: int, vtype: int, pairs: list[tuple[Any, Any]]) -> None:
         self.ktype, self.vtype, self.pairs = ktype, vtype, pairs
@@ -104,7 +121,7 @@ def _zigzag(n: int) -> int:
 
 
 def _read_value(buf: bytes, pos: int, ttype: int) -> tuple[Any, int]:
-    if ttype == T_I32 or ttype == T_I64 or ttype == T_I16:
+    if ttype in (T_I32, T_I64, T_I16):
         raw = buf[pos]
         if raw < 0x80:  # one-byte varint: the common case
             return (raw >> 1) ^ -(raw & 1), pos + 1
@@ -166,7 +183,7 @@ def _read_struct(buf: bytes, pos: int) -> tuple[TStruct, int]:
         else:
             raw, pos = _varint(buf, pos)
             fid = _zigzag(raw)
-        if ttype == T_I32 or ttype == T_I64:
+        if ttype in (T_I32, T_I64):
             raw = buf[pos]
             if raw < 0x80:
                 out[fid] = (ttype, (raw >> 1) ^ -(raw & 1))
@@ -215,7 +232,7 @@ def _zz(n: int, bits: int) -> int:
 
 
 def _write_value(out: bytearray, ttype: int, value: Any) -> None:
-    if ttype == T_I32 or ttype == T_I16:
+    if ttype in (T_I32, T_I16):
         _put_varint(out, _zz(value, 32))
     elif ttype == T_I64:
         _put_varint(out, _zz(value, 64))
@@ -251,7 +268,7 @@ def _write_value(out: bytearray, ttype: int, value: Any) -> None:
 def _write_struct(out: bytearray, st: TStruct) -> None:
     last = 0
     for fid, (ttype, value) in st.items():
-        if ttype == T_TRUE or ttype == T_FALSE:
+        if ttype in (T_TRUE, T_FALSE):
             ttype = T_TRUE if value else T_FALSE
         delta = fid - last
         if 0 < delta <= 15:
@@ -260,7 +277,7 @@ def _write_struct(out: bytearray, st: TStruct) -> None:
             out.append(ttype)
             _put_varint(out, _zz(fid, 16))
         last = fid
-        if ttype == T_I32 or ttype == T_I64 or ttype == T_I16:
+        if ttype in (T_I32, T_I64, T_I16):
             z = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF  # zigzag; same bytes for i16/i32 in range
             if z < 0x80:
                 out.append(z)

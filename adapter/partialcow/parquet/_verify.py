@@ -66,7 +66,7 @@ def verify_output(path: str, dst: str, src: ParquetLayout, written: list[_Writte
     try:
         try:
             out = ParquetLayout(path, clock=clock)
-        except Exception as exc:  # noqa: BLE001 - any failure to open is the finding
+        except Exception as exc:
             raise _Failed(f"the footer does not decode ({exc})") from exc
         with out:
             if out.fmd.val(F.FMD_SCHEMA).items != src.fmd.val(F.FMD_SCHEMA).items:
@@ -243,7 +243,7 @@ def _check_pages(out: ParquetLayout, w: _Written) -> _Walked:
     if F.CC_COLUMN_INDEX_OFFSET in cc:
         try:
             bounds = out.page_bounds(cc)
-        except Exception as exc:  # noqa: BLE001 - a ColumnIndex that does not decode is the finding
+        except Exception as exc:
             raise _Failed(f"the ColumnIndex does not decode ({exc})") from exc
         if bounds is not None and len(bounds) != len(data):
             raise _Failed(f"the ColumnIndex has {len(bounds)} entries for {len(data)} data pages")
@@ -253,7 +253,7 @@ def _check_pages(out: ParquetLayout, w: _Written) -> _Walked:
 def _check_offset_index(out: ParquetLayout, cc: TStruct, walked: _Walked, rg_rows: int) -> None:
     try:
         locs = out.page_locations(cc)
-    except Exception as exc:  # noqa: BLE001 - an OffsetIndex that does not decode is the finding
+    except Exception as exc:
         raise _Failed(f"the OffsetIndex does not decode ({exc})") from exc
     offsets, sizes = walked.offsets, walked.sizes
     if len(locs) != len(offsets) or not np.array_equal(locs.offsets, offsets) or not np.array_equal(locs.sizes, sizes):
@@ -293,7 +293,7 @@ def _check_values(out: ParquetLayout, w: _Written, walked: _Walked) -> None:
                                 num_values={w.out.leaf: sum(walked.values[i] for i in picked)})
     except _Failed:
         raise
-    except Exception as exc:  # noqa: BLE001 - pages that do not decode are the finding
+    except Exception as exc:
         raise _Failed(f"the re-encoded pages do not decode ({exc})") from exc
     problem = _difference(got, want)
     if problem is not None:

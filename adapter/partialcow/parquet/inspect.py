@@ -14,7 +14,7 @@ from typing import Any
 from partialcow.parquet import _format as F
 from partialcow.parquet._layout import ParquetLayout
 
-__all__ = ["describe", "describe_file", "add_arguments", "run"]
+__all__ = ["add_arguments", "describe", "describe_file", "run"]
 
 
 def _name(table: Any, value: int | None) -> str | None:

@@ -9,8 +9,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["DEFAULT_WRITE_OPTIONS", "ROWS_PER_PAGE", "ROW_GROUP_ROWS", "WrittenFile", "dictionary_columns", "write_table",
-           "open_writer"]
+__all__ = [
+    "DEFAULT_WRITE_OPTIONS",
+    "ROWS_PER_PAGE",
+    "ROW_GROUP_ROWS",
+    "WrittenFile",
+    "dictionary_columns",
+    "open_writer",
+    "write_table",
+]
 
 # Rows per data page. A change at random rate p touches a page of k rows with probability 1-(1-p)^k:
 # k=2,000 gives 2% of pages at p=0.001% and 18% at p=0.01%, whereas pyarrow's default 20,000 gives 18% and 86%.

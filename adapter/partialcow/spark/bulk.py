@@ -15,7 +15,7 @@ see ``partialcow.commit.iceberg_create``): bad input or a crash leaves no table,
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from functools import partial
@@ -51,7 +51,6 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
 
     The batch's latest change per key is written (deletes dropped); errors are those of ``apply_changes``.
     """
-    from pyspark.sql import functions as F
 
     from partialcow.commit.iceberg_create import NewIcebergTable
     from partialcow.index.storage import IndexStore
@@ -104,10 +103,8 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
                 result = new.commit([f"file:{p}" if new.location.startswith("file:") else p for p in written], metrics)
         except BaseException:
             for path in written or _own_files(data_dir, prefix):
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.remove(path)
-                except FileNotFoundError:
-                    pass
             raise
         checkpoint("committed")
         with clock("index"):
@@ -127,7 +124,9 @@ def _validated(changes: DataFrame, spec: ChangeSpec) -> tuple[DataFrame, list[st
     columns = list(changes.columns)
     for column in (*spec.key_columns, *spec.control_columns):
         if column not in columns:
-            raise ChangeFeedError(f"model {spec.model}: column {column!r} is missing from the changes (columns: {columns})")
+            raise ChangeFeedError(
+                f"model {spec.model}: column {column!r} is missing from the changes (columns: {columns})"
+            )
     if spec.sequence_column:
         check_sequence_type(spec, changes.schema[spec.sequence_column].dataType, "the model delivers")
     flags = problem_flags(changes, spec)
@@ -234,7 +233,13 @@ def _check(batch: pa.RecordBatch, key_columns: list[str], model: str, spec: Chan
 def _write_index(spark: SparkSession, store: Any, spec: ChangeSpec, key_types: Sequence[str], name: str,
                  entries: DataFrame, rows: int) -> tuple[int, dict[int, str]]:
     """Write the bucket files of the new index (not yet published); a repeated key is the batch's error."""
-    from partialcow.index.row_index import _ROWS_PER_BUCKET, BUCKET, _bucket_expr, _choose_buckets, write_bucket_files
+    from partialcow.index.bucket_files import (
+        _ROWS_PER_BUCKET,
+        BUCKET,
+        _bucket_expr,
+        _choose_buckets,
+        write_bucket_files,
+    )
 
     n = _choose_buckets(rows, _ROWS_PER_BUCKET)
     try:

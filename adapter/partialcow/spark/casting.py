@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column
     from pyspark.sql.types import DataType
 
-__all__ = ["Conversion", "conversion", "lossy_value", "ORDERABLE_SEQUENCE_TYPES", "is_orderable_sequence"]
+__all__ = ["ORDERABLE_SEQUENCE_TYPES", "Conversion", "conversion", "is_orderable_sequence", "lossy_value"]
 
 Conversion = Literal["same", "widen", "checked", "refuse"]
 

@@ -23,49 +23,52 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from partialcow.commit.base import FileReplacement
 from partialcow.exceptions import (
     ChangeFeedError,
     CommitConflictError,
-    CommitStateUnknownError,
-    LostCommitError,
-    StaleIndexError,
 )
+from partialcow.faults import checkpoint
 from partialcow.index import RowIndex
 from partialcow.index.sources import quote_identifier
 from partialcow.metrics import PhaseClock, WriteMetrics
-from partialcow.spark.partitioning import routes
-from partialcow.spark.rewrite_job import BUCKET, DELETE, LOCATE_RESULT_SCHEMA, FileTask, locate_partition, run_file_tasks
-from partialcow.spark.spec import ChangeSpec, OnSchemaChange
+from partialcow.spark.commit_step import _MAX_CONFLICT_KEYS, _commit, _conflict_keys, _discard
+from partialcow.spark.create import (
+    create_pending,
+    create_table,
+)
 from partialcow.spark.errors import named_errors
-from partialcow.faults import checkpoint
 from partialcow.spark.journal import WriteLease, data_file_prefix
+from partialcow.spark.partitioning import routes
+from partialcow.spark.rewrite_job import (
+    BUCKET,
+    DELETE,
+    LOCATE_RESULT_SCHEMA,
+    FileTask,
+    locate_partition,
+    run_file_tasks,
+)
 from partialcow.spark.small_batch import collect_small_batch
+from partialcow.spark.spec import ChangeSpec, OnSchemaChange
 from partialcow.spark.staging import SAMPLE, keys_text, repeated_keys_error, stage, stage_changes
-from partialcow.spark.delta_checks import check_new_files
-from partialcow.spark.tables import LakehouseTable, check_table_name, local_path
+from partialcow.spark.tables import LakehouseTable, local_path
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["ChangeSpec", "apply_changes", "create_table", "stage_changes", "OnSchemaChange"]
+__all__ = ["ChangeSpec", "OnSchemaChange", "apply_changes", "create_pending", "create_table", "stage_changes"]
 
-# Above this many changed keys the commit's conflict filter would be larger than the work it guards; the commit then
-# relies on file-level validation (a concurrent change of any file we replace still fails).
-_MAX_CONFLICT_KEYS = 10_000
 # A commit beaten by another writer that changed none of the batch's keys is located and committed again.
 _MAX_COMMIT_RETRIES = 3
 _ROWS_PER_INSERT_FILE = 1_000_000
@@ -96,7 +99,11 @@ def _evolve_schema(spark: SparkSession, table: LakehouseTable, changes_schema, s
     table_fields = {f.name: f.dataType for f in table.spark_schema().fields}
     control = {*spec.control_columns, DELETE}
     new = [f for f in changes_schema.fields if f.name not in table_fields and f.name not in control]
-    dropped = [c for c in table_fields if c not in changes_schema.names] if spec.on_schema_change == "sync_all_columns" else []
+    dropped = (
+        [c for c in table_fields if c not in changes_schema.names]
+        if spec.on_schema_change == "sync_all_columns"
+        else []
+    )
     if not new and not dropped:
         return False
     if table.table_format != "iceberg" and not table.delta_spark:
@@ -139,14 +146,6 @@ def _open_index(table: LakehouseTable, spec: ChangeSpec) -> RowIndex:
             index.ensure_fresh(table.committer)
             return index
     return RowIndex.create(table.source, key_columns=spec.key_columns)
-
-
-def _discard(paths: Sequence[str]) -> None:
-    for path in paths:
-        try:
-            os.remove(local_path(path))
-        except FileNotFoundError:
-            pass
 
 
 def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec: ChangeSpec) -> WriteMetrics:
@@ -207,7 +206,11 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
                 # Delta through delta-rs: its committer already re-checks and rebases on other writers' commits
                 if retries >= _MAX_COMMIT_RETRIES or not (table.table_format == "iceberg" or table.delta_spark):
                     raise
-                keys = staged if staged is not None else spark.createDataFrame(batch.select(list(spec.key_columns)).to_pandas())
+                keys = (
+                    staged
+                    if staged is not None
+                    else spark.createDataFrame(batch.select(list(spec.key_columns)).to_pandas())
+                )
                 changed = _keys_changed_since(spark, table, keys, spec, base_version)
                 if changed:
                     raise CommitConflictError(
@@ -259,7 +262,9 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
                 run_file_tasks,
                 update_columns=value_columns,
                 # rows whose new values land in columns their file lacks move to a new file with the table schema
-                moved_schema=insert_schema if len(value_columns) + len(spec.key_columns) == len(table_columns) else None,
+                moved_schema=insert_schema
+                if len(value_columns) + len(spec.key_columns) == len(table_columns)
+                else None,
                 insert_schema=insert_schema,
                 data_dir=table.data_dir,
                 check_keys=spec.key_columns if in_place else (),
@@ -282,9 +287,10 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
                    table_schema: StructType, lease: WriteLease, clock: PhaseClock) -> WriteMetrics:
     """The same as :func:`_attempt` for a batch collected on the driver (see ``partialcow.spark.small_batch``): the
     index's bucket files are joined with pyarrow and the touched files rewritten in driver threads, no Spark job."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import pyarrow as pa
     import pyarrow.compute as pc
-    from concurrent.futures import ThreadPoolExecutor
 
     from partialcow.commit.delta.dv import deleted_positions
     from partialcow.spark.rewrite_job import POS, rewrite_changed_file, write_index_rows, write_partition
@@ -359,81 +365,6 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _commit(table: LakehouseTable, index: RowIndex, results: list[dict], inserts: int,
-            conflict_keys: dict[str, list[object]], base_version: int, clock: PhaseClock,
-            spec: ChangeSpec) -> WriteMetrics:
-    """Commit what the rewrite wrote (``results`` as ``run_file_tasks`` yields them) in one commit, then bring the
-    index to the new version. A rewritten file none of whose rows changed is dropped (nothing to commit for it)."""
-    checkpoint("rewritten")
-    unchanged = [r for r in results if r["kind"] == "rewrite" and not r["rows_updated"] and not r["rows_deleted"]
-                 and not r["moved_rows"]]
-    _discard([r["dst"] for r in unchanged])
-    rewritten = [r for r in results if r["kind"] == "rewrite" and r not in unchanged]
-    new_files = [r["dst"] for r in results if r["kind"] == "insert"] + [r["dst"] for r in rewritten]
-    new_files += [r["moved_dst"] for r in rewritten if r["moved_dst"]]
-    try:
-        metrics = WriteMetrics(rows_inserted=inserts, files_added=len(new_files), files_removed=len(rewritten))
-        for r in rewritten:
-            metrics += WriteMetrics(  # a moved row is an update, though its file saw a delete
-                rows_updated=r["rows_updated"] + r["moved_rows"], rows_deleted=r["rows_deleted"] - r["moved_rows"],
-                files_rewritten=1,
-                pages_rewritten=r["pages_rewritten"], pages_copied=r["pages_copied"],
-                bytes_copied=r["bytes_copied"], bytes_reencoded=r["bytes_reencoded"],
-            )
-        metrics.pages_copied += sum(r["pages_copied"] for r in unchanged)
-        if not new_files:
-            return metrics
-        table_paths = {p: _table_path(p, location=table.source.location) for p in new_files}
-        added_rows = _added_index_rows(results, table_paths)  # before the scratch folder holding them goes
-        if table.delta_spark:
-            check_new_files(table, new_files, spec)
-        change = FileReplacement(
-            base_version=base_version,
-            removed=[r["src"] for r in rewritten],
-            added=[table_paths[p] for p in new_files],
-            conflict_keys=conflict_keys,
-            metrics=metrics,
-        )
-        with clock("commit"):
-            result = table.committer.replace_files(change)
-    except (CommitStateUnknownError, LostCommitError):
-        raise  # the files may be referenced now: never delete them (the next write checks, see journal)
-    except BaseException:
-        _discard(new_files)
-        raise
-    checkpoint("committed")
-    # spelled as the commit reports added files, or the index would not recognise the re-pointed file
-    # a file whose rows a deletion vector hid also has positions removed, though no change deleted a row
-    same_positions = {r["src"]: table_paths[r["dst"]] for r in rewritten if not r["removed_positions"]}
-    shifted = {r["src"]: (table_paths[r["dst"]], r["removed_positions"]) for r in rewritten if r["removed_positions"]}
-    with clock("index_update"):
-        try:
-            index.apply_commit(result, same_positions=same_positions, shifted=shifted, added_rows=added_rows)
-        except StaleIndexError:
-            # Another writer published an index state between our lookup and our commit (our commit landed):
-            # continue from its state, which the repair brings to the table's current snapshot.
-            RowIndex.open(table.source).ensure_fresh(table.committer)
-    return metrics
-
-
-def _added_index_rows(results: Sequence[dict], table_paths: dict[str, str]) -> pa.Table | None:
-    """The index entries of every file the rewrite job added (inserts, moved rows), each with its table path; None
-    when a writer did not report them (the index then reads the new files with Spark)."""
-    import pyarrow as pa
-
-    parts = []
-    for r in results:
-        for dst, fragment in ((r.get("dst"), r.get("index_rows")) if r["kind"] == "insert" else
-                              (r.get("moved_dst"), r.get("moved_index_rows")),):
-            if dst is None:
-                continue
-            if fragment is None:
-                return None
-            rows = pa.ipc.open_file(pa.memory_map(fragment)).read_all()
-            parts.append(rows.append_column("file", pa.array([table_paths[dst]] * rows.num_rows, pa.string())))
-    return pa.concat_tables(parts) if parts else None
-
-
 def _check_required_columns(spec: ChangeSpec, table_schema: StructType, staged_columns: Sequence[str]) -> None:
     """New rows get null in columns the batch lacks: refuse if one of those is required (NOT NULL)."""
     required = [f.name for f in table_schema.fields if not f.nullable and f.name not in staged_columns]
@@ -451,10 +382,8 @@ def _keys_changed_since(spark: SparkSession, table: LakehouseTable, staged: Data
     keys = [quote_identifier(c) for c in spec.key_columns]
     batch_keys = staged.select(*keys).distinct()
     now = table.read()
-    if base_version == -1:  # the table was empty: any row of one of our keys is someone else's
-        before = now.limit(0)
-    else:
-        before = table.read(base_version)
+    # base -1: the table was empty, so any row of one of our keys is someone else's
+    before = now.limit(0) if base_version == -1 else table.read(base_version)
     columns = [c for c in now.columns if c in before.columns]
     now = now.select(*map(quote_identifier, columns)).join(batch_keys, list(spec.key_columns), "left_semi")
     before = before.select(*map(quote_identifier, columns)).join(batch_keys, list(spec.key_columns), "left_semi")
@@ -505,7 +434,9 @@ def _locate(
         routed = staged.withColumn(BUCKET, index.bucket_column()).repartition(tasks, route)
     else:  # no rows in the table yet: every key is new; rows are still routed by key, so a task sees all of a key's
         tasks = max(cores, math.ceil(batch_rows / _ROWS_PER_LOCATE_TASK))
-        routed = staged.withColumn(BUCKET, F.lit(0)).repartition(tasks, *[F.col(quote_identifier(c)) for c in spec.key_columns])
+        routed = staged.withColumn(BUCKET, F.lit(0)).repartition(
+            tasks, *[F.col(quote_identifier(c)) for c in spec.key_columns]
+        )
     routed, unscaled = _unscaled_decimals(routed) if batch_rows >= _UNSCALED_DECIMALS_MIN_ROWS else (routed, {})
     job = partial(
         locate_partition,
@@ -572,11 +503,14 @@ def _locates_in_place(staged: DataFrame, index: RowIndex, spec: ChangeSpec, batc
     In place, a key's changes may reach several tasks: repeated keys are then checked by the rewrite job, before
     anything is committed. Chosen when the shuffle would cost more than every task reading the index buckets its rows
     hit (``_INDEX_ROWS_PER_SHUFFLED_ROW``), the batch has a partition per core (a routed batch is spread over the
-    cores) and the tasks stay small enough to hold their rows and the index in memory. A batch with a sequence column is routed: it was shuffled by key to pick each key's latest change, into
-    as many partitions as Spark's shuffles make, too many for each to read the index.
+    cores) and the tasks stay small enough to hold their rows and the index in memory. A batch with a sequence
+    column is routed: it was shuffled by key to pick each key's latest change, into as many partitions as Spark's
+    shuffles make, too many for each to read the index.
     """
     index_rows = sum(f.indexed_rows for f in index.state.files)
-    if spec.sequence_column or not 0 < index_rows <= min(_IN_PLACE_MAX_INDEX_ROWS, _INDEX_ROWS_PER_SHUFFLED_ROW * batch_rows):
+    if spec.sequence_column or not 0 < index_rows <= min(
+        _IN_PLACE_MAX_INDEX_ROWS, _INDEX_ROWS_PER_SHUFFLED_ROW * batch_rows
+    ):
         return False
     tasks = staged.rdd.getNumPartitions()  # plans the batch's query: only asked when in place is likely
     return (tasks >= cores and batch_rows <= tasks * _IN_PLACE_MAX_TASK_ROWS
@@ -614,110 +548,3 @@ def _threads_per_file(cores: int, files: int) -> int:
     if files >= cores and files % cores == 0:
         return 1
     return math.ceil(cores / (files % cores))
-
-
-def _table_path(local: str, *, location: str) -> str:
-    """Spell a new file the way the table spells its files (Iceberg's local tables use ``file:`` URIs).
-
-    >>> _table_path("/wh/t/data/a.parquet", location="file:/wh/t"), _table_path("/d/a.parquet", location="/d")
-    ('file:/wh/t/data/a.parquet', '/d/a.parquet')
-    """
-    return "file:" + local if location.startswith("file:") else local
-
-
-def _conflict_keys(keys_files: Sequence[str | None], spec: ChangeSpec) -> dict[str, list[object]]:
-    """The commit's conflict filter: every key of the batch, if the locate tasks kept them all and they are few."""
-    import pyarrow as pa
-
-    if any(f is None for f in keys_files):
-        return {}
-    keys = pa.concat_tables([pa.ipc.open_file(f).read_all() for f in keys_files]) if keys_files else None
-    if keys is None or keys.num_rows > _MAX_CONFLICT_KEYS:
-        return {}
-    return {c: sorted(set(keys.column(c).to_pylist()), key=repr) for c in spec.key_columns}
-
-
-# Writer settings of tables we create: small pages so a change touches few of them (see partialcow.parquet.writer).
-ICEBERG_TABLE_PROPERTIES = {
-    "format-version": "2",
-    "write.parquet.page-row-limit": "2000",
-    "write.parquet.page-size-bytes": str(256 * 1024),
-    "write.parquet.compression-codec": "zstd",
-    "write.parquet.row-group-size-bytes": str(128 * 1024 * 1024),
-    "write.delete.mode": "copy-on-write",
-    "write.update.mode": "copy-on-write",
-    "write.merge.mode": "copy-on-write",
-}
-
-
-# Delta tables we create keep deletion vectors off whatever the session's defaults say: our writes rewrite pages and
-# need none, and delta-rs and polars (1.x) cannot read a table whose protocol lists them. A model turns them on with
-# tblproperties {'delta.enableDeletionVectors': 'true'} (our writes then materialise them; see FileTask).
-DELTA_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
-
-
-# Set while a Delta table's first build (or full refresh) runs: a table that still carries it after a crash is rebuilt.
-# (Iceberg tables are created and filled in one commit and need no marker.)
-PENDING_CREATE = "partialcow.create-pending"
-
-
-def create_table(
-    spark: SparkSession,
-    name: str,
-    changes: DataFrame,
-    spec: ChangeSpec,
-    *,
-    table_format: Literal["iceberg", "delta"] = "iceberg",
-) -> WriteMetrics:
-    """Create (or replace) ``name`` from a first batch of changes and build its row index.
-
-    The batch is staged like any other (latest change per key; deletes dropped); the rows are written by the
-    Parquet engine's writer (page index, small pages).
-
-    An Iceberg table is written in one Spark job that also builds the index, and created or replaced with those
-    files in one commit (see ``partialcow.spark.bulk``): a build that fails leaves no table, or the previous one
-    untouched. A Delta table is created by Spark SQL (``CREATE OR REPLACE TABLE ... USING delta``: a metadata commit,
-    no data file) and needs a session with Delta; its rows then land in one delta-spark transaction. Until then it
-    carries the property ``PENDING_CREATE``: a build that dies in between leaves a table that :func:`create_pending`
-    reports, and the next run builds it again instead of adding to it.
-    """
-    from partialcow.spark.bulk import bulk_create
-    from partialcow.spark.tables import open_table, require_session_format
-
-    with named_errors(model=spec.model, table=name):
-        check_table_name(spark, name, model=spec.model)
-        require_session_format(spark, table_format, what=f"model {spec.model}")
-        if table_format == "iceberg":
-            return bulk_create(spark, name, changes, spec,
-                               properties={**ICEBERG_TABLE_PROPERTIES, **spec.extra_table_properties})
-        staged = stage_changes(changes, spec)
-        columns = [c for c in staged.columns if c != DELETE]
-        properties = {**DELTA_TABLE_PROPERTIES, **spec.extra_table_properties, PENDING_CREATE: "true"}
-        schema = staged.select(*columns).schema
-        ddl = spark.sparkContext._jvm.org.apache.spark.sql.types.DataType.fromJson(schema.json()).toDDL()  # type: ignore[union-attr]
-        listed = ", ".join(f"{_sql_string(k)} = {_sql_string(v)}" for k, v in properties.items())
-        spark.sql(f"CREATE OR REPLACE TABLE {quote_identifier(name)} ({ddl}) USING delta TBLPROPERTIES ({listed})")
-
-        # A replaced table keeps its location: a leftover index is repaired against the new (empty) snapshot.
-        table = open_table(spark, name, table_format=table_format)
-        metrics = apply_changes(spark, table, changes, spec)
-        spark.sql(f"ALTER TABLE {quote_identifier(name)} UNSET TBLPROPERTIES IF EXISTS ('{PENDING_CREATE}')")
-        # Delta records a property change as a table version: the index follows it now, so the next write does not
-        # start by publishing an index state for a version that changed no file
-        RowIndex.open(table.source).ensure_fresh(table.committer)
-        return metrics
-
-
-def _sql_string(text: str) -> str:
-    """A Spark SQL string literal.
-
-    >>> print(_sql_string("it's"))
-    'it\\'s'
-    """
-    return "'" + str(text).replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def create_pending(spark: SparkSession, name: str) -> bool:
-    """Whether table ``name``'s first build (or full refresh) never finished (see :func:`create_table`)."""
-    rows = spark.sql(f"SHOW TBLPROPERTIES {quote_identifier(name)} ('{PENDING_CREATE}')").collect()
-    return bool(rows) and str(rows[0][1]) == "true"

@@ -28,7 +28,7 @@ def violation_conditions(constraints: dict[str, str], generated: dict[str, str])
 
     >>> violation_conditions({"delta.constraints.pos": "v > 0"}, {"d": "CAST(ts AS DATE)"})
     {'check constraint pos (v > 0)': 'NOT coalesce((v > 0), false)', 'generated column d = CAST(ts AS DATE)': 'NOT (`d` <=> (CAST(ts AS DATE)))'}
-    """
+    """  # noqa: E501 - a doctest output line cannot wrap
     out = {f"check constraint {name.removeprefix('delta.constraints.')} ({expr})": f"NOT coalesce(({expr}), false)"
            for name, expr in sorted(constraints.items())}
     for column, expr in sorted(generated.items()):

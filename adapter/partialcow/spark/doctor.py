@@ -43,7 +43,9 @@ class Check:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project-dir", help="dbt project whose profile to check (default: DBT_PROJECT_DIR, else the "
                         "current folder or the nearest parent with a dbt_project.yml)")
-    parser.add_argument("--profiles-dir", help="folder of profiles.yml (default: DBT_PROFILES_DIR, the project, ~/.dbt)")
+    parser.add_argument(
+        "--profiles-dir", help="folder of profiles.yml (default: DBT_PROFILES_DIR, the project, ~/.dbt)"
+    )
     parser.add_argument("--target", help="profile target (default: the profile's)")
     parser.add_argument("--iceberg-runtime", help="auto|offline|maven|group:artifact:version|/path/to.jar "
                         "(default: the profile's, else auto)")
@@ -100,7 +102,9 @@ def _delta(delta_jars: list[str]) -> list[Check]:
         except PartialCowError as exc:
             checks.append(Check("delta-spark", "fail", str(exc)))
     else:
-        checks.append(Check("delta-spark", "info", "no jar configured (not on PyPI): set delta_jars to use Delta in Spark"))
+        checks.append(
+            Check("delta-spark", "info", "no jar configured (not on PyPI): set delta_jars to use Delta in Spark")
+        )
     try:
         checks.append(Check("delta-rs", "ok", f"deltalake {metadata.version('deltalake')}"))
     except metadata.PackageNotFoundError:
@@ -140,7 +144,7 @@ def _probe(runtime: str, progress: Progress) -> Check:
             finally:
                 progress.watch(None)
                 spark.stop()
-        except Exception as exc:  # report any failure of the probe as a failed check, not a traceback
+        except Exception as exc:  # noqa: BLE001 - report any failure of the probe as a failed check, not a traceback
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return Check("probe", "fail", f"{type(exc).__name__}: {first_line[:300]}", True)
     if rows != 2:
@@ -149,7 +153,11 @@ def _probe(runtime: str, progress: Progress) -> Check:
 
 
 def collect(
-    *, iceberg_runtime: str = "auto", delta_jars: list[str] | None = None, warehouse: str = "warehouse", probe: bool = False,
+    *,
+    iceberg_runtime: str = "auto",
+    delta_jars: list[str] | None = None,
+    warehouse: str = "warehouse",
+    probe: bool = False,
     progress: Progress | None = None,
 ) -> list[Check]:
     """Run the checks; ``probe=True`` also starts Spark (its steps shown on ``progress``).

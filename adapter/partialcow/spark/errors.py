@@ -27,7 +27,7 @@ def named_errors(*, model: str, table: str) -> Iterator[None]:
         yield
     except E.PartialCowError:
         raise
-    except Exception as exc:  # noqa: BLE001 - filtered by translate(): driver-side bugs are re-raised as they are
+    except Exception as exc:
         named = translate(exc, model=model, table=table)
         if named is None:
             raise
@@ -73,8 +73,8 @@ def translate(exc: BaseException, *, model: str, table: str) -> E.PartialCowErro
     missing = re.search(r"(?:FileNotFoundException|FILE_NOT_EXIST|No such file or directory)[:\s]*([^\n]*)", text)
     if missing:
         return E.ChangeFeedError(
-            f"model {model}: a file the batch reads vanished while it was applied to {table} ({missing.group(1)[:300]}); "
-            "the model's input must stay in place until the run ends"
+            f"model {model}: a file the batch reads vanished while it was applied to {table} "
+            f"({missing.group(1)[:300]}); the model's input must stay in place until the run ends"
         )
     first = next((line for line in lines if "Exception" in line or "Error" in line), lines[0] if lines else "")
     return E.SparkJobError(f"model {model}, table {table}: a Spark job failed: {first[:500]}")

@@ -26,7 +26,7 @@ from partialcow.exceptions import ConfigurationError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["worker_python", "worker_environment", "check_executors", "executor_failure"]
+__all__ = ["check_executors", "executor_failure", "worker_environment", "worker_python"]
 
 PYTHON_SETTING = "spark.pyspark.python"
 # what the probe task imports: the code of the rewrite and locate tasks, and what it needs
@@ -88,7 +88,7 @@ def executor_failure(text: str, python: str) -> str:
 
     >>> print(executor_failure("... ModuleNotFoundError: No module named 'partialcow' ...", "python3"))
     the executors' Python (python3) cannot import partialcow (ModuleNotFoundError: No module named 'partialcow'): install dbt-partialcow into the executors' Python, or set spark.pyspark.python in the profile's spark_config to an interpreter that has it (README: clusters)
-    """
+    """  # noqa: E501 - a doctest output line cannot wrap
     missing = _MISSING_MODULE.search(text)
     if missing:
         module = missing.group(1).split(".")[0]
@@ -110,12 +110,12 @@ def check_executors(spark: SparkSession) -> str:
     python = getattr(sc, "pythonExec", None) or "python3"
     sc.setJobDescription("dbt-partialcow: check the executors' Python")
     # the failure is reported once, as one line: not also as the task's stack traces in Spark's log
-    log_manager = sc._jvm.org.apache.logging.log4j.LogManager  # type: ignore[union-attr]  # noqa: SLF001
+    log_manager = sc._jvm.org.apache.logging.log4j.LogManager  # type: ignore[union-attr]
     level = log_manager.getRootLogger().getLevel().toString()
     sc.setLogLevel("OFF")
     try:
         ran = sc.parallelize([0], 1).mapPartitions(_probe).collect()
-    except Exception as exc:  # py4j errors carry the executors' traceback as text
+    except Exception as exc:  # noqa: BLE001 - py4j errors carry the executors' traceback as text
         raise ConfigurationError(executor_failure(str(exc), python)) from None
     finally:
         sc.setLogLevel(level)

@@ -27,19 +27,19 @@ from pathlib import Path
 from partialcow.exceptions import JarNotFoundError
 
 __all__ = [
-    "ICEBERG_VERSION",
-    "ICEBERG_MAVEN",
     "DELTA_MAVEN",
+    "ICEBERG_MAVEN",
+    "ICEBERG_VERSION",
     "JarSet",
     "cache_dir",
-    "pyspark_jars_dir",
-    "resolve_iceberg_runtime",
-    "resolve_delta_jars",
-    "relocate_jars",
-    "relocate_class",
-    "relocated_jackson_jar",
-    "ensure_jars",
     "class_references",
+    "ensure_jars",
+    "pyspark_jars_dir",
+    "relocate_class",
+    "relocate_jars",
+    "relocated_jackson_jar",
+    "resolve_delta_jars",
+    "resolve_iceberg_runtime",
 ]
 
 ICEBERG_VERSION = "1.10.2"
@@ -123,7 +123,9 @@ def _jackson_inputs() -> list[Path]:
     found = []
     for artifact in _JACKSON_JARS:
         # e.g. jackson-core-2.15.2.jar, not jackson-core-asl-1.9.13.jar
-        matches = [p for p in jars_dir.glob(f"{artifact}-*.jar") if re.fullmatch(rf"{artifact}-\d[\w.\-]*\.jar", p.name)]
+        matches = [
+            p for p in jars_dir.glob(f"{artifact}-*.jar") if re.fullmatch(rf"{artifact}-\d[\w.\-]*\.jar", p.name)
+        ]
         if not matches:
             if artifact == "jackson-datatype-jsr310":
                 continue  # only used by Arrow's JSON helpers inside the runtime; the rest works without it
@@ -157,7 +159,8 @@ def resolve_iceberg_runtime(runtime: str = "auto") -> JarSet:
     """Find the Iceberg Spark runtime without building or downloading anything.
 
     ``runtime`` is ``auto`` (the offline wheel if installed, else Maven if Maven Central is reachable), ``offline``
-    (the wheel, or an error), ``maven`` (coordinates :data:`ICEBERG_MAVEN`), Maven coordinates ``group:artifact:version``,
+    (the wheel, or an error), ``maven`` (coordinates :data:`ICEBERG_MAVEN`), Maven coordinates
+    ``group:artifact:version``,
     or the path of a complete runtime jar.
 
     >>> resolve_iceberg_runtime("maven").packages == (ICEBERG_MAVEN,)
@@ -181,7 +184,9 @@ def resolve_iceberg_runtime(runtime: str = "auto") -> JarSet:
         )
     offline_help = "pip install 'dbt-partialcow[iceberg-offline]', or set iceberg_runtime to a runtime jar path"
     if runtime == "offline":
-        raise JarNotFoundError(f"iceberg_runtime 'offline': the wheel snowpark-connect-deps-iceberg is not installed: {offline_help}")
+        raise JarNotFoundError(
+            f"iceberg_runtime 'offline': the wheel snowpark-connect-deps-iceberg is not installed: {offline_help}"
+        )
     if not _maven_reachable():
         raise JarNotFoundError(
             f"no offline Iceberg runtime and Maven Central ({MAVEN_HOST[0]}) is unreachable: {offline_help}"
@@ -200,8 +205,8 @@ def resolve_delta_jars(delta_jars: Sequence[str] | None) -> JarSet:
     """
     if not delta_jars:
         raise JarNotFoundError(
-            "table_format 'delta' in Spark needs the delta-spark jars, which are not on PyPI: set delta_jars to the jar "
-            f"paths (delta-spark_2.12-3.x.jar and delta-storage-3.x.jar) or to ['maven'] to fetch {DELTA_MAVEN}"
+            "table_format 'delta' in Spark needs the delta-spark jars, which are not on PyPI: set delta_jars to the "
+            f"jar paths (delta-spark_2.12-3.x.jar and delta-storage-3.x.jar) or to ['maven'] to fetch {DELTA_MAVEN}"
         )
     items = [DELTA_MAVEN if item.strip() == "maven" else item for item in delta_jars]
     return _explicit_jars(items, what="delta_jars")
@@ -288,7 +293,8 @@ def relocate_class(data: bytes) -> bytes:
     >>> import zipfile
     >>> jar = next(pyspark_jars_dir().glob("jackson-annotations-2*.jar"))
     >>> data = zipfile.ZipFile(jar).read("com/fasterxml/jackson/annotation/JsonProperty.class")
-    >>> "org/apache/iceberg/shaded/com/fasterxml/jackson/annotation/JsonProperty" in class_references(relocate_class(data))
+    >>> shaded = "org/apache/iceberg/shaded/com/fasterxml/jackson/annotation/JsonProperty"
+    >>> shaded in class_references(relocate_class(data))
     True
     """
     out = bytearray()
@@ -342,7 +348,8 @@ def relocate_jars(inputs: Sequence[Path], dest: Path) -> Path:
     >>> import tempfile
     >>> inputs = sorted(pyspark_jars_dir().glob("jackson-annotations-2*.jar"))
     >>> out = relocate_jars(inputs, Path(tempfile.mkdtemp()) / "a.jar")
-    >>> "org/apache/iceberg/shaded/com/fasterxml/jackson/annotation/JsonProperty.class" in zipfile.ZipFile(out).namelist()
+    >>> shaded = "org/apache/iceberg/shaded/com/fasterxml/jackson/annotation/JsonProperty.class"
+    >>> shaded in zipfile.ZipFile(out).namelist()
     True
     """
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -351,7 +358,10 @@ def relocate_jars(inputs: Sequence[Path], dest: Path) -> Path:
     try:
         seen: set[str] = set()
         with zipfile.ZipFile(tmp_name, "w") as out:
-            manifest = "Manifest-Version: 1.0\r\nMulti-Release: true\r\nCreated-By: partialcow (Jackson relocated for Iceberg)\r\n\r\n"
+            manifest = (
+                "Manifest-Version: 1.0\r\nMulti-Release: true\r\n"
+                "Created-By: partialcow (Jackson relocated for Iceberg)\r\n\r\n"
+            )
             out.writestr(_entry("META-INF/MANIFEST.MF"), manifest)
             for jar in inputs:
                 with zipfile.ZipFile(jar) as source:

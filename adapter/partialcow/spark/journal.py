@@ -21,6 +21,7 @@ embedded default is one machine; on a cluster the driver holds the lease for the
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -33,7 +34,7 @@ from types import TracebackType
 
 from partialcow.index.storage import INDEX_DIR, IndexStore
 
-__all__ = ["WriteLease", "Recovered", "data_file_prefix", "JOURNAL_DIR"]
+__all__ = ["JOURNAL_DIR", "Recovered", "WriteLease", "data_file_prefix"]
 
 JOURNAL_DIR = "_writes"
 
@@ -115,10 +116,8 @@ class WriteLease:
             # (each holds a lease), so their bucket files go at once rather than after an hour.
             self.store.garbage_collect(min_age_seconds=0.0, keep={self._scratch})
         for name in (f"{self.write_id}.json", f"{self.write_id}.lock"):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self._dir, name))
-            except FileNotFoundError:
-                pass
         os.close(self._fd)  # releases the lock
         self._fd = None
 
@@ -157,10 +156,8 @@ class WriteLease:
                     continue
                 self._clean_dead(write_id, done)
                 for leftover in (f"{write_id}.json", name):
-                    try:
+                    with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(self._dir, leftover))
-                    except FileNotFoundError:
-                        pass
             finally:
                 os.close(fd)
         if done.writes and not others_alive:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["prepare_embedded_metastore", "LOCK_CONF", "EMBEDDED_METASTORE_CONF", "EMBEDDED_LIMITS", "is_embedded_derby"]
+__all__ = ["EMBEDDED_LIMITS", "EMBEDDED_METASTORE_CONF", "LOCK_CONF", "is_embedded_derby", "prepare_embedded_metastore"]
 
 # Hive locks around every Iceberg commit to the session catalog (ours and Spark SQL's).
 LOCK_CONF = {
@@ -72,12 +72,12 @@ def is_embedded_derby(spark: SparkSession) -> bool:
 def prepare_embedded_metastore(spark: SparkSession, *, locks: bool = True) -> bool:
     """Widen the embedded Derby schema's narrow columns and (``locks``) create the lock tables if missing and drop
     stale locks; False (nothing done) when the session's metastore is not embedded Derby."""
-    jvm: Any = spark.sparkContext._jvm  # noqa: SLF001 - py4j is the way to JDBC and Hive's utilities
+    jvm: Any = spark.sparkContext._jvm
     if jvm is None or not is_embedded_derby(spark):
         return False
     url = spark.sparkContext.getConf().get("spark.hadoop.javax.jdo.option.ConnectionURL")
     # Spark's Hive client creates the schema (DataNucleus auto-creation) when it first starts: make it start now.
-    spark._jsparkSession.sharedState().externalCatalog().databaseExists("default")  # noqa: SLF001
+    spark._jsparkSession.sharedState().externalCatalog().databaseExists("default")
     jvm.java.lang.Class.forName("org.apache.derby.jdbc.EmbeddedDriver")
     connection = jvm.java.sql.DriverManager.getConnection(url)
     try:
@@ -121,9 +121,9 @@ def _widen(connection: Any) -> list[str]:
         if (table, column) not in current:
             continue  # a schema without it (another Hive version): nothing to widen
         type_name, size = current[(table, column)]
-        if wanted == "CLOB" and type_name != "CLOB":
-            todo.append((table, column, wanted))
-        elif wanted.startswith("VARCHAR") and type_name == "VARCHAR" and size < _VARCHAR_MAX:
+        if (wanted == "CLOB" and type_name != "CLOB") or (
+            wanted.startswith("VARCHAR") and type_name == "VARCHAR" and size < _VARCHAR_MAX
+        ):
             todo.append((table, column, wanted))
     if not todo:
         return []

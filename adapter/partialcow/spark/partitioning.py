@@ -8,7 +8,7 @@ hash lands in a partition of its own gives every file its own task.
 
 from __future__ import annotations
 
-__all__ = ["spark_hash_int", "routes"]
+__all__ = ["routes", "spark_hash_int"]
 
 _MASK = 0xFFFFFFFF
 _SEED = 42  # the seed of Spark's Murmur3Hash (SQL ``hash()``, HashPartitioning)

@@ -35,16 +35,16 @@ def start_prewarm(spark: Any, table_format: str) -> threading.Thread | None:
 
 def _prewarm(spark: Any, table_format: str) -> None:
     try:
-        import partialcow.parquet  # noqa: F401 - the page engine (pyarrow, numpy)
-        import partialcow.spark.changes  # noqa: F401 - the pipeline and its staging
+        import partialcow.parquet
+        import partialcow.spark.changes
         import partialcow.spark.small_batch  # noqa: F401
 
-        spark.range(1)._collect_as_arrow()  # noqa: SLF001 - loads Spark's Arrow conversion classes
+        spark.range(1)._collect_as_arrow()
         if table_format == "iceberg":
             from partialcow.spark.session import bind_to_current_thread
 
             bind_to_current_thread(spark)
-            jvm = spark._jvm  # noqa: SLF001
-            jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergCatalog(spark._jsparkSession, "spark_catalog")  # noqa: SLF001
+            jvm = spark._jvm
+            jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergCatalog(spark._jsparkSession, "spark_catalog")
     except Exception:  # noqa: BLE001 - a warm-up that fails changes nothing; the model pays the cost itself
         pass

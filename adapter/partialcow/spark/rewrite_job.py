@@ -35,8 +35,16 @@ from partialcow.index.lookup import join_keys, read_buckets
 from partialcow.parquet import ROW_POSITION, rewrite_file, write_table
 
 __all__ = [
-    "LOCATE_RESULT_SCHEMA", "FileTask", "rewrite_changed_file", "write_partition", "locate_partition",
-    "run_file_tasks", "new_file_name", "decimals_from_unscaled", "IN_PLACE_RESULT_SCHEMA", "rewrite_files_in_place",
+    "IN_PLACE_RESULT_SCHEMA",
+    "LOCATE_RESULT_SCHEMA",
+    "FileTask",
+    "decimals_from_unscaled",
+    "locate_partition",
+    "new_file_name",
+    "rewrite_changed_file",
+    "rewrite_files_in_place",
+    "run_file_tasks",
+    "write_partition",
 ]
 
 POS = "_pcow_pos"
@@ -212,7 +220,8 @@ def locate_partition(
     Located rows go to ``f<file id>-<task>.arrow`` (``_pcow_pos``, ``_pcow_delete``, ``carried``), the changes of
     keys not in the table to ``ins-<task>.arrow`` (``insert_columns``, ``_pcow_delete``: the insert writers drop
     the deletes). The result row lists
-    the fragments written. Up to ``keys_limit`` rows, the keys also go to ``keys-<task>.arrow`` (the commit's conflict filter).
+    the fragments written. Up to ``keys_limit`` rows, the keys also go to ``keys-<task>.arrow`` (the commit's conflict
+    filter).
     ``unscaled_decimals``: columns that arrive as their decimals' unscaled int64 values, by name: (precision, scale).
 
     Keys given more than once in this task are counted here (and nothing is written). A batch routed by bucket
@@ -339,7 +348,8 @@ def run_file_tasks(
 
     ``check_keys``: when the locate tasks did not see every change of a key (they took the batch's partitions as
     they were), the key columns to check here: a file task that finds a key changed more than once, or the first
-    insert writer finding a key absent from the table changed more than once, writes nothing and yields ``kind`` "repeated" with
+    insert writer finding a key absent from the table changed more than once, writes nothing and yields ``kind``
+    "repeated" with
     ``count`` (keys) and ``samples`` instead.
     """
     for task in tasks:
@@ -412,7 +422,9 @@ def rewrite_files_in_place(
 
 def _repeated_keys(rows: pa.Table, key_columns: Sequence[str]) -> pa.Table:
     """The keys that occur more than once in ``rows`` (key columns only)."""
-    counts = rows.select(list(key_columns)).group_by(list(key_columns), use_threads=False).aggregate([([], "count_all")])
+    counts = (
+        rows.select(list(key_columns)).group_by(list(key_columns), use_threads=False).aggregate([([], "count_all")])
+    )
     return counts.filter(pc.greater(counts.column("count_all"), 1)).select(list(key_columns))
 
 

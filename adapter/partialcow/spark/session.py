@@ -26,7 +26,7 @@ from partialcow.spark.metastore import EMBEDDED_METASTORE_CONF, LOCK_CONF, prepa
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["TableFormat", "spark_conf", "get_or_create_session", "warehouse_path", "session_table_format"]
+__all__ = ["TableFormat", "get_or_create_session", "session_table_format", "spark_conf", "warehouse_path"]
 
 TableFormat = Literal["iceberg", "delta"]
 _FORMATS = ("iceberg", "delta")
@@ -84,7 +84,9 @@ def spark_conf(
     """
     if table_format not in _FORMATS:
         raise ConfigurationError(f"table_format {table_format!r} is not supported: use one of {', '.join(_FORMATS)}")
-    return _conf(table_format, warehouse_path(warehouse), master, extra, _jars(table_format, iceberg_runtime, delta_jars))
+    return _conf(
+        table_format, warehouse_path(warehouse), master, extra, _jars(table_format, iceberg_runtime, delta_jars)
+    )
 
 
 def _conf(
@@ -102,7 +104,9 @@ def _conf(
         # Hive-backed session catalog: dbt's schemas and views and Iceberg's tables share one persistent metastore.
         "spark.sql.catalogImplementation": "hive",
         "spark.sql.warehouse.dir": str(folder),
-        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true",
+        "spark.hadoop.javax.jdo.option.ConnectionURL": (
+            f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true"
+        ),
         "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
         "spark.hadoop.hive.metastore.schema.verification": "false",
         **EMBEDDED_METASTORE_CONF,
@@ -142,7 +146,9 @@ def _conf(
     user = {str(k): str(v) for k, v in (extra or {}).items()}
     # Java options are appended: the last -D of a property wins, so the user's override ours one by one.
     if user.get("spark.driver.extraJavaOptions"):
-        user["spark.driver.extraJavaOptions"] = f"{conf['spark.driver.extraJavaOptions']} {user['spark.driver.extraJavaOptions']}"
+        user["spark.driver.extraJavaOptions"] = (
+            f"{conf['spark.driver.extraJavaOptions']} {user['spark.driver.extraJavaOptions']}"
+        )
     # Jar lists are merged, not replaced: a user adding a JDBC driver jar must not silently lose the Iceberg runtime.
     for key, ours in (("spark.jars", jars.jars), ("spark.jars.packages", jars.packages)):
         items = [*ours, *(i.strip() for i in user.pop(key, "").split(",") if i.strip())]
@@ -202,7 +208,7 @@ def get_or_create_session(
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    if SparkContext._active_spark_context is not None:  # noqa: SLF001 - pyspark's only handle on a running context
+    if SparkContext._active_spark_context is not None:
         session = SparkSession.builder.getOrCreate()
         running = session.sparkContext.getConf()
         for key in _STATIC_KEYS:
@@ -260,5 +266,5 @@ def bind_to_current_thread(spark: SparkSession) -> SparkSession:
     ``Spark3Util.loadIcebergTable`` then resolves tables through a catalog that hands back a V1 table. dbt runs
     models on worker threads, so every entry point that calls Iceberg's Java API binds the session first.
     """
-    spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # noqa: SLF001
+    spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
     return spark

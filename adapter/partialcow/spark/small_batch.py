@@ -27,8 +27,8 @@ from partialcow.spark.rewrite_job import BUCKET, DELETE
 from partialcow.spark.spec import ChangeSpec
 from partialcow.spark.staging import (
     SAMPLE,
-    assignment_plan,
     assigned,
+    assignment_plan,
     conform_schema_names,
     keys_text,
     problem_flags,
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
-__all__ = ["collect_small_batch", "MAX_DRIVER_ROWS", "driver_max_rows"]
+__all__ = ["MAX_DRIVER_ROWS", "collect_small_batch", "driver_max_rows"]
 
 # Batches up to this many rows are applied on the driver (bench/results/dbt_sf1.md measures both paths).
 MAX_DRIVER_ROWS = 200_000
@@ -74,7 +74,9 @@ def collect_small_batch(changes: DataFrame, spec: ChangeSpec, *, table_schema: S
     plan = assignment_plan(changes, spec, table_types)
     flags = problem_flags(changes, spec)
     checked = [name for name, (kind, _, _) in plan.items() if kind == "checked"]
-    projection = [assigned(name, plan, spec, changes.schema[name].dataType) for name in columns if name != spec.op_column]
+    projection = [
+        assigned(name, plan, spec, changes.schema[name].dataType) for name in columns if name != spec.op_column
+    ]
     projection += [flag.alias(name) for name, flag in zip(_FLAGS, flags[:4])]
     projection.append(flags[4].alias(DELETE))
     if spec.op_column:
@@ -87,7 +89,7 @@ def collect_small_batch(changes: DataFrame, spec: ChangeSpec, *, table_schema: S
     if bucket is not None:
         projection.append(bucket.alias(BUCKET))
     frame = changes.select(*projection)
-    batches = frame.limit(max_rows + 1)._collect_as_arrow()  # noqa: SLF001 - Arrow straight from the JVM
+    batches = frame.limit(max_rows + 1)._collect_as_arrow()
     batch = pa.Table.from_batches(batches) if batches else to_arrow_schema(frame.schema).empty_table()
     if batch.num_rows > max_rows:
         return None

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
-__all__ = ["stage_changes", "stage", "repeated_keys_error", "keys_text", "problem_flags", "SAMPLE"]
+__all__ = ["SAMPLE", "keys_text", "problem_flags", "repeated_keys_error", "stage", "stage_changes"]
 
 SAMPLE = 5
 
@@ -153,7 +153,9 @@ def stage(
             raise repeated_keys_error(spec, keys_text(ties, spec.key_columns))
         latest = ranked.drop("_pcow_latest")
     else:
-        dups = frame.groupBy(*keys).count().where("count > 1").limit(SAMPLE).collect() if counts["repeated_keys"] else []
+        dups = (
+            frame.groupBy(*keys).count().where("count > 1").limit(SAMPLE).collect() if counts["repeated_keys"] else []
+        )
         if dups:
             raise repeated_keys_error(spec, keys_text(dups, spec.key_columns))
         latest = frame

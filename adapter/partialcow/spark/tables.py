@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from partialcow.spark.journal import WriteLease
 
-__all__ = ["LakehouseTable", "open_table", "local_path", "delta_spark_schema", "delta_root", "require_session_format"]
+__all__ = ["LakehouseTable", "delta_root", "delta_spark_schema", "local_path", "open_table", "require_session_format"]
 
 TableFormat = Literal["iceberg", "delta"]
 
@@ -175,7 +175,7 @@ def delta_spark_schema(schema_json: str, *, table: str) -> Any:
     doc = json.loads(schema_json)
     try:
         return StructType.fromJson(doc)
-    except Exception as exc:  # noqa: BLE001 - pyspark raises several kinds for a type it does not know
+    except Exception as exc:
         raise UnsupportedTableFeatureError(
             f"Delta table {table} has a column type Spark {_spark_version()} cannot represent ({exc}); "
             "partial copy-on-write needs every column's type in Spark"
@@ -190,8 +190,8 @@ def _spark_version() -> str:
 
 def _iceberg_schema(spark: SparkSession, name: str) -> dict[str, Any]:
     """The table's Iceberg schema as Iceberg's JSON (field ids of nested fields included), in one py4j call."""
-    jvm = spark.sparkContext._jvm  # noqa: SLF001 - py4j is the way to Iceberg's Java API
-    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)  # noqa: SLF001
+    jvm = spark.sparkContext._jvm
+    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
     return json.loads(str(jvm.org.apache.iceberg.SchemaParser.toJson(table.schema())))
 
 
@@ -339,4 +339,6 @@ def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> 
         committer = DeltaCommitter(name)
         data_dir = local_path(source.location)
     os.makedirs(data_dir, exist_ok=True)
-    return LakehouseTable(spark=spark, name=name, table_format=table_format, committer=committer, source=source, data_dir=data_dir)
+    return LakehouseTable(
+        spark=spark, name=name, table_format=table_format, committer=committer, source=source, data_dir=data_dir
+    )

@@ -26,7 +26,7 @@ import os
 import sys
 import zipimport
 
-__all__ = ["keep_zip_import_caches", "prepare_daemon", "preload_task_modules"]
+__all__ = ["keep_zip_import_caches", "preload_task_modules", "prepare_daemon"]
 
 # What locate and rewrite tasks import; forked workers inherit them. PySpark 3.5 converts an Arrow UDF's types with
 # ``from distutils.version import LooseVersion`` (``to_arrow_type``): where setuptools provides distutils, that

@@ -9,4 +9,4 @@
 from partialcow.commit.delta.committer import DeltaCommitter
 from partialcow.commit.delta.stats import STATS_STRING_PREFIX, truncate_string_max, truncate_string_min
 
-__all__ = ["DeltaCommitter", "STATS_STRING_PREFIX", "truncate_string_max", "truncate_string_min"]
+__all__ = ["STATS_STRING_PREFIX", "DeltaCommitter", "truncate_string_max", "truncate_string_min"]

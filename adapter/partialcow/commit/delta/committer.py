@@ -9,6 +9,7 @@ rebased). The log version file is created with put-if-absent, which is what make
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -501,10 +502,9 @@ class DeltaCommitter:
 
     def _delete_quietly(self, paths: Iterable[str]) -> None:
         for rel in paths:
-            try:
+            # already gone or not ours to fix: it is unreferenced either way
+            with contextlib.suppress(FileNotFoundError, OSError):
                 self._fs.delete_file(rel)
-            except (FileNotFoundError, OSError):
-                pass  # already gone or not ours to fix: it is unreferenced either way
 
 
 class _KeepFiles(Exception):

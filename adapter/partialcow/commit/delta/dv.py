@@ -23,7 +23,7 @@ import numpy as np
 
 from partialcow.exceptions import CommitError
 
-__all__ = ["deletion_vector_path", "deleted_positions", "decode_bitmap_array", "z85_decode"]
+__all__ = ["decode_bitmap_array", "deleted_positions", "deletion_vector_path", "z85_decode"]
 
 _PORTABLE = 1681511377  # the format Delta writes: 64-bit RoaringBitmap, portable serialisation
 _NATIVE = 1681511376  # Delta's older array format: a count, then per 32-bit bucket its size and bitmap
@@ -109,7 +109,8 @@ def deleted_positions(descriptor: Mapping[str, Any], table_root: str) -> np.ndar
 def decode_bitmap_array(data: bytes) -> np.ndarray:
     """Delta's serialised bitmap (magic number + 64-bit RoaringBitmap, little-endian) -> sorted int64 positions.
 
-    >>> decode_bitmap_array(bytes.fromhex("d1d339640100000000000000000000003a3000000100000000000000100000002a00")).tolist()
+    >>> blob = bytes.fromhex("d1d339640100000000000000000000003a3000000100000000000000100000002a00")
+    >>> decode_bitmap_array(blob).tolist()
     [42]
     """
     magic = struct.unpack_from("<I", data, 0)[0] if len(data) >= 8 else None

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DeltaTableInfo", "ENFORCED_BY_SPARK", "constraints", "generated_columns", "unsupported_features"]
+__all__ = ["ENFORCED_BY_SPARK", "DeltaTableInfo", "constraints", "generated_columns", "unsupported_features"]
 
 # Features whose only obligations we can check (usage-based refusals below) or that do not concern a writer
 # that replaces whole files. Anything else a table lists is refused by name.

@@ -16,6 +16,7 @@ is deleted, so a commit that landed is never mistaken for one that did not.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -39,7 +40,7 @@ from partialcow.exceptions import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["DeltaSparkCommitter", "COMMIT_ID_TAG"]
+__all__ = ["COMMIT_ID_TAG", "DeltaSparkCommitter"]
 
 #: commitInfo tag naming one commit of ours (a failed call looks for it before deleting anything)
 COMMIT_ID_TAG = "partialcow.commitId"
@@ -168,8 +169,8 @@ class DeltaSparkCommitter:
                 commit_id: str, started: float) -> int:
         from py4j.protocol import Py4JJavaError
 
-        jvm = self.spark.sparkContext._jvm  # noqa: SLF001
-        original = self.spark._jsparkSession  # noqa: SLF001
+        jvm = self.spark.sparkContext._jvm
+        original = self.spark._jsparkSession
         # userMetadata comes from the session's SQL conf: a session of our own carries it, so no other writer of
         # the shared session picks it up meanwhile (delta-spark takes the thread's active session)
         session = original.newSession()
@@ -202,7 +203,7 @@ class DeltaSparkCommitter:
             jvm.org.apache.spark.sql.SparkSession.setActiveSession(original)
 
     def _translate(self, exc: Any) -> CommitError:
-        jvm = self.spark.sparkContext._jvm  # noqa: SLF001
+        jvm = self.spark.sparkContext._jvm
         error = exc.java_exception
         first = str(error.toString()).splitlines()[0][:500]
 
@@ -315,10 +316,8 @@ class DeltaSparkCommitter:
 
     def _delete_quietly(self, paths: Sequence[str]) -> None:
         for rel in paths:
-            try:
+            with contextlib.suppress(OSError):
                 os.remove(os.path.join(self.root, rel))
-            except OSError:
-                pass
 
 
 class _KeepFiles(Exception):

@@ -20,14 +20,14 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
-    "has_delta",
-    "delta_log",
-    "latest_snapshot",
-    "snapshot_at",
-    "table_info",
     "add_actions",
+    "delta_log",
+    "has_delta",
+    "latest_snapshot",
     "local_root",
     "read_log_entry",
+    "snapshot_at",
+    "table_info",
 ]
 
 
@@ -42,11 +42,11 @@ def has_delta(spark: SparkSession) -> bool:
         return False
     from py4j.java_gateway import JavaClass
 
-    return isinstance(spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog, JavaClass)  # noqa: SLF001
+    return isinstance(spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog, JavaClass)
 
 
 def _none(spark: SparkSession) -> Any:
-    return spark.sparkContext._jvm.scala.Option.apply(None)  # noqa: SLF001 - py4j is the way to delta-spark
+    return spark.sparkContext._jvm.scala.Option.apply(None)
 
 
 def local_root(uri: str) -> str:
@@ -67,8 +67,8 @@ def local_root(uri: str) -> str:
 
 def delta_log(spark: SparkSession, root: str) -> Any:
     """delta-spark's ``DeltaLog`` of the table at ``root`` (cached by delta-spark per path)."""
-    jvm = spark.sparkContext._jvm  # noqa: SLF001
-    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, local_root(root))  # noqa: SLF001
+    jvm = spark.sparkContext._jvm
+    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, local_root(root))
 
 
 def latest_snapshot(spark: SparkSession, root: str) -> Any:
@@ -101,7 +101,8 @@ def table_info(snapshot: Any) -> DeltaTableInfo:
 
 
 def add_actions(spark: SparkSession, snapshot: Any) -> DataFrame:
-    """The snapshot's live files as a DataFrame of add actions (``path``, ``size``, ``stats``, ``deletionVector``...)."""
+    """The snapshot's live files as a DataFrame of add actions (``path``, ``size``, ``stats``,
+    ``deletionVector``...)."""
     from pyspark.sql import DataFrame
 
     return DataFrame(snapshot.allFiles().toDF(), spark)

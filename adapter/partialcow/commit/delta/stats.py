@@ -19,7 +19,12 @@ import pyarrow.parquet as pq
 from partialcow.exceptions import CommitError
 
 __all__ = [
-    "STATS_STRING_PREFIX", "delta_type", "file_stats", "partition_strings", "truncate_string_max", "truncate_string_min",
+    "STATS_STRING_PREFIX",
+    "delta_type",
+    "file_stats",
+    "partition_strings",
+    "truncate_string_max",
+    "truncate_string_min",
 ]
 
 #: Characters of a string column kept in min/max stats (Delta's default prefix length).

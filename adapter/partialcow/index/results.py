@@ -1,0 +1,63 @@
+"""What the row index's operations return: metrics, lookup results, the verify report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+@dataclass
+class IndexMetrics:
+    """What one index operation did. ``files_reindexed`` lists the data files whose rows were (re)read."""
+
+    operation: str
+    table_version: int
+    rows_indexed: int = 0
+    rows_total: int = 0
+    num_buckets: int = 0
+    buckets_rewritten: int = 0
+    files_reindexed: list[str] = field(default_factory=list)
+    files_dropped: list[str] = field(default_factory=list)
+    files_repointed: list[str] = field(default_factory=list)
+    duration_ms: int = 0
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """``found``: ``key..., file, pos`` of keys present in the table; ``missing``: keys absent from it (both lazy)."""
+
+    found: DataFrame
+    missing: DataFrame
+    buckets_read: int
+
+
+@dataclass
+class VerifyReport:
+    """Outcome of comparing the index with a fresh scan of the table. ``ok`` is True only if they agree."""
+
+    table: str
+    index_version: int
+    table_version: int
+    stale_files: list[str] = field(default_factory=list)
+    rows_in_table: int = 0
+    rows_in_index: int = 0
+    missing_from_index: int = 0
+    extra_in_index: int = 0
+    wrong_bucket: int = 0
+    duplicate_keys: int = 0
+    samples: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.index_version == self.table_version
+            and not self.stale_files
+            and self.missing_from_index == 0
+            and self.extra_in_index == 0
+            and self.wrong_bucket == 0
+            and self.duplicate_keys == 0
+        )
+

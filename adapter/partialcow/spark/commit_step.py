@@ -1,0 +1,131 @@
+"""The commit step of ``apply_changes``: one table commit of the rewritten and inserted files, then the index
+upkeep, with the conflict keys the locate job collected. Split from ``partialcow.spark.changes``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from contextlib import suppress
+from typing import TYPE_CHECKING
+
+from partialcow.commit.base import FileReplacement
+from partialcow.exceptions import (
+    CommitStateUnknownError,
+    LostCommitError,
+    StaleIndexError,
+)
+from partialcow.faults import checkpoint
+from partialcow.index import RowIndex
+from partialcow.metrics import PhaseClock, WriteMetrics
+from partialcow.spark.delta_checks import check_new_files
+from partialcow.spark.spec import ChangeSpec
+from partialcow.spark.tables import LakehouseTable, local_path
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# Above this many changed keys the commit's conflict filter would be larger than the work it guards; the commit then
+# relies on file-level validation (a concurrent change of any file we replace still fails).
+_MAX_CONFLICT_KEYS = 10_000
+
+
+def _discard(paths: Sequence[str]) -> None:
+    for path in paths:
+        with suppress(FileNotFoundError):
+            os.remove(local_path(path))
+
+
+def _commit(table: LakehouseTable, index: RowIndex, results: list[dict], inserts: int,
+            conflict_keys: dict[str, list[object]], base_version: int, clock: PhaseClock,
+            spec: ChangeSpec) -> WriteMetrics:
+    """Commit what the rewrite wrote (``results`` as ``run_file_tasks`` yields them) in one commit, then bring the
+    index to the new version. A rewritten file none of whose rows changed is dropped (nothing to commit for it)."""
+    checkpoint("rewritten")
+    unchanged = [r for r in results if r["kind"] == "rewrite" and not r["rows_updated"] and not r["rows_deleted"]
+                 and not r["moved_rows"]]
+    _discard([r["dst"] for r in unchanged])
+    rewritten = [r for r in results if r["kind"] == "rewrite" and r not in unchanged]
+    new_files = [r["dst"] for r in results if r["kind"] == "insert"] + [r["dst"] for r in rewritten]
+    new_files += [r["moved_dst"] for r in rewritten if r["moved_dst"]]
+    try:
+        metrics = WriteMetrics(rows_inserted=inserts, files_added=len(new_files), files_removed=len(rewritten))
+        for r in rewritten:
+            metrics += WriteMetrics(  # a moved row is an update, though its file saw a delete
+                rows_updated=r["rows_updated"] + r["moved_rows"], rows_deleted=r["rows_deleted"] - r["moved_rows"],
+                files_rewritten=1,
+                pages_rewritten=r["pages_rewritten"], pages_copied=r["pages_copied"],
+                bytes_copied=r["bytes_copied"], bytes_reencoded=r["bytes_reencoded"],
+            )
+        metrics.pages_copied += sum(r["pages_copied"] for r in unchanged)
+        if not new_files:
+            return metrics
+        table_paths = {p: _table_path(p, location=table.source.location) for p in new_files}
+        added_rows = _added_index_rows(results, table_paths)  # before the scratch folder holding them goes
+        if table.delta_spark:
+            check_new_files(table, new_files, spec)
+        change = FileReplacement(
+            base_version=base_version,
+            removed=[r["src"] for r in rewritten],
+            added=[table_paths[p] for p in new_files],
+            conflict_keys=conflict_keys,
+            metrics=metrics,
+        )
+        with clock("commit"):
+            result = table.committer.replace_files(change)
+    except (CommitStateUnknownError, LostCommitError):
+        raise  # the files may be referenced now: never delete them (the next write checks, see journal)
+    except BaseException:
+        _discard(new_files)
+        raise
+    checkpoint("committed")
+    # spelled as the commit reports added files, or the index would not recognise the re-pointed file
+    # a file whose rows a deletion vector hid also has positions removed, though no change deleted a row
+    same_positions = {r["src"]: table_paths[r["dst"]] for r in rewritten if not r["removed_positions"]}
+    shifted = {r["src"]: (table_paths[r["dst"]], r["removed_positions"]) for r in rewritten if r["removed_positions"]}
+    with clock("index_update"):
+        try:
+            index.apply_commit(result, same_positions=same_positions, shifted=shifted, added_rows=added_rows)
+        except StaleIndexError:
+            # Another writer published an index state between our lookup and our commit (our commit landed):
+            # continue from its state, which the repair brings to the table's current snapshot.
+            RowIndex.open(table.source).ensure_fresh(table.committer)
+    return metrics
+
+
+def _added_index_rows(results: Sequence[dict], table_paths: dict[str, str]) -> pa.Table | None:
+    """The index entries of every file the rewrite job added (inserts, moved rows), each with its table path; None
+    when a writer did not report them (the index then reads the new files with Spark)."""
+    import pyarrow as pa
+
+    parts = []
+    for r in results:
+        for dst, fragment in ((r.get("dst"), r.get("index_rows")) if r["kind"] == "insert" else
+                              (r.get("moved_dst"), r.get("moved_index_rows")),):
+            if dst is None:
+                continue
+            if fragment is None:
+                return None
+            rows = pa.ipc.open_file(pa.memory_map(fragment)).read_all()
+            parts.append(rows.append_column("file", pa.array([table_paths[dst]] * rows.num_rows, pa.string())))
+    return pa.concat_tables(parts) if parts else None
+
+
+def _table_path(local: str, *, location: str) -> str:
+    """Spell a new file the way the table spells its files (Iceberg's local tables use ``file:`` URIs).
+
+    >>> _table_path("/wh/t/data/a.parquet", location="file:/wh/t"), _table_path("/d/a.parquet", location="/d")
+    ('file:/wh/t/data/a.parquet', '/d/a.parquet')
+    """
+    return "file:" + local if location.startswith("file:") else local
+
+
+def _conflict_keys(keys_files: Sequence[str | None], spec: ChangeSpec) -> dict[str, list[object]]:
+    """The commit's conflict filter: every key of the batch, if the locate tasks kept them all and they are few."""
+    import pyarrow as pa
+
+    if any(f is None for f in keys_files):
+        return {}
+    keys = pa.concat_tables([pa.ipc.open_file(f).read_all() for f in keys_files]) if keys_files else None
+    if keys is None or keys.num_rows > _MAX_CONFLICT_KEYS:
+        return {}
+    return {c: sorted(set(keys.column(c).to_pylist()), key=repr) for c in spec.key_columns}
