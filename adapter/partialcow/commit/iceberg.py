@@ -81,7 +81,7 @@ class IcebergCommitter:
         # worker threads); without it Iceberg resolves the name through a catalog that returns a non-Iceberg table.
         self._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self._spark._jsparkSession)
         if self._loaded is not None:
-            # Resolving the name through Spark's catalogs costs about as much as the refresh (~40 ms here); the
+            # Resolving the name through Spark's catalogs costs about as much as the refresh again; the
             # refresh re-reads the name's current metadata, so a table dropped and re-created is seen as it is now.
             try:
                 self._loaded.refresh()

@@ -33,13 +33,12 @@ ROW_GROUP_ROWS = 1 << 20
 
 DEFAULT_WRITE_OPTIONS: dict[str, Any] = {
     "write_page_index": True,  # page locations + per-page bounds: pages are found without reading headers
-    # Dictionary encoding only for variable-length (BYTE_ARRAY) columns, see dictionary_columns(): numbers are PLAIN.
-    # Measured (1M store_sales rows, Iceberg table, local[2], `count(*), sum(hash(*))`): 2.7 s with dictionaries on
-    # every column, 0.61 s with PLAIN numbers and decimals as integers, 0.70 s for Spark's own files; zstd keeps
-    # the file the same size (36 MB either way). PLAIN pages also patch without touching a dictionary.
+    # Dictionary encoding only for variable-length (BYTE_ARRAY) columns, see dictionary_columns(): numbers are PLAIN,
+    # which readers scan several times faster, at the same size under zstd (bench/README.md, "Measurements behind
+    # code choices"). PLAIN pages also patch without touching a dictionary.
     "use_dictionary": True,  # replaced per table by dictionary_columns()
     # Decimals of precision <= 18 as INT32/INT64 (as Spark writes them): readers decode them without per-value
-    # byte-array work (FIXED_LEN_BYTE_ARRAY decimals alone made the Iceberg scan above 2.7x slower).
+    # byte-array work (FIXED_LEN_BYTE_ARRAY decimals slow a full scan down severalfold, see bench/README.md).
     "store_decimal_as_integer": True,
     "max_rows_per_page": ROWS_PER_PAGE,
     "data_page_size": 256 * 1024,  # wide values: keep pages small in bytes too

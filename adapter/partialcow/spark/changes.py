@@ -77,15 +77,15 @@ _MIN_ROWS_PER_INSERT_FILE = 250_000
 # fewer buckets than that would need tasks.
 _ROWS_PER_LOCATE_TASK = 250_000
 # Locating a batch in place (no shuffle) makes every task read the index buckets its rows hit, often all of them;
-# routing it by bucket sends every changed row through Spark's shuffle. store_sales (23 columns), pattern a 50%:
-# the shuffle costs about 1 us per changed row, an index row read and joined about 50 ns.
+# routing it by bucket sends every changed row through Spark's shuffle, which costs about twenty times more per row
+# than reading and joining an index row (bench/README.md, "Measurements behind code choices").
 _INDEX_ROWS_PER_SHUFFLED_ROW = 20
 # what a task locating in place may hold: its changed rows and the index rows of its buckets, as Arrow
 _IN_PLACE_MAX_TASK_ROWS = 1_000_000
 _IN_PLACE_MAX_INDEX_ROWS = 10_000_000
-# Spark hands decimals to Arrow one java.math.BigDecimal at a time, about 50 ns per value; passing their unscaled
-# longs instead costs a plan of five py4j calls per column (store_sales' 13 decimal columns: 0.15 s). Smaller
-# batches convert their decimals as they are.
+# Spark hands decimals to Arrow one java.math.BigDecimal at a time; passing their unscaled longs instead costs a
+# fixed plan of five py4j calls per column, which only large batches win back. Smaller batches convert their
+# decimals as they are.
 _UNSCALED_DECIMALS_MIN_ROWS = 250_000
 
 

@@ -2,18 +2,16 @@
 
 Before every task PySpark's worker calls ``importlib.invalidate_caches()``. On Python 3.10 and 3.11 that makes every
 ``zipimporter`` re-read its archive's whole directory at once (cpython#103200; Spark 4.1 calls it less often,
-SPARK-54744): pyspark.zip, once per imported subpackage, py4j's zip and the spark-core jar. On the 2-core machine of
-``bench/`` that was about 0.1 s of every Python task, more than a locate or rewrite task of a small batch spends on
-its own work. With this daemon an archive's directory is re-read only when the file changed (inode, size or change
-and modification times), which is what the invalidation is for; the daemon records every archive's state before it
-forks, so a fresh worker re-reads none either.
+SPARK-54744): pyspark.zip, once per imported subpackage, py4j's zip and the spark-core jar, which costs more than a
+locate or rewrite task of a small batch spends on its own work (bench/README.md). With this daemon an archive's
+directory is re-read only when the file changed (inode, size or change and modification times), which is what the
+invalidation is for; the daemon records every archive's state before it forks, so a fresh worker re-reads none either.
 
 It also imports the modules the rewrite job's tasks use (pyarrow, numpy, the page engine) before PySpark's daemon
-forks its workers. PySpark stops a worker that has been idle for a minute; a fresh one used to spend about 0.7 s
-importing them, so a ``partial_cow_incremental`` model run after a minute of other work (the benchmark's cells, a dbt
-run's earlier models) paid that in each of its jobs' first tasks: 4.3 s against 2.2 s for 1% of store_sales. The
-same holds for ``distutils.version``, which PySpark imports in every worker's first Arrow task (0.6 s where it loads
-setuptools).
+forks its workers. PySpark stops a worker that has been idle for a minute, and a fresh one re-imports them, so a
+``partial_cow_incremental`` model run after a minute of other work (the benchmark's cells, a dbt run's earlier
+models) paid those imports in each of its jobs' first tasks. The same holds for ``distutils.version``, which PySpark
+imports in every worker's first Arrow task (where it loads setuptools).
 
 The Spark sessions of :mod:`partialcow.spark.session` start it (``spark.python.daemon.module``); it must be
 importable by the executors' Python, as the rewrite job's code must anyway.
@@ -30,7 +28,7 @@ __all__ = ["keep_zip_import_caches", "preload_task_modules", "prepare_daemon"]
 
 # What locate and rewrite tasks import; forked workers inherit them. PySpark 3.5 converts an Arrow UDF's types with
 # ``from distutils.version import LooseVersion`` (``to_arrow_type``): where setuptools provides distutils, that
-# import loads setuptools and pkg_resources, 0.6 s of every fresh worker's first mapInArrow task.
+# import loads setuptools and pkg_resources, a noticeable share of every fresh worker's first mapInArrow task.
 TASK_MODULES = (
     "numpy", "pyarrow", "pyarrow.compute", "pyarrow.parquet", "pyarrow.acero", "pyarrow.ipc",
     "pyspark.sql.pandas.serializers", "distutils.version", "partialcow.spark.rewrite_job",
