@@ -21,13 +21,25 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # child pytest process with DELTA_SESSION_ENV set; in any other process it is not collected.
 collect_ignore_glob = [] if os.environ.get(DELTA_SESSION_ENV) else ["delta_spark/*"]
 
-# The longest single tests first: xdist hands out files in collection order, and a long one collected last leaves
-# the other worker idle at the end of the run.
-_FIRST = ("test_delta_inside_spark.py",)
+# The longest single test first. xdist's --dist loadfile hands out files with the most tests first, so this file
+# (one test, the Delta-inside-Spark child suite, minutes long) would start last and leave the other worker idle at
+# the end of the run; the scheduler below moves it to the front of the queue.
+_FIRST = "test_delta_inside_spark.py"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.path.name not in _FIRST)  # stable: the rest keep their order
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadFileScheduling
+
+    if config.getoption("dist") != "loadfile":
+        return None
+
+    class LongestFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node: object) -> None:
+            for scope in [s for s in self.workqueue if s.endswith(_FIRST)]:
+                self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)
 
 
 @pytest.fixture(scope="session")
