@@ -28,14 +28,10 @@ from test_delta import batch, file_with_id, make_table, rewrite  # noqa: E402
 from partialcow.commit.base import FileReplacement  # noqa: E402
 from partialcow.commit.delta import DeltaCommitter  # noqa: E402
 from partialcow.metrics import WriteMetrics  # noqa: E402
+from delta_env import NO_DELTA_SPARK, delta_spark_jars  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 _EXTENSION_CLASS = "io/delta/sql/DeltaSparkSessionExtension.class"
-
-
-def _delta_jars() -> list[str]:
-    listed = [p.strip() for p in os.environ.get("PARTIALCOW_DELTA_JARS", "").split(",") if p.strip()]
-    return [p for p in listed if Path(p).is_file()]
 
 
 def _loadable(jars: list[str]) -> bool:
@@ -49,15 +45,14 @@ def _loadable(jars: list[str]) -> bool:
     return False
 
 
-JARS = _delta_jars()
+JARS = delta_spark_jars()  # the PARTIALCOW_DELTA_JARS list, else ../shared/jars
 pytestmark = [
     pytest.mark.spark,
     pytest.mark.delta_spark,
     pytest.mark.slow,
     pytest.mark.skipif(
         not (JARS and _loadable(JARS) and shutil.which("java")),
-        reason="delta-spark jars are not on PyPI and Maven is offline here: set PARTIALCOW_DELTA_JARS to local "
-        "delta-spark_2.12-3.x.jar,delta-storage-3.x.jar paths (and have Java) to run",
+        reason=NO_DELTA_SPARK,
     ),
 ]
 

@@ -19,9 +19,10 @@ import pyarrow as pa
 import pytest
 
 from cdc_oracle import CdcOracle, sorted_rows
+from delta_env import NO_DELTA_SPARK, delta_spark_jars
 
 REPO = Path(__file__).resolve().parents[2]
-JARS = [p.strip() for p in os.environ.get("PARTIALCOW_DELTA_JARS", "").split(",") if Path(p.strip()).is_file()]
+JARS = delta_spark_jars()  # the PARTIALCOW_DELTA_JARS list, else ../shared/jars
 
 
 def _has_delta_extension(jars: list[str]) -> bool:
@@ -39,8 +40,7 @@ pytestmark = [
     pytest.mark.dbt, pytest.mark.spark, pytest.mark.delta_spark, pytest.mark.slow,
     pytest.mark.skipif(
         not (JARS and _has_delta_extension(JARS) and shutil.which("java")),
-        reason="delta-spark jars are not on PyPI and Maven is offline here: set PARTIALCOW_DELTA_JARS to local "
-        "delta-spark_2.12-3.x.jar,delta-storage-3.x.jar paths to run",
+        reason=NO_DELTA_SPARK,
     ),
 ]
 

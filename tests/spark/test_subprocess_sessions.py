@@ -35,15 +35,16 @@ def test_doctor_probe_starts_spark_and_leaves_nothing_behind(tmp_path: Path) -> 
     assert list(tmp_path.iterdir()) == []  # no metastore_db, derby.log or spark-warehouse in the working folder
 
 
-_DELTA_JARS = [p for p in os.environ.get("PARTIALCOW_DELTA_JARS", "").split(os.pathsep) if p]
+from delta_env import NO_DELTA_SPARK, delta_spark_jars  # noqa: E402
+
+_DELTA_JARS = delta_spark_jars()
 
 
 @pytest.mark.spark
 @pytest.mark.delta_spark
 @pytest.mark.skipif(
     not _DELTA_JARS,
-    reason="delta-spark's jar is on Maven only (no network here): set PARTIALCOW_DELTA_JARS to the delta-spark and "
-    "delta-storage jar paths to run",
+    reason=NO_DELTA_SPARK,
 )
 def test_delta_session_creates_and_merges(tmp_path: Path) -> None:
     code = f"""
