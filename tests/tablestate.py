@@ -53,3 +53,20 @@ def leftovers(spark, name: str) -> list[str]:
         if os.path.isdir(folder):
             found += [os.path.join(folder, f) for f in os.listdir(folder)]
     return sorted(found)
+
+
+class OtherWriterFirst:
+    """A committer wrapper that lets another writer (``other``, a callable) commit right before our first commit
+    attempt: the deterministic form of a race lost at the commit."""
+
+    def __init__(self, inner, other):
+        self._inner, self._other, self.attempts = inner, other, 0
+
+    def replace_files(self, change):
+        self.attempts += 1
+        if self.attempts == 1:
+            self._other()
+        return self._inner.replace_files(change)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)

@@ -22,6 +22,7 @@ from partialcow.exceptions import ChangeFeedError, CommitConflictError, PartialC
 from partialcow.index import RowIndex
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import delta_root, open_table
+from tablestate import OtherWriterFirst
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -166,22 +167,6 @@ def test_bad_batch_is_refused_and_nothing_changes(spark, bad_input_table, case, 
 # ------------------------------------------------------------------------------------------------ other writers
 
 
-class _OtherWriterFirst:
-    """A committer that lets another writer commit right before our first commit attempt."""
-
-    def __init__(self, inner, other):
-        self._inner, self._other, self.attempts = inner, other, 0
-
-    def replace_files(self, change):
-        self.attempts += 1
-        if self.attempts == 1:
-            self._other()
-        return self._inner.replace_files(change)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-
 @pytest.fixture()
 def race_table(spark, schema):
     """Keys 0..199 in one data file, 1000..1199 in another (v = k); deletion vectors on for Spark's DELETE."""
@@ -195,7 +180,7 @@ def race_table(spark, schema):
 
 def _ours_after(spark, name: str, other_sql: str, rows: list[tuple]):
     table = open_table(spark, name, table_format="delta")
-    table.committer = _OtherWriterFirst(table.committer, lambda: spark.sql(other_sql.format(t=name)))
+    table.committer = OtherWriterFirst(table.committer, lambda: spark.sql(other_sql.format(t=name)))
     return apply_changes(spark, table, spark.createDataFrame(rows, SCHEMA), SPEC)
 
 

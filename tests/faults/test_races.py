@@ -20,7 +20,7 @@ from partialcow.exceptions import CommitConflictError
 from partialcow.index import IcebergSource, RowIndex
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import open_table
-from tablestate import leftovers
+from tablestate import OtherWriterFirst, leftovers
 
 pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.usefixtures("pipeline_path")]
 
@@ -57,25 +57,9 @@ def _consistent(spark, name, expected):
     assert leftovers(spark, name) == []
 
 
-class _OtherWriterFirst:
-    """A committer that lets another writer commit right before our first commit attempt."""
-
-    def __init__(self, inner, other):
-        self._inner, self._other, self.attempts = inner, other, 0
-
-    def replace_files(self, change):
-        self.attempts += 1
-        if self.attempts == 1:
-            self._other()
-        return self._inner.replace_files(change)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-
 def _ours_after(spark, name, other_sql, our_rows):
     table = open_table(spark, name, table_format="iceberg")
-    table.committer = _OtherWriterFirst(table.committer, lambda: spark.sql(other_sql.format(t=name)))
+    table.committer = OtherWriterFirst(table.committer, lambda: spark.sql(other_sql.format(t=name)))
     return apply_changes(spark, table, spark.createDataFrame(our_rows, SCHEMA), SPEC)
 
 

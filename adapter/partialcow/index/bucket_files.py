@@ -47,6 +47,7 @@ def _shift_bucket_files(tasks: Iterable[tuple[int, str, str]], *, remap: Mapping
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from partialcow.index.local import removed_entries
     from partialcow.parquet import ROW_POSITION, rewrite_file
 
     for bucket, src, dst in tasks:
@@ -56,14 +57,10 @@ def _shift_bucket_files(tasks: Iterable[tuple[int, str, str]], *, remap: Mapping
         rows, new_ids, new_positions, gone_rows = [], [], [], []
         counts: dict[int, int] = {}
         for old_id, (new_id, gone) in remap.items():
-            mine = np.flatnonzero(file_ids == old_id)
+            mine, hit, before = removed_entries(file_ids, positions, old_id, gone)
             if not mine.size:
                 continue
             pos = positions[mine]
-            before = np.searchsorted(gone, pos)  # removed positions before each entry's position
-            hit = np.zeros(mine.size, dtype=bool)
-            inside = before < gone.size
-            hit[inside] = gone[before[inside]] == pos[inside]
             gone_rows.append(mine[hit])
             counts[old_id] = int(hit.sum())
             rows.append(mine[~hit])

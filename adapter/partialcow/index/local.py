@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from partialcow.exceptions import DuplicateKeyError
 
-__all__ = ["duplicate_samples", "merge_bucket"]
+__all__ = ["duplicate_samples", "merge_bucket", "removed_entries"]
 
 FILE_ID = "_file_id"
 POS = "_pos"
@@ -65,17 +65,12 @@ def merge_bucket(
             else np.ones(len(file_ids), bool)
         )
         for old_id, (new_id, gone) in remap.items():
-            mine = np.flatnonzero(file_ids == old_id)
+            mine, hit, before = removed_entries(file_ids, positions, old_id, gone)
             if not mine.size:
                 continue
-            pos = positions[mine]
-            before = np.searchsorted(gone, pos)  # removed positions before each entry's position
-            hit = np.zeros(mine.size, dtype=bool)
-            inside = before < gone.size
-            hit[inside] = gone[before[inside]] == pos[inside]
             counts[old_id] = int(hit.sum())
             keep[mine[hit]] = False
-            positions[mine] = pos - before
+            positions[mine] = positions[mine] - before
             new_ids[mine] = new_id
         entries = entries.set_column(entries.schema.get_field_index(FILE_ID), FILE_ID,
                                      pa.array(new_ids).cast(entries.schema.field(FILE_ID).type))
@@ -105,6 +100,24 @@ def merge_bucket(
     pq.write_table(entries, tmp, compression="zstd", use_deprecated_int96_timestamps=int96)
     os.replace(tmp, dst)
     return counts, entries.num_rows
+
+
+def removed_entries(file_ids: np.ndarray, positions: np.ndarray, file_id: int,
+                    gone: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The index entries of file ``file_id`` after positions ``gone`` (sorted) were removed from it: the entries'
+    indices, which of them pointed at a removed row, and how many removed positions precede each (its shift).
+
+    >>> mine, hit, before = removed_entries(np.array([7, 7, 8, 7]), np.array([0, 1, 0, 3]), 7, np.array([1, 2]))
+    >>> mine.tolist(), hit.tolist(), before.tolist()
+    ([0, 1, 3], [False, True, False], [0, 0, 2])
+    """
+    mine = np.flatnonzero(file_ids == file_id)
+    pos = positions[mine]
+    before = np.searchsorted(gone, pos)
+    hit = np.zeros(mine.size, dtype=bool)
+    inside = before < gone.size
+    hit[inside] = gone[before[inside]] == pos[inside]
+    return mine, hit, before
 
 
 def duplicate_samples(rows: pa.Table, key_columns: Sequence[str], limit: int = 5) -> list[tuple]:

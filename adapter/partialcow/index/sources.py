@@ -263,12 +263,7 @@ class DeltaSource:
         return [LiveFile(self.normalize_path(p), -1 if n is None else int(n)) for p, n in zip(paths, counts)]
 
     def read_rows(self, key_columns: Sequence[str], *, version: int, files: Mapping[str, int]) -> DataFrame:
-        partition_keys = sorted(set(key_columns) & self._partition_columns)
-        if partition_keys:
-            raise ConfigurationError(
-                f"Delta table {self.name}: key column(s) {partition_keys} are partition columns, which are not "
-                "stored in the data files; index a key made of data columns"
-            )
+        _refuse_partition_keys(self.name, key_columns, self._partition_columns)
         # Delta data files are immutable: reading them by path is reading them at ``version``.
         return read_parquet_positions(self.spark, key_columns, files)
 
@@ -321,12 +316,7 @@ class DeltaSparkSource:
         return list(out)
 
     def read_rows(self, key_columns: Sequence[str], *, version: int, files: Mapping[str, int]) -> DataFrame:
-        partition_keys = sorted(set(key_columns) & self._partition_columns)
-        if partition_keys:
-            raise ConfigurationError(
-                f"Delta table {self.name}: key column(s) {partition_keys} are partition columns, which are not "
-                "stored in the data files; index a key made of data columns"
-            )
+        _refuse_partition_keys(self.name, key_columns, self._partition_columns)
         snapshot = self._log.snapshot_at(self.spark, self.location, version)
         if "deletionVectors" not in self._log.table_info(snapshot).reader_features:
             # no file can have a deletion vector (and delta-spark then hides _metadata.row_index): data files are
@@ -373,3 +363,13 @@ class ParquetFilesSource:
 
     def read_rows(self, key_columns: Sequence[str], *, version: int, files: Mapping[str, int]) -> DataFrame:
         return read_parquet_positions(self.spark, key_columns, files)
+
+
+def _refuse_partition_keys(table: str, key_columns: Sequence[str], partition_columns: set[str]) -> None:
+    """Delta keeps partition values in its log, not in the data files the index reads."""
+    partition_keys = sorted(set(key_columns) & partition_columns)
+    if partition_keys:
+        raise ConfigurationError(
+            f"Delta table {table}: key column(s) {partition_keys} are partition columns, which are not stored in "
+            "the data files; index a key made of data columns"
+        )
