@@ -238,7 +238,12 @@ def markdown(meta: dict[str, Any], steps: list[Step], contenders: list[Contender
 
 
 def _phase(value: Any) -> str:
-    return f"{value:.2f}" if isinstance(value, (int, float)) else ""
+    """A phase of the ``partialcow phases:`` line (milliseconds) in seconds.
+
+    >>> _phase(2248), _phase(None)
+    ('2.25', '')
+    """
+    return f"{value / 1000:.2f}" if isinstance(value, (int, float)) else ""
 
 
 def plot(steps: list[Step], contenders: list[Contender], outcomes: list[Outcome], path: Path, title: str) -> None:
