@@ -537,48 +537,10 @@ class RowIndex(_DriverSide):
 
     # -- verification ---------------------------------------------------------------------------------------------
     def verify(self) -> VerifyReport:
-        """Compare the whole index with a fresh scan of the table (both sides read in full, in Spark)."""
-        from pyspark.sql import functions as F
+        """Compare the whole index with a fresh scan of the table (see :func:`partialcow.index.verify.verify`)."""
+        from partialcow.index.verify import verify
 
-        state = self.state
-        version = self.source.current_version()
-        live = {f.path: f.deletes for f in self.source.live_files(version)}
-        recorded = {f.path: f.deletes for f in state.files}
-        stale = sorted(p for p in set(live) | set(recorded) if live.get(p, "<absent>") != recorded.get(p, "<absent>"))
-        report = VerifyReport(
-            table=state.table, index_version=state.table_version, table_version=version, stale_files=stale
-        )
-        cols = [*state.key_columns, FILE_ID, POS]
-        if state.files:
-            scan = self.source.read_rows(
-                state.key_columns, version=state.table_version, files={f.path: f.file_id for f in state.files}
-            )
-        else:
-            scan = self._empty_rows()
-        names = [b for b in state.buckets if b is not None]
-        index_rows = self._read_index(names, with_bucket=True)
-        scan = scan.select(*cols).persist()
-        try:
-            report.rows_in_table = scan.count()
-            report.rows_in_index = index_rows.count()
-            missing = scan.exceptAll(index_rows.select(*cols))
-            extra = index_rows.select(*cols).exceptAll(scan)
-            report.missing_from_index = missing.count()
-            report.extra_in_index = extra.count()
-            wrong = index_rows.where(F.col(BUCKET) != _bucket_expr(state.key_columns, state.num_buckets))
-            report.wrong_bucket = wrong.count()
-            dups = scan.groupBy(*state.key_columns).count().where("count > 1")
-            report.duplicate_keys = dups.count()
-            for label, frame in (
-                ("missing from index", missing),
-                ("extra in index", extra),
-                ("in wrong bucket", wrong),
-            ):
-                for row in frame.limit(3).collect():
-                    report.samples.append(f"{label}: {row.asDict()}")
-        finally:
-            scan.unpersist()
-        return report
+        return verify(self)
 
     # -- helpers ------------------------------------------------------------------------------------------------------
     def _read_index(self, names: Sequence[str], *, with_bucket: bool = False) -> DataFrame:
