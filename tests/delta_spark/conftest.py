@@ -24,7 +24,11 @@ JARS = delta_spark_jars()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # a conftest hook sees every collected item: mark (and skip) only this folder's tests
+    here = Path(__file__).resolve().parent
     for item in items:
+        if here not in Path(item.path).resolve().parents:
+            continue
         item.add_marker(pytest.mark.delta_spark)
         if not JARS:
             item.add_marker(pytest.mark.skip(reason=NO_DELTA_SPARK))
