@@ -164,6 +164,32 @@ def test_bad_batch_is_refused_and_nothing_changes(spark, bad_input_table, case, 
     assert table_state(spark, bad_input_table) == before
 
 
+# what a first build or full refresh itself finds wrong (the rest needs a table to compare with)
+CREATE_CASES = [c for c in CASES if c[0] in {"null key", "duplicate keys without sequence_column",
+                                              "op code outside the configured ones", "null sequence"}]
+
+
+@pytest.mark.parametrize("case, sql, spec_changes, error, fragments", CREATE_CASES, ids=[c[0] for c in CREATE_CASES])
+def test_a_bad_full_refresh_leaves_the_table_as_it_was(spark, bad_input_table, case, sql, spec_changes, error,
+                                                       fragments):
+    """The table is replaced only once the new rows are written and checked: bad input leaves the old version,
+    rows, files and index, as on Iceberg."""
+    before = table_state(spark, bad_input_table)
+    with pytest.raises(PartialCowError) as info:
+        create_table(spark, bad_input_table, spark.sql(sql), replace(MATRIX.SPEC, **spec_changes),
+                     table_format="delta")
+    assert type(info.value) is error, f"{case}: {type(info.value).__name__}: {info.value}"
+    assert table_state(spark, bad_input_table) == before
+
+
+def test_a_bad_first_build_leaves_no_table(spark, schema):
+    name = f"{schema}.never"
+    with pytest.raises(ChangeFeedError, match="must not be null"):
+        create_table(spark, name, spark.createDataFrame([(1, 1, "I"), (None, 2, "I")], SCHEMA), SPEC,
+                     table_format="delta")
+    assert not spark.catalog.tableExists(name)
+
+
 # ------------------------------------------------------------------------------------------------ other writers
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from partialcow.branch.naming import quote
 
@@ -29,14 +29,15 @@ def list_tables(spark: SparkSession, schema: str) -> list[str]:
     return [row.tableName for row in rows if not row.isTemporary]  # SHOW TABLES also lists temp views
 
 
-def load_iceberg(spark: SparkSession, schema: str, table: str):  # -> Java org.apache.iceberg.Table | None
+def load_iceberg(spark: SparkSession, schema: str, table: str) -> Any:
+    """Iceberg's Java ``Table`` for ``schema.table``, or None when it is missing, a view or not Iceberg."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors.exceptions.captured import CapturedException
 
+    from partialcow.commit.java import load_iceberg_table
+
     try:
-        loaded = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(  # type: ignore[union-attr]
-            spark._jsparkSession, f"{schema}.{table}"
-        )
+        loaded = load_iceberg_table(spark, f"{schema}.{table}")
     except (Py4JJavaError, CapturedException):
         return None  # missing, a view, or not an Iceberg table
     loaded.refresh()  # the catalog may hand out a cached table object

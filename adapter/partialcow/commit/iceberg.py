@@ -23,6 +23,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from partialcow.commit.base import CommitResult, DataFile, FileReplacement
+from partialcow.commit.java import bind_to_current_thread, load_iceberg_table
 from partialcow.exceptions import (
     CommitConflictError,
     CommitError,
@@ -79,7 +80,7 @@ class IcebergCommitter:
     def _table(self) -> Any:
         # Each Python thread drives its own JVM thread, whose active session starts empty (dbt runs models on
         # worker threads); without it Iceberg resolves the name through a catalog that returns a non-Iceberg table.
-        self._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self._spark._jsparkSession)
+        bind_to_current_thread(self._spark)
         if self._loaded is not None:
             # Resolving the name through Spark's catalogs costs about as much as the refresh again; the
             # refresh re-reads the name's current metadata, so a table dropped and re-created is seen as it is now.
@@ -89,9 +90,7 @@ class IcebergCommitter:
             except _java_errors():
                 self._loaded = None  # dropped: load by name again, which reports why it cannot
         try:
-            table = self._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-                self._spark._jsparkSession, self._name
-            )
+            table = load_iceberg_table(self._spark, self._name)
         except _java_errors() as exc:
             message = _java_message(exc)
             if "not an Iceberg table" in message or "ClassCastException" in _java_class(exc):
@@ -268,7 +267,7 @@ class IcebergCommitter:
     def _removed_files(self, change: FileReplacement, base_files: Sequence[tuple[Any, Any]]) -> list[Any]:
         live = {str(f.location()): (f, deletes) for f, deletes in base_files}
         by_plain = {_plain(p): p for p in live}
-        removed = []
+        removed: list[Any] = []
         for path in change.removed:
             key = path if path in live else by_plain.get(_plain(path))
             if key is None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from partialcow.commit.base import CommitResult
 from partialcow.commit.iceberg import NO_SNAPSHOT, _java_errors, _java_message
+from partialcow.commit.java import load_iceberg_table
 from partialcow.exceptions import CommitConflictError, CommitError, CommitStateUnknownError
 from partialcow.metrics import WriteMetrics
 
@@ -90,7 +91,7 @@ class NewIcebergTable:
                 ) from exc
             raise CommitError(f"Iceberg refused to create table {self.name}: {message}") from exc
         self._spark.catalog.refreshTable(self.name)
-        loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self._spark._jsparkSession, self.name)
+        loaded = load_iceberg_table(self._spark, self.name)
         snapshot = loaded.currentSnapshot()
         while snapshot is not None and snapshot.summary().get(_COMMIT_ID) != commit_id:
             parent = snapshot.parentId()

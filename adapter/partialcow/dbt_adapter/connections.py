@@ -122,7 +122,7 @@ class PartialcowConnectionManager(SparkConnectionManager):
         """
         from pyspark import SparkContext
 
-        from partialcow.spark.session import bind_to_current_thread
+        from partialcow.commit.java import bind_to_current_thread
 
         connection = self.get_if_exists()
         if connection is None:

@@ -153,7 +153,7 @@ class PartialCowMixin(metaclass=AdapterMeta):
                 f"model {model}: partial_cow_incremental writes {' or '.join(FILE_FORMATS)} tables, "
                 f"not file_format={file_format!r}"
             )
-        from partialcow.spark.session import bind_to_current_thread
+        from partialcow.commit.java import bind_to_current_thread
 
         spark = bind_to_current_thread(SparkSession.getActiveSession() or SparkSession.builder.getOrCreate())
         name = f"{relation.schema}.{relation.identifier}"

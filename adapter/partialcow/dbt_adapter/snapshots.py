@@ -64,7 +64,7 @@ class SnapshotMixin(metaclass=AdapterMeta):
     """``@available`` methods of the snapshot materialization (mixed into ``PartialcowAdapter``)."""
 
     def _snapshot_spark(self) -> Any:
-        from partialcow.spark.session import bind_to_current_thread
+        from partialcow.commit.java import bind_to_current_thread
 
         return bind_to_current_thread(self.connections.spark_session())  # type: ignore[attr-defined]
 

@@ -122,7 +122,8 @@ def _value_bytes(value: object, spark_type: str) -> bytes:
     if t == "string":
         return str(value).encode("utf-8")
     if t == "binary":
-        return bytes(value)  # type: ignore[call-overload]
+        raw: bytes = bytes(value)  # type: ignore[call-overload]
+        return raw
     if t.startswith("decimal("):
         precision, scale = (int(x) for x in t[len("decimal("):-1].split(","))
         if precision > 18:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -120,7 +121,7 @@ def removed_entries(file_ids: np.ndarray, positions: np.ndarray, file_id: int,
     return mine, hit, before
 
 
-def duplicate_samples(rows: pa.Table, key_columns: Sequence[str], limit: int = 5) -> list[tuple]:
+def duplicate_samples(rows: pa.Table, key_columns: Sequence[str], limit: int = 5) -> list[tuple[Any, ...]]:
     """Keys that occur in two adjacent rows of ``rows`` (sorted by the key columns), as tuples.
 
     >>> duplicate_samples(pa.table({"a": [1, 1, 2], "b": ["x", "x", "x"]}), ["a", "b"])

@@ -24,7 +24,7 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import unquote
 
 from partialcow.exceptions import ConfigurationError, UnsupportedTableFeatureError
@@ -118,11 +118,12 @@ def _positions(
 
     # Spark reports _metadata.file_path as the qualified, URL-encoded Hadoop URI; compute the same form to join
     # back, with local URIs reduced to their path on both sides (Spark prints file:/x where Hadoop says file:///x).
-    jvm = spark.sparkContext._jvm
+    from partialcow.commit.java import jvm
+
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     by_uri: dict[str, int] = {}
     for path, file_id in files.items():
-        hpath = jvm.org.apache.hadoop.fs.Path(path)
+        hpath = jvm(spark).org.apache.hadoop.fs.Path(path)
         uri = str(hpath.getFileSystem(conf).makeQualified(hpath).toUri().toString())
         by_uri[re.sub(r"^file:/+", "/", uri)] = file_id
     rows = frame.select(
@@ -145,10 +146,11 @@ class IcebergSource:
         self.location = str(self._table.location())
         self._live_cache: dict[int, list[LiveFile]] = {}  # a snapshot's files never change
 
-    def _load(self):  # type: ignore[no-untyped-def]
-        jvm = self.spark.sparkContext._jvm
+    def _load(self) -> Any:
+        from partialcow.commit.java import load_iceberg_table
+
         try:
-            return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self.spark._jsparkSession, self.name)
+            return load_iceberg_table(self.spark, self.name)
         except Exception as exc:  # noqa: BLE001 - py4j wraps NoSuchTableException and class-not-found alike
             raise ConfigurationError(
                 f"cannot load Iceberg table {self.name}: {str(exc).splitlines()[0]}; check the table name and that "

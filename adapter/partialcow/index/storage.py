@@ -205,7 +205,7 @@ class IndexStore:
         info = self.fs.get_file_info(self.path(relative))
         if info.type == pafs.FileType.NotFound:
             return []
-        return self.fs.get_file_info(pafs.FileSelector(self.path(relative), recursive=recursive))
+        return list(self.fs.get_file_info(pafs.FileSelector(self.path(relative), recursive=recursive)))
 
     def move_in(self, src_relative: str, dst_relative: str) -> None:
         self.fs.create_dir(os.path.dirname(self.path(dst_relative)), recursive=True)

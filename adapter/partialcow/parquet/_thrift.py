@@ -68,7 +68,7 @@ class TMap:
             other.ktype, other.vtype, other.pairs)
 
 
-class TStruct(dict):
+class TStruct(dict[Any, Any]):
     """field id -> (compact type, value). ``get``-style helpers read values; ``put`` keeps ids ascending."""
 
     def val(self, fid: int, default: Any = None) -> Any:

@@ -21,7 +21,7 @@ def _name(table: Any, value: int | None) -> str | None:
     if value is None:
         return None
     if isinstance(table, dict):
-        return table.get(value, str(value))
+        return str(table.get(value, value))
     return table[value] if 0 <= value < len(table) else str(value)
 
 

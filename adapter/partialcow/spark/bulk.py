@@ -9,8 +9,12 @@ the incremental pipeline does to locate rows (and its shuffle of every row by ke
 2. those entries are shuffled by index bucket and sorted by key: a key that appears twice is found there (a batch
    without a sequence column may not repeat a key) and each bucket file is written.
 
-Only then is the table created or replaced, with its files, in one commit (Iceberg's create-or-replace transaction:
-see ``partialcow.commit.iceberg_create``): bad input or a crash leaves no table, or the old table as it was.
+Only then is the table committed with its files. Iceberg: created or replaced in one commit (its create-or-replace
+transaction, see ``partialcow.commit.iceberg_create``): bad input or a crash leaves no table, or the old table as
+it was. Delta: a new table is created first (an empty version marked ``PENDING_CREATE``; a failed build drops it
+again), an existing one is replaced (``CREATE OR REPLACE``, marked) only once its new files and index are written,
+then the files are added in one delta-spark transaction and the mark is removed. A crash between those commits
+leaves a marked table, which the next run builds again (see ``partialcow.spark.create``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
@@ -35,6 +39,10 @@ from partialcow.spark.staging import SAMPLE, check_sequence_type, keys_text, pro
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from partialcow.commit.base import CommitResult
+    from partialcow.index.sources import TableSource
 
 __all__ = ["bulk_create"]
 
@@ -46,16 +54,13 @@ _FILES_PER_TASK = 1 << 16
 
 
 def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: ChangeSpec, *,
-                properties: dict[str, str]) -> WriteMetrics:
-    """Create (or replace) Iceberg table ``name`` from a first batch of changes, with its row index.
+                properties: dict[str, str], table_format: str = "iceberg") -> WriteMetrics:
+    """Create (or replace) table ``name`` from a first batch of changes, with its row index.
 
     The batch's latest change per key is written (deletes dropped); errors are those of ``apply_changes``.
     """
-
-    from partialcow.commit.iceberg_create import NewIcebergTable
     from partialcow.index.storage import IndexStore
     from partialcow.spark.journal import WriteLease
-    from partialcow.spark.tables import local_path, with_iceberg_field_ids
 
     clock = PhaseClock()
     with clock("stage"):
@@ -68,51 +73,194 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
                 f"{sorted(SUPPORTED_KEY_TYPES)}"
             )
     with clock("create"):
-        table_schema = frame.select(*map(quote_identifier, values)).schema
-        new = NewIcebergTable(spark, name, frame.select(*map(quote_identifier, values))._jdf.schema(), properties)
-        ids = {f["name"]: f for f in new.schema_json["fields"]}
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        file_schema = pa.schema([with_iceberg_field_ids(f, ids[f.name]["id"], ids[f.name]["type"])
-                                 for f in to_arrow_schema(table_schema)])
-    location = local_path(new.location)
-    data_dir = os.path.join(location, "data")
-    os.makedirs(data_dir, exist_ok=True)
-    referenced = partial(_referenced, spark, name)
-    with WriteLease(location, [data_dir], referenced=referenced) as lease:
-        checkpoint("leased")
-        prefix = f"pcow-{lease.write_id}-"
-        key_ddl = ", ".join(f"{quote_identifier(c)} {t}" for c, t in zip(spec.key_columns, key_types))
-        job = partial(_write_partition, key_columns=list(spec.key_columns), values=values, schema=file_schema,
-                      data_dir=data_dir, prefix=prefix, model=spec.model, spec=spec,
-                      emit_deletes=spec.sequence_column is None)
-        written: list[str] = []
-        try:
-            with clock("write"):
-                entries = frame.mapInArrow(job, f"{key_ddl}, {_FILE_ID} int, {_POS} bigint").localCheckpoint(eager=True)
-            checkpoint("rewritten")
+        schema = frame.select(*map(quote_identifier, values)).schema
+        target: _Target = (_IcebergTarget(spark, name, schema, properties) if table_format == "iceberg"
+                           else _DeltaTarget(spark, name, schema, properties, spec))
+    os.makedirs(target.data_dir, exist_ok=True)
+    try:
+        with WriteLease(target.location, [target.data_dir], referenced=target.referenced) as lease:
+            checkpoint("leased")
+            prefix = f"pcow-{lease.write_id}-"
+            key_ddl = ", ".join(f"{quote_identifier(c)} {t}" for c, t in zip(spec.key_columns, key_types))
+            job = partial(_write_partition, key_columns=list(spec.key_columns), values=values,
+                          schema=target.file_schema, data_dir=target.data_dir, prefix=prefix, model=spec.model,
+                          spec=spec, emit_deletes=spec.sequence_column is None)
+            written: list[str] = []
+            try:
+                with clock("write"):
+                    entries = frame.mapInArrow(job, f"{key_ddl}, {_FILE_ID} int, {_POS} bigint") \
+                        .localCheckpoint(eager=True)
+                checkpoint("rewritten")
+                with clock("index"):
+                    store = IndexStore(target.location)
+                    per_file = {r[_FILE_ID]: r["count"] for r in entries.groupBy(_FILE_ID).count().collect()
+                                if r[_FILE_ID] >= 0}
+                    written = [os.path.join(target.data_dir, _file_name(prefix, i)) for i in sorted(per_file)]
+                    rows = sum(per_file.values())
+                    n, buckets = _write_index(spark, store, spec, key_types, name, entries, rows)
+                metrics = WriteMetrics(rows_inserted=rows, files_added=len(written))
+                with clock("commit"):
+                    result = target.commit(written, metrics)
+            except BaseException:
+                for path in written or _own_files(target.data_dir, prefix):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(path)
+                raise
+            checkpoint("committed")
             with clock("index"):
-                store = IndexStore(location)
-                per_file = {r[_FILE_ID]: r["count"] for r in entries.groupBy(_FILE_ID).count().collect()
-                            if r[_FILE_ID] >= 0}
-                written = [os.path.join(data_dir, _file_name(prefix, i)) for i in sorted(per_file)]
-                rows = sum(per_file.values())
-                n, buckets = _write_index(spark, store, spec, key_types, name, entries, rows)
-            metrics = WriteMetrics(rows_inserted=rows, files_added=len(written))
-            with clock("commit"):
-                result = new.commit([f"file:{p}" if new.location.startswith("file:") else p for p in written], metrics)
-        except BaseException:
-            for path in written or _own_files(data_dir, prefix):
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(path)
-            raise
-        checkpoint("committed")
-        with clock("index"):
-            _publish(spark, store, name, spec, key_types, n, per_file, written, buckets, result.version)
-        checkpoint("indexed")
+                _publish(store, target.source(), name, spec, key_types, n, per_file, written, buckets,
+                         result.version)
+            checkpoint("indexed")
+    except BaseException:
+        target.abandon()
+        raise
+    with clock("commit"):
+        target.finish()
     metrics.phase_ms = clock.ms
     metrics.duration_ms = sum(clock.ms.values())
     return metrics
+
+
+class _Target(Protocol):
+    """The table a first build fills: where its files go, how they are written and committed."""
+
+    location: str  # local path of the table's root
+    data_dir: str
+    file_schema: pa.Schema
+
+    def referenced(self) -> set[str]: ...
+    def commit(self, paths: list[str], metrics: WriteMetrics) -> CommitResult: ...
+    def source(self) -> TableSource: ...
+    def abandon(self) -> None: ...
+    def finish(self) -> None: ...
+
+
+class _IcebergTarget:
+    """A create-or-replace transaction: the table appears (or is replaced) only at :meth:`commit`."""
+
+    def __init__(self, spark: SparkSession, name: str, schema: StructType, properties: dict[str, str]) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from partialcow.commit.iceberg_create import NewIcebergTable
+        from partialcow.spark.tables import local_path, with_iceberg_field_ids
+
+        self._spark, self._name = spark, name
+        self._new = NewIcebergTable(spark, name, _java_schema(spark, schema), properties)
+        ids = {f["name"]: f for f in self._new.schema_json["fields"]}
+        self.file_schema = pa.schema([with_iceberg_field_ids(f, ids[f.name]["id"], ids[f.name]["type"])
+                                      for f in to_arrow_schema(schema)])
+        self.location = local_path(self._new.location)
+        self.data_dir = os.path.join(self.location, "data")
+
+    def referenced(self) -> set[str]:
+        from partialcow.spark.tables import local_path
+
+        if not self._spark.catalog.tableExists(self._name):
+            return set()
+        rows = self._spark.sql(f"SELECT file_path FROM {quote_identifier(self._name)}.all_files").collect()
+        return {local_path(r[0]) for r in rows}
+
+    def commit(self, paths: list[str], metrics: WriteMetrics) -> CommitResult:
+        spelled = [f"file:{p}" if self._new.location.startswith("file:") else p for p in paths]
+        return self._new.commit(spelled, metrics)
+
+    def source(self) -> TableSource:
+        from partialcow.index.sources import IcebergSource
+
+        return IcebergSource(self._spark, self._name)
+
+    def abandon(self) -> None:
+        pass  # nothing was committed
+
+    def finish(self) -> None:
+        pass
+
+
+class _DeltaTarget:
+    """A Delta table created (new) or replaced (existing, once the files are written), then filled in one
+    delta-spark transaction; marked ``PENDING_CREATE`` in between."""
+
+    def __init__(self, spark: SparkSession, name: str, schema: StructType, properties: dict[str, str],
+                 spec: ChangeSpec) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from partialcow.commit.delta.features import ENFORCED_BY_SPARK, DeltaTableInfo, unsupported_features
+        from partialcow.exceptions import UnsupportedTableFeatureError
+        from partialcow.spark.tables import delta_root
+
+        self._spark, self._name, self._spec = spark, name, spec
+        self._properties = properties
+        self._ddl = spark.sparkContext._jvm.org.apache.spark.sql.types.DataType.fromJson(  # type: ignore[union-attr]
+            schema.json()).toDDL()
+        # refused before anything is written or replaced (the created table is checked again at commit)
+        problems = unsupported_features(DeltaTableInfo(1, 2, configuration=properties), removing=False,
+                                        enforced=ENFORCED_BY_SPARK)
+        if problems:
+            raise UnsupportedTableFeatureError(
+                f"model {spec.model}: Delta table {name} would use features partial copy-on-write cannot honour: "
+                f"{'; '.join(problems)}; remove them from the model's tblproperties")
+        self._created = False
+        root = None
+        if spark.catalog.tableExists(name):
+            with contextlib.suppress(ConfigurationError):  # not a Delta table: CREATE OR REPLACE says what it says
+                root = delta_root(spark, name)
+        if root is None:
+            self._create()
+            self._created = True
+            root = delta_root(spark, name)
+        self.location = self.data_dir = root
+        self.file_schema = to_arrow_schema(schema)
+        self._table: Any = None
+
+    def _create(self) -> None:
+        from partialcow.spark.create import PENDING_CREATE, sql_string
+
+        listed = ", ".join(f"{sql_string(k)} = {sql_string(v)}"
+                           for k, v in {**self._properties, PENDING_CREATE: "true"}.items())
+        self._spark.sql(f"CREATE OR REPLACE TABLE {quote_identifier(self._name)} ({self._ddl}) USING delta "
+                        f"TBLPROPERTIES ({listed})")
+
+    def referenced(self) -> set[str]:
+        from partialcow.spark.tables import _delta_referenced
+
+        return _delta_referenced(self.location)
+
+    def commit(self, paths: list[str], metrics: WriteMetrics) -> CommitResult:
+        from partialcow.commit.base import FileReplacement
+        from partialcow.spark.delta_checks import check_new_files
+        from partialcow.spark.tables import open_table
+
+        if not self._created:
+            self._create()  # the replaced table's files are all removed by this version
+        table = self._table = open_table(self._spark, self._name, table_format="delta")
+        table.check_supported(removing=False)
+        check_new_files(table, paths, self._spec)
+        return table.committer.replace_files(FileReplacement(
+            base_version=table.committer.current_version(), added=paths, metrics=metrics,
+            operation="partial_cow_create"))
+
+    def source(self) -> TableSource:
+        return self._table.source  # type: ignore[no-any-return]
+
+    def abandon(self) -> None:
+        if self._created and self._table is None:
+            # a new table that never got its rows: gone again, as after a failed Iceberg build
+            with contextlib.suppress(Exception):
+                self._spark.sql(f"DROP TABLE IF EXISTS {quote_identifier(self._name)}")
+
+    def finish(self) -> None:
+        from partialcow.index import RowIndex
+        from partialcow.spark.create import PENDING_CREATE
+
+        self._spark.sql(f"ALTER TABLE {quote_identifier(self._name)} UNSET TBLPROPERTIES IF EXISTS "
+                        f"('{PENDING_CREATE}')")
+        # Delta records a property change as a table version: the index follows it now, so the next write does
+        # not start by publishing an index state for a version that changed no file
+        RowIndex.open(self._table.source).ensure_fresh(self._table.committer)
+
+
+def _java_schema(spark: SparkSession, schema: StructType) -> Any:
+    return spark._jvm.org.apache.spark.sql.types.DataType.fromJson(schema.json())  # type: ignore[union-attr]
 
 
 def _validated(changes: DataFrame, spec: ChangeSpec) -> tuple[DataFrame, list[str]]:
@@ -161,7 +309,8 @@ def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str
     import pyarrow.compute as pc
     from pyspark import TaskContext
 
-    task = TaskContext.get().partitionId() if TaskContext.get() is not None else 0
+    context = TaskContext.get()
+    task = context.partitionId() if context is not None else 0
     next_file = task * _FILES_PER_TASK
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
@@ -252,29 +401,18 @@ def _write_index(spark: SparkSession, store: Any, spec: ChangeSpec, key_types: S
     return n, buckets
 
 
-def _publish(spark: SparkSession, store: Any, name: str, spec: ChangeSpec, key_types: Sequence[str], n: int,
+def _publish(store: Any, source: TableSource, name: str, spec: ChangeSpec, key_types: Sequence[str], n: int,
              per_file: dict[int, int], written: list[str], buckets: dict[int, str], version: int) -> None:
     """Publish the new index state for table version ``version``; the replaced table's index files go."""
-    from partialcow.index.sources import IcebergSource
     from partialcow.index.storage import IndexedFile, IndexState
 
-    source = IcebergSource(spark, name)
     spelled = {os.path.basename(source.normalize_path(f.path)): source.normalize_path(f.path)
                for f in source.live_files(version)}
     files = tuple(IndexedFile(file_id, spelled[os.path.basename(path)], per_file[file_id], per_file[file_id])
                   for file_id, path in zip(sorted(per_file), written))
     store.write_state(IndexState(
-        table=name, table_format="iceberg", location=source.location, key_columns=tuple(spec.key_columns),
-        key_types=tuple(key_types), num_buckets=n, table_version=version, files=files,
-        buckets=tuple(buckets.get(b) for b in range(n)), next_file_id=max(per_file, default=-1) + 1,
+        table=name, table_format=source.table_format, location=source.location,
+        key_columns=tuple(spec.key_columns), key_types=tuple(key_types), num_buckets=n, table_version=version,
+        files=files, buckets=tuple(buckets.get(b) for b in range(n)), next_file_id=max(per_file, default=-1) + 1,
         state_version=(store.latest_state_version() or 0) + 1))
     store.garbage_collect(min_age_seconds=0.0, keep_states=1)
-
-
-def _referenced(spark: SparkSession, name: str) -> set[str]:
-    from partialcow.spark.tables import local_path
-
-    if not spark.catalog.tableExists(name):
-        return set()
-    rows = spark.sql(f"SELECT file_path FROM {quote_identifier(name)}.all_files").collect()
-    return {local_path(r[0]) for r in rows}

@@ -52,7 +52,7 @@ def check_new_files(table: LakehouseTable, files: Sequence[str], spec: ChangeSpe
 
     frame = table.spark.read.parquet(*[local_path(f) for f in files])
     counts = frame.select(*[F.sum(F.expr(cond).cast("long")).alias(f"c{i}") for i, cond in enumerate(rules.values())])
-    totals = counts.first()
+    totals = counts.collect()[0]  # an aggregate without grouping: exactly one row
     broken = [(rule, cond, int(totals[i] or 0)) for i, (rule, cond) in enumerate(rules.items()) if totals[i]]
     if not broken:
         return

@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from partialcow.exceptions import PartialCowError
 from partialcow.progress import Progress
@@ -180,7 +180,7 @@ def _settings(args: argparse.Namespace) -> tuple[Check, str, str, list[str]]:
     if project is None:
         check = Check("project", "info", "no dbt project here (no dbt_project.yml): defaults checked; pass "
                       "--project-dir to check a project's profile")
-        settings: dict = {}
+        settings: dict[str, Any] = {}
         warehouse = "warehouse"
     else:
         try:

@@ -66,7 +66,7 @@ def is_embedded_derby(spark: SparkSession) -> bool:
     """Whether ``spark``'s metastore is an embedded Derby database (the embedded default)."""
     url = spark.sparkContext.getConf().get("spark.hadoop.javax.jdo.option.ConnectionURL")
     remote = spark.sparkContext.getConf().get("spark.hadoop.hive.metastore.uris")
-    return bool(url) and url.startswith("jdbc:derby:") and not remote
+    return url is not None and url.startswith("jdbc:derby:") and not remote
 
 
 def prepare_embedded_metastore(spark: SparkSession, *, locks: bool = True) -> bool:

@@ -257,14 +257,3 @@ def session_table_format(spark: SparkSession) -> str | None:
     One session catalog holds one format: Iceberg's ``SparkSessionCatalog`` or Delta's ``DeltaCatalog``.
     """
     return _SESSION_CATALOGS.get(spark.sparkContext.getConf().get("spark.sql.catalog.spark_catalog") or "")
-
-
-def bind_to_current_thread(spark: SparkSession) -> SparkSession:
-    """Make ``spark`` the JVM's active session for the calling thread and return it.
-
-    PySpark pins each Python thread to its own JVM thread, whose thread-local active session starts empty; Iceberg's
-    ``Spark3Util.loadIcebergTable`` then resolves tables through a catalog that hands back a V1 table. dbt runs
-    models on worker threads, so every entry point that calls Iceberg's Java API binds the session first.
-    """
-    spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
-    return spark

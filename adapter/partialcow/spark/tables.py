@@ -190,9 +190,11 @@ def _spark_version() -> str:
 
 def _iceberg_schema(spark: SparkSession, name: str) -> dict[str, Any]:
     """The table's Iceberg schema as Iceberg's JSON (field ids of nested fields included), in one py4j call."""
-    jvm = spark.sparkContext._jvm
-    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
-    return json.loads(str(jvm.org.apache.iceberg.SchemaParser.toJson(table.schema())))
+    from partialcow.commit.java import jvm, load_iceberg_table
+
+    table = load_iceberg_table(spark, name)
+    parsed: dict[str, Any] = json.loads(str(jvm(spark).org.apache.iceberg.SchemaParser.toJson(table.schema())))
+    return parsed
 
 
 def with_iceberg_field_ids(field: pa.Field, field_id: int, iceberg_type: Any) -> pa.Field:
@@ -302,7 +304,7 @@ def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> 
     ...
     partialcow.exceptions.ConfigurationError: table t: table format 'hudi' is not supported ...
     """
-    from partialcow.spark.session import bind_to_current_thread
+    from partialcow.commit.java import bind_to_current_thread
 
     if table_format not in ("iceberg", "delta"):
         raise ConfigurationError(f"table {name}: table format {table_format!r} is not supported (iceberg or delta)")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from partialcow.commit.delta.features import DeltaTableInfo
+from partialcow.commit.java import jvm
 from partialcow.exceptions import CommitError, ConfigurationError
 
 if TYPE_CHECKING:
@@ -42,11 +43,11 @@ def has_delta(spark: SparkSession) -> bool:
         return False
     from py4j.java_gateway import JavaClass
 
-    return isinstance(spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog, JavaClass)
+    return isinstance(jvm(spark).org.apache.spark.sql.delta.DeltaLog, JavaClass)
 
 
 def _none(spark: SparkSession) -> Any:
-    return spark.sparkContext._jvm.scala.Option.apply(None)
+    return jvm(spark).scala.Option.apply(None)
 
 
 def local_root(uri: str) -> str:
@@ -67,8 +68,7 @@ def local_root(uri: str) -> str:
 
 def delta_log(spark: SparkSession, root: str) -> Any:
     """delta-spark's ``DeltaLog`` of the table at ``root`` (cached by delta-spark per path)."""
-    jvm = spark.sparkContext._jvm
-    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, local_root(root))
+    return jvm(spark).org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, local_root(root))
 
 
 def latest_snapshot(spark: SparkSession, root: str) -> Any:

@@ -278,7 +278,7 @@ def _physical_type(metadata: pq.FileMetaData, name: str) -> str | None:
     for i in range(metadata.num_columns):
         col = metadata.schema.column(i)
         if col.path == name:
-            return col.physical_type
+            return str(col.physical_type)
     return None
 
 
