@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from partialcow.exceptions import ChangeFeedError, ConfigurationError, DuplicateKeyError
+from partialcow.exceptions import ChangeFeedError, CommitStateUnknownError, ConfigurationError, DuplicateKeyError
 from partialcow.faults import checkpoint
 from partialcow.index.hashing import SUPPORTED_KEY_TYPES
 from partialcow.index.sources import quote_identifier
@@ -101,6 +101,8 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
                 metrics = WriteMetrics(rows_inserted=rows, files_added=len(written))
                 with clock("commit"):
                     result = target.commit(written, metrics)
+            except CommitStateUnknownError:
+                raise  # the commit may have landed with these files: they stay (the next run's lease knows)
             except BaseException:
                 for path in written or _own_files(target.data_dir, prefix):
                     with contextlib.suppress(FileNotFoundError):
