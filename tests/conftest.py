@@ -22,10 +22,22 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Ignoring the folder itself (not only its files) keeps its conftest, whose hooks would see every item, unloaded.
 collect_ignore = [] if os.environ.get(DELTA_SESSION_ENV) else ["delta_spark"]
 
-# The longest single test first. xdist's --dist loadfile hands out files with the most tests first, so this file
-# (one test, the Delta-inside-Spark child suite, minutes long) would start last and leave the other worker idle at
-# the end of the run; the scheduler below moves it to the front of the queue.
-_FIRST = "test_delta_inside_spark.py"
+# The longest files first (longest processing time first): xdist's --dist loadfile hands out files with the most
+# tests first, so these files of one or two minutes-long tests (the Delta-inside-Spark child suite alone takes more
+# than ten minutes) would start last and leave the other worker idle at the end of the run. The scheduler below
+# moves them to the front of the queue, in this order (from `--durations` of a full CI run, 2 workers).
+_LONGEST = (
+    "test_delta_inside_spark.py",
+    "branch/test_branch_processes.py",
+    "faults/test_crashes.py",
+    "functional/test_models_example.py",
+    "branch/test_branch_dbt.py",
+    "commit/test_delta_types.py",
+    "branch/test_branch_api.py",
+    "branch/test_branch_images.py",
+    "functional/test_standard_suites.py",
+    "functional/test_standalone_cluster.py",
+)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
@@ -36,8 +48,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     class LongestFirst(LoadFileScheduling):
         def _assign_work_unit(self, node: object) -> None:
-            for scope in [s for s in self.workqueue if s.endswith(_FIRST)]:
-                self.workqueue.move_to_end(scope, last=False)
+            for name in reversed(_LONGEST):
+                for scope in [s for s in self.workqueue if s.replace("\\", "/").endswith(name)]:
+                    self.workqueue.move_to_end(scope, last=False)
             super()._assign_work_unit(node)
 
     return LongestFirst(config, log)
