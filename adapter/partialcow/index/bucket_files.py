@@ -92,8 +92,8 @@ def duplicate_error(table: str, key_columns: Sequence[str], rows: Iterable) -> D
     return err
 
 
-def write_bucket_files(spark: SparkSession, store: IndexStore, key_columns: Sequence[str], key_types: Sequence[str],
-                       table: str, merged: DataFrame, buckets: Sequence[int], *, keep_negative_ids: bool = True
+def write_bucket_files(spark: SparkSession, store: IndexStore, key_columns: Sequence[str], table: str,
+                       merged: DataFrame, buckets: Sequence[int], *, keep_negative_ids: bool = True
                        ) -> dict[int, str]:
     """Write one key-sorted Parquet file per bucket of ``merged`` (key columns, ``_file_id``, ``_pos``, ``_bucket``)
     under a fresh name; refuse duplicate keys. ``keep_negative_ids=False``: rows with a negative file id take part
@@ -165,9 +165,6 @@ def _write_bucket_task(batches: Iterator[pa.RecordBatch], *, store: IndexStore, 
 
 
 def _delete_quietly(store: IndexStore, names: Iterable[str]) -> None:
-    import pyarrow.fs as pafs
-
     for name in names:
-        with contextlib.suppress(OSError, FileNotFoundError):
-            if store.fs.get_file_info(store.path(name)).type != pafs.FileType.NotFound:
-                store.fs.delete_file(store.path(name))
+        with contextlib.suppress(OSError):  # never written (another task's bucket, or none at all)
+            store.fs.delete_file(store.path(name))

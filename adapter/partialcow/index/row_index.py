@@ -487,7 +487,7 @@ class RowIndex(_DriverSide):
                 merged = parts[0]
                 for p in parts[1:]:
                     merged = merged.unionByName(p)
-                changes.update(self._write_buckets(merged, affected_list, key_types))
+                changes.update(self._write_buckets(merged, affected_list))
         finally:
             if persisted is not None:
                 persisted.unpersist()
@@ -530,10 +530,9 @@ class RowIndex(_DriverSide):
             files_repointed=list(repointed),
         )
 
-    def _write_buckets(self, merged: DataFrame, buckets: Sequence[int], key_types: Sequence[str]) -> dict[int, str]:
+    def _write_buckets(self, merged: DataFrame, buckets: Sequence[int]) -> dict[int, str]:
         """See :func:`write_bucket_files`."""
-        return write_bucket_files(self.spark, self._store, self.key_columns, key_types, self.state.table, merged,
-                                  buckets)
+        return write_bucket_files(self.spark, self._store, self.key_columns, self.state.table, merged, buckets)
 
     # -- verification ---------------------------------------------------------------------------------------------
     def verify(self) -> VerifyReport:

@@ -97,7 +97,7 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
                                 if r[_FILE_ID] >= 0}
                     written = [os.path.join(target.data_dir, _file_name(prefix, i)) for i in sorted(per_file)]
                     rows = sum(per_file.values())
-                    n, buckets = _write_index(spark, store, spec, key_types, name, entries, rows)
+                    n, buckets = _write_index(spark, store, spec, name, entries, rows)
                 metrics = WriteMetrics(rows_inserted=rows, files_added=len(written))
                 with clock("commit"):
                     result = target.commit(written, metrics)
@@ -155,12 +155,9 @@ class _IcebergTarget:
         self.data_dir = os.path.join(self.location, "data")
 
     def referenced(self) -> set[str]:
-        from partialcow.spark.tables import local_path
+        from partialcow.spark.tables import iceberg_referenced
 
-        if not self._spark.catalog.tableExists(self._name):
-            return set()
-        rows = self._spark.sql(f"SELECT file_path FROM {quote_identifier(self._name)}.all_files").collect()
-        return {local_path(r[0]) for r in rows}
+        return iceberg_referenced(self._spark, self._name) if self._spark.catalog.tableExists(self._name) else set()
 
     def commit(self, paths: list[str], metrics: WriteMetrics) -> CommitResult:
         spelled = [f"file:{p}" if self._new.location.startswith("file:") else p for p in paths]
@@ -192,8 +189,7 @@ class _DeltaTarget:
 
         self._spark, self._name, self._spec = spark, name, spec
         self._properties = properties
-        self._ddl = spark.sparkContext._jvm.org.apache.spark.sql.types.DataType.fromJson(  # type: ignore[union-attr]
-            schema.json()).toDDL()
+        self._ddl = _java_schema(spark, schema).toDDL()
         # refused before anything is written or replaced (the created table is checked again at commit)
         problems = unsupported_features(DeltaTableInfo(1, 2, configuration=properties), removing=False,
                                         enforced=ENFORCED_BY_SPARK)
@@ -223,9 +219,9 @@ class _DeltaTarget:
                         f"TBLPROPERTIES ({listed})")
 
     def referenced(self) -> set[str]:
-        from partialcow.spark.tables import _delta_referenced
+        from partialcow.spark.tables import delta_referenced
 
-        return _delta_referenced(self.location)
+        return delta_referenced(self.location)
 
     def commit(self, paths: list[str], metrics: WriteMetrics) -> CommitResult:
         from partialcow.commit.base import FileReplacement
@@ -262,7 +258,9 @@ class _DeltaTarget:
 
 
 def _java_schema(spark: SparkSession, schema: StructType) -> Any:
-    return spark._jvm.org.apache.spark.sql.types.DataType.fromJson(schema.json())  # type: ignore[union-attr]
+    from partialcow.commit.java import jvm
+
+    return jvm(spark).org.apache.spark.sql.types.DataType.fromJson(schema.json())
 
 
 def _validated(changes: DataFrame, spec: ChangeSpec) -> tuple[DataFrame, list[str]]:
@@ -381,8 +379,8 @@ def _check(batch: pa.RecordBatch, key_columns: list[str], model: str, spec: Chan
         raise repeated_keys_error(spec, keys)
 
 
-def _write_index(spark: SparkSession, store: Any, spec: ChangeSpec, key_types: Sequence[str], name: str,
-                 entries: DataFrame, rows: int) -> tuple[int, dict[int, str]]:
+def _write_index(spark: SparkSession, store: Any, spec: ChangeSpec, name: str, entries: DataFrame,
+                 rows: int) -> tuple[int, dict[int, str]]:
     """Write the bucket files of the new index (not yet published); a repeated key is the batch's error."""
     from partialcow.index.bucket_files import (
         _ROWS_PER_BUCKET,
@@ -394,7 +392,7 @@ def _write_index(spark: SparkSession, store: Any, spec: ChangeSpec, key_types: S
 
     n = _choose_buckets(rows, _ROWS_PER_BUCKET)
     try:
-        buckets = write_bucket_files(spark, store, spec.key_columns, key_types, name,
+        buckets = write_bucket_files(spark, store, spec.key_columns, name,
                                      entries.withColumn(BUCKET, _bucket_expr(spec.key_columns, n)), list(range(n)),
                                      keep_negative_ids=False)
     except DuplicateKeyError as exc:

@@ -116,11 +116,8 @@ class LakehouseTable:
         """Local paths of every data file a snapshot of the table references (Iceberg: every snapshot, branch and
         tag; Delta: every version whose log entry or checkpoint is still there)."""
         if self.table_format == "iceberg":
-            from partialcow.index.sources import quote_identifier
-
-            rows = self.spark.sql(f"SELECT file_path FROM {quote_identifier(self.name)}.all_files").collect()
-            return {local_path(r[0]) for r in rows}
-        return _delta_referenced(local_path(self.source.location))
+            return iceberg_referenced(self.spark, self.name)
+        return delta_referenced(local_path(self.source.location))
 
     def file_schema(self, spark_schema: Any) -> pa.Schema:
         """The Arrow schema new data files are written with (Iceberg: with the table's Parquet field ids)."""
@@ -138,7 +135,15 @@ class LakehouseTable:
         return pa.schema(fields)
 
 
-def _delta_referenced(root: str) -> set[str]:
+def iceberg_referenced(spark: SparkSession, name: str) -> set[str]:
+    """Local paths of every data file any snapshot, branch or tag of Iceberg table ``name`` references."""
+    from partialcow.index.sources import quote_identifier
+
+    rows = spark.sql(f"SELECT file_path FROM {quote_identifier(name)}.all_files").collect()
+    return {local_path(r[0]) for r in rows}
+
+
+def delta_referenced(root: str) -> set[str]:
     """Every ``add`` path in the Delta log's JSON entries and checkpoints under ``root`` (as local paths)."""
     import pyarrow.parquet as pq
 
