@@ -90,7 +90,7 @@ def test_first_build_and_batches_through_delta_spark(spark, schema) -> None:
     assert metrics.rows_inserted == counts.inserted == 2999
     assert not create_pending(spark, name)
     root = delta_root(spark, name)
-    expected = {0: [], 1: _dicts(oracle.rows()), 2: _dicts(oracle.rows())}  # CREATE, our rows, pending unset
+    expected = {0: [], 1: _dicts(oracle.rows())}  # CREATE (marked pending), our rows (mark removed)
     assert _table_rows(spark, name) == oracle.rows()
 
     batches = [
@@ -107,15 +107,15 @@ def test_first_build_and_batches_through_delta_spark(spark, schema) -> None:
         assert (metrics.rows_inserted, metrics.rows_updated, metrics.rows_deleted) == (
             counts.inserted, counts.updated, counts.deleted), (number, metrics)
         assert _table_rows(spark, name) == oracle.rows(), number
-        expected[2 + number] = _dicts(oracle.rows())
+        expected[1 + number] = _dicts(oracle.rows())
     assert metrics.pages_copied > 0  # an update of one column copies the other columns' pages
 
     # our commits: delta-spark transactions labelled as ours, files with our layout
-    for version, operation in ((1, "partial_cow_create"), (3, "partial_cow_upsert"), (4, "partial_cow_upsert")):
+    for version, operation in ((1, "partial_cow_create"), (2, "partial_cow_upsert"), (3, "partial_cow_upsert")):
         info = next(a["commitInfo"] for a in _log(root, version) if "commitInfo" in a)
         assert info["operation"] == "Manual Update" and info["userMetadata"] == operation, info
         assert "partialcow.commitId" in info["tags"], info
-    ours = [a["add"]["path"] for v in (1, 3, 4) for a in _log(root, v) if "add" in a]
+    ours = [a["add"]["path"] for v in (1, 2, 3) for a in _log(root, v) if "add" in a]
     assert ours and all(unquote(p).startswith("pcow-") for p in ours)
     for path in ours:
         layout = describe(os.path.join(root, unquote(path)))
@@ -125,8 +125,59 @@ def test_first_build_and_batches_through_delta_spark(spark, schema) -> None:
                 assert data_pages and max(p["rows"] for p in data_pages) <= ROWS_PER_PAGE, (path, column["path"])
     index = RowIndex.open(open_table(spark, name, table_format="delta").source)
     assert index.verify().ok
-    assert index.state.table_version == 4
+    assert index.state.table_version == 3
     assert_readers_agree([DeltaCheck(root, expected=expected)], spark=spark, spark_time_zones=("UTC", "Asia/Tokyo"))
+
+
+def test_a_full_refresh_is_one_version(spark, schema) -> None:
+    """A full refresh replaces schema, properties and files in one delta-spark commit: readers see the old table
+    until then, time travel to the version before shows it whole, the pending mark never appears, the replaced
+    table's constraint goes with it, and properties that need a newer protocol get it."""
+    name = f"{schema}.refreshed"
+    first = [_change(i, "I") for i in range(500)]
+    create_table(spark, name, spark.createDataFrame(first, CHANGE_SCHEMA), SPEC, table_format="delta")
+    spark.sql(f"ALTER TABLE {name} ADD CONSTRAINT small CHECK (id < 1000)")
+    before = int(spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()["version"])
+    old_rows = _table_rows(spark, name)
+
+    refresh = spark.sql("select id * 10 as id, cast(id as string) as name, 'I' as _op from range(200)")
+    spec = ChangeSpec(key_columns=("id",), op_column="_op", model="refreshed",
+                      extra_table_properties={"delta.enableDeletionVectors": "true", "delta.checkpointInterval": "3"})
+    create_table(spark, name, refresh, spec, table_format="delta")
+
+    root = delta_root(spark, name)
+    history = spark.sql(f"DESCRIBE HISTORY {name}").collect()
+    assert int(history[0]["version"]) == before + 1, [(r["version"], r["operation"]) for r in history]
+    assert history[0]["userMetadata"] == "partial_cow_create"
+    assert sorted((r["id"], r["name"]) for r in spark.table(name).collect()) == [(i * 10, str(i)) for i in range(200)]
+    assert spark.table(name).columns == ["id", "name"]
+    old = spark.read.format("delta").option("versionAsOf", before).load(root).select(*COLUMNS).collect()
+    assert sorted_rows([tuple(r) for r in old]) == old_rows
+    properties = spark.sql(f"DESCRIBE DETAIL {name}").first()["properties"]
+    assert properties.get("delta.checkpointInterval") == "3"
+    assert "partialcow.create-pending" not in properties and "delta.constraints.small" not in properties
+    protocol = next(a["protocol"] for a in _log(root, before + 1) if "protocol" in a)
+    assert "deletionVectors" in protocol.get("writerFeatures", []), protocol
+    assert not any("add" in a and not unquote(a["add"]["path"]).startswith("pcow-") for a in _log(root, before + 1))
+    assert RowIndex.open(open_table(spark, name, table_format="delta").source).verify().ok
+    # the new protocol lists deletion vectors: delta-spark alone reads the new version, against the expected rows
+    expected = {before: _dicts(old_rows), before + 1: [{"id": i * 10, "name": str(i)} for i in range(200)]}
+    assert_readers_agree([DeltaCheck(root, expected=expected)], spark=spark)
+
+
+def test_a_full_refresh_replaces_a_table_with_column_mapping(spark, schema) -> None:
+    """Column mapping, which our incremental commits refuse, goes with the replaced table's metadata: the full
+    refresh works and leaves a table without it."""
+    name = f"{schema}.mapped"
+    spark.sql(f"CREATE TABLE {name} (id BIGINT, v STRING) USING delta TBLPROPERTIES "
+              "('delta.columnMapping.mode' = 'name', 'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5')")
+    spark.sql(f"INSERT INTO {name} VALUES (1, 'a')")
+    spec = ChangeSpec(key_columns=("id",), op_column="_op", model="mapped")
+    create_table(spark, name, spark.sql("select id, 'x' as v, 'I' as _op from range(5)"), spec, table_format="delta")
+    assert sorted(tuple(r) for r in spark.table(name).collect()) == [(i, "x") for i in range(5)]
+    properties = spark.sql(f"DESCRIBE DETAIL {name}").first()["properties"]
+    assert "delta.columnMapping.mode" not in properties and "partialcow.create-pending" not in properties
+    assert RowIndex.open(open_table(spark, name, table_format="delta").source).verify().ok
 
 
 def _rows_by_id(spark, name: str) -> dict[int, tuple]:

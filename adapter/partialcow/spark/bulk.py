@@ -11,15 +11,17 @@ the incremental pipeline does to locate rows (and its shuffle of every row by ke
 
 Only then is the table committed with its files. Iceberg: created or replaced in one commit (its create-or-replace
 transaction, see ``partialcow.commit.iceberg_create``): bad input or a crash leaves no table, or the old table as
-it was. Delta: a new table is created first (an empty version marked ``PENDING_CREATE``; a failed build drops it
-again), an existing one is replaced (``CREATE OR REPLACE``, marked) only once its new files and index are written,
-then the files are added in one delta-spark transaction and the mark is removed. A crash between those commits
-leaves a marked table, which the next run builds again (see ``partialcow.spark.create``).
+it was. Delta: an existing table is replaced by one delta-spark transaction that removes its files and carries the
+new schema, properties and files, so readers see the old table until that commit and bad input or a crash leave it
+as it was. A new table is created first (an empty version marked ``PENDING_CREATE``; a failed build drops it again)
+and the same transaction fills it and removes the mark; a crash before it leaves a marked table, which the next run
+builds again (see ``partialcow.spark.create``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator, Sequence
 from functools import partial
@@ -176,8 +178,9 @@ class _IcebergTarget:
 
 
 class _DeltaTarget:
-    """A Delta table created (new) or replaced (existing, once the files are written), then filled in one
-    delta-spark transaction; marked ``PENDING_CREATE`` in between."""
+    """A Delta table filled (and, if it existed, replaced) by one delta-spark transaction that carries the new
+    schema, properties and files. A new table is created first, empty and marked ``PENDING_CREATE``; that mark
+    leaves with the files."""
 
     def __init__(self, spark: SparkSession, name: str, schema: StructType, properties: dict[str, str],
                  spec: ChangeSpec) -> None:
@@ -189,6 +192,7 @@ class _DeltaTarget:
 
         self._spark, self._name, self._spec = spark, name, spec
         self._properties = properties
+        self._schema = json.loads(schema.json())
         self._ddl = _java_schema(spark, schema).toDDL()
         # refused before anything is written or replaced (the created table is checked again at commit)
         problems = unsupported_features(DeltaTableInfo(1, 2, configuration=properties), removing=False,
@@ -224,18 +228,20 @@ class _DeltaTarget:
         return delta_referenced(self.location)
 
     def commit(self, paths: list[str], metrics: WriteMetrics) -> CommitResult:
-        from partialcow.commit.base import FileReplacement
+        from partialcow.commit.delta.features import DeltaTableInfo
+        from partialcow.commit.delta.spark_committer import DeltaSparkCommitter
         from partialcow.spark.delta_checks import check_new_files
         from partialcow.spark.tables import open_table
 
-        if not self._created:
-            self._create()  # the replaced table's files are all removed by this version
         table = self._table = open_table(self._spark, self._name, table_format="delta")
-        table.check_supported(removing=False)
-        check_new_files(table, paths, self._spec)
-        return table.committer.replace_files(FileReplacement(
-            base_version=table.committer.current_version(), added=paths, metrics=metrics,
-            operation="partial_cow_create"))
+        # the rules of the table as committed (the replaced table's constraints go with it)
+        check_new_files(table, paths, self._spec, info=DeltaTableInfo(
+            3, 7, configuration=self._properties, schema=self._schema))
+        committer = table.committer
+        assert isinstance(committer, DeltaSparkCommitter)  # a session with Delta: open_table's commit path
+        return committer.replace_table(
+            paths, schema=self._schema, configuration=self._properties, metrics=metrics,
+            operation="partial_cow_create")
 
     def source(self) -> TableSource:
         return self._table.source  # type: ignore[no-any-return]
@@ -247,14 +253,7 @@ class _DeltaTarget:
                 self._spark.sql(f"DROP TABLE IF EXISTS {quote_identifier(self._name)}")
 
     def finish(self) -> None:
-        from partialcow.index import RowIndex
-        from partialcow.spark.create import PENDING_CREATE
-
-        self._spark.sql(f"ALTER TABLE {quote_identifier(self._name)} UNSET TBLPROPERTIES IF EXISTS "
-                        f"('{PENDING_CREATE}')")
-        # Delta records a property change as a table version: the index follows it now, so the next write does
-        # not start by publishing an index state for a version that changed no file
-        RowIndex.open(self._table.source).ensure_fresh(self._table.committer)
+        pass  # the commit removed the pending mark
 
 
 def _java_schema(spark: SparkSession, schema: StructType) -> Any:

@@ -34,7 +34,7 @@ ICEBERG_TABLE_PROPERTIES = {
 DELTA_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
 
 
-# Set while a Delta table's first build (or full refresh) runs: a table that still carries it after a crash is rebuilt.
+# Set while a new Delta table's first build runs: a table that still carries it after a crash is rebuilt.
 # (Iceberg tables are created and filled in one commit and need no marker.)
 PENDING_CREATE = "partialcow.create-pending"
 
@@ -50,10 +50,11 @@ def create_table(
     """Create (or replace) ``name`` from a first batch of changes and build its row index.
 
     The batch's latest change per key is written (deletes dropped) by the Parquet engine's writer (page index,
-    small pages) in one Spark job that also builds the index, then committed (see ``partialcow.spark.bulk``). An
-    Iceberg build that fails leaves no table, or the previous one untouched. A Delta table needs a session with
-    Delta; while its build runs it carries the property ``PENDING_CREATE``: a build that dies between its commits
-    leaves a table that :func:`create_pending` reports, and the next run builds it again instead of adding to it.
+    small pages) in one Spark job that also builds the index, then committed in one commit (see
+    ``partialcow.spark.bulk``). A build that fails leaves no table, or the previous one untouched. A Delta table
+    needs a session with Delta; a new one is created empty first and carries the property ``PENDING_CREATE`` until
+    its files are committed: a build that dies in between leaves a table that :func:`create_pending` reports, and
+    the next run builds it again instead of adding to it.
     """
     from partialcow.spark.bulk import bulk_create
     from partialcow.spark.tables import require_session_format

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from partialcow.exceptions import ChangeFeedError
 
 if TYPE_CHECKING:
+    from partialcow.commit.delta.features import DeltaTableInfo
     from partialcow.spark.spec import ChangeSpec
     from partialcow.spark.tables import LakehouseTable
 
@@ -36,13 +37,15 @@ def violation_conditions(constraints: dict[str, str], generated: dict[str, str])
     return out
 
 
-def check_new_files(table: LakehouseTable, files: Sequence[str], spec: ChangeSpec) -> None:
+def check_new_files(table: LakehouseTable, files: Sequence[str], spec: ChangeSpec, *,
+                    info: DeltaTableInfo | None = None) -> None:
     """Raise ``ChangeFeedError`` if a row of ``files`` (new data files of ``table``) violates one of the table's
-    check constraints or generated columns."""
+    check constraints or generated columns (those of ``info`` when given: the metadata the commit will carry)."""
     from partialcow.commit.delta.features import constraints, generated_columns
     from partialcow.index.sources import quote_identifier
 
-    info = table.committer.table_info()  # type: ignore[attr-defined]
+    if info is None:
+        info = table.committer.table_info()  # type: ignore[attr-defined]
     rules = violation_conditions(constraints(info), generated_columns(info))
     if not rules or not files:
         return

@@ -17,6 +17,7 @@ is deleted, so a commit that landed is never mistaken for one that did not.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -39,6 +40,8 @@ from partialcow.exceptions import (
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from partialcow.metrics import WriteMetrics
 
 __all__ = ["COMMIT_ID_TAG", "DeltaSparkCommitter"]
 
@@ -165,8 +168,53 @@ class DeltaSparkCommitter:
             added=tuple(quote(rel) for rel in added),
         )
 
+    def replace_table(self, added: Sequence[str], *, schema: Mapping[str, Any], configuration: Mapping[str, str],
+                      metrics: WriteMetrics, operation: str) -> CommitResult:
+        """Make ``added`` the table's only files, ``schema`` (Delta's JSON form) its schema and ``configuration``
+        its whole set of table properties (no partition columns), in one version based on the latest.
+
+        What ``CREATE OR REPLACE`` and a first insert do in two versions, done in one: a reader sees the old table
+        until the new one is whole, and a crash before the commit leaves the old table as it was. The protocol is
+        kept (delta-spark adds what the new properties need). A concurrent commit fails this one with
+        ``CommitConflictError``; errors and the added files are handled as in :meth:`replace_files`.
+        """
+        started = time.monotonic()
+        rel_added = [self._relative(p) for p in added]
+        try:
+            base = spark_log.latest_snapshot(self.spark, self.root)
+            base_paths = self._live_paths(base)
+            if any(rel in base_paths for rel in rel_added):
+                raise _KeepFiles(CommitError(f"an added file is already live in Delta table {self.name}; write each "
+                                             "new file under a fresh name"))
+            metadata = json.loads(str(base.metadata().json()))["metaData"]
+            metadata.update(schemaString=json.dumps(schema), configuration=dict(configuration), partitionColumns=[])
+            info = dataclasses.replace(spark_log.table_info(base), schema=dict(schema),
+                                       configuration=dict(configuration), partition_columns=())
+            problems = unsupported_features(info, removing=True, enforced=ENFORCED_BY_SPARK)
+            if problems:
+                raise UnsupportedTableFeatureError(self._refusal_message(problems))
+            removed_actions = list(base.allFiles().collectAsList())
+            add_json = [self._add_json(info, rel, {}) for rel in rel_added]
+        except _KeepFiles as keep:
+            raise keep.error from None
+        except CommitError:
+            self._delete_quietly(rel_added)
+            raise
+        change = FileReplacement(base_version=int(base.version()), removed=tuple(base_paths.values()),
+                                 added=tuple(added), metrics=metrics, operation=operation)
+        try:
+            version = self._commit(change, base, removed_actions, add_json, str(uuid.uuid4()), started,
+                                   metadata=json.dumps({"metaData": metadata}))
+        except CommitStateUnknownError:
+            raise
+        except CommitError:
+            self._delete_quietly(rel_added)
+            raise
+        return CommitResult(version=version, previous_version=version - 1, removed=tuple(base_paths.values()),
+                            added=tuple(quote(rel) for rel in rel_added))
+
     def _commit(self, change: FileReplacement, base: Any, removed: Sequence[Any], add_json: Sequence[str],
-                commit_id: str, started: float) -> int:
+                commit_id: str, started: float, *, metadata: str | None = None) -> int:
         from py4j.protocol import Py4JJavaError
 
         jvm = self.spark.sparkContext._jvm
@@ -189,7 +237,10 @@ class DeltaSparkCommitter:
             log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(session, self.root)
             txn = log.startTransaction(jvm.scala.Option.apply(None), jvm.scala.Option.apply(base))
             txn.trackFilesRead(utils.toSeq(list(removed)))
-            if change.metrics.rows_inserted:
+            if metadata is not None:
+                # False: the session's default table properties apply, as they do to CREATE OR REPLACE
+                txn.updateMetadata(jvm.org.apache.spark.sql.delta.actions.Action.fromJson(metadata), False)
+            if change.metrics.rows_inserted or metadata is not None:
                 # the batch found its new keys absent from the whole table: any data change since then may hold one
                 txn.readWholeTable()
             operation = getattr(getattr(jvm.org.apache.spark.sql.delta, "DeltaOperations$ManualUpdate$"), "MODULE$")
