@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from partialcow.exceptions import ChangeFeedError, CommitStateUnknownError, ConfigurationError, DuplicateKeyError
+from partialcow.exceptions import CommitStateUnknownError, ConfigurationError, DuplicateKeyError
 from partialcow.faults import checkpoint
 from partialcow.index.hashing import SUPPORTED_KEY_TYPES
 from partialcow.index.sources import quote_identifier
@@ -37,7 +37,19 @@ from partialcow.metrics import PhaseClock, WriteMetrics
 from partialcow.parquet.writer import ROW_GROUP_ROWS, open_writer
 from partialcow.spark.rewrite_job import DELETE
 from partialcow.spark.spec import ChangeSpec
-from partialcow.spark.staging import SAMPLE, check_sequence_type, keys_text, problem_flags, repeated_keys_error
+from partialcow.spark.staging import (
+    BAD_OP,
+    NAN_KEY,
+    NULL_KEY,
+    NULL_SEQUENCE,
+    SAMPLE,
+    check_sequence_type,
+    keys_text,
+    problem_error,
+    problem_flags,
+    repeated_keys_error,
+    require_columns,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -85,7 +97,7 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
             prefix = f"pcow-{lease.write_id}-"
             key_ddl = ", ".join(f"{quote_identifier(c)} {t}" for c, t in zip(spec.key_columns, key_types))
             job = partial(_write_partition, key_columns=list(spec.key_columns), values=values,
-                          schema=target.file_schema, data_dir=target.data_dir, prefix=prefix, model=spec.model,
+                          schema=target.file_schema, data_dir=target.data_dir, prefix=prefix,
                           spec=spec, emit_deletes=spec.sequence_column is None)
             written: list[str] = []
             try:
@@ -268,12 +280,7 @@ def _validated(changes: DataFrame, spec: ChangeSpec) -> tuple[DataFrame, list[st
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    columns = list(changes.columns)
-    for column in (*spec.key_columns, *spec.control_columns):
-        if column not in columns:
-            raise ChangeFeedError(
-                f"model {spec.model}: column {column!r} is missing from the changes (columns: {columns})"
-            )
+    columns = require_columns(changes.columns, spec)
     if spec.sequence_column:
         check_sequence_type(spec, changes.schema[spec.sequence_column].dataType, "the model delivers")
     flags = problem_flags(changes, spec)
@@ -301,7 +308,7 @@ def _own_files(data_dir: str, prefix: str) -> list[str]:
 
 
 def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str], values: list[str],
-                     schema: pa.Schema, data_dir: str, prefix: str, model: str, spec: ChangeSpec,
+                     schema: pa.Schema, data_dir: str, prefix: str, spec: ChangeSpec,
                      emit_deletes: bool) -> Iterator[pa.RecordBatch]:
     """Executor side: validate this task's rows, write the kept ones, yield each row's key, file id and position."""
     import numpy as np
@@ -332,7 +339,7 @@ def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str
     for batch in batches:
         if not batch.num_rows:
             continue
-        _check(batch, key_columns, model, spec)
+        _check(batch, key_columns, spec)
         deletes = pc.fill_null(batch.column(DELETE), False)
         if emit_deletes and pc.any(deletes).as_py():
             gone = batch.filter(deletes)
@@ -349,10 +356,11 @@ def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str
     yield from flush()
 
 
-def _check(batch: pa.RecordBatch, key_columns: list[str], model: str, spec: ChangeSpec) -> None:
+def _check(batch: pa.RecordBatch, key_columns: list[str], spec: ChangeSpec) -> None:
     """Raise the error ``apply_changes`` would raise for the first problem this batch of rows has."""
     import pyarrow.compute as pc
 
+    problems = dict(zip(_FLAGS, (NULL_KEY, NAN_KEY, BAD_OP, NULL_SEQUENCE)))
     for flag in _FLAGS:
         hit = pc.fill_null(batch.column(flag), False)
         count = pc.sum(hit.cast(pa.int64())).as_py() or 0
@@ -360,22 +368,9 @@ def _check(batch: pa.RecordBatch, key_columns: list[str], model: str, spec: Chan
             continue
         bad = batch.filter(hit).slice(0, SAMPLE * 4).to_pylist()
         unique = list({tuple(r[c] for c in key_columns): r for r in bad}.values())[:SAMPLE]
-        keys = keys_text(unique, key_columns)
-        if flag == "_pcow_null_key":
-            raise ChangeFeedError(f"model {model}: key column(s) {key_columns} must not be null; at least {count} "
-                                  f"row(s) with null keys, e.g. {keys}")
-        if flag == "_pcow_nan_key":
-            raise ChangeFeedError(f"model {model}: key column(s) {key_columns} hold NaN in {count} row(s), e.g. "
-                                  f"{keys}; NaN equals nothing (not even NaN), so it cannot name a row")
-        if flag == "_pcow_null_seq":
-            raise ChangeFeedError(f"model {model}: sequence column {spec.sequence_column!r} is null for key(s) "
-                                  f"{keys}; every change needs a sequence value")
-        if flag == "_pcow_bad_op":
-            found = sorted({str(r[spec.op_column]) for r in bad})
-            known = [*spec.insert_ops, *spec.update_ops, *spec.delete_ops]
-            raise ChangeFeedError(f"model {model}: column {spec.op_column!r} has op code(s) {found} outside the "
-                                  f"configured {known} (keys {keys}); set op_codes in the model config")
-        raise repeated_keys_error(spec, keys)
+        if flag in problems:  # this task's rows: the batch may hold more
+            raise problem_error(problems[flag], spec, f"at least {count}", unique)
+        raise repeated_keys_error(spec, keys_text(unique, key_columns))
 
 
 def _write_index(spark: SparkSession, store: Any, spec: ChangeSpec, name: str, entries: DataFrame,

@@ -20,19 +20,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from partialcow.exceptions import ChangeFeedError
 from partialcow.index.sources import quote_identifier
 from partialcow.spark.casting import lossy_value
 from partialcow.spark.rewrite_job import BUCKET, DELETE
 from partialcow.spark.spec import ChangeSpec
 from partialcow.spark.staging import (
+    BAD_OP,
+    NAN_KEY,
+    NULL_KEY,
+    NULL_SEQUENCE,
     SAMPLE,
     assigned,
     assignment_plan,
     conform_schema_names,
     keys_text,
+    lossy_error,
+    problem_error,
     problem_flags,
     repeated_keys_error,
+    require_columns,
 )
 
 if TYPE_CHECKING:
@@ -65,11 +71,7 @@ def collect_small_batch(changes: DataFrame, spec: ChangeSpec, *, table_schema: S
     max_rows = driver_max_rows() if max_rows is None else max_rows
     if max_rows <= 0:
         return None
-    model = spec.model
-    columns = list(changes.columns)
-    for column in (*spec.key_columns, *spec.control_columns):
-        if column not in columns:
-            raise ChangeFeedError(f"model {model}: column {column!r} is missing from the changes (columns: {columns})")
+    columns = require_columns(changes.columns, spec)
     table_types = {f.name: f.dataType for f in table_schema.fields}
     plan = assignment_plan(changes, spec, table_types)
     flags = problem_flags(changes, spec)
@@ -107,44 +109,24 @@ def _flag(batch: pa.Table, name: str) -> np.ndarray:
 
 
 def _raise_problems(batch: pa.Table, spec: ChangeSpec, checked: Sequence[str], plan: dict[str, Any]) -> None:
-    model, keys = spec.model, list(spec.key_columns)
+    keys = list(spec.key_columns)
 
     def sample(mask: np.ndarray, *extra: str) -> list[dict]:
         return batch.select([*dict.fromkeys([*keys, *extra])]).filter(pa.array(mask)).slice(0, SAMPLE).to_pylist()
 
-    mask = _flag(batch, _FLAGS[0])
-    if mask.any():
-        raise ChangeFeedError(f"model {model}: key column(s) {keys} must not be null; {int(mask.sum())} row(s) "
-                              f"with null keys, e.g. {keys_text(sample(mask), keys)}")
-    mask = _flag(batch, _FLAGS[1])
-    if mask.any():
-        raise ChangeFeedError(f"model {model}: key column(s) {keys} hold NaN in {int(mask.sum())} row(s), e.g. "
-                              f"{keys_text(sample(mask), keys)}; NaN equals nothing (not even NaN), so it cannot "
-                              "name a row")
-    mask = _flag(batch, _FLAGS[3])
-    if mask.any():
-        raise ChangeFeedError(f"model {model}: sequence column {spec.sequence_column!r} is null for key(s) "
-                              f"{keys_text(sample(mask), keys)}; every change needs a sequence value")
-    mask = _flag(batch, _FLAGS[2])
-    if mask.any():
-        bad = batch.select([*keys, "_pcow_op"]).filter(pa.array(mask)).slice(0, SAMPLE).to_pylist()
-        found = sorted({str(r["_pcow_op"]) for r in bad})
-        known = [*spec.insert_ops, *spec.update_ops, *spec.delete_ops]
-        raise ChangeFeedError(f"model {model}: column {spec.op_column!r} has op code(s) {found} outside the "
-                              f"configured {known} (keys {keys_text(bad, keys)}); set op_codes in the model config")
+    for problem, flag in ((NULL_KEY, _FLAGS[0]), (NAN_KEY, _FLAGS[1]), (NULL_SEQUENCE, _FLAGS[3]), (BAD_OP, _FLAGS[2])):
+        mask = _flag(batch, flag)
+        if mask.any():
+            rows = sample(mask, "_pcow_op") if problem == BAD_OP else sample(mask)
+            if problem == BAD_OP:  # the op code as the model named it
+                rows = [{**r, spec.op_column: r["_pcow_op"]} for r in rows]
+            raise problem_error(problem, spec, int(mask.sum()), rows)
     for i, name in enumerate(checked):
         mask = _flag(batch, f"_pcow_lossy{i}")
-        if not mask.any():
-            continue
-        _, source, target = plan[name]
-        bad = batch.select([*keys, f"_pcow_orig{i}"]).filter(pa.array(mask)).slice(0, SAMPLE).to_pylist()
-        what = "key column" if name in spec.key_columns else "column"
-        raise ChangeFeedError(
-            f"model {model}: {what} {name!r} has {int(mask.sum())} value(s) that the table's type "
-            f"{target.simpleString()} cannot hold exactly (the model delivers {source.simpleString()}): "
-            f"{[r[f'_pcow_orig{i}'] for r in bad]} for key(s) {keys_text(bad, keys)}. Values are never rounded, "
-            "truncated or wrapped: fix or cast them in the model, or widen the column with --full-refresh"
-        )
+        if mask.any():
+            _, source, target = plan[name]
+            bad = sample(mask, f"_pcow_orig{i}")
+            raise lossy_error(spec, name, int(mask.sum()), source, target, [r[f"_pcow_orig{i}"] for r in bad], bad)
 
 
 def _latest_per_key(batch: pa.Table, spec: ChangeSpec) -> pa.Table:

@@ -24,13 +24,66 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
-__all__ = ["SAMPLE", "keys_text", "problem_flags", "repeated_keys_error", "stage", "stage_changes"]
+__all__ = ["BAD_OP", "NAN_KEY", "NULL_KEY", "NULL_SEQUENCE", "SAMPLE", "keys_text", "lossy_error", "problem_error",
+           "problem_flags", "repeated_keys_error", "require_columns", "stage", "stage_changes"]
 
 SAMPLE = 5
 
 
 def keys_text(rows: Sequence[Any], key_columns: Sequence[str]) -> str:
     return ", ".join("(" + ", ".join(f"{c}={r[c]!r}" for c in key_columns) + ")" for r in rows)
+
+
+def require_columns(columns: Sequence[str], spec: ChangeSpec) -> list[str]:
+    """``columns`` (a batch's), after checking that the key and control columns are among them."""
+    for column in (*spec.key_columns, *spec.control_columns):
+        if column not in columns:
+            raise ChangeFeedError(
+                f"model {spec.model}: column {column!r} is missing from the changes (columns: {list(columns)})")
+    return list(columns)
+
+
+# The row problems every path checks (staging job, driver path, first builds), in the order they are reported.
+NULL_KEY, NAN_KEY, NULL_SEQUENCE, BAD_OP = "null key", "NaN key", "null sequence", "bad op"
+
+
+def problem_error(problem: str, spec: ChangeSpec, count: object, rows: Sequence[Any]) -> ChangeFeedError:
+    """The error for ``count`` rows of a batch with ``problem``; ``rows`` are samples (key columns, and the op
+    column for ``BAD_OP``).
+
+    >>> spec = ChangeSpec(key_columns=("id",), op_column="op", model="orders")
+    >>> print(problem_error(BAD_OP, spec, 1, [{"id": 7, "op": "X"}]))
+    model orders: column 'op' has op code(s) ['X'] outside the configured ['I', 'U', 'D'] (keys (id=7)); set op_codes in the model config
+    """  # noqa: E501 - a doctest output line cannot wrap
+    keys, sample = list(spec.key_columns), keys_text(rows, spec.key_columns)
+    if problem == NULL_KEY:
+        text = f"key column(s) {keys} must not be null; {count} row(s) with null keys, e.g. {sample}"
+    elif problem == NAN_KEY:
+        text = (f"key column(s) {keys} hold NaN in {count} row(s), e.g. {sample}; NaN equals nothing (not even NaN), "
+                "so it cannot name a row")
+    elif problem == NULL_SEQUENCE:
+        text = (f"sequence column {spec.sequence_column!r} is null for key(s) {sample}; every change needs a "
+                "sequence value")
+    elif problem == BAD_OP:
+        found = sorted({str(r[spec.op_column]) for r in rows})
+        known = [*spec.insert_ops, *spec.update_ops, *spec.delete_ops]
+        text = (f"column {spec.op_column!r} has op code(s) {found} outside the configured {known} (keys {sample}); "
+                "set op_codes in the model config")
+    else:
+        raise ValueError(f"unknown batch problem {problem!r}")
+    return ChangeFeedError(f"model {spec.model}: {text}")
+
+
+def lossy_error(spec: ChangeSpec, name: str, count: int, source: DataType, target: DataType, values: Sequence[Any],
+                rows: Sequence[Any]) -> ChangeFeedError:
+    """The error for ``count`` values of column ``name`` that the table's type cannot hold exactly."""
+    what = "key column" if name in spec.key_columns else "column"
+    return ChangeFeedError(
+        f"model {spec.model}: {what} {name!r} has {count} value(s) that the table's type {target.simpleString()} "
+        f"cannot hold exactly (the model delivers {source.simpleString()}): {list(values)} for key(s) "
+        f"{keys_text(rows, spec.key_columns)}. Values are never rounded, truncated or wrapped: fix or cast them in "
+        "the model, or widen the column with --full-refresh"
+    )
 
 
 def stage_changes(
@@ -69,11 +122,7 @@ def stage(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    model = spec.model
-    columns = list(changes.columns)
-    for column in (*spec.key_columns, *spec.control_columns):
-        if column not in columns:
-            raise ChangeFeedError(f"model {model}: column {column!r} is missing from the changes (columns: {columns})")
+    columns = require_columns(changes.columns, spec)
     table_types = {f.name: f.dataType for f in table_schema.fields} if table_schema is not None else {}
     if table_columns is None:
         table_columns = list(table_types) if table_schema is not None else None
@@ -81,7 +130,6 @@ def stage(
 
     keys = [F.col(quote_identifier(c)) for c in spec.key_columns]
     null_key, nan_key, bad_op, null_seq, is_delete = problem_flags(changes, spec)
-    known = [*spec.insert_ops, *spec.update_ops, *spec.delete_ops] if spec.op_column else []
     lossy = {name: lossy_value(quote_identifier(name), source, target, exact=name in spec.key_columns)
              for name, (kind, source, target) in plan.items() if kind == "checked"}
 
@@ -105,43 +153,17 @@ def stage(
         repeated.alias("repeated_keys"),
         *[F.sum(n).alias(n) for n in flag_names],
     ).collect()[0]
-    if counts["null_keys"]:
-        sample = changes.where(null_key).select(*spec.key_columns).limit(SAMPLE).collect()
-        raise ChangeFeedError(
-            f"model {model}: key column(s) {list(spec.key_columns)} must not be null; {counts['null_keys']} row(s) "
-            f"with null keys, e.g. {keys_text(sample, spec.key_columns)}"
-        )
-    if counts["_nan"]:
-        sample = changes.where(nan_key).select(*spec.key_columns).limit(SAMPLE).collect()
-        raise ChangeFeedError(
-            f"model {model}: key column(s) {list(spec.key_columns)} hold NaN in {counts['_nan']} row(s), e.g. "
-            f"{keys_text(sample, spec.key_columns)}; NaN equals nothing (not even NaN), so it cannot name a row"
-        )
-    if counts["_null_seq"]:
-        sample = changes.where(null_seq).select(*spec.key_columns).limit(SAMPLE).collect()
-        raise ChangeFeedError(
-            f"model {model}: sequence column {spec.sequence_column!r} is null for key(s) "
-            f"{keys_text(sample, spec.key_columns)}; every change needs a sequence value"
-        )
-    if counts["_bad"]:
-        bad = changes.where(bad_op).select(*spec.key_columns, spec.op_column).limit(SAMPLE).collect()
-        found = sorted({str(r[spec.op_column]) for r in bad})
-        raise ChangeFeedError(
-            f"model {model}: column {spec.op_column!r} has op code(s) {found} outside the configured "
-            f"{known} (keys {keys_text(bad, spec.key_columns)}); set op_codes in the model config"
-        )
+    problems = ((NULL_KEY, counts["null_keys"], null_key), (NAN_KEY, counts["_nan"], nan_key),
+                (NULL_SEQUENCE, counts["_null_seq"], null_seq), (BAD_OP, counts["_bad"], bad_op))
+    for problem, count, flag in problems:
+        if count:
+            shown = [*spec.key_columns, *([spec.op_column] if problem == BAD_OP else [])]
+            raise problem_error(problem, spec, count, changes.where(flag).select(*shown).limit(SAMPLE).collect())
     for i, (name, flag) in enumerate(lossy.items()):
         if counts[f"_lossy{i}"]:
             _, source, target = plan[name]
-            selected = [*dict.fromkeys([*spec.key_columns, name])]
-            bad = changes.where(flag).select(*selected).limit(SAMPLE).collect()
-            what = "key column" if name in spec.key_columns else "column"
-            raise ChangeFeedError(
-                f"model {model}: {what} {name!r} has {counts[f'_lossy{i}']} value(s) that the table's type "
-                f"{target.simpleString()} cannot hold exactly (the model delivers {source.simpleString()}): "
-                f"{[r[name] for r in bad]} for key(s) {keys_text(bad, spec.key_columns)}. Values are never rounded, "
-                "truncated or wrapped: fix or cast them in the model, or widen the column with --full-refresh"
-            )
+            bad = changes.where(flag).select(*dict.fromkeys([*spec.key_columns, name])).limit(SAMPLE).collect()
+            raise lossy_error(spec, name, counts[f"_lossy{i}"], source, target, [r[name] for r in bad], bad)
 
     frame = changes.select(*[assigned(name, plan, spec, changes.schema[name].dataType) for name in columns])
     if spec.sequence_column:

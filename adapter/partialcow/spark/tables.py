@@ -284,20 +284,26 @@ def _is_path(name: str) -> bool:
 
 
 def delta_root(spark: SparkSession, name: str) -> str:
-    """The root folder of Delta table ``name`` (a catalog name, or already a path)."""
+    """The root folder of Delta table ``name`` (a catalog name, or already a path).
+
+    Read from the catalog entry: ``DESCRIBE DETAIL`` would also compute the table's size and file count from its
+    log, a Spark job that a process's first Delta statement pays for in full.
+    """
     if _is_path(name):
         return local_path(name)
-    from partialcow.index.sources import quote_identifier
-
+    session = spark._jsparkSession
     try:
-        detail = spark.sql(f"DESCRIBE DETAIL {quote_identifier(name)}").first()
-    except Exception as exc:  # noqa: BLE001 - an AnalysisException for a missing table, a py4j error otherwise
-        raise ConfigurationError(f"cannot find Delta table {name}: {str(exc).splitlines()[0]}") from None
-    if detail is None or str(detail["format"]).lower() != "delta":
-        found = None if detail is None else detail["format"]
+        ident = session.sessionState().sqlParser().parseTableIdentifier(name)
+        entry = session.sessionState().catalog().getTableMetadata(ident)
+    except Exception as exc:  # noqa: BLE001 - a py4j error wrapping NoSuchTableException or a parse error
+        first = str(getattr(exc, "java_exception", exc)).splitlines()[0]
+        raise ConfigurationError(f"cannot find Delta table {name}: {first}") from None
+    provider = entry.provider()
+    found = str(provider.get()) if provider.isDefined() else None
+    if (found or "").lower() != "delta":
         raise ConfigurationError(f"table {name} is not a Delta table (format {found!r}); use table_format='iceberg' "
                                  "or build it as a Delta table")
-    return local_path(str(detail["location"]))
+    return local_path(str(entry.location().toString()))
 
 
 def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> LakehouseTable:
