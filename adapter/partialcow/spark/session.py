@@ -141,6 +141,9 @@ def _conf(
             {
                 "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
                 "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+                # Delta rebuilds a table's state from its log in this many partitions (default 50): as with shuffle
+                # partitions, a local process's first read of each table would schedule 50 tasks
+                "spark.databricks.delta.snapshotPartitions": "4",
             }
         )
     user = {str(k): str(v) for k, v in (extra or {}).items()}
