@@ -124,8 +124,7 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
                 raise
             checkpoint("committed")
             with clock("index"):
-                _publish(store, target.source(), name, spec, key_types, n, per_file, written, buckets,
-                         result.version)
+                _publish(store, target.source(), name, spec, key_types, n, per_file, written, buckets, result)
             checkpoint("indexed")
     except BaseException:
         target.abandon()
@@ -396,12 +395,13 @@ def _write_index(spark: SparkSession, store: Any, spec: ChangeSpec, name: str, e
 
 
 def _publish(store: Any, source: TableSource, name: str, spec: ChangeSpec, key_types: Sequence[str], n: int,
-             per_file: dict[int, int], written: list[str], buckets: dict[int, str], version: int) -> None:
-    """Publish the new index state for table version ``version``; the replaced table's index files go."""
+             per_file: dict[int, int], written: list[str], buckets: dict[int, str], result: CommitResult) -> None:
+    """Publish the new index state for the table version ``result`` committed; the replaced table's index files
+    go. The files are the commit's own (its only ones): listing the new version would cost a Spark job on Delta."""
     from partialcow.index.storage import IndexedFile, IndexState
 
-    spelled = {os.path.basename(source.normalize_path(f.path)): source.normalize_path(f.path)
-               for f in source.live_files(version)}
+    version = result.version
+    spelled = {os.path.basename(source.normalize_path(p)): source.normalize_path(p) for p in result.added}
     files = tuple(IndexedFile(file_id, spelled[os.path.basename(path)], per_file[file_id], per_file[file_id])
                   for file_id, path in zip(sorted(per_file), written))
     store.write_state(IndexState(

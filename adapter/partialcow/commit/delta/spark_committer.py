@@ -1,13 +1,15 @@
 """Delta Lake commits inside Spark: replace data files through delta-spark's own optimistic transaction.
 
-:class:`DeltaSparkCommitter` is the commit path wherever the session has Delta (``table_format: delta``). It starts a
-delta-spark transaction on the change's base snapshot, removes the replaced files as that snapshot lists them (with
-their deletion vectors), adds the new files with stats from their footers, and commits as ``Manual Update``: Delta's
-own conflict checks then run against every version committed since the base (protocol, metadata, concurrent removes
-of the files we replace or read, concurrent data-changing appends), and a lost race for the next version is retried
-by delta-spark itself. Before that, the log versions since the base are checked for appended files holding the
-change's keys (``conflicts.check_concurrent``): Delta's WriteSerializable isolation lets blind appends pass, and a
-row whose key the change also writes would then exist twice.
+:class:`DeltaSparkCommitter` is the commit path wherever the session has Delta (``table_format: delta``). It starts
+a delta-spark transaction on the change's base snapshot, removes the replaced files as that snapshot lists them
+(with their deletion vectors), adds the new files with stats from their footers, and commits as an ``UPDATE`` (a
+table replacement as a ``WRITE`` with mode overwrite). Not ``Manual Update``: delta-spark derives the new version's
+checksum from the previous one for every operation but that one, and without it reconstructs the table's whole state
+(three Spark jobs) after each commit. Delta's own conflict checks then run against every version committed since the
+base (protocol, metadata, concurrent removes of the files we replace or read, concurrent data-changing appends), and
+a lost race for the next version is retried by delta-spark itself. Before that, the log versions since the base are
+checked for appended files holding the change's keys (``conflicts.check_concurrent``): Delta's WriteSerializable
+isolation lets blind appends pass, and a row whose key the change also writes would then exist twice.
 
 The commit carries ``userMetadata`` = the change's operation and the tags ``partialcow.commitId`` and
 ``partialcow.operation`` (``DESCRIBE HISTORY`` shows both); a failed commit is looked up by its id before anything
@@ -182,7 +184,9 @@ class DeltaSparkCommitter:
         rel_added = [self._relative(p) for p in added]
         try:
             base = spark_log.latest_snapshot(self.spark, self.root)
-            base_paths = self._live_paths(base)
+            # a table just created empty (a first build): no Spark job to list what is not there
+            empty = spark_log.known_empty(self.root, int(base.version()))
+            base_paths = {} if empty else self._live_paths(base)
             if any(rel in base_paths for rel in rel_added):
                 raise _KeepFiles(CommitError(f"an added file is already live in Delta table {self.name}; write each "
                                              "new file under a fresh name"))
@@ -193,7 +197,7 @@ class DeltaSparkCommitter:
             problems = unsupported_features(info, removing=True, enforced=ENFORCED_BY_SPARK)
             if problems:
                 raise UnsupportedTableFeatureError(self._refusal_message(problems))
-            removed_actions = list(base.allFiles().collectAsList())
+            removed_actions = [] if empty else list(base.allFiles().collectAsList())
             add_json = [self._add_json(info, rel, {}) for rel in rel_added]
         except _KeepFiles as keep:
             raise keep.error from None
@@ -204,7 +208,7 @@ class DeltaSparkCommitter:
                                  added=tuple(added), metrics=metrics, operation=operation)
         try:
             version = self._commit(change, base, removed_actions, add_json, str(uuid.uuid4()), started,
-                                   metadata=json.dumps({"metaData": metadata}))
+                                   metadata=json.dumps({"metaData": metadata}), overwrite=True)
         except CommitStateUnknownError:
             raise
         except CommitError:
@@ -214,7 +218,7 @@ class DeltaSparkCommitter:
                             added=tuple(quote(rel) for rel in rel_added))
 
     def _commit(self, change: FileReplacement, base: Any, removed: Sequence[Any], add_json: Sequence[str],
-                commit_id: str, started: float, *, metadata: str | None = None) -> int:
+                commit_id: str, started: float, *, metadata: str | None = None, overwrite: bool = False) -> int:
         from py4j.protocol import Py4JJavaError
 
         jvm = self.spark.sparkContext._jvm
@@ -243,8 +247,7 @@ class DeltaSparkCommitter:
             if change.metrics.rows_inserted or metadata is not None:
                 # the batch found its new keys absent from the whole table: any data change since then may hold one
                 txn.readWholeTable()
-            operation = getattr(getattr(jvm.org.apache.spark.sql.delta, "DeltaOperations$ManualUpdate$"), "MODULE$")
-            return int(txn.commit(utils.toSeq(actions), operation, utils.toScalaMap(tags)))
+            return int(txn.commit(utils.toSeq(actions), self._operation(overwrite), utils.toScalaMap(tags)))
         except Py4JJavaError as exc:
             landed = self._find_commit(commit_id, change.base_version + 1)
             if landed is not None:  # it landed, then something after the commit failed (a checkpoint, a hook)
@@ -252,6 +255,16 @@ class DeltaSparkCommitter:
             raise self._translate(exc) from exc
         finally:
             jvm.org.apache.spark.sql.SparkSession.setActiveSession(original)
+
+    def _operation(self, overwrite: bool) -> Any:
+        """The commit's Delta operation (what ``DESCRIBE HISTORY`` shows; our own label is in the tags)."""
+        jvm = self.spark.sparkContext._jvm
+        operations = jvm.org.apache.spark.sql.delta
+        none = jvm.scala.Option.apply(None)
+        if overwrite:
+            mode = jvm.org.apache.spark.sql.SaveMode.Overwrite
+            return getattr(getattr(operations, "DeltaOperations$Write$"), "MODULE$").apply(mode, none, none, none)
+        return getattr(getattr(operations, "DeltaOperations$Update$"), "MODULE$").apply(none)
 
     def _translate(self, exc: Any) -> CommitError:
         jvm = self.spark.sparkContext._jvm

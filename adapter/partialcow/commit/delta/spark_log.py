@@ -24,6 +24,7 @@ __all__ = [
     "add_actions",
     "delta_log",
     "has_delta",
+    "known_empty",
     "latest_snapshot",
     "local_root",
     "read_log_entry",
@@ -106,6 +107,20 @@ def add_actions(spark: SparkSession, snapshot: Any) -> DataFrame:
     from pyspark.sql import DataFrame
 
     return DataFrame(snapshot.allFiles().toDF(), spark)
+
+
+def known_empty(root: str, version: int) -> bool:
+    """Whether version ``version`` of the table is known to hold no file, read from the version's checksum file
+    (``.crc``, which delta-spark writes after each commit) rather than by reconstructing the table's state (a
+    Spark job; delta-spark's own ``numOfFilesIfKnown`` runs it too). False when there is no checksum to say so.
+    """
+    path = os.path.join(local_root(root), "_delta_log", f"{version:020d}.crc")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            checksum = json.load(handle)
+    except (OSError, ValueError):
+        return False
+    return bool(checksum.get("numFiles") == 0)
 
 
 def read_log_entry(root: str, version: int) -> list[dict[str, Any]]:
