@@ -82,7 +82,7 @@ class ProfileTarget:
 
 
 def _yaml(path: Path) -> Any:
-    import yaml
+    import yaml  # type: ignore[import-untyped]  # dbt-core's dependency; no stubs installed
 
     return yaml.safe_load(render_env_vars(path.read_text())) or {}
 

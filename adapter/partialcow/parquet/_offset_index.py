@@ -12,6 +12,7 @@ Anything else (other field order, extra PageLocation fields) is left to the gene
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -142,7 +143,7 @@ def _decode_small(data: bytes, pos: int, n: int) -> PageLocations | None:
     return PageLocations(offsets, sizes, first_rows, bytes(data[pos:]))
 
 
-def from_struct(oi: TStruct, encode) -> PageLocations:
+def from_struct(oi: TStruct, encode: Callable[[TStruct], bytes]) -> PageLocations:
     """The generic decoder's OffsetIndex as arrays; ``encode`` (a ThriftClock's) re-encodes its later fields."""
     items = oi.val(F.OI_PAGE_LOCATIONS).items
     rest = oi.copy()

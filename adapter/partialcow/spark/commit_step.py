@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from contextlib import suppress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from partialcow.commit.base import FileReplacement
 from partialcow.exceptions import (
@@ -35,7 +35,7 @@ def _discard(paths: Sequence[str]) -> None:
             os.remove(local_path(path))
 
 
-def _commit(table: LakehouseTable, index: RowIndex, results: list[dict], inserts: int,
+def _commit(table: LakehouseTable, index: RowIndex, results: list[dict[str, Any]], inserts: int,
             conflict_keys: dict[str, list[object]], base_version: int, clock: PhaseClock,
             spec: ChangeSpec) -> WriteMetrics:
     """Commit what the rewrite wrote (``results`` as ``run_file_tasks`` yields them) in one commit, then bring the
@@ -92,7 +92,7 @@ def _commit(table: LakehouseTable, index: RowIndex, results: list[dict], inserts
     return metrics
 
 
-def _added_index_rows(results: Sequence[dict], table_paths: dict[str, str]) -> pa.Table | None:
+def _added_index_rows(results: Sequence[dict[str, Any]], table_paths: dict[str, str]) -> pa.Table | None:
     """The index entries of every file the rewrite job added (inserts, moved rows), each with its table path; None
     when a writer did not report them (the index then reads the new files with Spark)."""
     import pyarrow as pa

@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from partialcow.exceptions import ConfigurationError
 
@@ -71,7 +71,7 @@ def worker_environment(python: str | None) -> Iterator[None]:
             os.environ["PYSPARK_PYTHON"] = before
 
 
-def _probe(_: Iterator[Any]) -> Iterator[tuple[str, str]]:
+def _probe(_: Iterable[int]) -> Iterator[tuple[str, str]]:
     import importlib
     import platform
 

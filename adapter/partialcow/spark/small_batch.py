@@ -105,20 +105,23 @@ def collect_small_batch(changes: DataFrame, spec: ChangeSpec, *, table_schema: S
 
 
 def _flag(batch: pa.Table, name: str) -> np.ndarray:
-    return pc.fill_null(batch.column(name), False).to_numpy(zero_copy_only=False)
+    flags: np.ndarray = pc.fill_null(batch.column(name), False).to_numpy(zero_copy_only=False)
+    return flags
 
 
 def _raise_problems(batch: pa.Table, spec: ChangeSpec, checked: Sequence[str], plan: dict[str, Any]) -> None:
     keys = list(spec.key_columns)
 
-    def sample(mask: np.ndarray, *extra: str) -> list[dict]:
-        return batch.select([*dict.fromkeys([*keys, *extra])]).filter(pa.array(mask)).slice(0, SAMPLE).to_pylist()
+    def sample(mask: np.ndarray, *extra: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = batch.select([*dict.fromkeys([*keys, *extra])]).filter(pa.array(mask)) \
+            .slice(0, SAMPLE).to_pylist()
+        return rows
 
     for problem, flag in ((NULL_KEY, _FLAGS[0]), (NAN_KEY, _FLAGS[1]), (NULL_SEQUENCE, _FLAGS[3]), (BAD_OP, _FLAGS[2])):
         mask = _flag(batch, flag)
         if mask.any():
             rows = sample(mask, "_pcow_op") if problem == BAD_OP else sample(mask)
-            if problem == BAD_OP:  # the op code as the model named it
+            if problem == BAD_OP and spec.op_column:  # the op code as the model named it
                 rows = [{**r, spec.op_column: r["_pcow_op"]} for r in rows]
             raise problem_error(problem, spec, int(mask.sum()), rows)
     for i, name in enumerate(checked):

@@ -157,7 +157,7 @@ def stage(
                 (NULL_SEQUENCE, counts["_null_seq"], null_seq), (BAD_OP, counts["_bad"], bad_op))
     for problem, count, flag in problems:
         if count:
-            shown = [*spec.key_columns, *([spec.op_column] if problem == BAD_OP else [])]
+            shown = [*spec.key_columns, *([spec.op_column] if problem == BAD_OP and spec.op_column else [])]
             raise problem_error(problem, spec, count, changes.where(flag).select(*shown).limit(SAMPLE).collect())
     for i, (name, flag) in enumerate(lossy.items()):
         if counts[f"_lossy{i}"]:

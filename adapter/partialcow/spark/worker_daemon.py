@@ -98,4 +98,4 @@ if __name__ == "__main__":
     prepare_daemon()
     from pyspark import daemon
 
-    daemon.manager()
+    daemon.manager()  # type: ignore[no-untyped-call]
