@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,7 @@ from partialcow.commit.delta import spark_log
 from partialcow.commit.delta.conflicts import check_concurrent
 from partialcow.commit.delta.features import ENFORCED_BY_SPARK, DeltaTableInfo, unsupported_features
 from partialcow.commit.delta.stats import file_stats
+from partialcow.commit.java import jvm as java_gateway
 from partialcow.exceptions import (
     CommitConflictError,
     CommitError,
@@ -51,6 +53,8 @@ __all__ = ["COMMIT_ID_TAG", "DeltaSparkCommitter"]
 COMMIT_ID_TAG = "partialcow.commitId"
 _OPERATION_TAG = "partialcow.operation"
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+# a character outside these may be percent-encoded in the log's spelling of a path
+_NEEDS_QUOTING = re.compile(r"[^A-Za-z0-9._/-]")
 
 
 class DeltaSparkCommitter:
@@ -130,7 +134,9 @@ class DeltaSparkCommitter:
             if not change.removed and not added:
                 raise CommitError(f"nothing to commit to Delta table {self.name}: no file removed or added")
             base = self._snapshot(change.base_version)
-            base_paths = self._live_paths(base)  # decoded path under the root -> path as the log writes it
+            live = self._live_from_log(base)
+            # decoded path under the root -> path as the log writes it
+            base_paths = self._live_paths(base) if live is None else {p: p for p in live}
             for rel in added:
                 if rel in base_paths:
                     raise _KeepFiles(CommitError(
@@ -144,7 +150,8 @@ class DeltaSparkCommitter:
             problems = unsupported_features(info, removing=bool(removed), enforced=ENFORCED_BY_SPARK)
             if problems:
                 raise UnsupportedTableFeatureError(self._refusal_message(problems))
-            removed_actions = self._base_actions(base, [base_paths[r] for r in removed])
+            removed_actions = (self._base_actions(base, [base_paths[r] for r in removed]) if live is None
+                               else [self._add_action(live[r]) for r in removed])
             partition_values = self._partition_values(info, removed_actions, added)
             add_json = [self._add_json(info, rel, partition_values) for rel in added]
             check_concurrent(self.name, change, removed, added, int(head.version()), referenced,
@@ -186,7 +193,8 @@ class DeltaSparkCommitter:
             base = spark_log.latest_snapshot(self.spark, self.root)
             # a table just created empty (a first build): no Spark job to list what is not there
             empty = spark_log.known_empty(self.root, int(base.version()))
-            base_paths = {} if empty else self._live_paths(base)
+            live = {} if empty else self._live_from_log(base)
+            base_paths = self._live_paths(base) if live is None else {p: p for p in live}
             if any(rel in base_paths for rel in rel_added):
                 raise _KeepFiles(CommitError(f"an added file is already live in Delta table {self.name}; write each "
                                              "new file under a fresh name"))
@@ -197,7 +205,8 @@ class DeltaSparkCommitter:
             problems = unsupported_features(info, removing=True, enforced=ENFORCED_BY_SPARK)
             if problems:
                 raise UnsupportedTableFeatureError(self._refusal_message(problems))
-            removed_actions = [] if empty else list(base.allFiles().collectAsList())
+            removed_actions = (list(base.allFiles().collectAsList()) if live is None
+                               else [self._add_action(a) for a in live.values()])
             add_json = [self._add_json(info, rel, {}) for rel in rel_added]
         except _KeepFiles as keep:
             raise keep.error from None
@@ -221,7 +230,7 @@ class DeltaSparkCommitter:
                 commit_id: str, started: float, *, metadata: str | None = None, overwrite: bool = False) -> int:
         from py4j.protocol import Py4JJavaError
 
-        jvm = self.spark.sparkContext._jvm
+        jvm = java_gateway(self.spark)
         original = self.spark._jsparkSession
         # userMetadata comes from the session's SQL conf: a session of our own carries it, so no other writer of
         # the shared session picks it up meanwhile (delta-spark takes the thread's active session)
@@ -258,7 +267,7 @@ class DeltaSparkCommitter:
 
     def _operation(self, overwrite: bool) -> Any:
         """The commit's Delta operation (what ``DESCRIBE HISTORY`` shows; our own label is in the tags)."""
-        jvm = self.spark.sparkContext._jvm
+        jvm = java_gateway(self.spark)
         operations = jvm.org.apache.spark.sql.delta
         none = jvm.scala.Option.apply(None)
         if overwrite:
@@ -267,7 +276,7 @@ class DeltaSparkCommitter:
         return getattr(getattr(operations, "DeltaOperations$Update$"), "MODULE$").apply(none)
 
     def _translate(self, exc: Any) -> CommitError:
-        jvm = self.spark.sparkContext._jvm
+        jvm = java_gateway(self.spark)
         error = exc.java_exception
         first = str(error.toString()).splitlines()[0][:500]
 
@@ -309,6 +318,50 @@ class DeltaSparkCommitter:
     def _refusal_message(self, problems: Sequence[str]) -> str:
         return (f"Delta table {self.name} uses features partial copy-on-write cannot honour: " + "; ".join(problems)
                 + ". Use a full rewrite (e.g. Spark MERGE) for this table, or disable the feature")
+
+    def _live_from_log(self, snapshot: Any) -> dict[str, dict[str, Any]] | None:
+        """Path -> add action (Delta's JSON form: path, size, modificationTime, stats with numRecords) of every file
+        live in delta-spark's ``snapshot``, read from the log by delta-rs in milliseconds; None where this reading
+        does not apply and delta-spark's state reconstruction (a Spark job; seconds in a fresh process) must list
+        them instead.
+
+        It applies to the tables partial copy-on-write writes: unpartitioned, without deletion vectors or row
+        tracking (whose add actions carry fields a removal must repeat), every path spelled the same encoded and
+        decoded. Anything else, or any error of delta-rs, falls back to delta-spark.
+        """
+        try:
+            import pyarrow as pa
+            from deltalake import DeltaTable
+        except ImportError:
+            return None
+        info = spark_log.table_info(snapshot)
+        if (info.partition_columns or "deletionVectors" in info.reader_features
+                or {"rowTracking", "domainMetadata"} & info.writer_features):
+            return None
+        try:
+            actions = pa.table(DeltaTable(self.root, version=int(snapshot.version())).get_add_actions(flatten=True))
+        except Exception:  # noqa: BLE001 - any table delta-rs cannot read is listed by delta-spark instead
+            return None
+        paths = actions.column("path").to_pylist()
+        if any(_NEEDS_QUOTING.search(p) for p in paths):
+            return None  # a path the log may spell encoded: delta-spark's own listing knows how
+        sizes = actions.column("size_bytes").to_pylist()
+        times = actions.column("modification_time").to_pylist()
+        counts = (actions.column("num_records").to_pylist() if "num_records" in actions.column_names
+                  else [None] * len(paths))
+        out = {}
+        for path, size, mtime, count in zip(paths, sizes, times, counts):
+            add: dict[str, Any] = {"path": path, "partitionValues": {}, "size": int(size),
+                                   "modificationTime": int(mtime), "dataChange": True}
+            if count is not None:
+                add["stats"] = json.dumps({"numRecords": int(count)})
+            out[path] = add
+        return out
+
+    def _add_action(self, add: Mapping[str, Any]) -> Any:
+        """delta-spark's ``AddFile`` of an add action in JSON form (what a removal and the read set are made of)."""
+        jvm = java_gateway(self.spark)
+        return jvm.org.apache.spark.sql.delta.actions.Action.fromJson(json.dumps({"add": add}))
 
     def _live_paths(self, snapshot: Any) -> dict[str, str]:
         rows = spark_log.add_actions(self.spark, snapshot).select("path").collect()
