@@ -38,6 +38,18 @@ class TestIncrementalDelta(BaseIncremental):
     pass
 
 
+def _run_on_iceberg(name: str):
+    """A stand-in for a suite case this file leaves to the Iceberg run (a skip that names why)."""
+
+    @pytest.mark.skip(reason="the same merge SQL as on Iceberg, which runs this case "
+                             "(tests/functional/test_adapter_suite.py); CI time budget")
+    def case(self) -> None:
+        raise AssertionError(f"{name} is run on Iceberg only")
+
+    case.__name__ = name
+    return case
+
+
 class TestIncrementalUniqueKeyDelta(BaseIncrementalUniqueKey):
     @pytest.fixture(scope="class")
     def seeds(self):
@@ -56,6 +68,18 @@ class TestIncrementalUniqueKeyDelta(BaseIncrementalUniqueKey):
     def project_config_update(self):
         # unique keys need a merge; dbt-spark's default strategy for them is append
         return {"models": {"+incremental_strategy": "merge"}}
+
+    # The suite's other seven cases vary how dbt-spark's merge macro spells the key (none, '', [], one in a list,
+    # duplicated, three without an update, a bad one in a list): the same SQL on either format, run on Iceberg in
+    # tests/functional/test_adapter_suite.py. On Delta one key, a composite key and a bad key keep delta-spark's
+    # MERGE and the error path covered; the seven cost about 160 s of CI's 25-minute budget (2-core machine).
+    test__no_unique_keys = _run_on_iceberg("test__no_unique_keys")
+    test__empty_str_unique_key = _run_on_iceberg("test__empty_str_unique_key")
+    test__empty_unique_key_list = _run_on_iceberg("test__empty_unique_key_list")
+    test__unary_unique_key_list = _run_on_iceberg("test__unary_unique_key_list")
+    test__duplicated_unary_unique_key_list = _run_on_iceberg("test__duplicated_unary_unique_key_list")
+    test__trinary_unique_key_list_no_update = _run_on_iceberg("test__trinary_unique_key_list_no_update")
+    test__bad_unique_key_list = _run_on_iceberg("test__bad_unique_key_list")
 
 
 class TestPythonModelsDelta(BasePythonModelTests):
