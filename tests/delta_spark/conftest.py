@@ -8,6 +8,7 @@ main test processes hold Iceberg's). To run it directly:
 from __future__ import annotations
 
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,15 @@ def spark(spark_warehouse: Path):
                                     delta_jars=JARS)
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+@pytest.fixture()
+def schema(spark):
+    """A fresh schema for one test, dropped with its tables afterwards."""
+    name = f"pcow_delta_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {name}")
+    yield name
+    spark.sql(f"drop schema {name} cascade")
 
 
 @pytest.fixture(scope="class")

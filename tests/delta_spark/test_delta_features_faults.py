@@ -30,14 +30,6 @@ SPEC = ChangeSpec(key_columns=("k",), op_column="_op", model="racer")
 SCHEMA = "k bigint, v bigint, _op string"
 
 
-@pytest.fixture()
-def schema(spark):
-    name = f"pcow_deltaf_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {name}")
-    yield name
-    spark.sql(f"drop schema {name} cascade")
-
-
 def table_state(spark, name: str) -> tuple:
     """Latest version, rows, and every file under the table folder (log, data, index) with its size."""
     version = spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()["version"]

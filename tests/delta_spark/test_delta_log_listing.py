@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import uuid
 
 import pytest
 
@@ -20,14 +19,6 @@ from partialcow.commit.delta.spark_committer import DeltaSparkCommitter
 from partialcow.spark.tables import delta_root
 
 pytestmark = [pytest.mark.spark]
-
-
-@pytest.fixture()
-def schema(spark):
-    name = f"pcow_dlog_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {name}")
-    yield name
-    spark.sql(f"drop schema {name} cascade")
 
 
 def _spark_listing(spark, root: str, version: int) -> dict[str, tuple[int, int | None]]:

@@ -12,7 +12,6 @@ import datetime as dt
 import decimal
 import json
 import os
-import uuid
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -59,14 +58,6 @@ def _table_rows(spark, name: str) -> list[tuple]:
 def _log(root: str, version: int) -> list[dict]:
     with open(os.path.join(root, "_delta_log", f"{version:020d}.json"), encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
-
-
-@pytest.fixture()
-def schema(spark):
-    name = f"pcow_delta_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {name}")
-    yield name
-    spark.sql(f"drop schema {name} cascade")
 
 
 def test_session_creates_and_merges(spark, schema) -> None:
