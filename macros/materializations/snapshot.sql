@@ -1,9 +1,9 @@
 {#- dbt snapshots. A snapshot run is an upsert: the changed and deleted rows' current versions get their validity
-    closed (dbt_valid_to), the new versions are inserted. On Iceberg tables that is done by partial copy-on-write
-    (adapter.partialcow_snapshot_apply): only the pages holding the closed rows' dbt_valid_to are re-encoded, the new
-    versions are appended, in one commit; the first run writes the table with our Parquet layout and row index
-    (keyed by dbt_scd_id). dbt's own macros build the rows (strategies, staging query, hard_deletes), as dbt-spark's
-    materialization does; Delta tables take dbt-spark's MERGE (as does snapshot_write='merge').
+    closed (dbt_valid_to), the new versions are inserted. On Iceberg and Delta tables that is done by partial
+    copy-on-write (adapter.partialcow_snapshot_apply): only the pages holding the closed rows' dbt_valid_to are
+    re-encoded, the new versions are appended, in one commit; the first run writes the table with our Parquet layout
+    and row index (keyed by dbt_scd_id). dbt's own macros build the rows (strategies, staging query, hard_deletes),
+    as dbt-spark's materialization does; snapshot_write='merge' takes dbt-spark's MERGE instead.
 
     dbt-spark stages an Iceberg snapshot in a permanent view in the current database (schema none); ours is a
     temporary view of the session, so nothing is left in the metastore and snapshots of the same name in two
@@ -19,6 +19,10 @@
 
   {%- set target_relation_exists, target_relation = get_or_create_relation(
           database=none, schema=model.schema, identifier=target_table, type='table') -%}
+  {%- if target_relation_exists and target_relation.is_delta -%}
+    {#-- an existing Delta table decides the format, as an Iceberg one does through its catalog --#}
+    {%- set file_format = 'delta' -%}
+  {%- endif -%}
 
   {%- if file_format not in ['iceberg', 'delta'] -%}
     {%- do exceptions.raise_compiler_error(
@@ -41,21 +45,25 @@
 
   {%- set strategy_macro = strategy_dispatch(strategy_name) -%}
   {%- set strategy = strategy_macro(model, "snapshotted_data", "source_data", model['config'], target_relation_exists) -%}
-  {#-- snapshot_write: partial_cow (Iceberg's default) or merge (dbt-spark's MERGE, Delta's only way) --#}
-  {%- set snapshot_write = config.get('snapshot_write') or ('partial_cow' if file_format == 'iceberg' else 'merge') -%}
-  {%- if snapshot_write not in ['partial_cow', 'merge'] or (snapshot_write == 'partial_cow' and file_format != 'iceberg') -%}
+  {#-- snapshot_write: partial_cow (the default) or merge (dbt-spark's MERGE) --#}
+  {%- set snapshot_write = config.get('snapshot_write') or 'partial_cow' -%}
+  {%- if snapshot_write not in ['partial_cow', 'merge'] -%}
     {%- do exceptions.raise_compiler_error(
-        "Invalid snapshot_write '" ~ snapshot_write ~ "' for snapshot " ~ model.name ~ " (file_format " ~ file_format
-        ~ "): accepted values are partial_cow (Iceberg tables) and merge") -%}
+        "Invalid snapshot_write '" ~ snapshot_write ~ "' for snapshot " ~ model.name
+        ~ ": accepted values are partial_cow and merge") -%}
   {%- endif -%}
   {%- set partial_cow = snapshot_write == 'partial_cow' -%}
+  {%- if partial_cow and target_relation_exists and adapter.partialcow_snapshot_pending(target_relation) -%}
+    {#-- its first run died before the first commit: build it again --#}
+    {%- set target_relation_exists = false -%}
+  {%- endif -%}
 
   {%- if not target_relation_exists -%}
 
     {%- set build_sql = build_snapshot_table(strategy, model['compiled_code']) -%}
     {{ check_time_data_types(build_sql) }}
     {%- if partial_cow -%}
-      {%- set response = adapter.partialcow_snapshot_create(target_relation, build_sql, columns) -%}
+      {%- set response = adapter.partialcow_snapshot_create(target_relation, build_sql, columns, file_format) -%}
       {%- do store_result('main', response=response) -%}
     {%- else -%}
       {%- call statement('main') -%}
@@ -86,7 +94,7 @@
     {%- do create_columns(target_relation, missing_columns) -%}
 
     {%- if partial_cow -%}
-      {%- set response = adapter.partialcow_snapshot_apply(target_relation, staging_table.identifier, columns) -%}
+      {%- set response = adapter.partialcow_snapshot_apply(target_relation, staging_table.identifier, columns, file_format) -%}
       {%- do store_result('main', response=response) -%}
     {%- else -%}
       {%- set source_columns = adapter.get_columns_in_relation(staging_table)

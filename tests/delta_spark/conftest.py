@@ -16,8 +16,9 @@ import pytest
 from delta_env import NO_DELTA_SPARK, delta_spark_jars
 
 TESTS = Path(__file__).resolve().parents[1]
-# helpers shared with the Iceberg suites: the CDC oracle, the Delta readers checker, the bad input matrix
-for folder in ("commit", "materialization", "faults"):
+# helpers shared with the Iceberg suites: the CDC oracle, the Delta readers checker, the bad input matrix, the
+# snapshot cases
+for folder in ("commit", "materialization", "faults", "functional"):
     if str(TESTS / folder) not in sys.path:
         sys.path.append(str(TESTS / folder))
 

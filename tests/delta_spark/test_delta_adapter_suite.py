@@ -1,5 +1,6 @@
 """dbt's standard adapter tests (dbt-tests-adapter) on a ``table_format: delta`` profile: the classes the project
-runs on Iceberg (tests/functional/test_adapter_suite.py), plus snapshots, which dbt-spark supports on Delta."""
+runs on Iceberg (tests/functional/test_adapter_suite.py), plus snapshots: written by partial copy-on-write as on
+Iceberg, by dbt-spark's MERGE with ``snapshot_write='merge'``, and the hard-deletes cases comparing the two."""
 
 import re
 
@@ -14,6 +15,7 @@ from dbt.tests.adapter.basic.test_snapshot_timestamp import BaseSnapshotTimestam
 from dbt.tests.adapter.incremental import test_incremental_unique_id as unique_id_fixtures
 from dbt.tests.adapter.incremental.test_incremental_unique_id import BaseIncrementalUniqueKey
 from dbt.tests.adapter.python_model.test_python_model import BasePythonIncrementalTests, BasePythonModelTests
+from snapshot_cases import HardDeletes
 
 pytestmark = [pytest.mark.dbt, pytest.mark.spark, pytest.mark.slow]
 
@@ -95,4 +97,16 @@ class TestSnapshotCheckColsDelta(BaseSnapshotCheckCols):
 
 
 class TestSnapshotTimestampDelta(BaseSnapshotTimestamp):
+    pass
+
+
+class TestSnapshotCheckColsDeltaMerge(BaseSnapshotCheckCols):
+    """dbt-spark's own way of writing a Delta snapshot, still offered."""
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {"name": "snapshot_strategy_check_cols", "snapshots": {"+snapshot_write": "merge"}}
+
+
+class TestSnapshotHardDeletesDelta(HardDeletes):
     pass

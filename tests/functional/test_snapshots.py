@@ -1,10 +1,11 @@
 """dbt snapshots on Iceberg tables (issue 27: dbt-spark cannot run them on this stack), written by partial
-copy-on-write: dbt's own snapshot suites, plus hard deletes (invalidate, new_record) checked row by row."""
+copy-on-write: dbt's own snapshot suites, plus hard deletes (ignore, invalidate, new_record) checked version by
+version against dbt-spark's MERGE (``snapshot_cases.py``; the Delta suite runs the same cases)."""
 
 import pytest
 from dbt.tests.adapter.basic.test_snapshot_check_cols import BaseSnapshotCheckCols
 from dbt.tests.adapter.basic.test_snapshot_timestamp import BaseSnapshotTimestamp
-from dbt.tests.util import run_dbt
+from snapshot_cases import HardDeletes
 
 pytestmark = [pytest.mark.dbt, pytest.mark.spark, pytest.mark.iceberg]
 
@@ -14,4 +15,8 @@ class TestSnapshotCheckCols(BaseSnapshotCheckCols):
 
 
 class TestSnapshotTimestamp(BaseSnapshotTimestamp):
+    pass
+
+
+class TestSnapshotHardDeletes(HardDeletes):
     pass

@@ -132,6 +132,11 @@ def change_spec(config: Mapping[str, Any], *, model: str) -> Any:
     )
 
 
+def log_phases(name: str, metrics: WriteMetrics) -> None:
+    """Where a write's time went, for the log and the dbt-level benchmark (``bench/dbt_bench.py`` reads the line)."""
+    _LOGGER.info(f"partialcow phases: {json.dumps({'model': name, **metrics.phase_ms})}")
+
+
 class PartialCowMixin(metaclass=AdapterMeta):
     """``@available`` methods the ``partial_cow_incremental`` materialization calls (AdapterMeta collects them)."""
 
@@ -171,6 +176,5 @@ class PartialCowMixin(metaclass=AdapterMeta):
             raise DbtRuntimeError(str(exc)) from None
         finally:
             spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
-        # where the model's time went, for the log and the dbt-level benchmark (bench/dbt_bench.py)
-        _LOGGER.info(f"partialcow phases: {json.dumps({'model': name, **metrics.phase_ms})}")
+        log_phases(name, metrics)
         return PartialCowResponse.from_metrics(metrics, created=create)

@@ -1,4 +1,4 @@
-"""dbt snapshots on Iceberg tables through the change pipeline: the Python side of
+"""dbt snapshots on Iceberg and Delta tables through the change pipeline: the Python side of
 ``macros/materializations/snapshot.sql``.
 
 A snapshot table's rows are versions keyed by ``dbt_scd_id``. dbt's staging query (strategies, hard deletes) yields
@@ -69,50 +69,78 @@ class SnapshotMixin(metaclass=AdapterMeta):
         return bind_to_current_thread(self.connections.spark_session())  # type: ignore[attr-defined]
 
     @available
-    def partialcow_snapshot_create(self, relation: Any, build_sql: str, columns: Mapping[str, str]) -> Any:
-        """First run of a snapshot: its versions become an Iceberg table with our layout and row index."""
-        from partialcow.dbt_adapter.materialization import PartialCowResponse
+    def partialcow_snapshot_pending(self, relation: Any) -> bool:
+        """Whether the snapshot's Delta table is one whose first run died before its first commit (empty and
+        marked): the run builds it again, as a model's does."""
+        from partialcow.spark.changes import create_pending
+
+        return bool(relation.is_delta) and create_pending(self._snapshot_spark(),
+                                                          f"{relation.schema}.{relation.identifier}")
+
+    @available
+    def partialcow_snapshot_create(self, relation: Any, build_sql: str, columns: Mapping[str, str],
+                                   file_format: str = "iceberg") -> Any:
+        """First run of a snapshot: its versions become a table (``file_format``: iceberg or delta) with our layout
+        and row index."""
         from partialcow.spark.changes import create_table
 
-        spark = self._snapshot_spark()
-        name = f"{relation.schema}.{relation.identifier}"
         spec = snapshot_spec(columns, model=str(relation.identifier), staged=False)
-        spark.sparkContext.setJobDescription(f"dbt-partialcow snapshot {name}: create")
-        try:
-            metrics = create_table(spark, name, _pinned(spark.sql(build_sql)), spec, table_format="iceberg")
-        except PartialCowError as exc:
-            raise DbtRuntimeError(str(exc)) from None
-        finally:
-            spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
-        response = PartialCowResponse.from_metrics(metrics, created=True)
+
+        def create(spark: Any, name: str) -> Any:
+            return create_table(spark, name, _pinned(spark.sql(build_sql)), spec, table_format=file_format)
+
+        metrics = self._snapshot_write(relation, file_format, "create", create)
+        response = _response(metrics, created=True)
         response._message = f"SNAPSHOT {metrics.rows_inserted}"
         return response
 
     @available
-    def partialcow_snapshot_apply(self, relation: Any, staging_view: str, columns: Mapping[str, str]) -> Any:
+    def partialcow_snapshot_apply(self, relation: Any, staging_view: str, columns: Mapping[str, str],
+                                  file_format: str = "iceberg") -> Any:
         """A later run: close the changed versions and insert the new ones (``staging_view``: dbt's staged rows)."""
-        from partialcow.dbt_adapter.materialization import PartialCowResponse
         from partialcow.index.sources import quote_identifier
         from partialcow.spark.changes import apply_changes
         from partialcow.spark.tables import open_table
 
-        spark = self._snapshot_spark()
-        name = f"{relation.schema}.{relation.identifier}"
         spec = snapshot_spec(columns, model=str(relation.identifier), staged=True)
-        spark.sparkContext.setJobDescription(f"dbt-partialcow snapshot {name}: apply changes")
-        try:
+
+        def apply(spark: Any, name: str) -> Any:
             staged = spark.table(quote_identifier(staging_view))
             table_columns = spark.table(quote_identifier(name)).columns
             batch = staged.select(*[quote_identifier(c) for c in table_columns if c in staged.columns],
                                   quote_identifier(CHANGE_TYPE))
-            metrics = apply_changes(spark, open_table(spark, name, table_format="iceberg"), _pinned(batch), spec)
-        except PartialCowError as exc:
-            raise DbtRuntimeError(str(exc)) from None
-        finally:
-            spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
-        response = PartialCowResponse.from_metrics(metrics, created=False)
+            return apply_changes(spark, open_table(spark, name, table_format=file_format), _pinned(batch), spec)
+
+        metrics = self._snapshot_write(relation, file_format, "apply changes", apply)
+        response = _response(metrics, created=False)
         response._message = (
             f"SNAPSHOT {metrics.rows_updated} closed, {metrics.rows_inserted} inserted; "
             f"pages {metrics.pages_rewritten} rewritten / {metrics.pages_copied} copied"
         )
         return response
+
+    def _snapshot_write(self, relation: Any, file_format: str, what: str, write: Any) -> Any:
+        """Run ``write(spark, name)`` with the snapshot's job description; our errors become dbt's, and the phases
+        go to the log as a model's do (``partialcow phases:``, read by the dbt-level benchmark)."""
+        from partialcow.dbt_adapter.materialization import log_phases
+        from partialcow.spark.tables import require_session_format
+
+        spark = self._snapshot_spark()
+        name = f"{relation.schema}.{relation.identifier}"
+        spark.sparkContext.setJobDescription(f"dbt-partialcow snapshot {name}: {what}")
+        try:
+            what_format = f"snapshot {relation.identifier} (file_format={file_format!r})"
+            require_session_format(spark, file_format, what=what_format)
+            metrics = write(spark, name)
+        except PartialCowError as exc:
+            raise DbtRuntimeError(str(exc)) from None
+        finally:
+            spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
+        log_phases(name, metrics)
+        return metrics
+
+
+def _response(metrics: Any, *, created: bool) -> Any:
+    from partialcow.dbt_adapter.materialization import PartialCowResponse
+
+    return PartialCowResponse.from_metrics(metrics, created=created)
