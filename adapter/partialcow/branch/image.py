@@ -56,6 +56,7 @@ from partialcow.branch.types import (
     OverlayInfo,
     validate_image_mode,
 )
+from partialcow.commit.java import jvm as java_gateway
 from partialcow.exceptions import BranchError
 from partialcow.spark.rewrite_job import DELETE, FILE, IN_PLACE_RESULT_SCHEMA, POS, rewrite_files_in_place
 
@@ -168,7 +169,7 @@ def publish_image_table(spark: SparkSession, *, schema: str, base_schema: str, i
     Iceberg refuse to expire its snapshots or purge it (that would delete the root's files), and it is only ever
     unregistered (:func:`drop_reader_relation`). Its own folder holds one metadata file.
     """
-    jvm = spark._jvm  # type: ignore[union-attr]
+    jvm = java_gateway(spark)
     root = load_iceberg(spark, base_schema, identifier)
     snapshot = None if root is None else _ref_snapshot(root, image_ref(branch))
     if snapshot is None:
@@ -239,7 +240,7 @@ def _write_position_deletes(spark: SparkSession, table: Any, positions: Sequence
 
     Each names its data file as ``referenced_data_file``, so a reader loads only the deletes of the file it reads.
     """
-    jvm = spark._jvm  # type: ignore[attr-defined]
+    jvm = java_gateway(spark)
     rows_by_file: dict[str, list[int]] = defaultdict(list)
     spec_of: dict[str, int] = {}
     for spec_id, path, pos in positions:
@@ -410,10 +411,10 @@ def _rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: in
         return []
     job = partial(rewrite_files_in_place, rewritable=frozenset(files), update_columns=tuple(update_columns))
     parts = min(len(files), spark.sparkContext.defaultParallelism * 2)
-    results = changed.repartition(parts, FILE).mapInArrow(job, IN_PLACE_RESULT_SCHEMA).collect()
+    results: list[Any] = changed.repartition(parts, FILE).mapInArrow(job, IN_PLACE_RESULT_SCHEMA).collect()
     if not results:
         return []
-    jvm = spark._jvm  # type: ignore[attr-defined]
+    jvm = java_gateway(spark)
     try:
         metrics_config = jvm.org.apache.iceberg.MetricsConfig.forTable(table)
         rewrite = table.newRewrite().toBranch(stage)

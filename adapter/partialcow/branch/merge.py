@@ -228,6 +228,8 @@ def _conflict_rows(spark: SparkSession, plan: _Plan, branch: str) -> DataFrame:
 
     info = plan.info
     keys, cols = info.key_columns, info.columns
+    if plan.stage is None:  # only delta models have conflicting keys, and _stage_delta staged those
+        raise BranchError(f"branch_merge {branch}: {plan.merge.model} has conflicts but no staged rows")
     staged = spark.table(plan.stage).where("_status = 'conflict'")
     both = (F.col(OP_COLUMN) == OP_UPSERT) & F.col("_tx")
 

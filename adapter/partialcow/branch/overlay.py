@@ -255,7 +255,8 @@ def create_branch_view(spark: SparkSession, *, store: BranchStore, branch: str, 
     parent = None if above is None else (overlay_schema(base_schema, above), identifier)
     materialized = table_exists(spark, schema, full_table(identifier))
     source, image = None, None
-    if materialized or parent is None:
+    # parent is None exactly when above is: testing both narrows both names for the type checker
+    if materialized or parent is None or above is None:
         drop_image(spark, base_schema, identifier, branch)
     else:
         image = refresh_image(spark, info=info, branch=branch, parent_level=above, base_schema=base_schema,

@@ -121,8 +121,8 @@ class _DriverSide:
             return empty, empty.astype(np.int32), empty
         wanted = range(state.num_buckets) if buckets is None else np.unique(buckets).tolist()
         schema = self._arrow_key_schema()
-        entries = read_buckets([self._store.path(state.buckets[b]) for b in wanted if state.buckets[b] is not None],
-                               state.key_columns, schema)
+        entries = read_buckets([self._store.path(bucket_file) for b in wanted
+                                if (bucket_file := state.buckets[b]) is not None], state.key_columns, schema)
         typed = keys.select(list(state.key_columns)).cast(schema)
         return join_keys(entries, typed)
 
@@ -215,7 +215,8 @@ class _DriverSide:
         drop_ids = frozenset(f.file_id for f in dropped)
 
         def one(bucket: int) -> tuple[int, dict[int, int], int]:
-            src = self._store.path(state.buckets[bucket]) if state.buckets[bucket] is not None else None
+            bucket_file = state.buckets[bucket]
+            src = self._store.path(bucket_file) if bucket_file is not None else None
             counts, left = merge_bucket(src, self._store.path(names[bucket]), key_columns=state.key_columns,
                                         remap=remap, drop_ids=drop_ids, added=per_bucket.get(bucket),
                                         table=state.table)
@@ -279,8 +280,8 @@ class _DriverSide:
                 affected.update(range(n) if f.buckets is None else f.buckets)
                 next_id += 1
         names = unique_names("b", sorted(affected))
-        tasks = [(b, self._store.path(base.buckets[b]), self._store.path(names[b]))
-                 for b in sorted(affected) if base.buckets[b] is not None]
+        tasks = [(b, self._store.path(bucket_file), self._store.path(names[b]))
+                 for b in sorted(affected) if (bucket_file := base.buckets[b]) is not None]
         removed: dict[int, int] = {}
         changes: dict[int, str | None] = {}
         if tasks:

@@ -225,7 +225,7 @@ class RowIndex(_DriverSide):
         else:
             bucket = _bucket_expr(self.key_columns, self.state.num_buckets).alias(BUCKET)
             wanted = sorted(r[0] for r in typed.select(bucket).distinct().collect() if r[0] is not None)
-        names = [self.state.buckets[b] for b in wanted if self.state.buckets[b] is not None]
+        names = [bucket_file for b in wanted if (bucket_file := self.state.buckets[b]) is not None]
         index_rows = self._read_index(names)
         keys_list = list(self.key_columns)
         if check_duplicates:
@@ -412,8 +412,8 @@ class RowIndex(_DriverSide):
         aliases = aliases or {}
         next_id = base.next_file_id
         new_ids: dict[str, int] = {}
-        for f in add:
-            new_ids[f.path] = next_id
+        for live in add:
+            new_ids[live.path] = next_id
             next_id += 1
         rows = None
         if add:
@@ -474,7 +474,7 @@ class RowIndex(_DriverSide):
             drop_ids = [f.file_id for f in drop]
             parts: list[DataFrame] = []
             old_buckets = range(base.num_buckets) if relayout else affected_list
-            old_names = [base.buckets[b] for b in old_buckets if base.buckets[b] is not None]
+            old_names = [bucket_file for b in old_buckets if (bucket_file := base.buckets[b]) is not None]
             if old_names and not full:
                 old = self._read_index(old_names)
                 if drop_ids:

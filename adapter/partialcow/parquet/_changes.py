@@ -195,7 +195,8 @@ def _patch_fixed_width(arr: pa.Array, rows: np.ndarray, vals: pa.Array) -> pa.Ar
 
 def _float_bits(arr: pa.Array) -> np.ndarray:
     width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[arr.type.byte_width]
-    return arr.fill_null(0).to_numpy(zero_copy_only=False).view(width)
+    bits: np.ndarray = arr.fill_null(0).to_numpy(zero_copy_only=False).view(width)
+    return bits
 
 
 def _changed_mask(old: pa.Array, new: pa.Array) -> np.ndarray:
@@ -208,7 +209,8 @@ def _changed_mask(old: pa.Array, new: pa.Array) -> np.ndarray:
         n_null = new.is_null().to_numpy(zero_copy_only=False)
         o, n = old.fill_null(0).to_numpy(zero_copy_only=False), new.fill_null(0).to_numpy(zero_copy_only=False)
         same = (_float_bits(old) == _float_bits(new)) | (np.isnan(o) & np.isnan(n))
-        return np.where(o_null | n_null, o_null != n_null, ~same)
+        changed: np.ndarray = np.where(o_null | n_null, o_null != n_null, ~same)
+        return changed
     if pa.types.is_nested(t) or pa.types.is_dictionary(t) or isinstance(t, pa.ExtensionType):
         return np.array([a != b for a, b in zip(old.to_pylist(), new.to_pylist())], dtype=bool)
     try:
@@ -216,4 +218,5 @@ def _changed_mask(old: pa.Array, new: pa.Array) -> np.ndarray:
     except pa.ArrowNotImplementedError:
         return np.array([a != b for a, b in zip(old.to_pylist(), new.to_pylist())], dtype=bool)
     same = pc.or_(same, pc.and_(pc.is_null(old), pc.is_null(new)))
-    return ~same.to_numpy(zero_copy_only=False)
+    changed = ~same.to_numpy(zero_copy_only=False)
+    return changed

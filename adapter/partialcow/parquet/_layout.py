@@ -12,7 +12,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, overload
@@ -26,7 +26,10 @@ from partialcow.parquet._column_index import from_struct as column_index_from_st
 from partialcow.parquet._offset_index import PageLocations, count_page_locations, decode_page_locations, from_struct
 from partialcow.parquet._thrift import ThriftError, TStruct, decode_struct, encode
 
-__all__ = ["Chunk", "Leaf", "Page", "ParquetLayout", "ThriftClock", "sort_key_fn"]
+__all__ = ["Chunk", "Leaf", "Page", "ParquetLayout", "SortKey", "ThriftClock", "sort_key_fn"]
+
+# an encoded min/max statistic -> a Python value ordered as Parquet orders the column (see sort_key_fn)
+SortKey = Callable[[bytes], Any]
 
 
 class ThriftClock:
@@ -73,11 +76,13 @@ class Leaf:
 
     @property
     def physical_type(self) -> int:
-        return self.element.val(F.SE_TYPE)
+        ptype: int = self.element.val(F.SE_TYPE)
+        return ptype
 
     @property
     def type_length(self) -> int | None:
-        return self.element.val(F.SE_TYPE_LENGTH)
+        length: int | None = self.element.val(F.SE_TYPE_LENGTH)
+        return length
 
 
 @dataclass
@@ -197,7 +202,7 @@ def _read_schema(schema: list[TStruct]) -> tuple[list[Leaf], list[TopField]]:
     return leaves, tops
 
 
-def sort_key_fn(leaf: Leaf):
+def sort_key_fn(leaf: Leaf) -> SortKey | None:
     """A function mapping an encoded min/max statistic of ``leaf`` to a Python value ordered as Parquet orders it,
     or None when the type has no usable order here (INT96, INTERVAL, ...)."""
     el = leaf.element
@@ -221,7 +226,7 @@ def sort_key_fn(leaf: Leaf):
         fmt = struct.Struct("<f" if ptype == F.FLOAT else "<d")
 
         def fkey(b: bytes) -> float:
-            v = fmt.unpack(b)[0]
+            v: float = fmt.unpack(b)[0]
             if math.isnan(v):
                 raise ValueError("NaN bound")
             return v
@@ -264,7 +269,7 @@ class ParquetLayout:
         try:
             if size < 12:
                 raise UnsupportedFileError(f"{self.path} is not a Parquet file (only {size} bytes)")
-            if self.buf is None:
+            if self._fh is not None:  # exactly when buf is still None: a file, not bytes
                 self.buf = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ)
             self.size = size
             tail = self.buf[size - 8:size]
@@ -327,10 +332,12 @@ class ParquetLayout:
 
     # -- row groups and chunks ---------------------------------------------------------------------------------
     def rg_rows(self, rg: int) -> int:
-        return self.row_groups[rg].val(F.RG_NUM_ROWS)
+        rows: int = self.row_groups[rg].val(F.RG_NUM_ROWS)
+        return rows
 
     def column_chunk(self, rg: int, leaf: int) -> TStruct:
-        return self.row_groups[rg].val(F.RG_COLUMNS).items[leaf]
+        cc: TStruct = self.row_groups[rg].val(F.RG_COLUMNS).items[leaf]
+        return cc
 
     def read_struct(self, offset: int, length: int | None = None) -> tuple[TStruct, int]:
         """Decode the struct at ``offset``; ``length`` (when known) lets it decode from a bytes copy (faster)."""
@@ -348,8 +355,10 @@ class ParquetLayout:
 
     def offset_index(self, cc: TStruct) -> TStruct | None:
         off = cc.val(F.CC_OFFSET_INDEX_OFFSET)
-        if off is None:
-            return None
+        return None if off is None else self._offset_index_at(off, cc)
+
+    def _offset_index_at(self, off: int, cc: TStruct) -> TStruct:
+        """The OffsetIndex struct of ``cc``, which has one at byte ``off`` (cached)."""
         if off not in self._offset_indexes:
             self._offset_indexes[off] = self.read_struct(off, cc.val(F.CC_OFFSET_INDEX_LENGTH))[0]
         return self._offset_indexes[off]
@@ -357,13 +366,15 @@ class ParquetLayout:
     def page_locations(self, cc: TStruct) -> PageLocations | None:
         """The chunk's OffsetIndex as arrays (cached; bulk-decoded, see ``_offset_index``)."""
         off = cc.val(F.CC_OFFSET_INDEX_OFFSET)
-        if off is None:
-            return None
+        return None if off is None else self._page_locations_at(off, cc)
+
+    def _page_locations_at(self, off: int, cc: TStruct) -> PageLocations:
+        """:meth:`page_locations` of ``cc``, which has an OffsetIndex at byte ``off``."""
         if off not in self._page_locations:
             data = bytes(self.buf[off:off + cc.val(F.CC_OFFSET_INDEX_LENGTH)])
             locations = decode_page_locations(data)
             if locations is None:  # an uncommon layout: the generic codec
-                locations = from_struct(self.offset_index(cc), self.clock.encode)
+                locations = from_struct(self._offset_index_at(off, cc), self.clock.encode)
             self._page_locations[off] = locations
         return self._page_locations[off]
 
@@ -383,8 +394,9 @@ class ParquetLayout:
         t = time.thread_time()
         bounds = decode_column_index(data)
         self.clock._add(time.thread_time() - t)
-        if bounds is None:  # an uncommon layout: the generic codec
-            bounds = column_index_from_struct(self.column_index(cc))
+        if bounds is None:  # an uncommon layout: the generic codec (the chunk has a ColumnIndex: data is not None)
+            bounds = column_index_from_struct(
+                self.read_struct(cc.val(F.CC_COLUMN_INDEX_OFFSET), cc.val(F.CC_COLUMN_INDEX_LENGTH))[0])
         return bounds
 
     def page_header(self, offset: int) -> tuple[TStruct, int]:
@@ -501,7 +513,7 @@ class ParquetLayout:
             if off in self._page_locations:
                 return len(self._page_locations[off])
             count = count_page_locations(bytes(self.buf[off:off + min(12, cc.val(F.CC_OFFSET_INDEX_LENGTH))]))
-            return count if count is not None else len(self.page_locations(cc))
+            return count if count is not None else len(self._page_locations_at(off, cc))
         stats = cc.val(F.CC_META_DATA).val(F.CMD_ENCODING_STATS)
         if stats is not None:
             return sum(e.val(F.PES_COUNT) for e in stats.items

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from partialcow.exceptions import ParquetRewriteError
 from partialcow.parquet import _format as F
-from partialcow.parquet._layout import ParquetLayout
+from partialcow.parquet._layout import ParquetLayout, SortKey
 from partialcow.parquet._offset_index import PageLocations, encode_offset_indexes
 from partialcow.parquet._thrift import T_I32, T_I64, T_LIST, T_STRUCT, TList, TStruct
 
@@ -148,7 +149,7 @@ def _bloom_bytes(lay: ParquetLayout, cmd: TStruct) -> bytes | None:
     return bytes(lay.buf[off:off + length])
 
 
-def _boundary_order(leaf_key, null_pages: list[int], mins: list[bytes], maxs: list[bytes]) -> int:
+def _boundary_order(leaf_key: SortKey | None, null_pages: list[int], mins: list[bytes], maxs: list[bytes]) -> int:
     if leaf_key is None:
         return F.UNORDERED
     try:
@@ -162,12 +163,12 @@ def _boundary_order(leaf_key, null_pages: list[int], mins: list[bytes], maxs: li
     return F.UNORDERED
 
 
-def _combine_bounds(leaf_key, old: TStruct | None, old_all_null: bool, news: list[TStruct | None],
+def _combine_bounds(leaf_key: SortKey | None, old: TStruct | None, old_all_null: bool, news: list[TStruct | None],
                     new_all_null: list[bool]) -> tuple[bytes, bytes] | None:
     """Union of min/max bounds (old chunk statistics and re-encoded pages), or None when unknown."""
     if leaf_key is None:
         return None
-    cands = []
+    cands: list[tuple[bytes, bytes]] = []
     if not old_all_null:
         if old is None or F.ST_MIN_VALUE not in old or F.ST_MAX_VALUE not in old:
             return None
@@ -232,7 +233,7 @@ class _Sink:
         self._copy = None
         if self._buf:
             self.flush()
-        if self._cfr:
+        if self._cfr and self.src._fh is not None:  # an in-memory source (bytes) has no file to copy from
             done = 0
             try:
                 while done < length:
@@ -318,7 +319,9 @@ def _write_output(lay: ParquetLayout, fd: int, groups: Iterable[tuple[int, list[
         cc.put(F.CC_COLUMN_INDEX_OFFSET, T_I64, sink.pos)
         cc.put(F.CC_COLUMN_INDEX_LENGTH, T_I32, len(data))
         sink.write(data)
-    indexed, all_locations, unmoved = [], [], {}
+    indexed: list[TStruct] = []
+    all_locations: list[PageLocations] = []
+    unmoved: dict[int, bytes] = {}
     for cc, out, start in placed:
         if out.locs is None:
             continue
@@ -330,12 +333,14 @@ def _write_output(lay: ParquetLayout, fd: int, groups: Iterable[tuple[int, list[
             continue
         if isinstance(out.locs, _MovedOffsetIndex):  # later OffsetIndex fields are kept (src.tail)
             src = lay.page_locations(out.locs.cc)
+            if src is None:  # _MovedOffsetIndex is made only for a source chunk that has an OffsetIndex
+                raise ParquetRewriteError(f"{lay.path}: a copied chunk lost its OffsetIndex")
             locations = PageLocations(src.offsets + (start - out.src_start), src.sizes, src.first_rows, src.tail)
         elif isinstance(out.locs, PageLocations):
             locations = PageLocations(out.locs.offsets + start, out.locs.sizes, out.locs.first_rows, out.locs.tail)
         else:
-            rows = np.array(out.locs, dtype=np.int64).reshape(-1, 3)
-            locations = PageLocations(rows[:, 0] + start, rows[:, 1], rows[:, 2])
+            entries = np.array(out.locs, dtype=np.int64).reshape(-1, 3)  # (offset, size, first row) per page
+            locations = PageLocations(entries[:, 0] + start, entries[:, 1], entries[:, 2])
         indexed.append(cc)
         all_locations.append(locations)
     encoded = iter(encode_offset_indexes(all_locations))

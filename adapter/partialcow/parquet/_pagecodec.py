@@ -27,9 +27,9 @@ _CODEC_TO_ARROW = {0: "none", 1: "snappy", 2: "gzip", 4: "brotli", 6: "zstd", 7:
 
 def _page_num_values(lay: ParquetLayout, page: Page) -> int:
     h = lay.ensure_header(page)
-    if h.val(F.PH_TYPE) == F.DATA_PAGE_V2:
-        return h.val(F.PH_DATA_PAGE_HEADER_V2).val(F.DPH2_NUM_VALUES)
-    return h.val(F.PH_DATA_PAGE_HEADER).val(F.DPH_NUM_VALUES)
+    n: int = (h.val(F.PH_DATA_PAGE_HEADER_V2).val(F.DPH2_NUM_VALUES) if h.val(F.PH_TYPE) == F.DATA_PAGE_V2
+              else h.val(F.PH_DATA_PAGE_HEADER).val(F.DPH_NUM_VALUES))
+    return n
 
 
 def _stats_key(page_type: int, encoding: int) -> tuple[int, int]:
@@ -40,7 +40,8 @@ def _stats_key(page_type: int, encoding: int) -> tuple[int, int]:
 def _page_type_for_stats(kind: int, ch: Chunk, lay: ParquetLayout) -> int:
     if kind != F.DATA_PAGE:
         return kind
-    return lay.ensure_header(ch.pages[0]).val(F.PH_TYPE)
+    ptype: int = lay.ensure_header(ch.pages[0]).val(F.PH_TYPE)
+    return ptype
 
 
 def _page_encoding(lay: ParquetLayout, page: Page) -> tuple[int, int]:
@@ -172,7 +173,8 @@ def _encode_mini(lay: ParquetLayout, top: TopField, groups: list[pa.Array], null
         with pq.ParquetWriter(sink, schema, **kw) as writer:
             for arr in groups:
                 writer.write_table(pa.table([arr], schema=schema), row_group_size=max(1, len(arr)))
-        return sink.getvalue().to_pybytes()
+        written: bytes = sink.getvalue().to_pybytes()
+        return written
 
     try:
         data = write(kwargs)
@@ -218,12 +220,14 @@ def _dictionary_pays(lay: ParquetLayout, ch: Chunk) -> bool:
     dph = h.val(F.PH_DICTIONARY_PAGE_HEADER)
     if h.val(F.PH_TYPE) != F.DICTIONARY_PAGE or dph is None:
         return True
-    return 2 * dph.val(F.DICT_NUM_VALUES) <= ch.cmd.val(F.CMD_NUM_VALUES)
+    pays: bool = 2 * dph.val(F.DICT_NUM_VALUES) <= ch.cmd.val(F.CMD_NUM_VALUES)
+    return pays
 
 
 def _dictionary_size(lay: ParquetLayout, ch: Chunk) -> int:
     h, _ = lay.page_header(ch.start)
-    return h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_NUM_VALUES)
+    entries: int = h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_NUM_VALUES)
+    return entries
 
 
 _FIXED_WIDTH = {F.INT32: 4, F.INT64: 8, F.FLOAT: 4, F.DOUBLE: 8}
@@ -384,8 +388,10 @@ def _encode_runs(lay: ParquetLayout, top: TopField, runs: list[pa.Array], nullab
                         encoding=encoding)
     out = []
     for values, (mch,) in zip(runs, mini.chunks):
-        first = next((i for i, p in enumerate(mch.pages) if p.first_row >= skip), None)
-        if first is None or mch.pages[first].first_row != skip:
+        # pyarrow wrote an OffsetIndex (write_page_index): the pages' first rows are its array, as ints
+        first_rows: list[int] = mch.page_arrays[2].tolist()
+        first = next((i for i, row in enumerate(first_rows) if row >= skip), None)
+        if first is None or first_rows[first] != skip:
             return None
         real = mch.pages[first:]
         counts: dict[tuple[int, int], int] = {}
@@ -394,7 +400,7 @@ def _encode_runs(lay: ParquetLayout, top: TopField, runs: list[pa.Array], nullab
             key = _stats_key(*_page_encoding(mini.lay, p))
             counts[key] = counts.get(key, 0) + 1
             num_values += _page_num_values(mini.lay, p)
-            unc += p.header_size + p.header.val(F.PH_UNCOMPRESSED_SIZE)
+            unc += p.header_size + mini.lay.ensure_header(p).val(F.PH_UNCOMPRESSED_SIZE)  # read above: no I/O
         dict_page = None
         if dictionary is not None:
             if any(k[1] not in (F.PLAIN_DICTIONARY, F.RLE_DICTIONARY) for k in counts) or mch.prefix_end == mch.start:
@@ -416,7 +422,7 @@ def _encode_runs(lay: ParquetLayout, top: TopField, runs: list[pa.Array], nullab
         mci = mini.lay.page_bounds(mch.cc)
         out.append(_Encoded(
             data=bytes(mini.lay.buf[base:mch.end]),
-            pages=[(p.offset - base, p.size, p.first_row - skip) for p in real],
+            pages=[(p.offset - base, p.size, row - skip) for p, row in zip(real, first_rows[first:])],
             rows=len(values), num_values=num_values, uncompressed=unc, null_count=values.null_count,
             stats=mch.cmd.val(F.CMD_STATISTICS), page_encodings=counts,
             encodings=list(mch.cmd.val(F.CMD_ENCODINGS).items),

@@ -16,10 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from partialcow.exceptions import ParquetRewriteError
 from partialcow.parquet import _format as F
 from partialcow.parquet._changes import _changed_mask, _Changes, _patch
 from partialcow.parquet._column_index import PageBounds, encode_column_index
-from partialcow.parquet._layout import Chunk, ParquetLayout, TopField, _max_page_rows, _pages_holding, sort_key_fn
+from partialcow.parquet._layout import Chunk, Leaf, ParquetLayout, TopField, _max_page_rows, _pages_holding, sort_key_fn
 from partialcow.parquet._output import (
     _bloom_bytes,
     _boundary_order,
@@ -72,7 +73,14 @@ class _Task:
     """A chunk rewrite to run later, possibly in another thread: ``fn(rewriter, *args)``."""
 
     fn: Callable[..., _ChunkOut | list[_ChunkOut]]
-    args: tuple
+    args: tuple[Any, ...]
+
+
+def _values(vals: pa.Array | None) -> pa.Array:
+    """The new values of updated rows: None only comes with no updated rows, so here it is a bug."""
+    if vals is None:
+        raise ParquetRewriteError("updated rows came without their new values")
+    return vals
 
 
 class _Rewriter:
@@ -99,9 +107,9 @@ class _Rewriter:
         lo, hi = np.searchsorted(self.ch.del_pos, [rg_start, rg_start + nrows])
         dels = self.ch.del_pos[lo:hi] - rg_start
         if dels.size == nrows:
-            for leaf in lay.leaves:
-                self.stats.pages_total += lay.page_count(rg, leaf.index)
-                self.stats.pages_rewritten += lay.page_count(rg, leaf.index)
+            for dropped in lay.leaves:
+                self.stats.pages_total += lay.page_count(rg, dropped.index)
+                self.stats.pages_rewritten += lay.page_count(rg, dropped.index)
             return None  # every row deleted: drop the row group
         ulo, uhi = np.searchsorted(self.ch.upd_pos, [rg_start, rg_start + nrows])
         outs: list[_ChunkOut | _Task] = []
@@ -205,7 +213,7 @@ class _Rewriter:
         if ups.size and not compared:
             mask = _changed_mask(old.take(pa.array(ups)), vals)
             changed = ups[mask]
-            vals = vals.filter(pa.array(mask))
+            vals = _values(vals).filter(pa.array(mask))
             self._record_changes(top, rg, rg_start, changed)
         if not changed.size and not dels.size:
             outs = []
@@ -240,7 +248,9 @@ class _Rewriter:
                    if cmd.val(fid) is not None}
             locs = ci = None
             if F.CC_OFFSET_INDEX_OFFSET in ch.cc:
-                locs = [(p.offset - mch.start, p.size, p.first_row) for p in mch.pages]
+                # pages of the mini file have an OffsetIndex: (offset, size, first row) from its arrays
+                offsets, sizes, first_rows = (a.tolist() for a in mch.page_arrays)
+                locs = [(o - mch.start, s, r) for o, s, r in zip(offsets, sizes, first_rows)]
                 if F.CC_COLUMN_INDEX_OFFSET in ch.cc:
                     ci = mini.lay.column_index_bytes(mch.cc)
             bloom = _bloom_bytes(lay, ch.cmd)
@@ -280,7 +290,7 @@ class _Rewriter:
         # decode candidate runs, find rows whose value really changes
         decoded: list[tuple[int, int, int, pa.Array]] = []  # (first page, last page, first row, values)
         changed_parts, vals_parts = [], []
-        bounds = [(ch.pages[a].first_row, ch.page_rows(b)[1]) for a, b in runs]
+        bounds = [(ch.page_rows(a)[0], ch.page_rows(b)[1]) for a, b in runs]  # the caller checked rows_known
         if whole:
             every = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
         else:  # all runs' pages in one sub-file (pages are self-contained): one decode, sliced per run
@@ -294,7 +304,7 @@ class _Rewriter:
             lo, hi = np.searchsorted(ups, [r0, r1])
             if hi > lo:
                 rows = ups[lo:hi]
-                v = vals.slice(lo, hi - lo)
+                v = _values(vals).slice(lo, hi - lo)
                 mask = _changed_mask(arr.take(pa.array(rows - r0)), v)
                 changed_parts.append(rows[mask])
                 vals_parts.append(v.filter(pa.array(mask)))
@@ -311,8 +321,9 @@ class _Rewriter:
                                         compared=True)[0]
         return self._splice(top, ch, leaf, decoded, touched, changed, new_vals, dels, rg_start)
 
-    def _splice(self, top: TopField, ch: Chunk, leaf: Any, decoded: list, touched: np.ndarray, changed: np.ndarray,
-                new_vals: pa.Array | None, dels: np.ndarray, rg_start: int) -> _ChunkOut:
+    def _splice(self, top: TopField, ch: Chunk, leaf: Leaf, decoded: list[tuple[int, int, int, pa.Array]],
+                touched: np.ndarray, changed: np.ndarray, new_vals: pa.Array | None, dels: np.ndarray,
+                rg_start: int) -> _ChunkOut:
         lay = self.lay
         setup = self._chunk_setup(ch)
         if setup["codec"] not in _CODEC_TO_ARROW:  # pages of a chunk share its codec: re-encode the chunk
@@ -337,14 +348,14 @@ class _Rewriter:
         patched: list[pa.Array] = []
         removed_nulls = 0
         for a, b in subruns:
-            r0, r1 = ch.pages[a].first_row, ch.page_rows(b)[1]
+            r0, r1 = ch.page_rows(a)[0], ch.page_rows(b)[1]
             _da, _db, dr0, arr = next(d for d in decoded if d[0] <= a and b <= d[1])
             old = arr.slice(r0 - dr0, r1 - r0)
             removed_nulls += old.null_count
             ulo, uhi = np.searchsorted(changed, [r0, r1])
             dlo, dhi = np.searchsorted(dels, [r0, r1])
-            patched.append(_patch(old, r0, changed[ulo:uhi], new_vals.slice(ulo, uhi - ulo) if uhi > ulo else None,
-                                  dels[dlo:dhi]))
+            patched.append(_patch(old, r0, changed[ulo:uhi],
+                                  _values(new_vals).slice(ulo, uhi - ulo) if uhi > ulo else None, dels[dlo:dhi]))
         # Dictionary-encoded pages are replaced by dictionary-encoded pages over the same dictionary, extended with
         # new values at its end (old pages' indices stay valid): Spark's vectorized reader cannot read a PLAIN page
         # followed by a dictionary-encoded one, the pattern a PLAIN patch in the middle of a chunk would create.
@@ -360,7 +371,7 @@ class _Rewriter:
             in_dict_runs = np.zeros(changed.size, dtype=bool)
             for a, b in subruns:
                 if dict_pages[a]:
-                    lo, hi = np.searchsorted(changed, [ch.pages[a].first_row, ch.page_rows(b)[1]])
+                    lo, hi = np.searchsorted(changed, [ch.page_rows(a)[0], ch.page_rows(b)[1]])
                     in_dict_runs[lo:hi] = True
             # One run: pyarrow appends the values the dictionary lacks itself (see _encode_runs), no search
             # needed. Not for floats: pyarrow may merge NaN payloads the dictionary keeps apart, and a merge
@@ -368,7 +379,7 @@ class _Rewriter:
             extend = (sum(1 for (a, _), p in zip(subruns, patched) if dict_pages[a] and len(p)) == 1
                       and not pa.types.is_floating(dictionary.type))
             if in_dict_runs.any() and not extend:
-                fresh = pc.unique(new_vals.filter(pa.array(in_dict_runs)).drop_null())
+                fresh = pc.unique(_values(new_vals).filter(pa.array(in_dict_runs)).drop_null())
                 # hash the few new values and scan the dictionary, not the other way round: a dictionary can hold
                 # a whole chunk's distinct values, and hashing it cost more than the rest of a small patch
                 known = dictionary.filter(pc.is_in(dictionary, value_set=fresh.cast(dictionary.type)))
@@ -388,10 +399,10 @@ class _Rewriter:
                 old = _decode_pages(lay, top, ch.rg, None, ch.num_rows)
                 return self._reencode_field(top, [ch], old, changed, new_vals, dels, rg_start,
                                             "dictionary could not be extended", compared=True)[0]
-            for (a, _), enc in zip(todo, encs):
-                if enc.dict_page is not None:
-                    new_dict_page = new_dict_page or enc.dict_page
-                encoded[a] = enc
+            for (a, _), run in zip(todo, encs):
+                if run.dict_page is not None:
+                    new_dict_page = new_dict_page or run.dict_page
+                encoded[a] = run
         subrun_end = {a: b for a, b in subruns}
         subrun_starts = sorted(subrun_end)
         patched_at = {a: new for (a, _), new in zip(subruns, patched)}
@@ -438,7 +449,7 @@ class _Rewriter:
                     self.stats.pages_rewritten += 1
                 enc = encoded[i]
                 if enc is not None:
-                    new_first = ch.pages[i].first_row - int(deleted_before[i])
+                    new_first = int(first_rows[i]) - int(deleted_before[i])
                     run_samples.append(run_pages(pos, enc.pages, patched_at[i]))
                     pieces.append(("data", enc.data, len(enc.data)))
                     self.stats.bytes_reencoded += len(enc.data)
@@ -463,7 +474,7 @@ class _Rewriter:
             pieces.append(("copy", start, end - start))
             loc_blocks.append(np.column_stack([pos - start + offsets[i:j + 1], sizes[i:j + 1],
                                                first_rows[i:j + 1] - deleted_before[i:j + 1]]))
-            if ci_parts is not None:
+            if ci_parts is not None and src_ci is not None:  # ci_parts is None whenever src_ci is
                 ci_parts.append(src_ci.slice(i, j + 1))
             self.stats.pages_copied += j - i + 1
             self.stats.bytes_copied += end - start
@@ -476,9 +487,9 @@ class _Rewriter:
         cmd.put(F.CMD_NUM_VALUES, T_I64, num_values)
         cmd.put(F.CMD_TOTAL_COMPRESSED_SIZE, T_I64, pos)
         cmd.put(F.CMD_TOTAL_UNCOMPRESSED_SIZE, T_I64, unc)
-        encs = list(cmd.val(F.CMD_ENCODINGS).items)
-        encs += [e for e in dict.fromkeys(new_encodings) if e not in encs]
-        cmd.put(F.CMD_ENCODINGS, T_LIST, TList(T_I32, encs))
+        encodings = list(cmd.val(F.CMD_ENCODINGS).items)
+        encodings += [e for e in dict.fromkeys(new_encodings) if e not in encodings]
+        cmd.put(F.CMD_ENCODINGS, T_LIST, TList(T_I32, encodings))
         if F.CMD_ENCODING_STATS in cmd:
             entries = []
             seen = set()
@@ -529,8 +540,9 @@ class _Rewriter:
         rel = _page_offsets(cmd, ch.start, ch.dictionary_page, first_data)
         ci = None
         if ci_parts is not None and want_oi:
-            bounds = PageBounds.concat(ci_parts)
-            bounds.boundary_order = _boundary_order(key, bounds.null_pages.tolist(), bounds.mins, bounds.maxs)
-            ci = encode_column_index(bounds)
+            page_bounds = PageBounds.concat(ci_parts)
+            page_bounds.boundary_order = _boundary_order(key, page_bounds.null_pages.tolist(), page_bounds.mins,
+                                                         page_bounds.maxs)
+            ci = encode_column_index(page_bounds)
         return _ChunkOut(ch.leaf, ch.cc, cmd, pieces, pos, rel, locs if want_oi else None, ci, bloom, ch.start,
                          _Expected(top.index, pages=sample_runs(run_samples)))

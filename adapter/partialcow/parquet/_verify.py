@@ -229,7 +229,7 @@ def _check_pages(out: ParquetLayout, w: _Written) -> _Walked:
         raise _Failed(f"the data pages hold {sum(values)} values but num_values is {cmd.val(F.CMD_NUM_VALUES)}")
     rg_rows = out.rg_rows(rg)
     if all(p[4] is not None for p in data):
-        rows: list[int] | None = [p[4] for p in data]
+        rows: list[int] | None = [p[4] for p in data if p[4] is not None]  # the filter only narrows the type
     elif leaf.max_rep == 0:
         rows = values  # a flat column holds one value (or null) per row
     else:
@@ -255,6 +255,8 @@ def _check_offset_index(out: ParquetLayout, cc: TStruct, walked: _Walked, rg_row
         locs = out.page_locations(cc)
     except Exception as exc:
         raise _Failed(f"the OffsetIndex does not decode ({exc})") from exc
+    if locs is None:  # the caller checks that the chunk has one
+        raise _Failed("the OffsetIndex is missing")
     offsets, sizes = walked.offsets, walked.sizes
     if len(locs) != len(offsets) or not np.array_equal(locs.offsets, offsets) or not np.array_equal(locs.sizes, sizes):
         n = min(len(locs), len(offsets))

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -255,7 +255,7 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
                           deletion_vector=json.dumps(vectors[paths[i]]) if paths[i] in vectors else None,
                           table_root=local_path(table.source.location)) for i in ids]
         tasks += [FileTask(src=None, fragments=located.insert_fragments, part=p, parts=parts) for p in range(parts)]
-        results: list[dict] = []
+        results: list[dict[str, Any]] = []
         if tasks:
             insert_schema = table.file_schema(table_schema)
             job = partial(
@@ -331,7 +331,7 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
         vectors = table.deletion_vectors(base_version) if len(ids) else {}
         root = local_path(table.source.location)
 
-        def rewrite(item: tuple[int, int, int]) -> dict:
+        def rewrite(item: tuple[int, int, int]) -> dict[str, Any]:
             file_id, start, size = item
             vector = vectors.get(paths[file_id])
             report = rewrite_changed_file(paths[file_id], located.slice(start, size), update_columns=value_columns,
@@ -341,7 +341,7 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
                                           dropped=deleted_positions(vector, root) if vector is not None else None)
             return {"kind": "rewrite", **report}
 
-        def insert(part: pa.Table) -> list[dict]:
+        def insert(part: pa.Table) -> list[dict[str, Any]]:
             out = []
             for written in write_partition(iter(part.to_batches()), schema=insert_schema, data_dir=table.data_dir,
                                            file_prefix=prefix):
