@@ -23,7 +23,10 @@ plus removal of the files the rolled-back write left; Delta: the table folder re
   ``unique_key``) runs on Iceberg, ``MERGE ... WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *``, issued
   through Spark directly (not through dbt); dbt-spark's merge cannot delete, so it has no ``d_deletes`` row;
 - ``delta_rs``: ``deltalake.DeltaTable.merge(...).execute()`` on a Delta table written by ``write_deltalake``;
-- ``delta_spark``: skipped (no delta-spark jar offline);
+- with ``--format delta`` (a session with delta-spark in its catalog, jars from ``../shared/jars``), instead:
+  ``delta_spark_cow`` / ``delta_spark_dv``: delta-spark's ``MERGE INTO`` on a table it wrote (CTAS) with deletion
+  vectors off / on; ``delta_rs``; ``partialcow_delta`` on a table ``create_table`` wrote, committed through
+  delta-spark; every Delta table scanned by delta-spark (deletion vectors applied);
 - ``partialcow_iceberg``: ``apply_changes`` on an Iceberg table created by ``create_table`` (the product's layout);
 - ``partialcow_delta``: ``apply_changes`` on the same Delta table the ``delta_rs`` contender starts from.
 
@@ -79,9 +82,12 @@ QUICK_SIZES = (0.01, 0.1)
 DELETE_SIZES = (0.001, 0.01)
 QUICK_DELETE_SIZES = (0.01,)
 CONTENDERS = (
-    "iceberg_cow", "iceberg_mor", "dbt_spark_merge", "delta_rs", "delta_spark", "partialcow_iceberg", "partialcow_delta",
+    "iceberg_cow", "iceberg_mor", "dbt_spark_merge", "delta_rs", "partialcow_iceberg", "partialcow_delta",
 )
-BASELINE = "iceberg_cow"
+DELTA_CONTENDERS = ("delta_spark_cow", "delta_spark_dv", "delta_rs", "partialcow_delta")
+ORDER = tuple(dict.fromkeys(CONTENDERS + DELTA_CONTENDERS))  # one colour and row order per contender
+# `×CoW`: each session format's copy-on-write MERGE
+BASELINES = {"iceberg": "iceberg_cow", "delta": "delta_spark_cow"}
 SIZE_PRIORITY = {0.01: 0, 0.001: 0, 0.1: 1, 0.05: 2, 0.3: 3, 0.5: 4}
 NAMESPACE = "upsert_bench"
 BATCH_ROW_GROUP_ROWS = 256 * 1024
@@ -506,7 +512,104 @@ class PartialCowDelta(DeltaContender):
         record_ours(result, apply_ours(self.spark, open_table(self.spark, str(self.path), table_format="delta"), case))
 
 
+class DeltaSparkContender(DeltaContender):
+    """With ``--format delta`` (a session with delta-spark in its catalog): every Delta table is read by delta-spark,
+    so deletion vectors count; a table is reset by restoring its folder and dropping delta-spark's cached log state
+    (then rebuilt, untimed, so no contender pays a cold state reconstruction in its write)."""
+
+    def scan_relation(self) -> str:
+        return f"delta.`{self.path}`"
+
+    def reset(self) -> None:
+        super().reset()
+        self.spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # noqa: SLF001
+        self.spark.sql(f"SELECT count(*) FROM delta.`{self.path}` WHERE false").collect()
+
+    def _history(self) -> dict[str, Any]:
+        row = self.spark.sql(f"DESCRIBE HISTORY delta.`{self.path}` LIMIT 1").first()
+        return {"version": int(row["version"]), "metrics": dict(row["operationMetrics"] or {})}
+
+    def before(self) -> None:
+        self.version_before = self._history()["version"]
+
+    def after(self, case: Case, result: Result) -> None:
+        history = self._history()
+        if history["version"] == self.version_before:
+            result.bytes_written, result.files_rewritten, result.files_added = 0, 0, 0
+            return
+        get = lambda *keys: sum(int(history["metrics"].get(k, 0)) for k in keys)  # noqa: E731
+        result.bytes_written = get("numTargetBytesAdded", "numAddedBytes")
+        result.files_rewritten = get("numTargetFilesRemoved", "numRemovedFiles")
+        result.files_added = get("numTargetFilesAdded", "numAddedFiles")
+        result.extra["deletion_vectors_added"] = get("numTargetDeletionVectorsAdded", "numDeletionVectorsAdded")
+
+
+class DeltaSparkMerge(DeltaSparkContender):
+    """delta-spark's ``MERGE INTO`` on a table it wrote (CTAS), copy-on-write: deletion vectors off."""
+
+    name = "delta_spark_cow"
+    deletion_vectors = "false"
+
+    def load(self) -> None:
+        for folder in (self.path, self.pristine):
+            shutil.rmtree(folder, ignore_errors=True)
+        self.spark.sql(
+            f"CREATE TABLE delta.`{self.path}` USING delta TBLPROPERTIES "
+            f"('delta.enableDeletionVectors' = '{self.deletion_vectors}') AS SELECT * FROM parquet.`{self.base_path}`")
+        shutil.copytree(self.path, self.pristine)
+
+    def upsert(self, case: Case, result: Result) -> None:
+        on = " AND ".join(f"t.{k} = s.{k}" for k in KEYS)
+        source, target = f"parquet.`{case.path}`", f"delta.`{self.path}`"
+        if case.is_delete:
+            self.spark.sql(f"MERGE INTO {target} t USING {source} s ON {on} WHEN MATCHED THEN DELETE")
+            return
+        sets = ", ".join(f"t.{c} = s.{c}" for c in case.columns)
+        self.spark.sql(f"MERGE INTO {target} t USING {source} s ON {on} WHEN MATCHED THEN UPDATE SET {sets} "
+                       "WHEN NOT MATCHED THEN INSERT *")
+
+
+class DeltaSparkMergeDV(DeltaSparkMerge):
+    """The same MERGE with deletion vectors on (merge-on-read for the changed rows' old versions)."""
+
+    name = "delta_spark_dv"
+    deletion_vectors = "true"
+
+
+class PartialCowDeltaSpark(DeltaSparkContender):
+    """``apply_changes`` on a Delta table ``create_table`` wrote in a Delta session (committed by delta-spark's
+    transaction API), as a ``partial_cow_incremental`` model on a Delta profile does."""
+
+    name = "partialcow_delta"
+    # we write no deletion vectors: delta-rs lists the files each write added and removed
+    before = DeltaContender.before
+    after = DeltaContender.after
+
+    def load(self) -> None:
+        from partialcow.spark.changes import ChangeSpec, create_table
+
+        for folder in (self.path, self.pristine):
+            shutil.rmtree(folder, ignore_errors=True)
+        self.spark.sql(f"DROP TABLE IF EXISTS {NAMESPACE}.{self.name}")
+        create_table(self.spark, f"{NAMESPACE}.{self.name}", self.spark.read.parquet(str(self.base_path)),
+                     ChangeSpec(key_columns=KEYS), table_format="delta")
+        from partialcow.spark.tables import local_path
+
+        location = self.spark.sql(f"DESCRIBE DETAIL {NAMESPACE}.{self.name}").first()["location"]
+        self.path = Path(local_path(str(location)))
+        self.pristine = self.work / f"{self.name}_pristine"
+        shutil.copytree(self.path, self.pristine)
+
+    def upsert(self, case: Case, result: Result) -> None:
+        from partialcow.spark.tables import open_table
+
+        table = open_table(self.spark, f"{NAMESPACE}.{self.name}", table_format="delta")
+        record_ours(result, apply_ours(self.spark, table, case))
+
+
 CLASSES = {c.name: c for c in (IcebergCow, IcebergMor, DbtSparkMerge, DeltaRs, PartialCowIceberg, PartialCowDelta)}
+# --format delta: a session whose catalog holds Delta (one session catalog holds one table format)
+DELTA_CLASSES = {c.name: c for c in (DeltaSparkMerge, DeltaSparkMergeDV, PartialCowDeltaSpark, DeltaRs)}
 
 
 def failure_text(exc: BaseException) -> str:
@@ -664,8 +767,8 @@ def _note(r: Result) -> str:
     return "; ".join(n for n in (written, r.note) if n)
 
 
-def markdown(results: list[Result], header: str) -> str:
-    base = {(r.pattern, r.size): r for r in results if r.contender == BASELINE}
+def markdown(results: list[Result], header: str, baseline: str = BASELINES["iceberg"]) -> str:
+    base = {(r.pattern, r.size): r for r in results if r.contender == baseline}
     lines = [header, ""]
     lines.append(
         "| pattern | size | keys | contender | write s | ×CoW | MB written | files rewritten | files added | Spark jobs "
@@ -673,7 +776,7 @@ def markdown(results: list[Result], header: str) -> str:
         "| MB copied | note |"
     )
     lines.append("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|")
-    for r in sorted(results, key=lambda r: (PATTERNS.index(r.pattern), r.size, CONTENDERS.index(r.contender))):
+    for r in sorted(results, key=lambda r: (PATTERNS.index(r.pattern), r.size, ORDER.index(r.contender))):
         b = base.get((r.pattern, r.size))
         lines.append(
             f"| {r.pattern} | {r.size:.1%} | {r.changed_rows:,} | {r.contender} | {_fmt(r.write_s)} "
@@ -696,12 +799,12 @@ def plot(results: list[Result], path: Path, title: str) -> None:
     patterns = [p for p in PATTERNS if any(r.pattern == p for r in results)]
     fig, axes = plt.subplots(1, len(patterns), figsize=(4.2 * len(patterns), 4), squeeze=False)
     for ax, pattern in zip(axes[0], patterns):
-        for contender in CONTENDERS:
+        for contender in ORDER:
             points = sorted((r.size, r.write_s) for r in results if r.pattern == pattern and r.contender == contender and r.write_s)
             if points:
                 # one colour per contender in every panel (a panel without some contender must not shift the rest)
                 ax.plot([p[0] * 100 for p in points], [p[1] for p in points], marker="o", label=contender,
-                        color=f"C{CONTENDERS.index(contender)}")
+                        color=f"C{ORDER.index(contender)}")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(pattern)
@@ -724,7 +827,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scale", type=int, default=1, help="TPC-DS scale factor (1 or 10)")
     parser.add_argument("--quick", action="store_true", help="sizes 1%% and 10%% (deletes 1%%), patterns a, b, d")
     parser.add_argument("--rows", type=int, help="use only the first ROWS rows of store_sales (development runs)")
-    parser.add_argument("--contenders", default=",".join(CONTENDERS), help="comma-separated subset of " + ",".join(CONTENDERS))
+    parser.add_argument("--format", choices=("iceberg", "delta"), default="iceberg",
+                        help="the session's table format: delta runs delta-spark's MERGE (copy-on-write and with "
+                             "deletion vectors), delta-rs and ours in a session with Delta in its catalog")
+    parser.add_argument("--contenders", help="comma-separated subset of " + ",".join(CONTENDERS)
+                        + " (--format delta: " + ",".join(DELTA_CONTENDERS) + ")")
     parser.add_argument("--patterns", help="comma-separated subset of " + ",".join(PATTERNS))
     parser.add_argument("--sizes", help="comma-separated fractions overriding the update sizes (e.g. 0.01,0.1)")
     parser.add_argument("--seed", type=int, default=5)
@@ -739,7 +846,9 @@ def main(argv: list[str] | None = None) -> None:
     version = code_version()  # at start: colleagues may commit while the run goes
     command = "PYTHONPATH=adapter python bench/upsert_bench.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
 
-    tag = f"sf{args.scale}" + ("_quick" if args.quick else "") + (f"_r{args.rows}" if args.rows else "")
+    classes = DELTA_CLASSES if args.format == "delta" else CLASSES
+    tag = (f"sf{args.scale}" + ("_delta" if args.format == "delta" else "") + ("_quick" if args.quick else "")
+           + (f"_r{args.rows}" if args.rows else ""))
     work = REPO / "bench" / "work" / f"upsert_{tag}"
     shutil.rmtree(work, ignore_errors=True)
     (work / "changes").mkdir(parents=True)
@@ -749,10 +858,10 @@ def main(argv: list[str] | None = None) -> None:
     patterns = args.patterns.split(",") if args.patterns else list(QUICK_PATTERNS if args.quick else PATTERNS)
     sizes = [float(s) for s in args.sizes.split(",")] if args.sizes else list(QUICK_SIZES if args.quick else SIZES)
     delete_sizes = list(QUICK_DELETE_SIZES if args.quick else DELETE_SIZES)
-    contenders = [c for c in args.contenders.split(",") if c]
+    contenders = [c for c in (args.contenders or ",".join(classes)).split(",") if c]
     for name in contenders:
-        if name not in CONTENDERS:
-            sys.exit(f"unknown contender {name!r}: choose from {', '.join(CONTENDERS)}")
+        if name not in classes:
+            sys.exit(f"unknown contender {name!r} with --format {args.format}: choose from {', '.join(classes)}")
     rng = np.random.default_rng(args.seed)
     cases = [
         make_case(base, p, s, rng, work / "changes")
@@ -765,7 +874,16 @@ def main(argv: list[str] | None = None) -> None:
 
     from partialcow.spark.session import get_or_create_session
 
-    spark = get_or_create_session(table_format="iceberg", warehouse=str(work / "warehouse"), master="local[2]")
+    jars: list[str] = []
+    if args.format == "delta":
+        sys.path.insert(0, str(REPO / "tests"))
+        from delta_env import delta_spark_jars
+
+        jars = list(delta_spark_jars())
+        if not jars:
+            sys.exit("--format delta needs the delta-spark jars (../shared/jars or PARTIALCOW_DELTA_JARS)")
+    spark = get_or_create_session(table_format=args.format, warehouse=str(work / "warehouse"), master="local[2]",
+                                  **({"delta_jars": jars} if jars else {}))
     spark.sparkContext.setLogLevel("ERROR")
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {NAMESPACE}")
     jobs = JobCounter(spark)
@@ -775,11 +893,7 @@ def main(argv: list[str] | None = None) -> None:
     loads: dict[str, str] = {}
     loaded: list[Contender] = []
     for name in contenders:
-        if name == "delta_spark":
-            print("delta_spark: skipped: no delta-spark jar", flush=True)
-            loads[name] = "skipped: no delta-spark jar"
-            continue
-        contender = CLASSES[name](spark, work, base_path)
+        contender = classes[name](spark, work, base_path)
         started = time.perf_counter()
         try:
             contender.load()
@@ -850,7 +964,8 @@ def report(
 ) -> None:
     header = "\n".join(
         [
-            f"# Upsert benchmark: TPC-DS store_sales SF{args.scale}" + (f" (first {args.rows:,} rows)" if args.rows else ""),
+            f"# Upsert benchmark: TPC-DS store_sales SF{args.scale}" + (f" (first {args.rows:,} rows)" if args.rows else "")
+            + (" on Delta, in a session with delta-spark" if args.format == "delta" else ""),
             "",
             f"Command: `{command}`",
             "",
@@ -865,13 +980,16 @@ def report(
             "",
             "Loads (not timed in the table): " + "; ".join(f"{k} {v}" for k, v in loads.items()),
             "",
-            "`×CoW` = time / iceberg_cow's time for the same batch (below 1 is faster). `MB written` = sum of the new "
+            f"`×CoW` = time / {BASELINES[args.format]}'s time for the same batch (below 1 is faster). `MB written` = "
+            "sum of the new "
             "data and delete files' sizes. `check` = both scans equal the plain-Parquet oracle. Our own metrics in "
-            "the last columns. `dbt_spark_merge` is dbt-spark's incremental merge statement run through Spark directly.",
+            "the last columns."
+            + (" `dbt_spark_merge` is dbt-spark's incremental merge statement run through Spark directly."
+               if args.format == "iceberg" else ""),
         ]
         + ([] if final else ["", "**Partial results: the run was still going when this file was written.**"])
     )
-    table = markdown(results, header)
+    table = markdown(results, header, BASELINES[args.format])
     if profile_text:
         table += "\n## Where apply_changes spends its time\n\n" + profile_text
     stem.with_suffix(".md").write_text(table)
