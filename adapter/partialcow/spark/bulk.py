@@ -28,6 +28,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
+from pyspark.accumulators import AccumulatorParam
 
 from partialcow.exceptions import CommitStateUnknownError, ConfigurationError, DuplicateKeyError
 from partialcow.faults import checkpoint
@@ -96,9 +97,10 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
             checkpoint("leased")
             prefix = f"pcow-{lease.write_id}-"
             key_ddl = ", ".join(f"{quote_identifier(c)} {t}" for c, t in zip(spec.key_columns, key_types))
+            file_rows = spark.sparkContext.accumulator({}, _FileRows())
             job = partial(_write_partition, key_columns=list(spec.key_columns), values=values,
                           schema=target.file_schema, data_dir=target.data_dir, prefix=prefix,
-                          spec=spec, emit_deletes=spec.sequence_column is None)
+                          spec=spec, emit_deletes=spec.sequence_column is None, file_rows=file_rows)
             written: list[str] = []
             try:
                 with clock("write"):
@@ -107,8 +109,8 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
                 checkpoint("rewritten")
                 with clock("index"):
                     store = IndexStore(target.location)
-                    per_file = {r[_FILE_ID]: r["count"] for r in entries.groupBy(_FILE_ID).count().collect()
-                                if r[_FILE_ID] >= 0}
+                    # the tasks' own counts (an accumulator): counting the entries again would be another job
+                    per_file = dict(file_rows.value)
                     written = [os.path.join(target.data_dir, _file_name(prefix, i)) for i in sorted(per_file)]
                     rows = sum(per_file.values())
                     n, buckets = _write_index(spark, store, spec, name, entries, rows)
@@ -306,10 +308,30 @@ def _own_files(data_dir: str, prefix: str) -> list[str]:
     return [os.path.join(data_dir, f) for f in os.listdir(data_dir) if f.startswith(prefix)]
 
 
+class _FileRows(AccumulatorParam[dict[int, int]]):
+    """Rows per written data file id, added by the writing tasks. Merged by maximum, not sum: a task that runs again
+    (a retry, a lost executor's partition computed anew) writes the same files with the same rows under the same
+    ids, and Spark may then apply both attempts' updates. A failed attempt's updates are never applied.
+
+    >>> p = _FileRows()
+    >>> p.addInPlace(p.addInPlace(p.zero({}), {3: 10}), {3: 10, 4: 2})
+    {3: 10, 4: 2}
+    """
+
+    def zero(self, value: dict[int, int]) -> dict[int, int]:
+        return {}
+
+    def addInPlace(self, value1: dict[int, int], value2: dict[int, int]) -> dict[int, int]:
+        for file_id, rows in value2.items():
+            value1[file_id] = max(value1.get(file_id, 0), rows)
+        return value1
+
+
 def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str], values: list[str],
                      schema: pa.Schema, data_dir: str, prefix: str, spec: ChangeSpec,
-                     emit_deletes: bool) -> Iterator[pa.RecordBatch]:
-    """Executor side: validate this task's rows, write the kept ones, yield each row's key, file id and position."""
+                     emit_deletes: bool, file_rows: Any = None) -> Iterator[pa.RecordBatch]:
+    """Executor side: validate this task's rows, write the kept ones, yield each row's key, file id and position;
+    each file's rows go to the ``file_rows`` accumulator."""
     import numpy as np
     import pyarrow.compute as pc
     from pyspark import TaskContext
@@ -329,6 +351,8 @@ def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str
         next_file += 1
         with open_writer(os.path.join(data_dir, _file_name(prefix, file_id)), schema) as writer:
             writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        if file_rows is not None:
+            file_rows.add({file_id: table.num_rows})
         keys = [table.column(c) for c in key_columns]
         yield pa.RecordBatch.from_arrays(
             [*(k.combine_chunks() for k in keys), pa.array(np.full(table.num_rows, file_id, np.int32)),
