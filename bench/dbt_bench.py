@@ -94,6 +94,7 @@ CONTENDERS = (
 )
 SNAPSHOTS = (
     Contender("snap_iceberg", "ours", "iceberg", "dbt snapshot (Iceberg, this adapter)", snapshot=True),
+    Contender("snap_ours_delta", "ours", "delta", "dbt snapshot (Delta, this adapter)", snapshot=True),
     Contender("snap_delta", "dbt_spark", "delta", "dbt snapshot (Delta, dbt-spark's merge)", snapshot=True),
 )
 BATCH_SQL = "select * from parquet.`{{ var('batch') }}`\n"
@@ -107,9 +108,11 @@ def model_sql(c: Contender) -> str:
         # Spark's planner out of a 2g driver heap (constraint propagation over the 24 columns' comparisons) on the
         # second run even at 20,000 rows: the two columns the batches change instead.
         key = "concat(" + ", '-', ".join(KEYS) + ")"
+        write = "partial_cow" if c.family == "ours" else "merge"
         return (
             f"{{% snapshot {c.name} %}}\n{{{{ config(target_schema='{SCHEMA}', unique_key=\"{key}\", strategy='check', "
-            f"check_cols={list(CDC_COLUMNS)!r}, file_format='{c.fmt}') }}}}\n{BATCH_SQL}{{% endsnapshot %}}\n"
+            f"check_cols={list(CDC_COLUMNS)!r}, file_format='{c.fmt}', snapshot_write='{write}') }}}}\n"
+            f"{BATCH_SQL}{{% endsnapshot %}}\n"
         )
     if c.family == "ours":
         config = f"materialized='partial_cow_incremental', {KEY_CONFIG}, op_column='{OP}', file_format='{c.fmt}'"
@@ -448,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
 
     jars = delta_jars()
     wanted = args.contenders.split(",") if args.contenders else [c.name for c in CONTENDERS]
-    known = {c.name: c for c in CONTENDERS}
+    known = {c.name: c for c in (*CONTENDERS, *SNAPSHOTS)}
     if any(w not in known for w in wanted):
         parser.error(f"unknown contender in {wanted}: choose from {', '.join(known)}")
     unavailable: dict[str, str] = {}
@@ -459,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
             unavailable[name] = "no delta-spark jars (set PARTIALCOW_DELTA_JARS or put them in ../shared/jars)"
         else:
             contenders.append(c)
-    if "snapshot" in kinds:
+    if "snapshot" in kinds and not any(c.snapshot for c in contenders):
+        # --snapshot alone: every snapshot contender (naming some in --contenders selects those)
         contenders += [s for s in SNAPSHOTS if s.fmt == "iceberg" or jars]
     if not contenders:
         parser.error("no contender can run")

@@ -197,12 +197,22 @@ def markdown(meta: dict[str, Any], steps: list[Step], contenders: list[Contender
         out.append("")
     snaps = [c for c in contenders if c.snapshot]
     if snaps:
+        # each of ours against dbt-spark's MERGE (Delta: the only format dbt-spark snapshots on this stack)
+        theirs = next((c for c in snaps if c.family == "dbt_spark"), None)
+        ours = [c for c in snaps if c.family == "ours"] if theirs else []
         out += ["## Snapshots (`dbt snapshot`, strategy='check' on the two changed columns)", "",
-                "| step | " + " | ".join(f"{c.label} model / process s" for c in snaps) + " |",
-                "|---|" + "---:|" * len(snaps)]
+                "| step | " + " | ".join(f"{c.label} model / process s" for c in snaps)
+                + "".join(f" | speed-up {c.name} vs {theirs.name} model / process" for c in ours if theirs) + " |",
+                "|---|" + "---:|" * (len(snaps) + len(ours))]
         for s in steps:
-            if s.kind == "snapshot":
-                out.append(f"| {s.label} | " + " | ".join(cell(by.get((s.name, c.name))) for c in snaps) + " |")
+            if s.kind != "snapshot":
+                continue
+            speeds = []
+            for c in ours:
+                oa, ob = by.get((s.name, c.name)), by.get((s.name, theirs.name)) if theirs else None
+                ok = oa is not None and ob is not None and oa.status == ob.status == "success"
+                speeds.append(f"{_x(ob.model_s, oa.model_s)} / {_x(ob.process_s, oa.process_s)}" if ok else "")  # type: ignore[union-attr]
+            out.append(f"| {s.label} | " + " | ".join([cell(by.get((s.name, c.name))) for c in snaps] + speeds) + " |")
         out.append("")
     segment_rows = []
     for c in contenders:

@@ -129,3 +129,31 @@ class TestWhatADeltaProfileRefuses:
 
         _, out = run_dbt_and_capture(["run-operation", "branch_create", "--args", "{name: dev}"], expect_pass=False)
         assert "branches are implemented for Iceberg tables" in out and "table_format: delta" in out, out[-2000:]
+
+
+SNAPSHOT = """
+{% snapshot snap %}
+{{ config(unique_key='id', strategy='check', check_cols=['v'], target_schema=schema) }}
+select * from values (1L, 10), (2L, 20) as t(id, v)
+{% endsnapshot %}
+"""
+
+
+class TestDeltaSnapshotPending:
+    @pytest.fixture(scope="class")
+    def snapshots(self):
+        return {"snap.sql": SNAPSHOT}
+
+    def test_a_first_snapshot_that_died_is_built_again(self, project, spark):
+        """A snapshot's Delta table left with the pending marker (its first run killed before the commit) is built
+        again by the next `dbt snapshot`, not treated as a snapshot holding the dead run's rows."""
+        name = f"{project.test_schema}.snap"
+        run_dbt(["snapshot"])
+        columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in spark.table(name).schema)
+        spark.sql(f"DROP TABLE {name}")
+        spark.sql(f"CREATE TABLE {name} ({columns}) USING delta TBLPROPERTIES ('partialcow.create-pending' = 'true')")
+        spark.sql(f"INSERT INTO {name} (id, v, dbt_scd_id) VALUES (99, 99, 'dead')")  # part of a dead run's rows
+        run_dbt(["snapshot"])
+        rows = spark.sql(f"SELECT id, v, dbt_valid_to IS NULL FROM {name}").collect()
+        assert sorted(tuple(r) for r in rows) == [(1, 10, True), (2, 20, True)]
+        assert "partialcow.create-pending" not in spark.sql(f"DESCRIBE DETAIL {name}").first()["properties"]
