@@ -7,6 +7,8 @@ below points at the same warehouse, so whichever starts first creates the sessio
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,16 @@ def spark(spark_warehouse: Path):
     from partialcow.spark.session import get_or_create_session
 
     return get_or_create_session(table_format="iceberg", warehouse=str(spark_warehouse), master="local[2]")
+
+
+@pytest.fixture(scope="module")
+def schema(spark) -> Iterator[str]:
+    """A fresh schema for the tests of one module, dropped with its tables afterwards (tests/delta_spark has its
+    own, per test)."""
+    name = f"pcow_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {name}")
+    yield name
+    spark.sql(f"drop schema {name} cascade")
 
 
 @pytest.fixture(scope="class")

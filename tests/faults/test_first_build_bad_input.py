@@ -8,7 +8,6 @@ import uuid
 from dataclasses import replace
 
 import pytest
-
 from partialcow.exceptions import PartialCowError
 from partialcow.spark.changes import create_table
 from tablestate import table_state
@@ -20,14 +19,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
 WRITE_TIME = ("null key", "duplicate keys without sequence_column", "tie on the latest sequence",
               "op code outside the configured ones", "null op code", "null sequence")
 FIRST_BUILD_CASES = [c for c in CASES if c[0] in WRITE_TIME]
-
-
-@pytest.fixture(scope="module")
-def schema(spark):
-    name = f"pcow_badfb_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {name}")
-    yield name
-    spark.sql(f"drop schema {name} cascade")
 
 
 def test_every_write_time_case_is_in_the_matrix():

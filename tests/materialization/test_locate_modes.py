@@ -37,14 +37,6 @@ def one_row_per_partition(spark, rows: list[tuple]):
             .select(F.element_at(F.array(*structs), (F.col("id") + 1).cast("int")).alias("r")).select("r.*"))
 
 
-@pytest.fixture(scope="module")
-def schema(spark):
-    name = f"pcow_modes_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {name}")
-    yield name
-    spark.sql(f"drop schema {name} cascade")
-
-
 def new_table(spark, schema: str) -> str:
     name = f"{schema}.t_{uuid.uuid4().hex[:8]}"
     create_table(spark, name, spark.createDataFrame(BASE, SCHEMA), SPEC)
