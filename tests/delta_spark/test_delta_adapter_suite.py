@@ -1,6 +1,7 @@
 """dbt's standard adapter tests (dbt-tests-adapter) on a ``table_format: delta`` profile: the classes the project
 runs on Iceberg (tests/functional/test_adapter_suite.py), plus snapshots: written by partial copy-on-write as on
-Iceberg, by dbt-spark's MERGE with ``snapshot_write='merge'``, and the hard-deletes cases comparing the two."""
+Iceberg, and the hard-deletes cases, which also write every snapshot by dbt-spark's MERGE
+(``snapshot_write='merge'``) and compare the two."""
 
 import re
 
@@ -100,13 +101,5 @@ class TestSnapshotTimestampDelta(BaseSnapshotTimestamp):
     pass
 
 
-class TestSnapshotCheckColsDeltaMerge(BaseSnapshotCheckCols):
-    """dbt-spark's own way of writing a Delta snapshot, still offered."""
-
-    @pytest.fixture(scope="class")
-    def project_config_update(self):
-        return {"name": "snapshot_strategy_check_cols", "snapshots": {"+snapshot_write": "merge"}}
-
-
 class TestSnapshotHardDeletesDelta(HardDeletes):
-    pass
+    source_format = "delta"
