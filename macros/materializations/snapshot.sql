@@ -3,7 +3,9 @@
     copy-on-write (adapter.partialcow_snapshot_apply): only the pages holding the closed rows' dbt_valid_to are
     re-encoded, the new versions are appended, in one commit; the first run writes the table with our Parquet layout
     and row index (keyed by dbt_scd_id). dbt's own macros build the rows (strategies, staging query, hard_deletes),
-    as dbt-spark's materialization does; snapshot_write='merge' takes dbt-spark's MERGE instead.
+    as dbt-spark's materialization does; snapshot_write='merge' takes dbt-spark's MERGE instead. Before dbt's
+    staging query, partial_cow narrows a check or timestamp run to the records that can have changed (one join of
+    keys and fingerprints, adapter.partialcow_snapshot_narrow): dbt's query then joins those only.
 
     dbt-spark stages an Iceberg snapshot in a permanent view in the current database (schema none); ours is a
     temporary view of the session, so nothing is left in the metastore and snapshots of the same name in two
@@ -74,7 +76,18 @@
   {%- else -%}
 
     {{ adapter.assert_valid_snapshot_target_given_strategy(target_relation, columns, strategy) }}
-    {%- set staging_sql = snapshot_staging_table(strategy, sql, target_relation) -%}
+    {%- set view_prefix = model.schema ~ '__' ~ target_table ~ '__pcow_snapshot' -%}
+    {%- set narrow_views = {'keys': view_prefix ~ '_keys', 'target': view_prefix ~ '_current'} -%}
+    {%- if partial_cow and adapter.partialcow_snapshot_narrow(target_relation, sql, strategy_name, strategy, columns,
+                                                              config.get('dbt_valid_to_current'), narrow_views) -%}
+      {#-- dbt's staging query over the records that can have changed only (snapshot_narrow.py) --#}
+      {%- set staging_sql = snapshot_staging_table(
+            strategy, adapter.partialcow_snapshot_narrowed_source(target_relation),
+            api.Relation.create(identifier=narrow_views.target, schema=none, database=none, type='view')) -%}
+    {%- else -%}
+      {%- set narrow_views = {} -%}
+      {%- set staging_sql = snapshot_staging_table(strategy, sql, target_relation) -%}
+    {%- endif -%}
     {{ check_time_data_types(staging_sql) }}
     {%- set staging_table = api.Relation.create(
           identifier=model.schema ~ '__' ~ target_table ~ '__pcow_snapshot', schema=none, database=none, type='view') -%}
@@ -122,6 +135,11 @@
     {%- call statement('drop_snapshot_staging_relation') -%}
       drop view if exists {{ staging_table }}
     {%- endcall -%}
+    {%- for view in narrow_views.values() -%}
+      {%- call statement('drop_snapshot_narrowing_view') -%}
+        drop view if exists {{ view }}
+      {%- endcall -%}
+    {%- endfor -%}
   {%- endif -%}
 
   {{ run_hooks(post_hooks, inside_transaction=False) }}

@@ -16,12 +16,15 @@ from typing import Any
 
 from dbt.adapters.base import available
 from dbt.adapters.base.meta import AdapterMeta
+from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 
 from partialcow.exceptions import PartialCowError
 from partialcow.metrics import PhaseClock, WriteMetrics
 
 __all__ = ["CHANGE_TYPE", "SnapshotMixin", "snapshot_spec"]
+
+_LOGGER = AdapterLogger("partialcow")
 
 # dbt's staging column with the kind of each row (dbt-adapters' snapshot_staging_table)
 CHANGE_TYPE = "dbt_change_type"
@@ -64,6 +67,10 @@ def _pinned(frame: Any) -> Any:
 class SnapshotMixin(metaclass=AdapterMeta):
     """``@available`` methods of the snapshot materialization (mixed into ``PartialcowAdapter``)."""
 
+    # per snapshot (schema.name): the narrowing's phase times (reported with the write's) and narrowed source query
+    _snapshot_phases: dict[str, dict[str, int]] = {}
+    _snapshot_narrowed_sql: dict[str, str] = {}
+
     def _snapshot_spark(self) -> Any:
         from partialcow.commit.java import bind_to_current_thread
 
@@ -77,6 +84,45 @@ class SnapshotMixin(metaclass=AdapterMeta):
 
         return bool(relation.is_delta) and create_pending(self._snapshot_spark(),
                                                           f"{relation.schema}.{relation.identifier}")
+
+    @available
+    def partialcow_snapshot_narrow(self, relation: Any, source_sql: str, strategy_name: str,
+                                   strategy: Mapping[str, Any], columns: Mapping[str, str],
+                                   valid_to_current: str | None, views: Mapping[str, str]) -> bool:
+        """Cut a later run's inputs to the records that can have changed (see ``snapshot_narrow``): creates the
+        temporary views ``views['keys']`` (the candidate keys, computed once) and ``views['target']`` (the snapshot's
+        rows of those records) and returns True; or returns False, logging why, and dbt's query reads everything."""
+        from partialcow.dbt_adapter import snapshot_narrow as narrow
+        from partialcow.index.sources import quote_identifier
+
+        spark = self._snapshot_spark()
+        name = f"{relation.schema}.{relation.identifier}"
+        source = spark.sql(source_sql)
+        target_columns = spark.table(quote_identifier(name)).columns
+        plan, why = narrow.plan_narrowing(
+            strategy_name=strategy_name, unique_key=strategy["unique_key"], source_columns=source.columns,
+            source_types=[t for _, t in source.dtypes], target_columns=target_columns, meta_columns=dict(columns),
+            updated_at=strategy.get("updated_at"), valid_to_current=valid_to_current)
+        if plan is None:
+            _LOGGER.info(f"snapshot {name}: dbt's staging query reads every record ({why})")
+            return False
+        clock = PhaseClock()
+        with clock("narrow"):
+            keys = spark.sql(narrow.candidate_keys_sql(plan, source_sql, quote_identifier(name)))
+            keys = keys.localCheckpoint(eager=True)
+            keys.createOrReplaceTempView(views["keys"])
+            spark.sql(f"create or replace temporary view {quote_identifier(views['target'])} as "
+                      + narrow.narrowed_target_sql(plan, quote_identifier(name), target_columns,
+                                                   quote_identifier(views["keys"])))
+        self._snapshot_phases[name] = clock.ms
+        self._snapshot_narrowed_sql[name] = narrow.narrowed_source_sql(plan, source_sql, quote_identifier(views["keys"]))
+        _LOGGER.info(f"snapshot {name}: {keys.count()} candidate records for dbt's staging query")
+        return True
+
+    @available
+    def partialcow_snapshot_narrowed_source(self, relation: Any) -> str:
+        """The source query of the last ``partialcow_snapshot_narrow`` of ``relation``, cut to the candidates."""
+        return self._snapshot_narrowed_sql.pop(f"{relation.schema}.{relation.identifier}")
 
     @available
     def partialcow_snapshot_create(self, relation: Any, build_sql: str, columns: Mapping[str, str],
@@ -114,6 +160,7 @@ class SnapshotMixin(metaclass=AdapterMeta):
             batch = staged.select(*[quote_identifier(c) for c in table_columns if c in staged.columns],
                                   quote_identifier(CHANGE_TYPE))
             clock = PhaseClock()
+            clock.ms.update(self._snapshot_phases.pop(name, {}))
             with clock("dbt_query"):
                 rows = _pinned(batch)
             return _with_phases(clock, apply_changes(spark, open_table(spark, name, table_format=file_format), rows,

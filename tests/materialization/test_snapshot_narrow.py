@@ -1,0 +1,118 @@
+"""The narrowing of a snapshot run (``partialcow/dbt_adapter/snapshot_narrow.py``), case by case on Spark: which
+records reach dbt's staging query. The dbt-level proof that narrowed runs write what dbt-spark's full query writes is
+in ``tests/functional/snapshot_cases.py`` (partial copy-on-write against ``snapshot_write='merge'``) and dbt's own
+snapshot suites, which all run narrowed."""
+
+from __future__ import annotations
+
+import pytest
+
+from partialcow.dbt_adapter.snapshot_narrow import (
+    candidate_keys_sql,
+    narrowed_source_sql,
+    narrowed_target_sql,
+    plan_narrowing,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
+
+META = {"dbt_valid_to": "dbt_valid_to", "dbt_valid_from": "dbt_valid_from", "dbt_is_deleted": "dbt_is_deleted"}
+T0, T1 = "timestamp'2026-01-01 00:00:00'", "timestamp'2026-02-01 00:00:00'"
+
+# (case, source row or None, snapshot versions [(a, b, upd, valid_from, valid_to or None, is_deleted)],
+#  candidate for check, candidate for timestamp); the source row is (a, b, upd)
+CASES = [
+    ("unchanged", (1, 1, T0), [(1, 1, T0, T0, None, "False")], False, False),
+    ("value changed", (2, 1, T0), [(1, 1, T0, T0, None, "False")], True, True),
+    ("NULL became a value", (1, 1, T0), [(None, 1, T0, T0, None, "False")], True, True),
+    ("NULLs swapped places", (1, None, T0), [(None, 1, T0, T0, None, "False")], True, True),
+    ("new record", (1, 1, T0), [], True, True),
+    ("deleted from the source", None, [(1, 1, T0, T0, None, "False")], True, True),
+    ("current version is a deletion record", (1, 1, T0), [(1, 1, T0, T0, None, "True")], True, True),
+    ("only a closed version differs", (1, 1, T0), [(5, 5, T0, T0, T1, "False"), (1, 1, T0, T0, None, "False")],
+     False, False),
+    # the snapshot's validity started before the source's updated_at (a strategy switched from check)
+    ("valid_from before updated_at", (1, 1, T1), [(1, 1, T1, T0, None, "False")], False, True),
+]
+
+
+def _sql_value(v: object) -> str:
+    return "null" if v is None else str(v)
+
+
+@pytest.fixture(scope="module")
+def tables(spark, schema):
+    source, target = [], []
+    for key, (_, src, versions, _, _) in enumerate(CASES):
+        if src is not None:
+            source.append(f"({key}L, {', '.join(_sql_value(v) for v in src)})")
+        for a, b, upd, valid_from, valid_to, deleted in versions:
+            target.append(f"({key}L, {_sql_value(a)}, {_sql_value(b)}, {upd}, {valid_from}, "
+                          f"{_sql_value(valid_to)}, '{deleted}')")
+    source.append("(null, 7, 7, timestamp'2026-01-01 00:00:00')")  # a NULL key never joins in dbt's query
+    spark.sql(f"create or replace table {schema}.narrow_src using iceberg as select * from values "
+              f"{', '.join(source)} as t(id, a, b, upd)")
+    spark.sql(f"create or replace table {schema}.narrow_snap using iceberg as "
+              f"select id, cast(a as bigint) a, cast(b as bigint) b, upd, dbt_valid_from, "
+              f"cast(dbt_valid_to as timestamp) dbt_valid_to, dbt_is_deleted from values {', '.join(target)} "
+              f"as t(id, a, b, upd, dbt_valid_from, dbt_valid_to, dbt_is_deleted)")
+    return f"select id, cast(a as bigint) a, cast(b as bigint) b, upd from {schema}.narrow_src", f"{schema}.narrow_snap"
+
+
+@pytest.mark.parametrize("strategy", ["check", "timestamp"])
+def test_candidates_are_the_records_dbt_can_change(spark, tables, strategy):
+    source_sql, target = tables
+    target_columns = spark.table(target).columns
+    source = spark.sql(source_sql)
+    plan, why = plan_narrowing(strategy_name=strategy, unique_key="id", source_columns=source.columns,
+                               source_types=[t for _, t in source.dtypes], target_columns=target_columns,
+                               meta_columns=META, updated_at="upd", valid_to_current=None)
+    assert plan is not None, why
+    got = {r[0] for r in spark.sql(candidate_keys_sql(plan, source_sql, target)).collect()}
+    column = 3 if strategy == "check" else 4
+    want = {key for key, case in enumerate(CASES) if case[column]} | {None}
+    names = {key: case[0] for key, case in enumerate(CASES)}
+    assert got == want, f"missing {[names[k] for k in want - got if k is not None]}, " \
+                        f"extra {[names[k] for k in got - want if k is not None]}"
+
+    # the narrowed inputs: every row of a candidate record, and the NULL-key source row
+    spark.createDataFrame([(k,) for k in got], "__pcow_k0 bigint").createOrReplaceTempView("narrow_keys")
+    narrowed_source = spark.sql(narrowed_source_sql(plan, source_sql, "narrow_keys"))
+    assert narrowed_source.columns == source.columns
+    assert sorted(r.id for r in narrowed_source.collect() if r.id is not None) == sorted(
+        r.id for r in source.collect() if r.id is not None and r.id in got)
+    assert narrowed_source.where("id is null").count() == 1
+    narrowed_target = spark.sql(narrowed_target_sql(plan, target, target_columns, "narrow_keys"))
+    assert narrowed_target.count() == spark.table(target).where(f"id in ({', '.join(map(str, got - {None}))})").count()
+
+
+def test_composite_keys_and_valid_to_current(spark, schema):
+    spark.sql(f"create or replace table {schema}.narrow_ck using iceberg as select * from values "
+              f"(1L, 'x', 1L, timestamp'9999-12-31 00:00:00'), (1L, 'y', 1L, timestamp'9999-12-31 00:00:00'), "
+              f"(2L, 'x', 5L, timestamp'2026-01-01 00:00:00'), (2L, 'x', 2L, timestamp'9999-12-31 00:00:00') "
+              f"as t(id, part, v, dbt_valid_to)")
+    source_sql = "select * from values (1L, 'x', 1L), (1L, 'y', 9L), (2L, 'x', 2L) as t(id, part, v)"
+    plan, _ = plan_narrowing(strategy_name="check", unique_key=["id", "part"], source_columns=["id", "part", "v"],
+                             source_types=["bigint", "string", "bigint"],
+                             target_columns=["id", "part", "v", "dbt_valid_to"], meta_columns=META, updated_at=None,
+                             valid_to_current="timestamp'9999-12-31 00:00:00'")
+    assert plan is not None
+    got = {tuple(r) for r in spark.sql(candidate_keys_sql(plan, source_sql, f"{schema}.narrow_ck")).collect()}
+    assert got == {(1, "y")}  # (2, 'x'): its closed version differs, its current one (valid_to_current) does not
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"strategy_name": "custom"}, "strategy 'custom' is not check or timestamp"),
+    ({"source_columns": ["id", "extra"], "source_types": ["bigint", "int"]},
+     "the source has columns the snapshot lacks: extra"),
+    ({"source_columns": ["id", "ID"], "source_types": ["bigint", "bigint"]},
+     "the source has columns the snapshot lacks: ID"),
+    ({"source_columns": ["id", "m"], "target_columns": ["id", "m", "dbt_valid_to"],
+      "source_types": ["bigint", "map<string,int>"]}, "map columns cannot be fingerprinted: m"),
+])
+def test_runs_dbt_reads_whole(change, reason):
+    args = {"strategy_name": "check", "unique_key": "id", "source_columns": ["id"], "source_types": ["bigint"],
+            "target_columns": ["id", "dbt_valid_to"], "meta_columns": META, "updated_at": None,
+            "valid_to_current": None}
+    plan, why = plan_narrowing(**{**args, **change})
+    assert plan is None and why == reason
