@@ -67,9 +67,12 @@ def _pinned(frame: Any) -> Any:
 class SnapshotMixin(metaclass=AdapterMeta):
     """``@available`` methods of the snapshot materialization (mixed into ``PartialcowAdapter``)."""
 
-    # per snapshot (schema.name): the narrowing's phase times (reported with the write's) and narrowed source query
-    _snapshot_phases: dict[str, dict[str, int]] = {}
-    _snapshot_narrowed_sql: dict[str, str] = {}
+    def _narrowings(self) -> dict[str, tuple[str, dict[str, int]]]:
+        """Per snapshot (schema.name) narrowed in this run: its narrowed source query, and the narrowing's phase
+        times (reported with the write's)."""
+        if not hasattr(self, "_snapshot_narrowings"):
+            self._snapshot_narrowings: dict[str, tuple[str, dict[str, int]]] = {}
+        return self._snapshot_narrowings
 
     def _snapshot_spark(self) -> Any:
         from partialcow.commit.java import bind_to_current_thread
@@ -114,15 +117,15 @@ class SnapshotMixin(metaclass=AdapterMeta):
             spark.sql(f"create or replace temporary view {quote_identifier(views['target'])} as "
                       + narrow.narrowed_target_sql(plan, quote_identifier(name), target_columns,
                                                    quote_identifier(views["keys"])))
-        self._snapshot_phases[name] = clock.ms
-        self._snapshot_narrowed_sql[name] = narrow.narrowed_source_sql(plan, source_sql, quote_identifier(views["keys"]))
+        narrowed_sql = narrow.narrowed_source_sql(plan, source_sql, quote_identifier(views["keys"]))
+        self._narrowings()[name] = (narrowed_sql, clock.ms)
         _LOGGER.info(f"snapshot {name}: {keys.count()} candidate records for dbt's staging query")
         return True
 
     @available
     def partialcow_snapshot_narrowed_source(self, relation: Any) -> str:
         """The source query of the last ``partialcow_snapshot_narrow`` of ``relation``, cut to the candidates."""
-        return self._snapshot_narrowed_sql.pop(f"{relation.schema}.{relation.identifier}")
+        return self._narrowings()[f"{relation.schema}.{relation.identifier}"][0]
 
     @available
     def partialcow_snapshot_create(self, relation: Any, build_sql: str, columns: Mapping[str, str],
@@ -160,7 +163,7 @@ class SnapshotMixin(metaclass=AdapterMeta):
             batch = staged.select(*[quote_identifier(c) for c in table_columns if c in staged.columns],
                                   quote_identifier(CHANGE_TYPE))
             clock = PhaseClock()
-            clock.ms.update(self._snapshot_phases.pop(name, {}))
+            clock.ms.update(self._narrowings().pop(name, ("", {}))[1])
             with clock("dbt_query"):
                 rows = _pinned(batch)
             return _with_phases(clock, apply_changes(spark, open_table(spark, name, table_format=file_format), rows,
