@@ -5,7 +5,7 @@
     and row index (keyed by dbt_scd_id). dbt's own macros build the rows (strategies, staging query, hard_deletes),
     as dbt-spark's materialization does; snapshot_write='merge' takes dbt-spark's MERGE instead. Before dbt's
     staging query, partial_cow narrows a check or timestamp run to the records that can have changed (one join of
-    keys and fingerprints, adapter.partialcow_snapshot_narrow): dbt's query then joins those only.
+    keys and checked values, adapter.partialcow_snapshot_narrow): dbt's query then joins those only.
 
     dbt-spark stages an Iceberg snapshot in a permanent view in the current database (schema none); ours is a
     temporary view of the session, so nothing is left in the metastore and snapshots of the same name in two
@@ -77,12 +77,13 @@
 
     {{ adapter.assert_valid_snapshot_target_given_strategy(target_relation, columns, strategy) }}
     {%- set view_prefix = model.schema ~ '__' ~ target_table ~ '__pcow_snapshot' -%}
-    {%- set narrow_views = {'keys': view_prefix ~ '_keys', 'target': view_prefix ~ '_current'} -%}
-    {%- if partial_cow and adapter.partialcow_snapshot_narrow(target_relation, sql, strategy_name, strategy, columns,
-                                                              config.get('dbt_valid_to_current'), narrow_views) -%}
+    {%- set narrow_views = {'keys': view_prefix ~ '_keys', 'source': view_prefix ~ '_source',
+                            'target': view_prefix ~ '_current'} -%}
+    {%- if partial_cow and adapter.partialcow_snapshot_narrow(target_relation, sql, strategy_name, strategy, config,
+                                                              columns, narrow_views) -%}
       {#-- dbt's staging query over the records that can have changed only (snapshot_narrow.py) --#}
       {%- set staging_sql = snapshot_staging_table(
-            strategy, adapter.partialcow_snapshot_narrowed_source(target_relation),
+            strategy, 'select * from ' ~ narrow_views.source,
             api.Relation.create(identifier=narrow_views.target, schema=none, database=none, type='view')) -%}
     {%- else -%}
       {%- set narrow_views = {} -%}

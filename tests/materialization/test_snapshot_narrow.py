@@ -20,20 +20,23 @@ META = {"dbt_valid_to": "dbt_valid_to", "dbt_valid_from": "dbt_valid_from", "dbt
 T0, T1 = "timestamp'2026-01-01 00:00:00'", "timestamp'2026-02-01 00:00:00'"
 
 # (case, source row or None, snapshot versions [(a, b, upd, valid_from, valid_to or None, is_deleted)],
-#  candidate for check, candidate for timestamp); the source row is (a, b, upd)
+#  candidate for check_cols='all', for check_cols=['a'], for timestamp); the source row is (a, b, upd)
 CASES = [
-    ("unchanged", (1, 1, T0), [(1, 1, T0, T0, None, "False")], False, False),
-    ("value changed", (2, 1, T0), [(1, 1, T0, T0, None, "False")], True, True),
-    ("NULL became a value", (1, 1, T0), [(None, 1, T0, T0, None, "False")], True, True),
-    ("NULLs swapped places", (1, None, T0), [(None, 1, T0, T0, None, "False")], True, True),
-    ("new record", (1, 1, T0), [], True, True),
-    ("deleted from the source", None, [(1, 1, T0, T0, None, "False")], True, True),
-    ("current version is a deletion record", (1, 1, T0), [(1, 1, T0, T0, None, "True")], True, True),
+    ("unchanged", (1, 1, T0), [(1, 1, T0, T0, None, "False")], False, False, False),
+    ("checked value changed", (2, 1, T0), [(1, 1, T0, T0, None, "False")], True, True, False),
+    ("NULL became a value", (1, 1, T0), [(None, 1, T0, T0, None, "False")], True, True, False),
+    ("value became NULL", (None, 1, T0), [(1, 1, T0, T0, None, "False")], True, True, False),
+    ("NULLs swapped places", (1, None, T0), [(None, 1, T0, T0, None, "False")], True, True, False),
+    ("unchecked value changed", (1, 2, T0), [(1, 1, T0, T0, None, "False")], True, False, False),
+    ("new record", (1, 1, T0), [], True, True, True),
+    ("deleted from the source", None, [(1, 1, T0, T0, None, "False")], True, True, True),
+    ("current version is a deletion record", (1, 1, T0), [(1, 1, T0, T0, None, "True")], True, True, True),
     ("only a closed version differs", (1, 1, T0), [(5, 5, T0, T0, T1, "False"), (1, 1, T0, T0, None, "False")],
-     False, False),
+     False, False, False),
     # the snapshot's validity started before the source's updated_at (a strategy switched from check)
-    ("valid_from before updated_at", (1, 1, T1), [(1, 1, T1, T0, None, "False")], False, True),
+    ("valid_from before updated_at", (1, 1, T1), [(1, 1, T1, T0, None, "False")], False, False, True),
 ]
+STRATEGIES = {"check_all": ("check", "all", 3), "check_a": ("check", ["a"], 4), "timestamp": ("timestamp", None, 5)}
 
 
 def _sql_value(v: object) -> str:
@@ -43,7 +46,7 @@ def _sql_value(v: object) -> str:
 @pytest.fixture(scope="module")
 def tables(spark, schema):
     source, target = [], []
-    for key, (_, src, versions, _, _) in enumerate(CASES):
+    for key, (_, src, versions, *_) in enumerate(CASES):
         if src is not None:
             source.append(f"({key}L, {', '.join(_sql_value(v) for v in src)})")
         for a, b, upd, valid_from, valid_to, deleted in versions:
@@ -59,17 +62,18 @@ def tables(spark, schema):
     return f"select id, cast(a as bigint) a, cast(b as bigint) b, upd from {schema}.narrow_src", f"{schema}.narrow_snap"
 
 
-@pytest.mark.parametrize("strategy", ["check", "timestamp"])
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_candidates_are_the_records_dbt_can_change(spark, tables, strategy):
     source_sql, target = tables
     target_columns = spark.table(target).columns
     source = spark.sql(source_sql)
-    plan, why = plan_narrowing(strategy_name=strategy, unique_key="id", source_columns=source.columns,
+    strategy_name, check_cols, column = STRATEGIES[strategy]
+    plan, why = plan_narrowing(strategy_name=strategy_name, unique_key="id", check_cols=check_cols,
+                               source_columns=source.columns,
                                source_types=[t for _, t in source.dtypes], target_columns=target_columns,
                                meta_columns=META, updated_at="upd", valid_to_current=None)
     assert plan is not None, why
     got = {r[0] for r in spark.sql(candidate_keys_sql(plan, source_sql, target)).collect()}
-    column = 3 if strategy == "check" else 4
     want = {key for key, case in enumerate(CASES) if case[column]} | {None}
     names = {key: case[0] for key, case in enumerate(CASES)}
     assert got == want, f"missing {[names[k] for k in want - got if k is not None]}, " \
@@ -92,7 +96,8 @@ def test_composite_keys_and_valid_to_current(spark, schema):
               f"(2L, 'x', 5L, timestamp'2026-01-01 00:00:00'), (2L, 'x', 2L, timestamp'9999-12-31 00:00:00') "
               f"as t(id, part, v, dbt_valid_to)")
     source_sql = "select * from values (1L, 'x', 1L), (1L, 'y', 9L), (2L, 'x', 2L) as t(id, part, v)"
-    plan, _ = plan_narrowing(strategy_name="check", unique_key=["id", "part"], source_columns=["id", "part", "v"],
+    plan, _ = plan_narrowing(strategy_name="check", unique_key=["id", "part"], check_cols="all",
+                             source_columns=["id", "part", "v"],
                              source_types=["bigint", "string", "bigint"],
                              target_columns=["id", "part", "v", "dbt_valid_to"], meta_columns=META, updated_at=None,
                              valid_to_current="timestamp'9999-12-31 00:00:00'")
@@ -108,10 +113,11 @@ def test_composite_keys_and_valid_to_current(spark, schema):
     ({"source_columns": ["id", "ID"], "source_types": ["bigint", "bigint"]},
      "the source has columns the snapshot lacks: ID"),
     ({"source_columns": ["id", "m"], "target_columns": ["id", "m", "dbt_valid_to"],
-      "source_types": ["bigint", "map<string,int>"]}, "map columns cannot be fingerprinted: m"),
+      "source_types": ["bigint", "map<string,int>"]}, "map columns cannot be compared: m"),
 ])
 def test_runs_dbt_reads_whole(change, reason):
-    args = {"strategy_name": "check", "unique_key": "id", "source_columns": ["id"], "source_types": ["bigint"],
+    args = {"strategy_name": "check", "unique_key": "id", "check_cols": "all", "source_columns": ["id"],
+            "source_types": ["bigint"],
             "target_columns": ["id", "dbt_valid_to"], "meta_columns": META, "updated_at": None,
             "valid_to_current": None}
     plan, why = plan_narrowing(**{**args, **change})

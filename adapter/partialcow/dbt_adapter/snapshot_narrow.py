@@ -2,21 +2,22 @@
 
 dbt's ``check`` and ``timestamp`` staging query joins the whole source with every current version of the snapshot,
 twice (insertions, updates) or three times (hard deletes), carrying every column through each join. Most records did
-not change. So one narrow join runs first: each side contributes only its key and a 96-bit fingerprint of the columns
-the two share (plus, for ``timestamp``, the values dbt's ``row_changed`` compares, and the deletion flag of
-``hard_deletes='new_record'``). A record is a *candidate* when it is on one side only, when its fingerprints differ,
-when dbt's ``timestamp`` test says it changed, or when its current version is a deletion record. dbt's own staging
-query then runs unchanged over the candidates alone.
+not change. So one narrow join runs first, each side contributing its key and only what dbt's ``row_changed`` looks
+at: ``check`` with named ``check_cols`` those columns, ``check_cols='all'`` a 96-bit fingerprint of every column,
+``timestamp`` the source's ``updated_at`` and the snapshot's ``dbt_valid_from`` (plus the deletion flag of
+``hard_deletes='new_record'``). A record is a *candidate* when it is on one side only, when its checked values differ
+(NULL against NULL is no change, as in dbt's test), when dbt's ``timestamp`` test says it changed, or when its current
+version is a deletion record. The candidates' rows are read once into memory, and dbt's own staging query then runs
+unchanged over them.
 
-Why that gives dbt's answer: for a record outside the candidates, source row and current version hold equal values in
-every shared column, so dbt's ``row_changed`` is false (``check`` compares shared columns only; ``timestamp`` is
-tested as dbt writes it), the record is on both sides (no insertion, no hard delete), and it is no deletion record.
-dbt's query yields nothing for it either way. Every row of a candidate record reaches dbt's query, as do rows with a
-NULL key part, which never join in dbt's query. Equal fingerprints of different values would need a collision of
-xxhash64 and murmur3 at once; different fingerprints of equal values (types changed, -0.0) only add candidates.
+Why that gives dbt's answer: for a record outside the candidates, ``row_changed`` is false (it tests nothing else),
+the record is on both sides (no insertion, no hard delete), and it is no deletion record: dbt's query yields nothing
+for it either way. Every row of a candidate record reaches dbt's query, as do rows with a NULL key part, which never
+join in dbt's query. Equal fingerprints of different values would need a collision of xxhash64 and murmur3 at once;
+different fingerprints of equal values (types changed, -0.0) only add candidates.
 
 It does not narrow where that reasoning does not hold: other strategies, a source column the snapshot lacks (dbt's
-``check_cols='all'`` then treats every row as changed), column types Spark cannot hash (maps).
+``check_cols='all'`` then treats every row as changed), checked columns Spark cannot compare (maps).
 """
 
 from __future__ import annotations
@@ -34,13 +35,15 @@ _KEY = "__pcow_k"  # candidate key parts: __pcow_k0, __pcow_k1, ...
 @dataclass(frozen=True)
 class NarrowPlan:
     """What the narrowing of one snapshot run needs: the key expressions (dbt's ``unique_key``, evaluated over the
-    source and over the snapshot alike), the shared columns, and the strategy's extra tests."""
+    source and over the snapshot alike), what each side contributes, and the test of a change."""
 
     key_exprs: tuple[str, ...]
-    shared_columns: tuple[str, ...]
     source_columns: tuple[str, ...]
     current_filter: str
-    # timestamp strategy: the source's updated_at expression and the snapshot's dbt_valid_from column
+    # check: the columns compared value by value (named check_cols) or by fingerprint (check_cols='all')
+    compared: tuple[str, ...] = ()
+    fingerprinted: tuple[str, ...] = ()
+    # timestamp: the source's updated_at expression and the snapshot's dbt_valid_from column
     updated_at: str | None = None
     valid_from: str | None = None
     # hard_deletes='new_record': the snapshot's dbt_is_deleted column, when the snapshot has it
@@ -51,20 +54,21 @@ class NarrowPlan:
         return tuple(f"{_KEY}{i}" for i in range(len(self.key_exprs)))
 
 
-def plan_narrowing(*, strategy_name: str, unique_key: str | Sequence[str], source_columns: Sequence[str],
-                   source_types: Sequence[str], target_columns: Sequence[str], meta_columns: dict[str, str],
-                   updated_at: str | None, valid_to_current: str | None) -> tuple[NarrowPlan | None, str]:
+def plan_narrowing(*, strategy_name: str, unique_key: str | Sequence[str], check_cols: str | Sequence[str] | None,
+                   source_columns: Sequence[str], source_types: Sequence[str], target_columns: Sequence[str],
+                   meta_columns: dict[str, str], updated_at: str | None,
+                   valid_to_current: str | None) -> tuple[NarrowPlan | None, str]:
     """The plan, or ``None`` and why the run is not narrowed.
 
-    >>> plan, why = plan_narrowing(strategy_name="check", unique_key="id", source_columns=["id", "v"],
-    ...     source_types=["bigint", "string"], target_columns=["id", "v", "dbt_valid_to"],
+    >>> plan, why = plan_narrowing(strategy_name="check", unique_key="id", check_cols=["v"],
+    ...     source_columns=["id", "v"], source_types=["bigint", "string"], target_columns=["id", "v", "dbt_valid_to"],
     ...     meta_columns={"dbt_valid_to": "dbt_valid_to", "dbt_is_deleted": "dbt_is_deleted"},
     ...     updated_at=None, valid_to_current=None)
-    >>> plan.shared_columns, plan.current_filter, plan.is_deleted
-    (('id', 'v'), '`dbt_valid_to` is null', None)
-    >>> plan_narrowing(strategy_name="check", unique_key="id", source_columns=["id", "w"], source_types=["int", "int"],
-    ...     target_columns=["id", "v"], meta_columns={"dbt_valid_to": "dbt_valid_to"}, updated_at=None,
-    ...     valid_to_current=None)[1]
+    >>> plan.compared, plan.fingerprinted, plan.current_filter, plan.is_deleted
+    (('v',), (), '`dbt_valid_to` is null', None)
+    >>> plan_narrowing(strategy_name="check", unique_key="id", check_cols="all", source_columns=["id", "w"],
+    ...     source_types=["int", "int"], target_columns=["id", "v"], meta_columns={"dbt_valid_to": "dbt_valid_to"},
+    ...     updated_at=None, valid_to_current=None)[1]
     'the source has columns the snapshot lacks: w'
     """
     if strategy_name not in ("check", "timestamp"):
@@ -72,32 +76,46 @@ def plan_narrowing(*, strategy_name: str, unique_key: str | Sequence[str], sourc
     missing = [c for c in source_columns if c not in target_columns]  # exact case, as dbt's column_added test
     if missing:
         return None, "the source has columns the snapshot lacks: " + ", ".join(missing)
-    unhashable = [c for c, t in zip(source_columns, source_types, strict=True) if "map<" in t.lower()]
-    if unhashable:
-        return None, "map columns cannot be fingerprinted: " + ", ".join(unhashable)
-    keys = (unique_key,) if isinstance(unique_key, str) else tuple(unique_key)
+    compared: tuple[str, ...] = ()
+    fingerprinted: tuple[str, ...] = ()
+    if strategy_name == "check":
+        named = [check_cols] if isinstance(check_cols, str) and check_cols != "all" else check_cols
+        if isinstance(named, str) or not named or any(c not in source_columns for c in named):
+            fingerprinted = tuple(source_columns)  # 'all', or names that are not plain source columns: all of them
+        else:
+            compared = tuple(named)
+    types = dict(zip(source_columns, source_types, strict=True))
+    maps = [c for c in compared + fingerprinted if "map<" in types[c].lower()]
+    if maps:
+        return None, "map columns cannot be compared: " + ", ".join(maps)
     valid_to = quote_identifier(meta_columns["dbt_valid_to"])
     # dbt's snapshotted_data: the current versions
     current = f"{valid_to} is null"
     if valid_to_current:
         current = f"({valid_to} = {valid_to_current} or {valid_to} is null)"
     is_deleted = meta_columns.get("dbt_is_deleted")
+    timestamp = strategy_name == "timestamp"
     return NarrowPlan(
-        key_exprs=keys,
-        shared_columns=tuple(source_columns),
+        key_exprs=(unique_key,) if isinstance(unique_key, str) else tuple(unique_key),
         source_columns=tuple(source_columns),
         current_filter=current,
-        updated_at=updated_at if strategy_name == "timestamp" else None,
-        valid_from=quote_identifier(meta_columns["dbt_valid_from"]) if strategy_name == "timestamp" else None,
+        compared=compared,
+        fingerprinted=fingerprinted,
+        updated_at=updated_at if timestamp else None,
+        valid_from=quote_identifier(meta_columns["dbt_valid_from"]) if timestamp else None,
         is_deleted=quote_identifier(is_deleted) if is_deleted and is_deleted in target_columns else None,
     ), ""
 
 
-def _fingerprints(columns: Sequence[str]) -> str:
-    # a NULL argument is skipped by Spark's hashes: each value travels with its null flag, so (NULL, 1) and
-    # (1, NULL) differ
-    args = ", ".join(f"{quote_identifier(c)}, isnull({quote_identifier(c)})" for c in columns)
-    return f"xxhash64({args}) as __pcow_h1, hash({args}) as __pcow_h2"
+def _side(plan: NarrowPlan) -> str:
+    """What both sides contribute besides the key: the compared columns, the fingerprints."""
+    parts = [f"{quote_identifier(c)} as __pcow_c{i}" for i, c in enumerate(plan.compared)]
+    if plan.fingerprinted:
+        # a NULL argument is skipped by Spark's hashes: each value travels with its null flag, so (NULL, 1) and
+        # (1, NULL) differ
+        args = ", ".join(f"{quote_identifier(c)}, isnull({quote_identifier(c)})" for c in plan.fingerprinted)
+        parts += [f"xxhash64({args}) as __pcow_h1", f"hash({args}) as __pcow_h2"]
+    return "".join(f", {p}" for p in parts)
 
 
 def _keys(plan: NarrowPlan) -> str:
@@ -107,36 +125,38 @@ def _keys(plan: NarrowPlan) -> str:
 def candidate_keys_sql(plan: NarrowPlan, source_sql: str, target: str) -> str:
     """The distinct keys of the candidate records (see the module's docstring).
 
-    >>> plan = NarrowPlan(key_exprs=("id",), shared_columns=("id", "v"), source_columns=("id", "v"),
-    ...                   current_filter="`dbt_valid_to` is null")
-    >>> print(candidate_keys_sql(plan, "select 1 as id, 'a' as v", "s.snap"))  # doctest: +ELLIPSIS
+    >>> plan = NarrowPlan(key_exprs=("id",), source_columns=("id", "v"), current_filter="`dbt_valid_to` is null",
+    ...                   compared=("v",))
+    >>> print(candidate_keys_sql(plan, "select 1 as id, 'a' as v", "s.snap"))
     select distinct coalesce(s.__pcow_k0, t.__pcow_k0) as __pcow_k0
-    from (select id as __pcow_k0, xxhash64(`id`, isnull(`id`), `v`, isnull(`v`)) as __pcow_h1, ..., true as __pcow_m
+    from (select id as __pcow_k0, `v` as __pcow_c0, true as __pcow_m
       from (
     select 1 as id, 'a' as v
     ) __pcow_src) s
-    full outer join (select id as __pcow_k0, ...
+    full outer join (select id as __pcow_k0, `v` as __pcow_c0, true as __pcow_m
       from s.snap where `dbt_valid_to` is null) t
     on s.__pcow_k0 = t.__pcow_k0
-    where s.__pcow_m is null or t.__pcow_m is null or s.__pcow_h1 <> t.__pcow_h1 or s.__pcow_h2 <> t.__pcow_h2
+    where s.__pcow_m is null or t.__pcow_m is null or not (s.__pcow_c0 <=> t.__pcow_c0)
     """
-    source_extra = f", {plan.updated_at} as __pcow_upd" if plan.updated_at else ""
-    target_extra = f", {plan.valid_from} as __pcow_vf" if plan.valid_from else ""
+    source_extra = _side(plan) + (f", {plan.updated_at} as __pcow_upd" if plan.updated_at else "")
+    target_extra = _side(plan) + (f", {plan.valid_from} as __pcow_vf" if plan.valid_from else "")
     if plan.is_deleted:
         target_extra += f", coalesce({plan.is_deleted} = 'True', false) as __pcow_del"
-    changed = ["s.__pcow_m is null", "t.__pcow_m is null", "s.__pcow_h1 <> t.__pcow_h1", "s.__pcow_h2 <> t.__pcow_h2"]
+    changed = ["s.__pcow_m is null", "t.__pcow_m is null"]
+    changed += [f"not (s.__pcow_c{i} <=> t.__pcow_c{i})" for i in range(len(plan.compared))]
+    if plan.fingerprinted:
+        changed += ["s.__pcow_h1 <> t.__pcow_h1", "s.__pcow_h2 <> t.__pcow_h2"]
     if plan.updated_at:
         changed.append("t.__pcow_vf < s.__pcow_upd")  # dbt's timestamp row_changed, as dbt writes it
     if plan.is_deleted:
         changed.append("t.__pcow_del")
     coalesced = ", ".join(f"coalesce(s.{k}, t.{k}) as {k}" for k in plan.key_names)
     on = " and ".join(f"s.{k} = t.{k}" for k in plan.key_names)
-    fingerprints = _fingerprints(plan.shared_columns)
     return (
         f"select distinct {coalesced}\n"
-        f"from (select {_keys(plan)}, {fingerprints}{source_extra}, true as __pcow_m\n"
+        f"from (select {_keys(plan)}{source_extra}, true as __pcow_m\n"
         f"  from (\n{source_sql}\n) __pcow_src) s\n"
-        f"full outer join (select {_keys(plan)}, {fingerprints}{target_extra}, true as __pcow_m\n"
+        f"full outer join (select {_keys(plan)}{target_extra}, true as __pcow_m\n"
         f"  from {target} where {plan.current_filter}) t\n"
         f"on {on}\n"
         f"where {' or '.join(changed)}"
@@ -153,7 +173,7 @@ def _in_candidates(plan: NarrowPlan, keys_view: str) -> str:
 def narrowed_source_sql(plan: NarrowPlan, source_sql: str, keys_view: str) -> str:
     """The source query cut to the candidate records, with the source's columns only.
 
-    >>> plan = NarrowPlan(key_exprs=("id",), shared_columns=("id",), source_columns=("id",), current_filter="")
+    >>> plan = NarrowPlan(key_exprs=("id",), source_columns=("id",), current_filter="")
     >>> print(narrowed_source_sql(plan, "select 1 as id", "keys"))
     select `id` from (select *, id as __pcow_k0 from (
     select 1 as id

@@ -67,11 +67,10 @@ def _pinned(frame: Any) -> Any:
 class SnapshotMixin(metaclass=AdapterMeta):
     """``@available`` methods of the snapshot materialization (mixed into ``PartialcowAdapter``)."""
 
-    def _narrowings(self) -> dict[str, tuple[str, dict[str, int]]]:
-        """Per snapshot (schema.name) narrowed in this run: its narrowed source query, and the narrowing's phase
-        times (reported with the write's)."""
+    def _narrowings(self) -> dict[str, dict[str, int]]:
+        """Per snapshot (schema.name) narrowed in this run: the narrowing's phase times, reported with the write's."""
         if not hasattr(self, "_snapshot_narrowings"):
-            self._snapshot_narrowings: dict[str, tuple[str, dict[str, int]]] = {}
+            self._snapshot_narrowings: dict[str, dict[str, int]] = {}
         return self._snapshot_narrowings
 
     def _snapshot_spark(self) -> Any:
@@ -90,11 +89,12 @@ class SnapshotMixin(metaclass=AdapterMeta):
 
     @available
     def partialcow_snapshot_narrow(self, relation: Any, source_sql: str, strategy_name: str,
-                                   strategy: Mapping[str, Any], columns: Mapping[str, str],
-                                   valid_to_current: str | None, views: Mapping[str, str]) -> bool:
-        """Cut a later run's inputs to the records that can have changed (see ``snapshot_narrow``): creates the
-        temporary views ``views['keys']`` (the candidate keys, computed once) and ``views['target']`` (the snapshot's
-        rows of those records) and returns True; or returns False, logging why, and dbt's query reads everything."""
+                                   strategy: Mapping[str, Any], config: Mapping[str, Any], columns: Mapping[str, str],
+                                   views: Mapping[str, str]) -> bool:
+        """Cut a later run's inputs to the records that can have changed (see ``snapshot_narrow``): the temporary
+        views ``views['source']`` and ``views['target']`` hold the source's and the snapshot's rows of those records,
+        computed once (``views['keys']``: their keys), and True is returned; or False, logging why, and dbt's query
+        reads everything. ``config``: the snapshot's ``check_cols`` and ``dbt_valid_to_current``."""
         from partialcow.dbt_adapter import snapshot_narrow as narrow
         from partialcow.index.sources import quote_identifier
 
@@ -103,29 +103,26 @@ class SnapshotMixin(metaclass=AdapterMeta):
         source = spark.sql(source_sql)
         target_columns = spark.table(quote_identifier(name)).columns
         plan, why = narrow.plan_narrowing(
-            strategy_name=strategy_name, unique_key=strategy["unique_key"], source_columns=source.columns,
-            source_types=[t for _, t in source.dtypes], target_columns=target_columns, meta_columns=dict(columns),
-            updated_at=strategy.get("updated_at"), valid_to_current=valid_to_current)
+            strategy_name=strategy_name, unique_key=strategy["unique_key"], check_cols=config.get("check_cols"),
+            source_columns=source.columns, source_types=[t for _, t in source.dtypes], target_columns=target_columns,
+            meta_columns=dict(columns), updated_at=strategy.get("updated_at"),
+            valid_to_current=config.get("dbt_valid_to_current"))
         if plan is None:
             _LOGGER.info(f"snapshot {name}: dbt's staging query reads every record ({why})")
             return False
         clock = PhaseClock()
         with clock("narrow"):
-            keys = spark.sql(narrow.candidate_keys_sql(plan, source_sql, quote_identifier(name)))
-            keys = keys.localCheckpoint(eager=True)
+            keys = _pinned(spark.sql(narrow.candidate_keys_sql(plan, source_sql, quote_identifier(name))))
             keys.createOrReplaceTempView(views["keys"])
-            spark.sql(f"create or replace temporary view {quote_identifier(views['target'])} as "
-                      + narrow.narrowed_target_sql(plan, quote_identifier(name), target_columns,
-                                                   quote_identifier(views["keys"])))
-        narrowed_sql = narrow.narrowed_source_sql(plan, source_sql, quote_identifier(views["keys"]))
-        self._narrowings()[name] = (narrowed_sql, clock.ms)
+            keys_view = quote_identifier(views["keys"])
+            # the candidates' rows, read once: dbt's query reads each side two or three times
+            _pinned(spark.sql(narrow.narrowed_source_sql(plan, source_sql, keys_view))).createOrReplaceTempView(
+                views["source"])
+            _pinned(spark.sql(narrow.narrowed_target_sql(plan, quote_identifier(name), target_columns, keys_view))
+                    ).createOrReplaceTempView(views["target"])
+        self._narrowings()[name] = clock.ms
         _LOGGER.info(f"snapshot {name}: {keys.count()} candidate records for dbt's staging query")
         return True
-
-    @available
-    def partialcow_snapshot_narrowed_source(self, relation: Any) -> str:
-        """The source query of the last ``partialcow_snapshot_narrow`` of ``relation``, cut to the candidates."""
-        return self._narrowings()[f"{relation.schema}.{relation.identifier}"][0]
 
     @available
     def partialcow_snapshot_create(self, relation: Any, build_sql: str, columns: Mapping[str, str],
@@ -163,7 +160,7 @@ class SnapshotMixin(metaclass=AdapterMeta):
             batch = staged.select(*[quote_identifier(c) for c in table_columns if c in staged.columns],
                                   quote_identifier(CHANGE_TYPE))
             clock = PhaseClock()
-            clock.ms.update(self._narrowings().pop(name, ("", {}))[1])
+            clock.ms.update(self._narrowings().pop(name, {}))
             with clock("dbt_query"):
                 rows = _pinned(batch)
             return _with_phases(clock, apply_changes(spark, open_table(spark, name, table_format=file_format), rows,
