@@ -81,13 +81,17 @@ def test_candidates_are_the_records_dbt_can_change(spark, tables, strategy):
 
     # the narrowed inputs: every row of a candidate record, and the NULL-key source row
     spark.createDataFrame([(k,) for k in got], "__pcow_k0 bigint").createOrReplaceTempView("narrow_keys")
-    narrowed_source = spark.sql(narrowed_source_sql(plan, source_sql, "narrow_keys"))
-    assert narrowed_source.columns == source.columns
-    assert sorted(r.id for r in narrowed_source.collect() if r.id is not None) == sorted(
-        r.id for r in source.collect() if r.id is not None and r.id in got)
-    assert narrowed_source.where("id is null").count() == 1
-    narrowed_target = spark.sql(narrowed_target_sql(plan, target, target_columns, "narrow_keys"))
-    assert narrowed_target.count() == spark.table(target).where(f"id in ({', '.join(map(str, got - {None}))})").count()
+    for broadcast in (True, False):  # few candidate keys go to every task, many are joined by a shuffle
+        narrowed_source = spark.sql(narrowed_source_sql(plan, source_sql, "narrow_keys", broadcast=broadcast))
+        assert narrowed_source.columns == source.columns
+        assert sorted(r.id for r in narrowed_source.collect() if r.id is not None) == sorted(
+            r.id for r in source.collect() if r.id is not None and r.id in got)
+        assert narrowed_source.where("id is null").count() == 1
+        narrowed_target = spark.sql(narrowed_target_sql(plan, target, target_columns, "narrow_keys",
+                                                        broadcast=broadcast))
+        assert narrowed_target.columns == target_columns
+        assert sorted(narrowed_target.collect()) == sorted(
+            spark.table(target).where(f"id in ({', '.join(map(str, got - {None}))})").collect())
 
 
 def test_composite_keys_and_valid_to_current(spark, schema):

@@ -27,9 +27,12 @@ from dataclasses import dataclass
 
 from partialcow.index.sources import quote_identifier
 
-__all__ = ["NarrowPlan", "candidate_keys_sql", "narrowed_source_sql", "narrowed_target_sql", "plan_narrowing"]
+__all__ = ["BROADCAST_KEYS", "NarrowPlan", "candidate_keys_sql", "narrowed_source_sql", "narrowed_target_sql",
+           "plan_narrowing"]
 
 _KEY = "__pcow_k"  # candidate key parts: __pcow_k0, __pcow_k1, ...
+# up to this many candidate keys go to every task that reads the source and the snapshot; more are joined by a shuffle
+BROADCAST_KEYS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -163,30 +166,35 @@ def candidate_keys_sql(plan: NarrowPlan, source_sql: str, target: str) -> str:
     )
 
 
-def _in_candidates(plan: NarrowPlan, keys_view: str) -> str:
-    """A row belongs to a candidate record, or has a NULL key part (it never joins in dbt's query: keep it there)."""
-    nulls = " or ".join(f"{name} is null" for name in plan.key_names)
-    names = ", ".join(plan.key_names)
-    return f"{nulls} or ({names}) in (select {names} from {keys_view})"
+def _candidate_rows(plan: NarrowPlan, keyed: str, columns: Sequence[str], keys_view: str, broadcast: bool) -> str:
+    """The rows of ``keyed`` (a query with the key parts as columns) that belong to a candidate record, or have a
+    NULL key part (they never join in dbt's query: keep them there). The candidate keys are distinct, so a left join
+    keeps each row once; broadcast, it filters the rows where they are read instead of shuffling them all."""
+    hint = "/*+ BROADCAST(__pcow_keys) */ " if broadcast else ""
+    on = " and ".join(f"__pcow_keyed.{k} = __pcow_keys.{k}" for k in plan.key_names)
+    nulls = " or ".join(f"__pcow_keyed.{k} is null" for k in plan.key_names)
+    selected = ", ".join(f"__pcow_keyed.{quote_identifier(c)}" for c in columns)
+    return (f"select {hint}{selected} from ({keyed}) __pcow_keyed\n"
+            f"left join {keys_view} __pcow_keys on {on}\n"
+            f"where __pcow_keys.{plan.key_names[0]} is not null or {nulls}")
 
 
-def narrowed_source_sql(plan: NarrowPlan, source_sql: str, keys_view: str) -> str:
+def narrowed_source_sql(plan: NarrowPlan, source_sql: str, keys_view: str, *, broadcast: bool = True) -> str:
     """The source query cut to the candidate records, with the source's columns only.
 
     >>> plan = NarrowPlan(key_exprs=("id",), source_columns=("id",), current_filter="")
     >>> print(narrowed_source_sql(plan, "select 1 as id", "keys"))
-    select `id` from (select *, id as __pcow_k0 from (
+    select /*+ BROADCAST(__pcow_keys) */ __pcow_keyed.`id` from (select *, id as __pcow_k0 from (
     select 1 as id
     ) __pcow_src) __pcow_keyed
-    where __pcow_k0 is null or (__pcow_k0) in (select __pcow_k0 from keys)
+    left join keys __pcow_keys on __pcow_keyed.__pcow_k0 = __pcow_keys.__pcow_k0
+    where __pcow_keys.__pcow_k0 is not null or __pcow_keyed.__pcow_k0 is null
     """
-    columns = ", ".join(quote_identifier(c) for c in plan.source_columns)
-    return (f"select {columns} from (select *, {_keys(plan)} from (\n{source_sql}\n) __pcow_src) __pcow_keyed\n"
-            f"where {_in_candidates(plan, keys_view)}")
+    keyed = f"select *, {_keys(plan)} from (\n{source_sql}\n) __pcow_src"
+    return _candidate_rows(plan, keyed, plan.source_columns, keys_view, broadcast)
 
 
-def narrowed_target_sql(plan: NarrowPlan, target: str, target_columns: Sequence[str], keys_view: str) -> str:
+def narrowed_target_sql(plan: NarrowPlan, target: str, target_columns: Sequence[str], keys_view: str, *,
+                        broadcast: bool = True) -> str:
     """The snapshot's rows of the candidate records (dbt's query picks the current versions among them)."""
-    columns = ", ".join(quote_identifier(c) for c in target_columns)
-    return (f"select {columns} from (select *, {_keys(plan)} from {target}) __pcow_keyed\n"
-            f"where {_in_candidates(plan, keys_view)}")
+    return _candidate_rows(plan, f"select *, {_keys(plan)} from {target}", target_columns, keys_view, broadcast)

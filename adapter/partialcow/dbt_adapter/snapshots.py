@@ -115,13 +115,15 @@ class SnapshotMixin(metaclass=AdapterMeta):
             keys = _pinned(spark.sql(narrow.candidate_keys_sql(plan, source_sql, quote_identifier(name))))
             keys.createOrReplaceTempView(views["keys"])
             keys_view = quote_identifier(views["keys"])
+            candidates = keys.count()
+            broadcast = candidates <= narrow.BROADCAST_KEYS
             # the candidates' rows, read once: dbt's query reads each side two or three times
-            _pinned(spark.sql(narrow.narrowed_source_sql(plan, source_sql, keys_view))).createOrReplaceTempView(
-                views["source"])
-            _pinned(spark.sql(narrow.narrowed_target_sql(plan, quote_identifier(name), target_columns, keys_view))
-                    ).createOrReplaceTempView(views["target"])
+            _pinned(spark.sql(narrow.narrowed_source_sql(plan, source_sql, keys_view, broadcast=broadcast))
+                    ).createOrReplaceTempView(views["source"])
+            _pinned(spark.sql(narrow.narrowed_target_sql(plan, quote_identifier(name), target_columns, keys_view,
+                                                         broadcast=broadcast))).createOrReplaceTempView(views["target"])
         self._narrowings()[name] = clock.ms
-        _LOGGER.info(f"snapshot {name}: {keys.count()} candidate records for dbt's staging query")
+        _LOGGER.info(f"snapshot {name}: {candidates} candidate records for dbt's staging query")
         return True
 
     @available
