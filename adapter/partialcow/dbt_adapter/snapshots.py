@@ -60,7 +60,8 @@ def snapshot_spec(columns: Mapping[str, str], *, model: str, staged: bool) -> An
 
 def _pinned(frame: Any) -> Any:
     """The rows of ``frame`` computed once. dbt's snapshot SQL calls ``current_timestamp()`` (check strategy ids,
-    hard deletes' validity), which each Spark query evaluates anew, and the pipeline reads its batch more than once."""
+    hard deletes' validity), which each Spark query evaluates anew, and a later run's pipeline reads its batch more
+    than once."""
     return frame.localCheckpoint(eager=True)
 
 
@@ -136,10 +137,8 @@ class SnapshotMixin(metaclass=AdapterMeta):
         spec = snapshot_spec(columns, model=str(relation.identifier), staged=False)
 
         def create(spark: Any, name: str) -> Any:
-            clock = PhaseClock()
-            with clock("dbt_query"):
-                rows = _pinned(spark.sql(build_sql))
-            return _with_phases(clock, create_table(spark, name, rows, spec, table_format=file_format))
+            # not pinned: the first build reads its rows in one query, whose current_timestamp() is one value
+            return create_table(spark, name, spark.sql(build_sql), spec, table_format=file_format)
 
         metrics = self._snapshot_write(relation, file_format, "create", create)
         response = _response(metrics, created=True)
