@@ -26,7 +26,7 @@ from dbt.tests.adapter.simple_seed.test_seed import BaseTestEmptySeed
 from dbt.tests.adapter.unit_testing.test_case_insensitivity import BaseUnitTestCaseInsensivity
 from dbt.tests.adapter.unit_testing.test_invalid_input import BaseUnitTestInvalidInput
 from dbt.tests.adapter.unit_testing.test_types import BaseUnitTestingTypes
-from dbt.tests.util import run_dbt
+from dbt.tests.util import check_relations_equal, run_dbt
 
 pytestmark = [pytest.mark.dbt, pytest.mark.spark, pytest.mark.iceberg]
 
@@ -113,6 +113,41 @@ class TestAppendOnSchemaChange(BaseIncrementalOnSchemaChangeSetup):
         assert "Compilation Error" in second[1].message
 
 
+# column names that must be quoted everywhere: a keyword and a dash; the first run has the keyword column only, the
+# second adds the dashed one (append_new_columns)
+SPECIAL_SOURCE = """{{ config(materialized='table') }}
+select * from values (1, 'a', 'x'), (2, 'b', 'y'), (3, 'c', 'z') as t(id, `select`, `field-with-dash`)
+"""
+SPECIAL_INCREMENTAL = """{{ config(materialized='incremental', unique_key='id', on_schema_change='append_new_columns') }}
+{% if is_incremental() %}
+select id, `select`, `field-with-dash` from {{ ref('special_source') }} where id > 2
+{% else %}
+select id, `select` from {{ ref('special_source') }} where id <= 2
+{% endif %}
+"""
+SPECIAL_EXPECTED = """{{ config(materialized='table') }}
+select id, `select`, case when id > 2 then `field-with-dash` end as `field-with-dash` from {{ ref('special_source') }}
+"""
+
+
+class TestAppendOnSchemaChangeSpecialChars(BaseIncrementalOnSchemaChangeSetup):
+    """dbt-spark's append case with columns named by a keyword and with a dash."""
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {"models": {"+incremental_strategy": "append"}}
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"special_source.sql": SPECIAL_SOURCE, "special_incremental.sql": SPECIAL_INCREMENTAL,
+                "special_expected.sql": SPECIAL_EXPECTED}
+
+    def test_append_new_columns_with_special_names(self, project):
+        for _ in range(2):
+            run_dbt(["run"])
+        check_relations_equal(project.adapter, ["special_incremental", "special_expected"])
+
+
 # --- partial_cow_incremental variants ----------------------------------------------------------------------------
 
 _INCREMENTAL_CONFIG = re.compile(r"""materialized\s*=\s*(['"])incremental\1""")
@@ -156,3 +191,16 @@ class TestPartialCowMergeExcludeColumns(BaseMergeExcludeColumns):
     @pytest.fixture(scope="class")
     def models(self):
         return as_partial_cow(BaseMergeExcludeColumns.models.__wrapped__(self))
+
+
+class TestPartialCowSpecialChars(TestAppendOnSchemaChangeSpecialChars):
+    """The special-name case through our Parquet writer, page rewriter and row index."""
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {}
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return as_partial_cow({"special_source.sql": SPECIAL_SOURCE, "special_incremental.sql": SPECIAL_INCREMENTAL,
+                               "special_expected.sql": SPECIAL_EXPECTED})
