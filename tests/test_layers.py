@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "adapter" / "partialcow"
 # low to high; one rank may hold several packages that do not depend on each other's rank
 RANK = {"parquet": 0, "commit": 1, "index": 1, "spark": 2, "branch": 3, "dbt_adapter": 4}
 # top-level modules every layer may import (leaves: they import no layer above parquet)
-SHARED = {"exceptions", "metrics", "faults", "progress", "__version__"}
+SHARED = {"exceptions", "formats", "metrics", "faults", "progress", "__version__"}
 # may import anything: entry points
 ANY = {"cli", "index.cli", "project"}
 # known exceptions, each with its reason (module -> imported package)

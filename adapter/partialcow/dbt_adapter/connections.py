@@ -18,8 +18,7 @@ from dbt_common.dataclass_schema import ValidationError
 from dbt_common.exceptions import DbtRuntimeError
 
 from partialcow.exceptions import PartialCowError
-
-TABLE_FORMATS = ("iceberg", "delta")
+from partialcow.formats import TABLE_FORMATS
 
 
 @dataclass

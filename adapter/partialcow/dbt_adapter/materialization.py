@@ -18,11 +18,12 @@ from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 
 from partialcow.exceptions import PartialCowError
+from partialcow.formats import TABLE_FORMATS
 from partialcow.metrics import WriteMetrics
 
 _LOGGER = AdapterLogger("partialcow")
 ON_SCHEMA_CHANGE = ("ignore", "fail", "append_new_columns", "sync_all_columns")
-FILE_FORMATS = ("iceberg", "delta")
+FILE_FORMATS = TABLE_FORMATS  # a model's file_format
 DEFAULT_OP_CODES = {"insert": ["I"], "update": ["U"], "delete": ["D"]}
 
 

@@ -22,6 +22,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from partialcow.exceptions import ConfigurationError
+from partialcow.formats import TABLE_FORMATS
 from partialcow.index.row_index import RowIndex, VerifyReport
 from partialcow.index.sources import DeltaSource, IcebergSource, TableSource
 from partialcow.progress import Progress
@@ -37,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "action", choices=["verify", "rebuild"], help="verify: compare with a fresh scan; rebuild: re-index"
     )
     parser.add_argument("table", help="Delta: the table folder; Iceberg: the table name (with --warehouse)")
-    parser.add_argument("--format", choices=["auto", "iceberg", "delta"], default="auto",
+    parser.add_argument("--format", choices=["auto", *TABLE_FORMATS], default="auto",
                         help="table format (auto: Delta if the folder has _delta_log, else Iceberg)")
     parser.add_argument("--warehouse", help="warehouse folder of the embedded Iceberg catalog (default: the dbt "
                         "project's, from its profile)")

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
+from partialcow.formats import TableFormat
 from partialcow.index.sources import quote_identifier
 from partialcow.metrics import WriteMetrics
 from partialcow.spark.errors import named_errors
@@ -45,7 +46,7 @@ def create_table(
     changes: DataFrame,
     spec: ChangeSpec,
     *,
-    table_format: Literal["iceberg", "delta"] = "iceberg",
+    table_format: TableFormat = "iceberg",
 ) -> WriteMetrics:
     """Create (or replace) ``name`` from a first batch of changes and build its row index.
 

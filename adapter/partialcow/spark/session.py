@@ -16,9 +16,10 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from partialcow.exceptions import ConfigurationError
+from partialcow.formats import TABLE_FORMATS, TableFormat
 from partialcow.spark.executors import check_executors, worker_environment, worker_python
 from partialcow.spark.jars import JarSet, ensure_jars, resolve_delta_jars, resolve_iceberg_runtime
 from partialcow.spark.metastore import EMBEDDED_METASTORE_CONF, LOCK_CONF, prepare_embedded_metastore
@@ -28,8 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["TableFormat", "get_or_create_session", "session_table_format", "spark_conf", "warehouse_path"]
 
-TableFormat = Literal["iceberg", "delta"]
-_FORMATS = ("iceberg", "delta")
 
 # Settings that must match when a session already runs: otherwise tables would land in another catalog or folder.
 _STATIC_KEYS = ("spark.sql.catalog.spark_catalog", "spark.sql.extensions", "spark.sql.warehouse.dir")
@@ -82,8 +81,9 @@ def spark_conf(
     >>> conf["spark.sql.catalog.spark_catalog"], conf["spark.sql.shuffle.partitions"]
     ('org.apache.iceberg.spark.SparkSessionCatalog', '8')
     """
-    if table_format not in _FORMATS:
-        raise ConfigurationError(f"table_format {table_format!r} is not supported: use one of {', '.join(_FORMATS)}")
+    if table_format not in TABLE_FORMATS:
+        raise ConfigurationError(
+            f"table_format {table_format!r} is not supported: use one of {', '.join(TABLE_FORMATS)}")
     return _conf(
         table_format, warehouse_path(warehouse), master, extra, _jars(table_format, iceberg_runtime, delta_jars)
     )

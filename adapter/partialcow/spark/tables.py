@@ -16,13 +16,14 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
 from partialcow.commit.base import TableCommitter
 from partialcow.exceptions import ConfigurationError, UnsupportedTableFeatureError
+from partialcow.formats import TABLE_FORMATS, TableFormat
 from partialcow.index import DeltaSource, IcebergSource, TableSource
 
 if TYPE_CHECKING:
@@ -31,9 +32,6 @@ if TYPE_CHECKING:
     from partialcow.spark.journal import WriteLease
 
 __all__ = ["LakehouseTable", "delta_root", "delta_spark_schema", "local_path", "open_table", "require_session_format"]
-
-TableFormat = Literal["iceberg", "delta"]
-
 
 def local_path(uri: str) -> str:
     """The local file system path of a ``file:`` URI or plain path (the embedded warehouse is local).
@@ -317,8 +315,9 @@ def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> 
     """
     from partialcow.commit.java import bind_to_current_thread
 
-    if table_format not in ("iceberg", "delta"):
-        raise ConfigurationError(f"table {name}: table format {table_format!r} is not supported (iceberg or delta)")
+    if table_format not in TABLE_FORMATS:
+        raise ConfigurationError(
+            f"table {name}: table format {table_format!r} is not supported ({' or '.join(TABLE_FORMATS)})")
     if table_format == "iceberg" or not _is_path(name):
         require_session_format(spark, table_format, what=f"table {name}")
     bind_to_current_thread(spark)
