@@ -85,7 +85,7 @@ def _session(args: argparse.Namespace, table_format: str) -> SparkSession:
             )
         target = profile_target(project, profiles_dir=args.profiles_dir, target=args.target)
         warehouse, runtime = target.warehouse, str(target.settings.get("iceberg_runtime") or "auto")
-    from partialcow.spark.session import get_or_create_session  # entry point only: the index layer never imports it
+    from partialcow.spark.session import get_or_create_session
 
     return get_or_create_session(table_format="iceberg", warehouse=warehouse, master=args.master,
                                  iceberg_runtime=runtime)
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             print(_render_report(report))
         return 0 if report.ok else 1
     keys = [k.strip() for k in args.key.split(",") if k.strip()] if args.key else None
-    from partialcow.spark.journal import WriteLease  # entry point only (see the module docstring)
+    from partialcow.spark.journal import WriteLease
 
     # a rebuild writes index files: it holds a write lease so that writers of the table leave them alone
     with WriteLease(source.location, [], referenced=set), progress.step(f"rebuilding the row index of {args.table}"):

@@ -1,6 +1,8 @@
 """The ``partialcow`` command: inspect Parquet files, check the machine, verify and rebuild row indexes.
 
-Each subcommand lives with its layer; this module only parses arguments and renders errors.
+Each subcommand is one function of the layer it inspects (``parquet.inspect``, ``spark.doctor``) or a module of this
+package when it drives several layers (``cli.index``: the index, over a Spark session); this module only parses
+arguments and renders errors.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ __all__ = ["main"]
 _COMMANDS = {
     "inspect": ("partialcow.parquet.inspect", "run", "print row groups, column chunks and pages of a Parquet file"),
     "doctor": ("partialcow.spark.doctor", "run", "show Java, Spark, Iceberg, Delta and the dbt project's warehouse"),
-    "index": ("partialcow.index.cli", "run", "verify or rebuild a table's row-level index"),
+    "index": ("partialcow.cli.index", "run", "verify or rebuild a table's row-level index"),
 }
 
 
