@@ -8,9 +8,10 @@ opened its configured session, so ``branch_create`` as the first command after a
 
 One realistic sequence, to keep the number of processes small (each costs a Spark start): build, create, build on
 the branch (a keyed table model, an aggregate without a key, a ``partial_cow_incremental`` model), a conflicting
-change on main, list, diff, merge with ``on_conflict: ours``, drop; then one process reads the tables back and
-compares them with plain Python oracles. Refresh, materialize and a refused merge run in-process in
-``test_branch_dbt.py``: what is particular to a fresh process is the session it opens, which these steps share.
+change on main, list, merge with ``on_conflict: ours``; then one process reads the tables back and compares them
+with plain Python oracles. Diff, refresh, materialize, a refused merge and drop run in-process in
+``test_branch_dbt.py``: what is particular to a fresh process is the session it opens, which a reading step (list)
+and a writing one (merge) after create show.
 """
 
 from __future__ import annotations
@@ -110,15 +111,8 @@ def test_every_branch_operation_from_a_fresh_process(tmp_path: Path) -> None:
     for model in ("items", "item_count", "cdc"):
         assert f"shop.{model}:" in out
 
-    out = _ok(project, "run-operation", "branch_diff", "--args", "{name: dev}")
-    assert "shop.items: 1 inserted, 1 updated, 1 deleted; changed columns: qty (1)" in out
-    assert "shop.cdc: 1 inserted, 1 updated, 1 deleted" in out
-    assert "shop.item_count: replaced (1 rows vs 1 on the parent: 1 only on the branch, 1 only on the parent)" in out
-
     out = _ok(project, "run-operation", "branch_merge", "--args", "{name: dev, on_conflict: ours}")
     assert "branch dev -> main: merged" in out and "item_count replaced the parent's rows" in out
-    out = _ok(project, "run-operation", "branch_drop", "--args", "{name: dev}")
-    assert "branch dev dropped" in out
 
     read = subprocess.run([sys.executable, "-c", READ_BACK, str(project / "warehouse")], capture_output=True,
                           text=True, timeout=600, cwd=tmp_path)
@@ -136,4 +130,4 @@ def test_every_branch_operation_from_a_fresh_process(tmp_path: Path) -> None:
     merged_cdc, cdc_conflicts = three_way(cdc_base, cdc_ours, cdc_theirs, policy="ours")
     assert cdc_conflicts == {2}
     assert got["cdc"] == sorted(list(r) for r in merged_cdc.values())
-    assert "shop__br_dev" not in got["schemas"]
+    assert "shop__br_dev" in got["schemas"]  # the branch stays after a merge (dropping it is a separate step)
