@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from independent_read import iceberg_rows
 
 pytestmark = [pytest.mark.dbt, pytest.mark.spark, pytest.mark.iceberg, pytest.mark.slow]
 
@@ -140,15 +141,6 @@ def _dbt(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
                            "--profiles-dir", str(root)], capture_output=True, text=True, timeout=900, env=env)
 
 
-def _iceberg_rows(warehouse: Path, table: str) -> list[tuple]:
-    """The table's rows as pyiceberg reads its newest metadata file (an independent reader)."""
-    from pyiceberg.table import StaticTable
-
-    metadata = max((warehouse / f"{table}").glob("metadata/*.metadata.json"), key=lambda p: p.stat().st_mtime_ns)
-    rows = StaticTable.from_metadata(str(metadata)).scan().to_arrow().select(["id", "name"]).to_pylist()
-    return sorted((r["id"], r["name"]) for r in rows)
-
-
 def test_partial_cow_model_builds_on_the_cluster(cluster: tuple[str, Path], tmp_path: Path) -> None:
     url, work = cluster
     root = tmp_path / "project"
@@ -160,7 +152,7 @@ def test_partial_cow_model_builds_on_the_cluster(cluster: tuple[str, Path], tmp_
     results = json.loads((root / "target" / "run_results.json").read_text())["results"]
     model = next(r for r in results if r["unique_id"].endswith(".people"))
     assert model["adapter_response"]["rows_inserted"] == 3
-    assert _iceberg_rows(root / "warehouse" / "people.db", "people") == [(1, "ada"), (2, "grace hopper"), (4, "edsger")]
+    assert iceberg_rows(root / "warehouse" / "people.db" / "people", ("id", "name")) == [(1, "ada"), (2, "grace hopper"), (4, "edsger")]
     # the run was an application of the cluster, whose worker ran its executor
     assert list(work.glob("app-*/*/stderr"))
     # Spark's start-up is quiet (no HiveConf/ObjectStore warnings, no loopback address warning)
