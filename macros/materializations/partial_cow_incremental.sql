@@ -12,6 +12,7 @@
   {%- set existing_relation = load_relation(this) -%}
   {%- set full_refresh_mode = should_full_refresh() -%}
   {%- set settings = partialcow_change_settings() -%}
+  {%- do adapter.partialcow_check_change_settings(settings, model.name) -%}
   {%- set changes_view = this.identifier ~ '__pcow_changes' -%}
 
   {{ run_hooks(pre_hooks) }}
@@ -60,23 +61,14 @@
 {%- endmaterialization %}
 
 
-{#- The model config the Python side needs, checked early so no SQL runs on a bad config. Dispatched in the
-    'dbt' namespace (ours is an adapter package): a project overrides it by defining partialcow__partialcow_change_settings. -#}
+{#- The model config the Python side needs (checked there, before any SQL runs: model_settings in
+    partialcow/dbt_adapter/materialization.py). Dispatched in the 'dbt' namespace (ours is an adapter package): a
+    project overrides it by defining partialcow__partialcow_change_settings. -#}
 {% macro partialcow_change_settings() %}
   {{ return(adapter.dispatch('partialcow_change_settings', 'dbt')()) }}
 {% endmacro %}
 
 {% macro partialcow__partialcow_change_settings() %}
-  {%- set file_format = config.get('file_format') or 'iceberg' -%}
-  {%- if file_format not in ['iceberg', 'delta'] -%}
-    {%- do exceptions.raise_compiler_error(
-        "Invalid file_format '" ~ file_format ~ "' for partial_cow_incremental model " ~ model.name
-        ~ ": accepted values are iceberg, delta") -%}
-  {%- endif -%}
-  {%- if not config.get('unique_key') -%}
-    {%- do exceptions.raise_compiler_error(
-        "partial_cow_incremental model " ~ model.name ~ " needs unique_key (a column or a list of columns)") -%}
-  {%- endif -%}
   {{ return({
       'unique_key': config.get('unique_key'),
       'op_column': config.get('op_column'),
@@ -85,7 +77,7 @@
       'merge_update_columns': config.get('merge_update_columns'),
       'merge_exclude_columns': config.get('merge_exclude_columns'),
       'on_schema_change': config.get('on_schema_change'),
-      'file_format': file_format,
+      'file_format': config.get('file_format'),
       'tblproperties': config.get('tblproperties'),
   }) }}
 {% endmacro %}

@@ -130,13 +130,15 @@ def test_position_deletes_on_a_file_to_rewrite_are_refused(spark, base_table):
 
 
 BAD_MODEL = """
-{{ config(materialized='partial_cow_incremental', unique_key=['k1', 'k2'], op_column='_op', sequence_column='_ts',
-          on_schema_change='fail') }}
+{{ config(materialized='partial_cow_incremental', unique_key=var('key', ['k1', 'k2']), op_column='_op',
+          sequence_column='_ts', on_schema_change='fail', file_format=var('file_format', 'iceberg')) }}
 {% set case = var('case', 'base') %}
 {% if case == 'base' %}
 select * from values (1L, 'a', 10, 'I', 1L), (2L, 'a', 20, 'I', 1L), (3L, 'b', 30, 'I', 1L) as t(k1, k2, v, _op, _ts)
 {% elif case == 'null_key' %}
 select * from values (cast(null as bigint), 'a', 11, 'U', 2L), (2L, 'a', 21, 'U', 2L) as t(k1, k2, v, _op, _ts)
+{% elif case == 'unreadable' %}
+select * from partialcow_no_such_relation
 {% elif case == 'new_column' %}
 select *, 'x' as extra from values (2L, 'a', 22, 'U', 2L) as t(k1, k2, v, _op, _ts)
 {% else %}
@@ -154,10 +156,14 @@ class TestBadInputThroughDbt:
     def test_errors_name_the_model_and_later_runs_work(self, project, spark):
         relation = f"{project.test_schema}.bad_feed"
         run_dbt(["run"])
-        for case, fragments in [("null_key", ["bad_feed", "k1", "null"]),
-                                ("new_column", ["bad_feed", "extra", "on_schema_change='fail'"])]:
+        # a bad config is refused before the model's SQL runs (that SQL would fail first, naming no setting)
+        for case, fragments in [("{case: unreadable, file_format: hudi}", ["bad_feed", "file_format='hudi'",
+                                                                          "iceberg or delta"]),
+                                ("{case: unreadable, key: []}", ["bad_feed", "needs unique_key"]),
+                                ("{case: null_key}", ["bad_feed", "k1", "null"]),
+                                ("{case: new_column}", ["bad_feed", "extra", "on_schema_change='fail'"])]:
             before = table_state(spark, relation)
-            results = run_dbt(["run", "--vars", f"case: {case}"], expect_pass=False)
+            results = run_dbt(["run", "--vars", case], expect_pass=False)
             message = results.results[0].message
             for fragment in fragments:
                 assert fragment in message, f"{case}: {fragment!r} not in {message!r}"

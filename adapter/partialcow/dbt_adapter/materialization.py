@@ -87,6 +87,25 @@ def _names(value: Any, what: str, model: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value)
 
 
+def model_settings(config: Mapping[str, Any], *, model: str) -> tuple[Any, str]:
+    """The one parser of a ``partial_cow_incremental`` model's config: its ``ChangeSpec`` and table format. The
+    materialization calls it before any SQL runs (``partialcow_check_change_settings``), the write calls it again.
+
+    >>> model_settings({"unique_key": "id", "file_format": "hudi"}, model="m")
+    Traceback (most recent call last):
+    ...
+    dbt_common.exceptions.base.DbtRuntimeError: Runtime Error
+      model m: partial_cow_incremental writes iceberg or delta tables, not file_format='hudi'
+    """
+    file_format = config.get("file_format") or "iceberg"
+    if file_format not in FILE_FORMATS:
+        raise DbtRuntimeError(
+            f"model {model}: partial_cow_incremental writes {' or '.join(FILE_FORMATS)} tables, "
+            f"not file_format={file_format!r}"
+        )
+    return change_spec(config, model=model), str(file_format)
+
+
 def change_spec(config: Mapping[str, Any], *, model: str) -> Any:
     """Turn the model's config into a typed ``ChangeSpec``; bad values get an error listing the accepted ones.
 
@@ -142,6 +161,12 @@ class PartialCowMixin(metaclass=AdapterMeta):
     """``@available`` methods the ``partial_cow_incremental`` materialization calls (AdapterMeta collects them)."""
 
     @available
+    def partialcow_check_change_settings(self, config: Mapping[str, Any], model: str) -> str:
+        """Refuse a bad model config before any of the model's SQL runs (the error names model and setting)."""
+        model_settings(config, model=model)
+        return ""
+
+    @available
     def partial_cow_apply(
         self, relation: Any, changes_view: str, config: Mapping[str, Any], create: bool
     ) -> PartialCowResponse:
@@ -152,14 +177,8 @@ class PartialCowMixin(metaclass=AdapterMeta):
         from partialcow.spark.tables import open_table, require_session_format
 
         model = str(relation.identifier)
-        spec = change_spec(config, model=model)
-        file_format = config.get("file_format") or "iceberg"
-        if file_format not in FILE_FORMATS:
-            raise DbtRuntimeError(
-                f"model {model}: partial_cow_incremental writes {' or '.join(FILE_FORMATS)} tables, "
-                f"not file_format={file_format!r}"
-            )
-        from partialcow.commit.java import bind_to_current_thread
+        spec, file_format = model_settings(config, model=model)
+        from partialcow.table.java import bind_to_current_thread
 
         spark = bind_to_current_thread(SparkSession.getActiveSession() or SparkSession.builder.getOrCreate())
         name = f"{relation.schema}.{relation.identifier}"
