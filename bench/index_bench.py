@@ -78,7 +78,8 @@ def main() -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from partialcow.index import ParquetFilesSource, RowIndex
+    from partialcow.index import RowIndex
+    from partialcow.table.parquet_files import ParquetFilesSource
 
     spark = (
         SparkSession.builder.master("local[2]")

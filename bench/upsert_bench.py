@@ -502,9 +502,10 @@ class PartialCowDelta(DeltaContender):
     name = "partialcow_delta"
 
     def _prepare(self) -> None:
-        from partialcow.index import DeltaSource, RowIndex
+        from partialcow.index import RowIndex
+        from partialcow.table.delta import DeltaRsTable
 
-        RowIndex.create(DeltaSource(self.spark, str(self.path)), key_columns=KEYS)
+        RowIndex.create(DeltaRsTable(str(self.path), spark=self.spark), key_columns=KEYS)
 
     def upsert(self, case: Case, result: Result) -> None:
         from partialcow.spark.tables import open_table

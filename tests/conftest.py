@@ -34,7 +34,7 @@ _LONGEST = (
     "faults/test_crashes.py",
     "functional/test_models_example.py",
     "branch/test_branch_dbt.py",
-    "commit/test_delta_types.py",
+    "table/test_delta_types.py",
     "branch/test_branch_api.py",
     "branch/test_branch_images.py",
     "functional/test_standard_suites.py",

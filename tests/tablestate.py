@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 
-from partialcow.index.sources import quote_identifier
+from partialcow.table.base import quote_identifier
 from partialcow.spark.tables import local_path
 
 

@@ -12,7 +12,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "adapter" / "partialcow"
 
 # low to high; one rank may hold several packages that do not depend on each other's rank
-RANK = {"parquet": 0, "commit": 1, "index": 1, "spark": 2, "branch": 3, "dbt_adapter": 4}
+RANK = {"parquet": 0, "table": 1, "index": 2, "spark": 3, "branch": 4, "dbt_adapter": 5}
 # top-level modules every layer may import (leaves: they import no layer above parquet)
 SHARED = {"exceptions", "formats", "metrics", "faults", "progress", "__version__"}
 # may import anything: entry points

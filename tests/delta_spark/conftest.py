@@ -18,7 +18,7 @@ from delta_env import NO_DELTA_SPARK, delta_spark_jars
 TESTS = Path(__file__).resolve().parents[1]
 # helpers shared with the Iceberg suites: the CDC oracle, the Delta readers checker, the bad input matrix, the
 # snapshot cases
-for folder in ("commit", "materialization", "faults", "functional"):
+for folder in ("table", "materialization", "faults", "functional"):
     if str(TESTS / folder) not in sys.path:
         sys.path.append(str(TESTS / folder))
 

@@ -83,7 +83,7 @@ class TestDeltaModels:
             assert "partialcow.create-pending" not in detail["properties"]
             version = int(spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()["version"])
             expected_versions[version] = [dict(zip(COLUMNS, r)) for r in oracle.rows()]
-        index = RowIndex.open(open_table(spark, name, table_format="delta").source)
+        index = RowIndex.open(open_table(spark, name, table_format="delta").format_table)
         assert index.verify().ok
         assert_readers_agree([DeltaCheck(delta_root(spark, name), expected=expected_versions)], spark=spark)
 

@@ -198,7 +198,7 @@ def race_table(spark, schema):
 
 def _ours_after(spark, name: str, other_sql: str, rows: list[tuple]):
     table = open_table(spark, name, table_format="delta")
-    table.committer = OtherWriterFirst(table.committer, lambda: spark.sql(other_sql.format(t=name)))
+    table.format_table = OtherWriterFirst(table.format_table, lambda: spark.sql(other_sql.format(t=name)))
     return apply_changes(spark, table, spark.createDataFrame(rows, SCHEMA), SPEC)
 
 
@@ -206,7 +206,7 @@ def _consistent(spark, name: str, expected: dict[int, int], *, repair: bool = Fa
     """The rows are ``expected``; the index agrees with the table (``repair``: after it caught up with another
     writer's commit, as the next write's index does; a batch that failed leaves the index where it was)."""
     assert {r["k"]: r["v"] for r in spark.table(name).collect()} == expected
-    index = RowIndex.open(open_table(spark, name, table_format="delta").source)
+    index = RowIndex.open(open_table(spark, name, table_format="delta").format_table)
     if repair:
         index.ensure_fresh()
     assert index.verify().ok

@@ -13,9 +13,9 @@ import shutil
 
 import pytest
 
-from partialcow.commit.base import FileReplacement
-from partialcow.commit.delta import spark_log
-from partialcow.commit.delta.spark_committer import DeltaSparkCommitter
+from partialcow.table.base import FileReplacement
+from partialcow.table.delta import spark_log
+from partialcow.table.delta.spark_table import DeltaSparkTable
 from partialcow.spark.tables import delta_root
 
 pytestmark = [pytest.mark.spark]
@@ -28,7 +28,7 @@ def _spark_listing(spark, root: str, version: int) -> dict[str, tuple[int, int |
     return {r["path"]: (int(r["size"]), r["n"]) for r in rows}
 
 
-def _log_listing(committer: DeltaSparkCommitter, version: int) -> dict[str, tuple[int, int | None]] | None:
+def _log_listing(committer: DeltaSparkTable, version: int) -> dict[str, tuple[int, int | None]] | None:
     live = committer._live_from_log(spark_log.snapshot_at(committer.spark, committer.root, version))
     if live is None:
         return None
@@ -46,7 +46,7 @@ def test_the_log_listing_matches_delta_spark_across_checkpoints_and_rewrites(spa
     spark.sql(f"OPTIMIZE {name}")  # 5: every file replaced by one
     spark.sql(f"INSERT INTO {name} VALUES (1000, 'x')")  # 6 (checkpoints at 2, 4 and 6)
     root = delta_root(spark, name)
-    committer = DeltaSparkCommitter(spark, root, name=name)
+    committer = DeltaSparkTable(spark, root, name=name)
     assert committer.current_version() == 6
     assert any(p.endswith(".checkpoint.parquet") for p in os.listdir(f"{root}/_delta_log"))
     for version in (1, 3, 4, 5, 6):  # JSON only, JSON after a checkpoint, removals, a rewrite, a new checkpoint
@@ -63,7 +63,7 @@ def test_tables_whose_removals_need_more_are_listed_by_delta_spark(spark, schema
     ]:
         name = f"{schema}.t_{case.replace(' ', '_')}"
         spark.sql(f"CREATE TABLE {name} {ddl}")  # version 0 lists no file, so nothing to insert
-        committer = DeltaSparkCommitter(spark, delta_root(spark, name), name=name)
+        committer = DeltaSparkTable(spark, delta_root(spark, name), name=name)
         assert _log_listing(committer, committer.current_version()) is None, case
 
 
@@ -71,7 +71,7 @@ def test_a_table_root_with_a_space_is_listed_from_the_log(spark, tmp_path) -> No
     root = str(tmp_path / "a table")  # the root is not part of the relative paths the log holds
     spark.sql(f"CREATE TABLE delta.`{root}` (id BIGINT) USING delta")
     spark.sql(f"INSERT INTO delta.`{root}` VALUES (1)")
-    committer = DeltaSparkCommitter(spark, root, name="spaced")
+    committer = DeltaSparkTable(spark, root, name="spaced")
     version = committer.current_version()
     assert _log_listing(committer, version) == _spark_listing(spark, root, version)
 
@@ -80,7 +80,7 @@ def test_a_file_name_the_log_spells_encoded_is_listed_by_delta_spark(spark, tmp_
     root = str(tmp_path / "t")
     spark.sql(f"CREATE TABLE delta.`{root}` (id BIGINT) USING delta")
     spark.sql(f"INSERT INTO delta.`{root}` VALUES (1)")
-    committer = DeltaSparkCommitter(spark, root, name="odd names")
+    committer = DeltaSparkTable(spark, root, name="odd names")
     first = next(f for f in os.listdir(root) if f.endswith(".parquet"))
     shutil.copyfile(os.path.join(root, first), os.path.join(root, "copy 1%.parquet"))
     result = committer.replace_files(FileReplacement(base_version=committer.current_version(),

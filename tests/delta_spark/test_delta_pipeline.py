@@ -116,7 +116,7 @@ def test_first_build_and_batches_through_delta_spark(spark, schema) -> None:
             for column in group["columns"]:
                 data_pages = [p for p in column["pages"] if p["rows"] is not None]
                 assert data_pages and max(p["rows"] for p in data_pages) <= ROWS_PER_PAGE, (path, column["path"])
-    index = RowIndex.open(open_table(spark, name, table_format="delta").source)
+    index = RowIndex.open(open_table(spark, name, table_format="delta").format_table)
     assert index.verify().ok
     assert index.state.table_version == 3
     assert_readers_agree([DeltaCheck(root, expected=expected)], spark=spark, spark_time_zones=("UTC", "Asia/Tokyo"))
@@ -152,7 +152,7 @@ def test_a_full_refresh_is_one_version(spark, schema) -> None:
     protocol = next(a["protocol"] for a in _log(root, before + 1) if "protocol" in a)
     assert "deletionVectors" in protocol.get("writerFeatures", []), protocol
     assert not any("add" in a and not unquote(a["add"]["path"]).startswith("pcow-") for a in _log(root, before + 1))
-    assert RowIndex.open(open_table(spark, name, table_format="delta").source).verify().ok
+    assert RowIndex.open(open_table(spark, name, table_format="delta").format_table).verify().ok
     # the new protocol lists deletion vectors: delta-spark alone reads the new version, against the expected rows
     expected = {before: _dicts(old_rows), before + 1: [{"id": i * 10, "name": str(i)} for i in range(200)]}
     assert_readers_agree([DeltaCheck(root, expected=expected)], spark=spark)
@@ -170,7 +170,7 @@ def test_a_full_refresh_replaces_a_table_with_column_mapping(spark, schema) -> N
     assert sorted(tuple(r) for r in spark.table(name).collect()) == [(i, "x") for i in range(5)]
     properties = spark.sql(f"DESCRIBE DETAIL {name}").first()["properties"]
     assert "delta.columnMapping.mode" not in properties and "partialcow.create-pending" not in properties
-    assert RowIndex.open(open_table(spark, name, table_format="delta").source).verify().ok
+    assert RowIndex.open(open_table(spark, name, table_format="delta").format_table).verify().ok
 
 
 def _rows_by_id(spark, name: str) -> dict[int, tuple]:
@@ -206,9 +206,9 @@ def test_deletion_vectors_are_applied_and_materialised(spark, schema) -> None:
     removed = [a["remove"] for a in actions if "remove" in a]
     assert len(removed) == 1 and removed[0]["deletionVector"]["cardinality"] == 300  # ids 3, 13, ... of 0..2999
     assert all("deletionVector" not in a["add"] for a in actions if "add" in a)
-    vectors = open_table(spark, name, table_format="delta").committer.deletion_vectors(delete_version + 1)
+    vectors = open_table(spark, name, table_format="delta").format_table.deletion_vectors(delete_version + 1)
     assert [v["cardinality"] for v in vectors.values()] == [100]  # the untouched file keeps its vector
-    assert RowIndex.open(open_table(spark, name, table_format="delta").source).verify().ok
+    assert RowIndex.open(open_table(spark, name, table_format="delta").format_table).verify().ok
 
     # another vector on the file we did not touch, then a change of that file: the index re-reads it first
     spark.sql(f"DELETE FROM {name} WHERE id IN (3001, 3002)")
@@ -218,7 +218,7 @@ def test_deletion_vectors_are_applied_and_materialised(spark, schema) -> None:
     expected.update({3004: ("u3004", 3004), 3002: ("again3002", 3002)})
     assert (metrics.rows_updated, metrics.rows_inserted) == (1, 1)
     assert _rows_by_id(spark, name) == expected
-    assert RowIndex.open(open_table(spark, name, table_format="delta").source).verify().ok
+    assert RowIndex.open(open_table(spark, name, table_format="delta").format_table).verify().ok
     history = {int(r["version"]): r for r in spark.sql(f"DESCRIBE HISTORY {name}").collect()}
     latest = max(history)
     check = DeltaCheck(root, expected={latest: [{"id": k, "name": n, "v": v} for k, (n, v) in expected.items()]})
@@ -257,22 +257,22 @@ def test_on_schema_change_on_delta(spark, schema) -> None:
     with pytest.raises(ChangeFeedError, match=r"drop column\(s\) \['more'\].*column mapping"):
         apply_changes(spark, table(), rows("select 2L as id, 'two' as name, 1.0d as extra, 'U' as _op"), sync)
     assert (version(), sorted(tuple(r) for r in spark.table(name).collect())) == before
-    assert RowIndex.open(table().source).verify().ok
+    assert RowIndex.open(table().format_table).verify().ok
     root = delta_root(spark, name)
     assert_readers_agree([DeltaCheck(root, versions=list(range(version() + 1)))], spark=spark)
 
 
 def test_delta_rs_commits_are_read_by_delta_spark(spark, tmp_path: Path) -> None:
-    """A DeltaCommitter (delta-rs) commit read back by delta-spark, Delta's reference implementation: current and
+    """A DeltaRsTable (delta-rs) commit read back by delta-spark, Delta's reference implementation: current and
     previous version, history label, and boundary filters that data skipping on our stats must not lose."""
     from test_delta import batch, file_with_id, make_table, rewrite
 
-    from partialcow.commit.base import FileReplacement
-    from partialcow.commit.delta import DeltaCommitter
+    from partialcow.table.base import FileReplacement
+    from partialcow.table.delta import DeltaRsTable
     from partialcow.metrics import WriteMetrics
 
     root = make_table(tmp_path / "t")
-    committer = DeltaCommitter(str(root))
+    committer = DeltaRsTable(str(root))
     old = file_with_id(committer, 2)
     long_name = "changed-" + "x" * 60  # the truncated max must still bound it
     new = rewrite(root, old, {2: long_name})

@@ -53,7 +53,8 @@ def _rows(spark) -> dict[int, list]:
 def main(step_file: str) -> None:
     with open(step_file) as handle:
         step = json.load(handle)
-    from partialcow.index import IcebergSource, RowIndex
+    from partialcow.index import RowIndex
+    from partialcow.table.iceberg import IcebergTable
     from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
     from partialcow.spark.session import get_or_create_session
     from partialcow.spark.tables import open_table
@@ -76,7 +77,7 @@ def main(step_file: str) -> None:
     if step.get("apply") is not None:
         apply_changes(spark, open_table(spark, TABLE, table_format="iceberg"), frame(step["apply"]), spec)
         report["after"] = _rows(spark)
-        report["index_ok"] = RowIndex.open(IcebergSource(spark, TABLE)).verify().ok
+        report["index_ok"] = RowIndex.open(IcebergTable(spark, TABLE)).verify().ok
         report["leftovers"] = leftovers(spark, TABLE)
     with open(step["report"], "w") as out:
         json.dump(report, out)

@@ -7,7 +7,7 @@ Spark's jobs (``PARTIALCOW_DRIVER_MAX_ROWS``), so both are killed at every point
 before or the batch after (never anything else); after the next normal batch it equals the oracle, the row index
 verifies against a full scan, and nothing is left over.
 
-CI runs each point once (but ``leased``, see ``_plan``); ``PARTIALCOW_FAULTS_LONG=1`` runs every point and adds timer
+CI runs each point once (but ``leased``, see ``_plan``); ``PARTIALCOW_TESTS_LONG=1`` runs every point and adds timer
 kills at random moments over many seeds.
 """
 
@@ -28,7 +28,7 @@ from partialcow.faults import POINTS
 pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
-LONG = os.environ.get("PARTIALCOW_FAULTS_LONG") == "1"
+LONG = os.environ.get("PARTIALCOW_TESTS_LONG") == "1"
 
 
 def _run(tmp_path: Path, n: int, step: dict) -> tuple[int, dict]:

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from partialcow.commit.iceberg_create import NewIcebergTable
+from partialcow.table.iceberg_create import NewIcebergTable
 from partialcow.exceptions import CommitStateUnknownError
 from partialcow.spark.changes import ChangeSpec, create_table
 

@@ -11,7 +11,8 @@ import uuid
 
 import pytest
 
-from partialcow.index import IcebergSource, RowIndex
+from partialcow.index import RowIndex
+from partialcow.table.iceberg import IcebergTable
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import open_table
 
@@ -43,7 +44,7 @@ def test_minus_zero_updates_the_zero_key(spark, table):
     # the table can be written again, and its index agrees with it
     metrics = _apply(spark, table, [(0.0, 11, "U"), (2.5, 3, "I")])
     assert (metrics.rows_updated, metrics.rows_inserted) == (1, 1)
-    assert RowIndex.open(IcebergSource(spark, table)).verify().ok
+    assert RowIndex.open(IcebergTable(spark, table)).verify().ok
 
 
 def test_a_minus_zero_written_by_another_engine_is_found(spark, table):
@@ -53,4 +54,4 @@ def test_a_minus_zero_written_by_another_engine_is_found(spark, table):
     metrics = _apply(spark, table, [(0.0, 12, "U")])
     assert (metrics.rows_updated, metrics.rows_inserted) == (1, 0)
     assert sorted((r["f"], r["v"]) for r in spark.table(table).collect()) == [(0.0, 12), (1.5, 2)]
-    assert RowIndex.open(IcebergSource(spark, table)).verify().ok
+    assert RowIndex.open(IcebergTable(spark, table)).verify().ok

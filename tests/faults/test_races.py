@@ -17,7 +17,8 @@ import uuid
 import pytest
 
 from partialcow.exceptions import CommitConflictError
-from partialcow.index import IcebergSource, RowIndex
+from partialcow.index import RowIndex
+from partialcow.table.iceberg import IcebergTable
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import open_table
 from tablestate import OtherWriterFirst, leftovers
@@ -26,7 +27,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.usefixtures("p
 
 SPEC = ChangeSpec(key_columns=("k",), op_column="_op", model="racer")
 SCHEMA = "k bigint, v bigint, _op string"
-ROUNDS = 20 if os.environ.get("PARTIALCOW_FAULTS_LONG") == "1" else 3
+ROUNDS = 20 if os.environ.get("PARTIALCOW_TESTS_LONG") == "1" else 3
 
 
 @pytest.fixture()
@@ -51,7 +52,7 @@ def _consistent(spark, name, expected):
     # after another writer's commit the index repairs itself, under a write lease as the next write does (whose
     # end also removes the bucket files no kept index state references)
     with open_table(spark, name, table_format="iceberg").write_lease():
-        index = RowIndex.open(IcebergSource(spark, name))
+        index = RowIndex.open(IcebergTable(spark, name))
         index.ensure_fresh()
     assert index.verify().ok
     assert leftovers(spark, name) == []
@@ -59,7 +60,7 @@ def _consistent(spark, name, expected):
 
 def _ours_after(spark, name, other_sql, our_rows):
     table = open_table(spark, name, table_format="iceberg")
-    table.committer = OtherWriterFirst(table.committer, lambda: spark.sql(other_sql.format(t=name)))
+    table.format_table = OtherWriterFirst(table.format_table, lambda: spark.sql(other_sql.format(t=name)))
     return apply_changes(spark, table, spark.createDataFrame(our_rows, SCHEMA), SPEC)
 
 
@@ -154,5 +155,5 @@ def test_writers_racing_in_threads_lose_nothing(spark, table):
         if "ours" not in errors:
             assert all(got[k] == v for k, v in ours.items() if k != theirs_key)
         state = got
-    assert RowIndex.open(IcebergSource(spark, table)).ensure_fresh() is not None
-    assert RowIndex.open(IcebergSource(spark, table)).verify().ok
+    assert RowIndex.open(IcebergTable(spark, table)).ensure_fresh() is not None
+    assert RowIndex.open(IcebergTable(spark, table)).verify().ok

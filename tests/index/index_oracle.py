@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from partialcow.index.storage import local_path
+from partialcow.table.paths import local_path
 
 
 def row_at(path: str, pos: int, columns: Sequence[str]) -> tuple:

@@ -9,7 +9,9 @@ import pytest
 from index_oracle import corrupt_bucket
 
 from partialcow.cli import main
-from partialcow.index import DeltaSource, IcebergSource, RowIndex
+from partialcow.index import RowIndex
+from partialcow.table.delta import DeltaRsTable
+from partialcow.table.iceberg import IcebergTable
 
 deltalake = pytest.importorskip("deltalake")
 
@@ -29,7 +31,7 @@ def test_delta_rebuild_verify_and_corruption(spark, tmp_path, capsys) -> None:
     assert main(["index", "verify", root]) == 0
     assert "OK" in capsys.readouterr().out
 
-    index = RowIndex.open(DeltaSource(spark, root))
+    index = RowIndex.open(DeltaRsTable(root, spark=spark))
     corrupt_bucket(index.store.root, index.state.buckets[0], shift_first_pos=5)
     assert main(["index", "verify", root, "--output", "json"]) == 1
     report = json.loads(capsys.readouterr().out)
@@ -52,7 +54,7 @@ def test_iceberg_by_name_with_warehouse(spark, spark_warehouse, capsys) -> None:
         spark.sql("INSERT INTO default.cli_idx VALUES (4, 'd')")  # the index is now behind the table
         assert main(["index", "verify", "default.cli_idx", "--warehouse", warehouse]) == 1
         assert "FAILED" in capsys.readouterr().out
-        assert RowIndex.open(IcebergSource(spark, "default.cli_idx")).ensure_fresh().rows_total == 4
+        assert RowIndex.open(IcebergTable(spark, "default.cli_idx")).ensure_fresh().rows_total == 4
         assert main(["index", "verify", "default.cli_idx", "--warehouse", warehouse]) == 0
     finally:
         spark.sql("DROP TABLE IF EXISTS default.cli_idx PURGE")

@@ -15,10 +15,10 @@ deltalake = pytest.importorskip("deltalake")
 from deltalake import DeltaTable, write_deltalake  # noqa: E402
 from index_oracle import corrupt_bucket, keys_of, row_at  # noqa: E402
 
-from partialcow.commit.base import FileReplacement  # noqa: E402
-from partialcow.commit.delta import DeltaCommitter  # noqa: E402
+from partialcow.table.base import FileReplacement  # noqa: E402
 from partialcow.exceptions import DuplicateKeyError  # noqa: E402
-from partialcow.index import INDEX_DIR, DeltaSource, RowIndex, bucket_of  # noqa: E402
+from partialcow.index import INDEX_DIR, RowIndex, bucket_of  # noqa: E402
+from partialcow.table.delta import DeltaRsTable  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -66,7 +66,7 @@ def _check_lookup(spark, index: RowIndex, root: str, present: list[tuple], absen
 
 def test_build_and_lookup(spark, tmp_path) -> None:
     root = _table(str(tmp_path / "t"))
-    index = RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=4)
+    index = RowIndex.create(DeltaRsTable(root, spark=spark), key_columns=KEYS, num_buckets=4)
     metrics = index.last_metrics
     assert metrics is not None and metrics.rows_total == 2400 and metrics.num_buckets == 4
     assert set(metrics.files_reindexed) == _live_paths(root)
@@ -90,7 +90,7 @@ def test_build_and_lookup(spark, tmp_path) -> None:
 
 def test_lookup_reads_only_the_buckets_of_the_keys(spark, tmp_path) -> None:
     root = _table(str(tmp_path / "t"), files=2, rows=500)
-    index = RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=16)
+    index = RowIndex.create(DeltaRsTable(root, spark=spark), key_columns=KEYS, num_buckets=16)
     key = (7, "n7", dt.date(2024, 1, 8))
     result = index.lookup(spark.createDataFrame([key], "id int, name string, day date"))
     assert result.buckets_read == 1
@@ -99,7 +99,7 @@ def test_lookup_reads_only_the_buckets_of_the_keys(spark, tmp_path) -> None:
 
 def test_keys_are_cast_to_the_key_types(spark, tmp_path) -> None:
     root = _table(str(tmp_path / "t"), files=1, rows=100)
-    index = RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=2)
+    index = RowIndex.create(DeltaRsTable(root, spark=spark), key_columns=KEYS, num_buckets=2)
     # bigint and string-typed keys must hash like the int/date columns of the table
     keys = spark.createDataFrame([(3, "n3", "2024-01-04")], "id bigint, name string, day string")
     assert index.lookup(keys).found.count() == 1
@@ -110,14 +110,14 @@ def test_duplicate_keys_are_refused_at_build(spark, tmp_path) -> None:
     write_deltalake(root, _batch(0, 100))
     write_deltalake(root, _batch(40, 5), mode="append")  # keys 40..44 twice
     with pytest.raises(DuplicateKeyError) as info:
-        RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=2)
+        RowIndex.create(DeltaRsTable(root, spark=spark), key_columns=KEYS, num_buckets=2)
     message = str(info.value)
     assert root in message and any(f"({i}, 'n{i % 13}'" in message for i in range(40, 45))
 
 
 def test_duplicate_keys_are_detected_at_lookup(spark, tmp_path) -> None:
     root = _table(str(tmp_path / "t"), files=1, rows=200)
-    index = RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=1)
+    index = RowIndex.create(DeltaRsTable(root, spark=spark), key_columns=KEYS, num_buckets=1)
     key = corrupt_bucket(index.store.root, index.state.buckets[0], duplicate_first=True)
     with pytest.raises(DuplicateKeyError, match=str(key[0])):
         index.lookup(spark.createDataFrame([key], "id int, name string, day date"))
@@ -134,9 +134,9 @@ def _rewrite(root: str, rel_or_abs: str, *, transform) -> str:
 
 def test_apply_commit_update_in_place_touches_no_bucket(spark, tmp_path) -> None:
     root = _table(str(tmp_path / "t"))
-    index = RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=4)
+    index = RowIndex.create(DeltaRsTable(root, spark=spark), key_columns=KEYS, num_buckets=4)
     buckets_before = index.state.buckets
-    committer = DeltaCommitter(root)
+    committer = DeltaRsTable(root)
     old = committer.live_files()[1].path
     new = _rewrite(root, old, transform=lambda t: t.set_column(3, "amount", pa.array([-1.0] * t.num_rows)))
     result = committer.replace_files(FileReplacement(base_version=committer.current_version(), removed=[old], added=[new]))
@@ -151,8 +151,8 @@ def test_apply_commit_update_in_place_touches_no_bucket(spark, tmp_path) -> None
 
 def test_apply_commit_insert_and_delete(spark, tmp_path) -> None:
     root = _table(str(tmp_path / "t"))
-    index = RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=4)
-    committer = DeltaCommitter(root)
+    index = RowIndex.create(DeltaRsTable(root, spark=spark), key_columns=KEYS, num_buckets=4)
+    committer = DeltaRsTable(root)
 
     # insert: one new file, indexed from the rows the writer hands over
     pq.write_table(_batch(10_000, 50), os.path.join(root, "inserted.parquet"))
@@ -166,7 +166,7 @@ def test_apply_commit_insert_and_delete(spark, tmp_path) -> None:
     assert metrics.rows_indexed == 50 and metrics.rows_total == 2450
 
     # delete: rows 0..9 of one file go away, the positions of the rest shift down by 10
-    victim = next(f.path for f in committer.live_files() if f.path != "inserted.parquet")
+    victim = next(f.path for f in committer.live_files() if not f.path.endswith("/inserted.parquet"))
     deleted = list(keys_of([os.path.join(root, victim)], KEYS))[:10]
     new = _rewrite(root, victim, transform=lambda t: t.slice(10))
     result = committer.replace_files(FileReplacement(base_version=committer.current_version(), removed=[victim], added=[new]))
@@ -180,9 +180,9 @@ def test_apply_commit_insert_and_delete(spark, tmp_path) -> None:
 
 def test_apply_commit_after_a_foreign_commit_repairs(spark, tmp_path) -> None:
     root = _table(str(tmp_path / "t"), files=2, rows=300)
-    index = RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=2)
+    index = RowIndex.create(DeltaRsTable(root, spark=spark), key_columns=KEYS, num_buckets=2)
     write_deltalake(root, _batch(5_000, 20), mode="append")  # someone else
-    committer = DeltaCommitter(root)
+    committer = DeltaRsTable(root)
     pq.write_table(_batch(6_000, 20), os.path.join(root, "ours.parquet"))
     result = committer.replace_files(FileReplacement(base_version=committer.current_version(), added=["ours.parquet"]))
     metrics = index.apply_commit(result)
@@ -192,14 +192,14 @@ def test_apply_commit_after_a_foreign_commit_repairs(spark, tmp_path) -> None:
 
 def test_outside_writers_are_noticed_and_only_changed_files_reindexed(spark, tmp_path) -> None:
     root = _table(str(tmp_path / "t"), files=4, rows=500)
-    index = RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=4)
+    index = RowIndex.create(DeltaRsTable(root, spark=spark), key_columns=KEYS, num_buckets=4)
     table = DeltaTable(root)
 
     def step(action) -> None:
         before = _live_paths(root)
         action()
         after = _live_paths(root)
-        metrics = index.ensure_fresh(DeltaCommitter(root))
+        metrics = index.ensure_fresh()
         assert set(metrics.files_reindexed) == after - before
         assert set(metrics.files_dropped) == before - after
         report = index.verify()
@@ -221,10 +221,10 @@ def test_outside_writers_are_noticed_and_only_changed_files_reindexed(spark, tmp
 
 def test_verify_fails_on_a_corrupted_index(spark, tmp_path) -> None:
     root = _table(str(tmp_path / "t"), files=2, rows=300)
-    index = RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=2)
+    index = RowIndex.create(DeltaRsTable(root, spark=spark), key_columns=KEYS, num_buckets=2)
     assert index.verify().ok
     corrupt_bucket(index.store.root, index.state.buckets[1], shift_first_pos=1)
-    report = RowIndex.open(DeltaSource(spark, root)).verify()
+    report = RowIndex.open(DeltaRsTable(root, spark=spark)).verify()
     assert not report.ok
     assert report.missing_from_index == 1 and report.extra_in_index == 1 and report.wrong_bucket == 0
     assert any("extra in index" in s for s in report.samples)
@@ -232,7 +232,7 @@ def test_verify_fails_on_a_corrupted_index(spark, tmp_path) -> None:
 
 def test_index_folder_is_invisible_to_delta_vacuum(spark, tmp_path) -> None:
     root = _table(str(tmp_path / "t"), files=2, rows=100)
-    RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=2)
+    RowIndex.create(DeltaRsTable(root, spark=spark), key_columns=KEYS, num_buckets=2)
     DeltaTable(root).delete("id < 10")  # leaves a removed file for vacuum
     control = os.path.join(root, "orphan-control.parquet")  # an untracked data file vacuum should consider
     pq.write_table(_batch(0, 1), control)
@@ -245,13 +245,13 @@ def test_index_folder_is_invisible_to_delta_vacuum(spark, tmp_path) -> None:
     assert any(p.endswith("orphan-control.parquet") for p in listed)  # the dry run does list candidates
     assert not [p for p in listed if INDEX_DIR in p]
     DeltaTable(root).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
-    assert RowIndex.open(DeltaSource(spark, root)).ensure_fresh().rows_total == 190
+    assert RowIndex.open(DeltaRsTable(root, spark=spark)).ensure_fresh().rows_total == 190
 
 
 @pytest.mark.parametrize("n_keys", [5, 400])  # few keys: hashed to their buckets; many: every bucket read
 def test_lookup_local_agrees_with_spark_lookup(spark, tmp_path, n_keys) -> None:
     root = _table(str(tmp_path / "t"), files=2, rows=400)
-    index = RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=8)
+    index = RowIndex.create(DeltaRsTable(root, spark=spark), key_columns=KEYS, num_buckets=8)
     present = random.Random(n_keys).sample(sorted(keys_of(_live_paths(root), KEYS)), n_keys)
     absent = [(70_000, "n0", dt.date(2024, 2, 1))]
     keys = pa.Table.from_pylist([dict(zip(KEYS, k)) for k in present + absent])  # int64 ids: cast to the key type
@@ -269,11 +269,11 @@ def test_two_maintainers_racing_for_the_same_state(spark, tmp_path) -> None:
     from partialcow.exceptions import StaleIndexError
 
     root = _table(str(tmp_path / "t"), files=2, rows=200)
-    first = RowIndex.create(DeltaSource(spark, root), key_columns=KEYS, num_buckets=2)
-    second = RowIndex.open(DeltaSource(spark, root))
+    first = RowIndex.create(DeltaRsTable(root, spark=spark), key_columns=KEYS, num_buckets=2)
+    second = RowIndex.open(DeltaRsTable(root, spark=spark))
     write_deltalake(root, _batch(1_000, 10), mode="append")
     first.ensure_fresh()
     with pytest.raises(StaleIndexError, match="concurrently"):
         second.ensure_fresh()  # built on the same state version: loses, publishes nothing
-    reopened = RowIndex.open(DeltaSource(spark, root))
+    reopened = RowIndex.open(DeltaRsTable(root, spark=spark))
     assert reopened.state == first.state and reopened.verify().ok

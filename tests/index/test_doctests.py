@@ -9,7 +9,7 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "module", ["partialcow.index", "partialcow.index.hashing", "partialcow.index.storage", "partialcow.index.sources"]
+    "module", ["partialcow.index", "partialcow.index.hashing", "partialcow.index.storage", "partialcow.table.base"]
 )
 def test_doctests(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module))

@@ -13,8 +13,9 @@ import pytest
 from index_oracle import keys_of, row_at
 
 from partialcow.exceptions import DuplicateKeyError
-from partialcow.index import INDEX_DIR, IcebergSource, RowIndex
-from partialcow.index.storage import local_path
+from partialcow.index import INDEX_DIR, RowIndex
+from partialcow.table.iceberg import IcebergTable
+from partialcow.table.paths import local_path
 
 pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
 
@@ -60,7 +61,7 @@ def _key(i: int) -> tuple:
 
 
 def test_build_lookup_and_position_deletes(spark, table) -> None:
-    source = IcebergSource(spark, table)
+    source = IcebergTable(spark, table)
     index = RowIndex.create(source, key_columns=KEYS, num_buckets=4)
     assert index.last_metrics.rows_total == 2100
     oracle = keys_of(_data_files(spark, table), KEYS)
@@ -82,7 +83,7 @@ def test_build_lookup_and_position_deletes(spark, table) -> None:
 
 
 def test_merge_and_compaction_by_other_writers(spark, table) -> None:
-    index = RowIndex.create(IcebergSource(spark, table), key_columns=KEYS, num_buckets=3)
+    index = RowIndex.create(IcebergTable(spark, table), key_columns=KEYS, num_buckets=3)
     before = _data_files(spark, table)
     touched = {_file_of(spark, table, 5), _file_of(spark, table, 1500)}
     spark.createDataFrame([_key(5) + (9.0,), _key(1500) + (9.0,), (5000, "new", 1.0)], "id bigint, code string, amount double") \
@@ -111,18 +112,18 @@ def test_merge_and_compaction_by_other_writers(spark, table) -> None:
 
 
 def test_insert_overwrite_and_duplicates(spark, table) -> None:
-    index = RowIndex.create(IcebergSource(spark, table), key_columns=KEYS, num_buckets=2)
+    index = RowIndex.create(IcebergTable(spark, table), key_columns=KEYS, num_buckets=2)
     spark.sql(f"INSERT INTO {table} VALUES (7, 'c7', 2.0)")  # a second row with key (7, 'c7')
     with pytest.raises(DuplicateKeyError, match=table):
         index.ensure_fresh()
-    assert index.state.table_version != IcebergSource(spark, table).current_version()  # nothing was published
+    assert index.state.table_version != IcebergTable(spark, table).current_version()  # nothing was published
     spark.sql(f"INSERT OVERWRITE {table} SELECT * FROM {table} WHERE NOT (id = 7 AND amount = 2.0)")
     metrics = index.ensure_fresh()
     assert metrics.rows_total == 2100 and index.verify().ok
 
 
 def test_index_folder_survives_remove_orphan_files(spark, table) -> None:
-    index = RowIndex.create(IcebergSource(spark, table), key_columns=KEYS, num_buckets=2)
+    index = RowIndex.create(IcebergTable(spark, table), key_columns=KEYS, num_buckets=2)
     root = local_path(index.source.location)
     control = os.path.join(root, "data", "orphan-control.parquet")  # a file no metadata lists
     pq.write_table(pq.read_table(local_path(next(iter(_data_files(spark, table))))), control)
@@ -142,11 +143,11 @@ def test_index_folder_survives_remove_orphan_files(spark, table) -> None:
 def test_apply_commit_with_the_iceberg_committer(spark, table) -> None:
     import pyarrow as pa
 
-    from partialcow.commit.base import FileReplacement
-    from partialcow.commit.iceberg import IcebergCommitter
+    from partialcow.table.base import FileReplacement
+    from partialcow.table.iceberg import IcebergTable
 
-    committer = IcebergCommitter(spark, table)
-    index = RowIndex.create(IcebergSource(spark, table), key_columns=KEYS, num_buckets=2)
+    committer = IcebergTable(spark, table)
+    index = RowIndex.create(IcebergTable(spark, table), key_columns=KEYS, num_buckets=2)
     data_dir = os.path.join(local_path(index.source.location), "data")
 
     # update of a non-key column, rows kept in place: the entries are re-pointed, no bucket rewritten
@@ -171,7 +172,7 @@ def test_apply_commit_with_the_iceberg_committer(spark, table) -> None:
     assert metrics.files_reindexed == list(result.added) and metrics.files_dropped == [old]
     found, missing = _lookup(spark, index, first_keys + [sorted(gone, key=lambda k: gone[k][1])[3]])
     assert missing == set(first_keys) and list(found.values())[0][1] == 0  # the 4th row moved to position 0
-    assert index.ensure_fresh(committer).files_reindexed == []
+    assert index.ensure_fresh().files_reindexed == []
     assert index.verify().ok
 
 
@@ -179,11 +180,11 @@ def test_apply_commit_with_the_iceberg_committer(spark, table) -> None:
 def test_apply_commit_shifts_entries_of_files_that_lost_rows(spark, table, removed) -> None:
     """A commit that only removed rows from files (partial copy-on-write deletes): the entries are shifted in the
     bucket files, no data file is re-read, and lookups see the new positions."""
-    from partialcow.commit.base import FileReplacement
-    from partialcow.commit.iceberg import IcebergCommitter
+    from partialcow.table.base import FileReplacement
+    from partialcow.table.iceberg import IcebergTable
 
-    committer = IcebergCommitter(spark, table)
-    index = RowIndex.create(IcebergSource(spark, table), key_columns=KEYS, num_buckets=3)
+    committer = IcebergTable(spark, table)
+    index = RowIndex.create(IcebergTable(spark, table), key_columns=KEYS, num_buckets=3)
     data_dir = os.path.join(local_path(index.source.location), "data")
     old = committer.live_files()[1].path
     source = pq.read_table(local_path(old))
@@ -211,17 +212,17 @@ def test_apply_commit_shifts_entries_of_files_that_lost_rows(spark, table, remov
         path, pos = found[key]
         assert row_at(path, pos, KEYS) == key and local_path(path) == new
     assert {f.path for f in index.state.files} == others | {result.added[0]}
-    assert index.ensure_fresh(committer).files_reindexed == []
+    assert index.ensure_fresh().files_reindexed == []
     assert index.verify().ok
 
 
 def test_shift_that_empties_a_bucket_records_it_as_empty(spark, table) -> None:
-    from partialcow.commit.base import FileReplacement
-    from partialcow.commit.iceberg import IcebergCommitter
-    from partialcow.index.sources import FILE_ID, POS
+    from partialcow.table.base import FileReplacement
+    from partialcow.table.iceberg import IcebergTable
+    from partialcow.table.base import FILE_ID, POS
 
-    committer = IcebergCommitter(spark, table)
-    index = RowIndex.create(IcebergSource(spark, table), key_columns=KEYS, num_buckets=3)
+    committer = IcebergTable(spark, table)
+    index = RowIndex.create(IcebergTable(spark, table), key_columns=KEYS, num_buckets=3)
     data_dir = os.path.join(local_path(index.source.location), "data")
     bucket0 = pq.read_table(index._store.path(index.state.buckets[0]))  # noqa: SLF001 - the bucket's own entries
     shifted, removed, added = {}, [], []
@@ -244,21 +245,20 @@ def test_shift_that_empties_a_bucket_records_it_as_empty(spark, table) -> None:
 
 def test_an_index_that_outgrows_its_buckets_is_laid_out_again(spark, monkeypatch) -> None:
     """A table created empty and then loaded (what a first dbt run does) must not keep a one-bucket index."""
-    from partialcow.commit.iceberg import IcebergCommitter
+    from partialcow.table.iceberg import IcebergTable
     from partialcow.index import bucket_files
 
     monkeypatch.setattr(bucket_files, "_ROWS_PER_BUCKET", 100)
     name = f"default.idx_{uuid.uuid4().hex[:8]}"
     spark.sql(f"CREATE TABLE {name} (id bigint, code string, amount double) USING iceberg")
     try:
-        committer = IcebergCommitter(spark, name)
-        index = RowIndex.create(IcebergSource(spark, name), key_columns=KEYS)
+        index = RowIndex.create(IcebergTable(spark, name), key_columns=KEYS)
         assert index.state.num_buckets == 1
 
         def load(first: int, rows: int):
             spark.range(first, first + rows).selectExpr("id", "concat('c', cast(id % 11 as string)) AS code",
                                                         "1.0D AS amount").coalesce(1).writeTo(name).append()
-            return index.ensure_fresh(committer)
+            return index.ensure_fresh()
 
         metrics = load(0, 650)  # 650 rows want 7 buckets of 100: at least twice the one it has
         assert metrics.num_buckets == index.state.num_buckets == 7
@@ -272,13 +272,13 @@ def test_an_index_that_outgrows_its_buckets_is_laid_out_again(spark, monkeypatch
         assert index.verify().ok
         found, missing = _lookup(spark, index, [_key(i) for i in (5, 700, 949)])
         assert len(found) == 3 and not missing
-        assert RowIndex.open(IcebergSource(spark, name)).state.num_buckets == 7  # what was stored
+        assert RowIndex.open(IcebergTable(spark, name)).state.num_buckets == 7  # what was stored
     finally:
         spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
 
 
 def test_lookup_by_file_id_with_kept_columns_matches_the_path_lookup(spark, table) -> None:
-    index = RowIndex.create(IcebergSource(spark, table), key_columns=KEYS, num_buckets=3)
+    index = RowIndex.create(IcebergTable(spark, table), key_columns=KEYS, num_buckets=3)
     keys = spark.createDataFrame([(*_key(i), i % 2 == 0) for i in (1, 700, 1500, 9999)], "id bigint, code string, flag boolean")
     for broadcast_keys in (False, True):
         by_path = {(r["id"], r["code"]): (r["file"], r["pos"])

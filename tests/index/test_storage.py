@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from partialcow.exceptions import StaleIndexError
-from partialcow.index.storage import INDEX_DIR, IndexedFile, IndexState, IndexStore, local_path
+from partialcow.index.storage import INDEX_DIR, IndexedFile, IndexState, IndexStore
+from partialcow.table.paths import local_path
 
 
 def _state(version: int, buckets: tuple[str | None, ...]) -> IndexState:

@@ -175,9 +175,10 @@ class TestCdcBatches:
         assert snapshots[4] == snapshots[3]
         assert snapshots[1:4] == [snapshots[0] + 1, snapshots[0] + 2, snapshots[0] + 3]
 
-        from partialcow.index import IcebergSource, RowIndex
+        from partialcow.index import RowIndex
+        from partialcow.table.iceberg import IcebergTable
 
-        report = RowIndex.open(IcebergSource(spark, relation)).verify()
+        report = RowIndex.open(IcebergTable(spark, relation)).verify()
         assert report.ok, report
 
     @staticmethod

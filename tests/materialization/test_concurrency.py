@@ -14,7 +14,8 @@ import uuid
 import pytest
 
 from partialcow.exceptions import CommitConflictError
-from partialcow.index import IcebergSource, RowIndex
+from partialcow.index import RowIndex
+from partialcow.table.iceberg import IcebergTable
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import local_path, open_table
 
@@ -60,11 +61,11 @@ def _rows(spark, name: str) -> dict[int, int]:
 
 def _check_consistent(spark, name: str, expected: dict[int, int]) -> None:
     assert _rows(spark, name) == expected
-    report = RowIndex.open(IcebergSource(spark, name)).verify()
+    report = RowIndex.open(IcebergTable(spark, name)).verify()
     assert report.ok, report
     # every data file in the table folder is referenced by some snapshot: the failed writer left nothing behind
     referenced = {local_path(r[0]) for r in spark.sql(f"select file_path from {name}.all_data_files").collect()}
-    data_dir = os.path.join(local_path(IcebergSource(spark, name).location), "data")
+    data_dir = os.path.join(local_path(IcebergTable(spark, name).location), "data")
     on_disk = {os.path.join(data_dir, f) for f in os.listdir(data_dir) if f.endswith(".parquet")}
     assert on_disk <= referenced, sorted(on_disk - referenced)
 
@@ -73,7 +74,7 @@ def _interleaved(spark, name: str, a_rows, b_rows):
     b = lambda: apply_changes(spark, open_table(spark, name, table_format="iceberg"),  # noqa: E731
                               spark.createDataFrame(b_rows, SCHEMA), SPEC)
     writer_a = open_table(spark, name, table_format="iceberg")
-    writer_a.committer = _CommitsAfter(writer_a.committer, b)
+    writer_a.format_table = _CommitsAfter(writer_a.format_table, b)
     return lambda: apply_changes(spark, writer_a, spark.createDataFrame(a_rows, SCHEMA), SPEC)
 
 

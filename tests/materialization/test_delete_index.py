@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 
-from partialcow.index import IcebergSource, RowIndex
+from partialcow.index import RowIndex
+from partialcow.table.iceberg import IcebergTable
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import open_table
 
@@ -40,7 +41,7 @@ def test_deletes_and_updates_shift_the_index(spark, monkeypatch) -> None:
                 expected[key] = value
         assert (metrics.rows_deleted, metrics.rows_updated, metrics.rows_inserted) == (5, 3, 0)
         assert {r["id"]: r["v"] for r in spark.table(name).collect()} == expected
-        index = RowIndex.open(IcebergSource(spark, name))
+        index = RowIndex.open(IcebergTable(spark, name))
         assert index.verify().ok
         found = {r["id"]: (r["file"], r["pos"]) for r in index.lookup(
             spark.createDataFrame([(k,) for k in (3, 1502, 2997)], "id bigint")).found.collect()}
@@ -52,6 +53,6 @@ def test_deletes_and_updates_shift_the_index(spark, monkeypatch) -> None:
         metrics = apply_changes(spark, open_table(spark, name, table_format="iceberg"),
                                 spark.createDataFrame([(5000, 5, "I"), (3, None, "D")], SCHEMA), SPEC)
         assert (metrics.rows_inserted, metrics.rows_deleted) == (1, 1)
-        assert RowIndex.open(IcebergSource(spark, name)).verify().ok
+        assert RowIndex.open(IcebergTable(spark, name)).verify().ok
     finally:
         spark.sql(f"drop schema {schema} cascade")

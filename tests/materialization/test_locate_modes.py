@@ -16,7 +16,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from partialcow.exceptions import ChangeFeedError
-from partialcow.index import IcebergSource, RowIndex
+from partialcow.index import RowIndex
+from partialcow.table.iceberg import IcebergTable
 from partialcow.spark import changes as changes_module
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import open_table
@@ -88,7 +89,7 @@ def test_both_modes_give_the_same_table(spark, schema, mode):
             expected[(k1, k2)] = v
     assert {(r["k1"], r["k2"]): r["v"] for r in spark.table(table).collect()} == expected
     assert (metrics.rows_updated, metrics.rows_deleted, metrics.rows_inserted) == (3, 2, 2)
-    assert RowIndex.open(IcebergSource(spark, table)).verify().ok
+    assert RowIndex.open(IcebergTable(spark, table)).verify().ok
 
 
 @pytest.mark.parametrize("rows, key", [
@@ -141,4 +142,4 @@ def test_decimals_keep_their_values_in_both_modes(spark, schema, mode, unscaled,
         else:
             expected[k] = tuple(values)
     assert {r["k"]: (r["d7"], r["d18"], r["d38"]) for r in spark.table(name).collect()} == expected
-    assert RowIndex.open(IcebergSource(spark, name)).verify().ok
+    assert RowIndex.open(IcebergTable(spark, name)).verify().ok

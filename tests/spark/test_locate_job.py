@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from partialcow.index.sources import FILE_ID as INDEX_FILE_ID
-from partialcow.index.sources import POS as INDEX_POS
+from partialcow.table.base import FILE_ID as INDEX_FILE_ID
+from partialcow.table.base import POS as INDEX_POS
 from partialcow.parquet import write_table
 from partialcow.spark.rewrite_job import BUCKET, DELETE, POS, FileTask, locate_partition, run_file_tasks
 

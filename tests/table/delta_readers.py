@@ -147,7 +147,7 @@ def assert_readers_agree(
     answers = _run_delta_spark(spark_reads, jars) if spark is None else _read_in_process(spark, spark_reads)
     for (what, (kind, check, want)), answer in zip(pending, answers):
         if kind == "truncate":
-            from partialcow.commit.delta import truncate_string_max, truncate_string_min
+            from partialcow.table.delta import truncate_string_max, truncate_string_min
 
             ours = [[truncate_string_min(t), truncate_string_max(t)] for t in want]
             wrong = [(t, o, a) for t, o, a in zip(want, ours, answer) if o != a]

@@ -1,7 +1,7 @@
-"""DeltaCommitter against delta-rs as the independent reader (no Spark).
+"""DeltaRsTable against delta-rs as the independent reader (no Spark).
 
 Each test builds a small Delta table with ``deltalake.write_deltalake``, writes replacement files with plain
-pyarrow (not the page engine), commits through ``DeltaCommitter`` and checks the result with a fresh
+pyarrow (not the page engine), commits through ``DeltaRsTable`` and checks the result with a fresh
 ``DeltaTable``: snapshot rows against an oracle computed in Python, version numbers, time travel, history,
 and the raw add actions in the log.
 """
@@ -15,6 +15,7 @@ import struct
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,8 +25,8 @@ import pytest
 deltalake = pytest.importorskip("deltalake")
 from deltalake import DeltaTable, write_deltalake  # noqa: E402
 
-from partialcow.commit.base import FileReplacement, TableCommitter  # noqa: E402
-from partialcow.commit.delta import STATS_STRING_PREFIX, DeltaCommitter  # noqa: E402
+from partialcow.table.base import FileReplacement, Table  # noqa: E402
+from partialcow.table.delta import STATS_STRING_PREFIX, DeltaRsTable  # noqa: E402
 from partialcow.exceptions import (  # noqa: E402
     CommitConflictError,
     CommitError,
@@ -112,13 +113,20 @@ def rewrite(root: Path, path: str, update: dict[int, str], *, name: str | None =
     return new
 
 
-def file_with_id(committer: DeltaCommitter, key: int, version: int | None = None) -> str:
-    root = Path(committer.table_uri)
-    from urllib.parse import unquote
+def log_spelling(root: Path, path: str) -> str:
+    """The log's spelling (relative to the root, URL-encoded) of live file ``path`` (absolute, as ``live_files``
+    names it): the form commits report and error messages quote."""
+    rel = str(Path(path).relative_to(root))
+    return next(p for p in log_live_paths(root) if unquote(p) == rel)
 
-    for f in committer.live_files(version):
-        if key in pq.read_table(root / unquote(f.path), columns=["id"])["id"].to_pylist():
-            return f.path
+
+def file_with_id(table: DeltaRsTable, key: int, version: int | None = None) -> str:
+    """The live file holding ``key``, spelled as the log spells it (``replace_files`` takes either spelling)."""
+    uri = table.table_uri
+    root = Path("/" + unquote(uri.split(":", 1)[1].lstrip("/")) if uri.startswith("file:") else uri)
+    for f in table.live_files(version):
+        if key in pq.read_table(f.path, columns=["id"])["id"].to_pylist():
+            return log_spelling(root, f.path) if version is None else str(Path(f.path).relative_to(root))
     raise AssertionError(f"id {key} not found")
 
 
@@ -126,23 +134,25 @@ def file_with_id(committer: DeltaCommitter, key: int, version: int | None = None
 
 
 def test_implements_protocol(tmp_path: Path) -> None:
-    assert isinstance(DeltaCommitter(str(make_table(tmp_path))), TableCommitter)
+    assert isinstance(DeltaRsTable(str(make_table(tmp_path))), Table)
 
 
 def test_live_files_match_the_log_and_footers(tmp_path: Path) -> None:
     root = make_table(tmp_path, files=3, rows=4)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     files = c.live_files()
-    assert {f.path for f in files} == log_live_paths(root)
+    # absolute paths (as the index records them), decoded from the log's relative, URL-encoded spelling
+    assert {f.path for f in files} == {f"{root}/{unquote(p)}" for p in log_live_paths(root)}
     for f in files:
-        assert f.record_count == pq.read_metadata(root / f.path).num_rows
-        assert f.file_size_bytes == (root / f.path).stat().st_size
+        assert f.record_count == pq.read_metadata(f.path).num_rows
+        assert f.file_size_bytes == Path(f.path).stat().st_size
+        assert f.deletes is None
     assert len(c.live_files(0)) == 1
 
 
 def test_replace_one_file(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     base = c.current_version()
     before = live_rows(root)
     old = file_with_id(c, 2)
@@ -173,7 +183,7 @@ def test_replace_one_file(tmp_path: Path) -> None:
 
 def test_custom_operation_and_absolute_paths(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    c = DeltaCommitter(f"file://{root}")
+    c = DeltaRsTable(f"file://{root}")
     old = file_with_id(c, 1)
     new = rewrite(root, old, {1: "x"})
     c.replace_files(
@@ -190,11 +200,11 @@ def test_custom_operation_and_absolute_paths(tmp_path: Path) -> None:
 
 def test_paths_that_need_encoding_round_trip(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     old = file_with_id(c, 0)
     new = rewrite(root, old, {0: "first"}, name="sub dir/a%b=1.parquet")
     result = c.replace_files(FileReplacement(base_version=1, removed=[old], added=[new]))
-    live = {f.path for f in c.live_files()}
+    live = log_live_paths(root)
     encoded = next(p for p in live if p.startswith("sub"))
     assert encoded != new  # the log holds the URL-encoded form
     assert result.added == (encoded,)
@@ -208,7 +218,7 @@ def test_paths_that_need_encoding_round_trip(tmp_path: Path) -> None:
 
 def test_pure_insert_and_pure_delete(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     pq.write_table(batch([100, 101]), root / "inserted.parquet")
     c.replace_files(FileReplacement(base_version=1, added=["inserted.parquet"]))
     assert set(live_rows(root)) == set(range(12)) | {100, 101}
@@ -226,7 +236,7 @@ def add_action(root: Path, version: int, path_suffix: str) -> dict[str, Any]:
 
 def test_stats_match_an_independent_computation(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     old = file_with_id(c, 0)
     new = rewrite(root, old, {0: "aaa", 5: None})  # a null more, a new minimum string
     c.replace_files(FileReplacement(base_version=1, removed=[old], added=[new]))
@@ -268,7 +278,7 @@ def test_long_strings_keep_safe_bounds(tmp_path: Path) -> None:
     long_a = "m" * 40 + "a"
     long_z = "z" * 31 + "\U0010ffff" * 5  # U+10FFFF cannot be outgrown: Delta keeps those characters
     write_deltalake(str(root), pa.table({"id": [1, 2], "s": [long_a, "b"]}))
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     pq.write_table(pa.table({"id": [1, 2, 3], "s": [long_a, "b", long_z]}), root / "n.parquet")
     c.replace_files(FileReplacement(base_version=0, removed=[c.live_files()[0].path], added=["n.parquet"]))
     stats = json.loads(add_action(root, 1, "n.parquet")["stats"])
@@ -282,7 +292,7 @@ def test_long_strings_keep_safe_bounds(tmp_path: Path) -> None:
 
 def test_stats_honour_num_indexed_cols(tmp_path: Path) -> None:
     root = make_table(tmp_path, files=1, configuration={"delta.dataSkippingNumIndexedCols": "2"})
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     old = c.live_files()[0].path
     new = rewrite(root, old, {1: "q"})
     c.replace_files(FileReplacement(base_version=0, removed=[old], added=[new]))
@@ -295,7 +305,7 @@ def test_stats_honour_num_indexed_cols(tmp_path: Path) -> None:
 
 def test_file_not_live_at_base_is_rejected_and_new_file_deleted(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     newest = file_with_id(c, 8)  # added in version 1
     new = rewrite(root, newest, {8: "x"})
     before = log_snapshot(root)
@@ -306,7 +316,7 @@ def test_file_not_live_at_base_is_rejected_and_new_file_deleted(tmp_path: Path) 
 
 def test_added_file_already_live_is_never_deleted(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     live = c.live_files()[0].path
     with pytest.raises(CommitError, match="already live"):
         c.replace_files(FileReplacement(base_version=1, added=[live]))
@@ -315,7 +325,7 @@ def test_added_file_already_live_is_never_deleted(tmp_path: Path) -> None:
 
 def test_schema_mismatch_is_rejected(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     pq.write_table(batch([50]).drop_columns(["day"]), root / "missing.parquet")
     with pytest.raises(CommitError, match="lacks columns"):
         c.replace_files(FileReplacement(base_version=1, added=["missing.parquet"]))
@@ -330,7 +340,7 @@ def test_unreadable_new_file_is_a_typed_error(tmp_path: Path) -> None:
     root = make_table(tmp_path)
     (root / "junk.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(CommitError, match="junk.parquet"):
-        DeltaCommitter(str(root)).replace_files(FileReplacement(base_version=1, added=["junk.parquet"]))
+        DeltaRsTable(str(root)).replace_files(FileReplacement(base_version=1, added=["junk.parquet"]))
     assert DeltaTable(str(root)).version() == 1
 
 
@@ -338,14 +348,14 @@ def test_extra_columns_are_rejected(tmp_path: Path) -> None:
     root = make_table(tmp_path)
     pq.write_table(batch([50]).append_column("surprise", pa.array([1])), root / "extra.parquet")
     with pytest.raises(CommitError, match="surprise"):
-        DeltaCommitter(str(root)).replace_files(FileReplacement(base_version=1, added=["extra.parquet"]))
+        DeltaRsTable(str(root)).replace_files(FileReplacement(base_version=1, added=["extra.parquet"]))
 
 
 def test_nulls_in_a_not_null_column_are_rejected(tmp_path: Path) -> None:
     root = tmp_path / "t"
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
     write_deltalake(str(root), pa.table({"id": [1, 2], "v": ["a", "b"]}, schema=schema))
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     pq.write_table(pa.table({"id": [1, None], "v": ["a", "b"]}), root / "n.parquet")
     with pytest.raises(CommitError, match="NOT NULL column id"):
         c.replace_files(FileReplacement(base_version=0, removed=[c.live_files()[0].path], added=["n.parquet"]))
@@ -357,7 +367,7 @@ def test_added_file_outside_the_table_is_rejected_and_kept(tmp_path: Path) -> No
     outside = tmp_path / "elsewhere.parquet"
     pq.write_table(batch([1]), outside)
     with pytest.raises(CommitError, match="outside"):
-        DeltaCommitter(str(root)).replace_files(FileReplacement(base_version=1, added=[str(outside)]))
+        DeltaRsTable(str(root)).replace_files(FileReplacement(base_version=1, added=[str(outside)]))
     assert outside.exists()
 
 
@@ -366,7 +376,7 @@ def test_added_file_outside_the_table_is_rejected_and_kept(tmp_path: Path) -> No
 
 def test_same_file_replaced_twice_second_conflicts(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    a, b = DeltaCommitter(str(root)), DeltaCommitter(str(root))
+    a, b = DeltaRsTable(str(root)), DeltaRsTable(str(root))
     old = file_with_id(a, 3)
     new_a = rewrite(root, old, {3: "from-a"})
     new_b = rewrite(root, old, {3: "from-b", 1: "from-b"})
@@ -383,7 +393,7 @@ def test_same_file_replaced_twice_second_conflicts(tmp_path: Path) -> None:
 
 def test_different_files_both_commit(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    a, b = DeltaCommitter(str(root)), DeltaCommitter(str(root))
+    a, b = DeltaRsTable(str(root)), DeltaRsTable(str(root))
     file_a, file_b = file_with_id(a, 0), file_with_id(a, 6)
     new_a = rewrite(root, file_a, {0: "a"})
     new_b = rewrite(root, file_b, {6: "b"})
@@ -396,7 +406,7 @@ def test_different_files_both_commit(tmp_path: Path) -> None:
 
 def test_concurrent_blind_append_is_rebased(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     old = file_with_id(c, 2)
     new = rewrite(root, old, {2: "mine"})
     write_deltalake(str(root), batch([200, 201]), mode="append")  # lands as version 2
@@ -410,7 +420,7 @@ def test_concurrent_blind_append_is_rebased(tmp_path: Path) -> None:
 
 def test_concurrent_append_of_a_key_we_write_conflicts(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     pq.write_table(batch([300], tag="mine"), root / "ins.parquet")
     write_deltalake(str(root), batch([300], tag="theirs"), mode="append")
     with pytest.raises(CommitConflictError, match="holding keys"):
@@ -421,7 +431,7 @@ def test_concurrent_append_of_a_key_we_write_conflicts(tmp_path: Path) -> None:
 
 def test_key_appended_then_removed_concurrently_is_no_conflict(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    c, other = DeltaCommitter(str(root)), DeltaCommitter(str(root))
+    c, other = DeltaRsTable(str(root)), DeltaRsTable(str(root))
     write_deltalake(str(root), batch([300], tag="theirs"), mode="append")  # version 2
     gone = file_with_id(other, 300)
     other.replace_files(FileReplacement(base_version=2, removed=[gone]))  # version 3
@@ -434,7 +444,7 @@ def test_key_appended_then_removed_concurrently_is_no_conflict(tmp_path: Path) -
 
 def test_composite_conflict_keys_match_as_tuples(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     write_deltalake(str(root), batch([400]), mode="append")
     pq.write_table(batch([401]), root / "ins.parquet")
     other_name = batch([400])["name"][0].as_py()
@@ -451,7 +461,7 @@ def test_composite_conflict_keys_match_as_tuples(tmp_path: Path) -> None:
 
 def test_concurrent_metadata_change_conflicts(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     old = file_with_id(c, 0)
     new = rewrite(root, old, {0: "x"})
     DeltaTable(str(root)).alter.set_table_properties({"delta.logRetentionDuration": "interval 40 days"})
@@ -462,7 +472,7 @@ def test_concurrent_metadata_change_conflicts(tmp_path: Path) -> None:
 
 def test_lost_race_for_the_version_is_rechecked_and_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = make_table(tmp_path)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     old = file_with_id(c, 0)
     new = rewrite(root, old, {0: "mine"})
     original = DeltaTable.create_write_transaction
@@ -483,7 +493,7 @@ def test_lost_race_for_the_version_is_rechecked_and_retried(tmp_path: Path, monk
 
 def test_lost_race_to_a_conflicting_writer_fails_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = make_table(tmp_path)
-    c, other = DeltaCommitter(str(root)), DeltaCommitter(str(root))
+    c, other = DeltaRsTable(str(root)), DeltaRsTable(str(root))
     old = file_with_id(c, 0)
     mine, theirs = rewrite(root, old, {0: "mine"}), rewrite(root, old, {0: "theirs"})
     original = DeltaTable.create_write_transaction
@@ -504,7 +514,7 @@ def test_lost_race_to_a_conflicting_writer_fails_cleanly(tmp_path: Path, monkeyp
 
 def test_unknown_outcome_keeps_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = make_table(tmp_path)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     old = file_with_id(c, 0)
     new = rewrite(root, old, {0: "x"})
     before = log_snapshot(root)
@@ -522,7 +532,7 @@ def test_failure_after_the_log_write_is_recognised_as_success(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = make_table(tmp_path)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     old = file_with_id(c, 0)
     new = rewrite(root, old, {0: "x"})
     original = DeltaTable.create_write_transaction
@@ -543,10 +553,8 @@ def test_partitioned_table_new_file_inherits_partition(tmp_path: Path) -> None:
     root = tmp_path / "p"
     data = pa.table({"id": [1, 2, 3, 4], "region": ["eu west", "eu west", "us", "us"], "v": ["a", "b", "c", "d"]})
     write_deltalake(str(root), data, partition_by=["region"])
-    c = DeltaCommitter(str(root))
-    from urllib.parse import unquote
-
-    eu = next(f.path for f in c.live_files() if "eu" in f.path)
+    c = DeltaRsTable(str(root))
+    eu = log_spelling(root, next(f.path for f in c.live_files() if "region=eu" in f.path))
     t = pq.read_table(root / unquote(eu))
     assert "region" not in t.column_names  # delta-rs keeps partition values out of the files
     values = ["A" if i == 1 else v for i, v in zip(t["id"].to_pylist(), t["v"].to_pylist())]
@@ -565,7 +573,7 @@ def test_partitioned_table_new_file_inherits_partition(tmp_path: Path) -> None:
 def test_partitioned_table_refuses_mixed_partitions(tmp_path: Path) -> None:
     root = tmp_path / "p"
     write_deltalake(str(root), pa.table({"id": [1, 2], "region": ["eu", "us"]}), partition_by=["region"])
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     pq.write_table(pa.table({"id": [1, 2]}), root / "both.parquet")
     with pytest.raises(CommitError, match="one partition"):
         both = [f.path for f in c.live_files()]
@@ -719,7 +727,7 @@ REFUSALS = {
 def test_refused_feature_leaves_the_log_unchanged(tmp_path: Path, feature: str) -> None:
     root = make_table(tmp_path, files=1)
     REFUSALS[feature](root)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     base = c.current_version()
     old = c.live_files()[0].path
     pq.write_table(pq.read_table(root / old), root / "new.parquet")
@@ -733,7 +741,7 @@ def test_refused_feature_leaves_the_log_unchanged(tmp_path: Path, feature: str) 
 def test_deletion_vector_elsewhere_does_not_block_other_files(tmp_path: Path) -> None:
     root = make_table(tmp_path, files=1)
     setup_deletion_vector(root)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     pq.write_table(batch([70, 71]), root / "ins.parquet")
     result = c.replace_files(FileReplacement(base_version=c.current_version(), added=["ins.parquet"]))
     entry = log_entry(root, result.version)
@@ -743,7 +751,7 @@ def test_deletion_vector_elsewhere_does_not_block_other_files(tmp_path: Path) ->
 def test_append_only_allows_pure_inserts(tmp_path: Path) -> None:
     root = make_table(tmp_path, files=1)
     setup_append_only(root)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     pq.write_table(batch([90]), root / "ins.parquet")
     c.replace_files(FileReplacement(base_version=c.current_version(), added=["ins.parquet"]))
     assert 90 in live_rows(root)
@@ -755,7 +763,7 @@ def test_append_only_allows_pure_inserts(tmp_path: Path) -> None:
 def test_object_store_code_path_on_a_local_table(tmp_path: Path) -> None:
     """Remote tables go through delta-rs's storage handler for log reads, stats, stat() and cleanup."""
     root = make_table(tmp_path)
-    a, b = DeltaCommitter(str(root)), DeltaCommitter(str(root))
+    a, b = DeltaRsTable(str(root)), DeltaRsTable(str(root))
     for c in (a, b):
         c._local_root = None  # what a s3:// or abfss:// URI gets
     old = file_with_id(a, 3)
@@ -776,7 +784,7 @@ def test_delta_rs_query_finds_boundary_rows(tmp_path: Path) -> None:
     from deltalake import QueryBuilder
 
     root = make_table(tmp_path)
-    c = DeltaCommitter(str(root))
+    c = DeltaRsTable(str(root))
     old = file_with_id(c, 0)
     long_name = "~" * 50  # above every other name; its max gets truncated
     new = rewrite(root, old, {1: long_name})
@@ -799,7 +807,7 @@ def test_delta_rs_query_finds_boundary_rows(tmp_path: Path) -> None:
 
 def test_gives_up_after_max_attempts_and_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = make_table(tmp_path)
-    c = DeltaCommitter(str(root), max_attempts=3)
+    c = DeltaRsTable(str(root), max_attempts=3)
     old = file_with_id(c, 0)
     new = rewrite(root, old, {0: "x"})
     original = DeltaTable.create_write_transaction

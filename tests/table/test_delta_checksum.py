@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from partialcow.commit.delta.spark_log import known_empty
+from partialcow.table.delta.spark_log import known_empty
 
 
 def _crc(root: Path, version: int, text: str) -> None:

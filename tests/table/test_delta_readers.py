@@ -19,8 +19,8 @@ pytest.importorskip("polars")
 
 from delta_readers import DeltaCheck, assert_readers_agree  # noqa: E402
 
-from partialcow.commit.base import FileReplacement  # noqa: E402
-from partialcow.commit.delta import DeltaCommitter  # noqa: E402
+from partialcow.table.base import FileReplacement  # noqa: E402
+from partialcow.table.delta import DeltaRsTable  # noqa: E402
 
 ROWS = [{"id": 1, "name": "a", "n": 10}, {"id": 2, "name": "\U0010ffff-2", "n": 20}]
 
@@ -31,7 +31,7 @@ def _table(tmp_path: Path) -> str:
 
     root = str(tmp_path / "t")
     write_deltalake(root, pa.table({"id": pa.array([0], pa.int64()), "name": ["z"], "n": pa.array([0], pa.int64())}))
-    committer = DeltaCommitter(root)
+    committer = DeltaRsTable(root)
     pq.write_table(pa.Table.from_pylist(ROWS, schema=pa.schema([("id", pa.int64()), ("name", pa.string()),
                                                                 ("n", pa.int64())])), os.path.join(root, "new.parquet"))
     committer.replace_files(FileReplacement(base_version=0, removed=[committer.live_files()[0].path],

@@ -8,7 +8,7 @@ pytest.importorskip("deltalake")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from partialcow.commit.delta import STATS_STRING_PREFIX, truncate_string_max, truncate_string_min  # noqa: E402
+from partialcow.table.delta import STATS_STRING_PREFIX, truncate_string_max, truncate_string_min  # noqa: E402
 
 # Code points without surrogates (not encodable in UTF-8), weighted towards the edges: U+10FFFF (cannot be
 # outgrown), U+007F (the ASCII tie-breaker), supplementary characters (two UTF-16 units in Delta's count).
@@ -66,7 +66,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from deltalake import DeltaTable  # noqa: E402
 
-from partialcow.commit.delta.stats import file_stats  # noqa: E402
+from partialcow.table.delta.stats import file_stats  # noqa: E402
 
 UTC = dt.timezone.utc
 TS_RANGE = (dt.datetime(1900, 1, 1), dt.datetime(2200, 1, 1))
@@ -175,8 +175,8 @@ def test_regression_supplementary_plane_string_stats_are_raw_utf8(tmp_path) -> N
     import polars as pl
     from deltalake import QueryBuilder, write_deltalake
 
-    from partialcow.commit.base import FileReplacement
-    from partialcow.commit.delta import DeltaCommitter
+    from partialcow.table.base import FileReplacement
+    from partialcow.table.delta import DeltaRsTable
 
     root = str(tmp_path / "t")
     write_deltalake(root, pa.table({"id": pa.array([0], pa.int64()), "name": ["seed"]}))
@@ -184,7 +184,7 @@ def test_regression_supplementary_plane_string_stats_are_raw_utf8(tmp_path) -> N
     for i, value in enumerate(SUPPLEMENTARY):
         names.append(f"n{i}.parquet")
         pq.write_table(pa.table({"id": pa.array([i + 1], pa.int64()), "name": [value]}), os.path.join(root, names[-1]))
-    DeltaCommitter(root).replace_files(FileReplacement(base_version=0, removed=[], added=names))
+    DeltaRsTable(root).replace_files(FileReplacement(base_version=0, removed=[], added=names))
 
     log = (tmp_path / "t" / "_delta_log" / "00000000000000000001.json").read_bytes()
     assert "\U0010ffff-43073".encode() in log  # raw UTF-8, as Delta's own writers emit

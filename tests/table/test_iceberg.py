@@ -1,4 +1,4 @@
-"""IcebergCommitter against real Iceberg tables in the embedded Spark session.
+"""IcebergTable against real Iceberg tables in the embedded Spark session.
 
 Replacement files are written with pyarrow from the live file (keeping its schema and Parquet field ids), and every
 result is read back through Spark, an independent reader of the committed metadata.
@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from partialcow.commit.base import FileReplacement, TableCommitter
-from partialcow.commit.iceberg import IcebergCommitter
+from partialcow.table.base import FileReplacement, Table
+from partialcow.table.iceberg import IcebergTable
 from partialcow.exceptions import CommitConflictError, CommitError, UnsupportedTableFeatureError
 from partialcow.metrics import WriteMetrics
 
@@ -39,7 +39,7 @@ def table(spark) -> str:
     # one file per INSERT (local[2] would otherwise split each insert in two)
     spark.sql(f"INSERT INTO {name} SELECT /*+ COALESCE(1) */ * FROM VALUES (1, 'a'), (2, 'b'), (3, 'c') AS s(id, v)")
     spark.sql(f"INSERT INTO {name} SELECT /*+ COALESCE(1) */ * FROM VALUES (4, 'd'), (5, 'e'), (6, 'f') AS s(id, v)")
-    assert len(IcebergCommitter(spark, name).live_files()) == 2
+    assert len(IcebergTable(spark, name).live_files()) == 2
     yield name
     spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
 
@@ -51,7 +51,7 @@ def _rows(spark, sql: str) -> dict[int, str]:
     return result
 
 
-def _file_with(committer: IcebergCommitter, key: int, version: int | None = None) -> str:
+def _file_with(committer: IcebergTable, key: int, version: int | None = None) -> str:
     for f in committer.live_files(version):
         if key in pq.read_table(_local(f.path), columns=["id"]).column("id").to_pylist():
             return f.path
@@ -72,11 +72,11 @@ def _rewrite(path: str, updates: dict[int, str], *, tag: str, keep_field_ids: bo
 
 
 def test_implements_the_protocol(spark, table: str) -> None:
-    assert isinstance(IcebergCommitter(spark, table), TableCommitter)
+    assert isinstance(IcebergTable(spark, table), Table)
 
 
 def test_replace_one_file(spark, table: str) -> None:
-    committer = IcebergCommitter(spark, table)
+    committer = IcebergTable(spark, table)
     before = _rows(spark, f"SELECT id, v FROM {table}")
     base = committer.current_version()
     old = _file_with(committer, 2)
@@ -108,7 +108,7 @@ def test_replace_one_file(spark, table: str) -> None:
 
 
 def test_same_key_on_same_base_conflicts_and_loses_nothing(spark, table: str) -> None:
-    first, second = IcebergCommitter(spark, table), IcebergCommitter(spark, table)
+    first, second = IcebergTable(spark, table), IcebergTable(spark, table)
     base = first.current_version()
     old = _file_with(first, 2)
     new_a, new_b = _rewrite(old, {2: "A"}, tag="a"), _rewrite(old, {2: "Z"}, tag="b")
@@ -128,7 +128,7 @@ def test_same_key_on_same_base_conflicts_and_loses_nothing(spark, table: str) ->
 
 def test_other_keys_of_the_same_file_conflict_too(spark, table: str) -> None:
     # Both writers replace the same file: letting the second in would duplicate all of the file's rows.
-    first, second = IcebergCommitter(spark, table), IcebergCommitter(spark, table)
+    first, second = IcebergTable(spark, table), IcebergTable(spark, table)
     base = first.current_version()
     old = _file_with(first, 1)
     new_a, new_b = _rewrite(old, {1: "A"}, tag="a"), _rewrite(old, {3: "C"}, tag="b")
@@ -139,7 +139,7 @@ def test_other_keys_of_the_same_file_conflict_too(spark, table: str) -> None:
 
 
 def test_different_files_on_same_base_both_commit(spark, table: str) -> None:
-    first, second = IcebergCommitter(spark, table), IcebergCommitter(spark, table)
+    first, second = IcebergTable(spark, table), IcebergTable(spark, table)
     base = first.current_version()
     old_a, old_b = _file_with(first, 2), _file_with(first, 5)
     assert old_a != old_b
@@ -151,7 +151,7 @@ def test_different_files_on_same_base_both_commit(spark, table: str) -> None:
 
 
 def test_unrelated_concurrent_insert_is_rebased(spark, table: str) -> None:
-    committer = IcebergCommitter(spark, table)
+    committer = IcebergTable(spark, table)
     base = committer.current_version()
     old = _file_with(committer, 2)
     new = _rewrite(old, {2: "B"}, tag="x")
@@ -161,7 +161,7 @@ def test_unrelated_concurrent_insert_is_rebased(spark, table: str) -> None:
 
 
 def test_concurrent_insert_of_a_touched_key_conflicts(spark, table: str) -> None:
-    committer = IcebergCommitter(spark, table)
+    committer = IcebergTable(spark, table)
     base = committer.current_version()
     old = _file_with(committer, 2)
     new = _rewrite(old, {2: "B"}, tag="x")
@@ -174,7 +174,7 @@ def test_concurrent_insert_of_a_touched_key_conflicts(spark, table: str) -> None
 
 def test_many_keys_become_a_range_filter(spark, table: str) -> None:
     # > 1000 keys: the filter is min..max, a superset, so a concurrent insert inside the range still conflicts.
-    committer = IcebergCommitter(spark, table)
+    committer = IcebergTable(spark, table)
     many = {"id": [2, *range(10_000, 11_500)]}
     base = committer.current_version()
     old = _file_with(committer, 2)
@@ -193,7 +193,7 @@ def test_many_keys_become_a_range_filter(spark, table: str) -> None:
 
 
 def test_file_without_field_ids_is_refused(spark, table: str) -> None:
-    committer = IcebergCommitter(spark, table)
+    committer = IcebergTable(spark, table)
     base = committer.current_version()
     old = _file_with(committer, 2)
     new = _rewrite(old, {2: "B"}, tag="noids", keep_field_ids=False)
@@ -206,7 +206,7 @@ def test_file_without_field_ids_is_refused(spark, table: str) -> None:
 def test_file_without_field_ids_is_read_through_the_name_mapping(spark, table: str) -> None:
     mapping = '[{"field-id": 1, "names": ["id"]}, {"field-id": 2, "names": ["v"]}]'
     spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('schema.name-mapping.default'='{mapping}')")
-    committer = IcebergCommitter(spark, table)
+    committer = IcebergTable(spark, table)
     base = committer.current_version()
     old = _file_with(committer, 2)
     new = _rewrite(old, {2: "B"}, tag="mapped", keep_field_ids=False)
@@ -229,7 +229,7 @@ def test_committer_works_from_a_worker_thread(spark, table: str) -> None:
 
     def work() -> None:
         try:
-            committer = IcebergCommitter(spark, table)
+            committer = IcebergTable(spark, table)
             base = committer.current_version()
             old = _file_with(committer, 2)
             new = _rewrite(old, {2: "T"}, tag="thread")
@@ -252,7 +252,7 @@ def test_non_iceberg_table_is_refused(spark) -> None:
     spark.sql(f"CREATE TABLE {name} (id BIGINT) USING parquet")
     try:
         with pytest.raises(UnsupportedTableFeatureError, match=f"{name} is not an Iceberg table"):
-            IcebergCommitter(spark, name).current_version()
+            IcebergTable(spark, name).current_version()
     finally:
         spark.sql(f"DROP TABLE IF EXISTS {name}")
 
@@ -260,7 +260,7 @@ def test_non_iceberg_table_is_refused(spark) -> None:
 def test_one_committer_follows_its_table_through_drop_and_re_create(spark, table: str, tmp_path: Path) -> None:
     """The committer loads the table once and only refreshes it later: a re-created table must be seen as new, and a
     dropped or replaced one refused as on a first load."""
-    committer = IcebergCommitter(spark, table)
+    committer = IcebergTable(spark, table)
     first = committer.current_version()
     spark.sql(f"DROP TABLE {table} PURGE")
     spark.sql(f"CREATE TABLE {table} (id BIGINT, v STRING) USING iceberg")
@@ -278,7 +278,7 @@ def test_one_committer_follows_its_table_through_drop_and_re_create(spark, table
 
 
 def test_unknown_base_snapshot_is_a_conflict(spark, table: str) -> None:
-    committer = IcebergCommitter(spark, table)
+    committer = IcebergTable(spark, table)
     old = _file_with(committer, 2)
     new = _rewrite(old, {2: "B"}, tag="x")
     with pytest.raises(CommitConflictError, match="snapshot 12345"):
@@ -290,10 +290,10 @@ def test_parallel_commits_to_one_table_both_land(spark, table: str) -> None:
     # Threads committing different files of one table at once: neither commit may be lost (see _COMMIT_LOCKS).
     import threading
 
-    base = IcebergCommitter(spark, table).current_version()
+    base = IcebergTable(spark, table).current_version()
     jobs = []
     for key, value in ((2, "B"), (5, "E")):
-        committer = IcebergCommitter(spark, table)
+        committer = IcebergTable(spark, table)
         old = _file_with(committer, key, base)
         jobs.append((committer, FileReplacement(
             base_version=base, removed=[old], added=[_rewrite(old, {key: value}, tag=f"par{key}")], conflict_keys={"id": [key]}
@@ -301,7 +301,7 @@ def test_parallel_commits_to_one_table_both_land(spark, table: str) -> None:
     barrier = threading.Barrier(len(jobs))
     errors: list[BaseException] = []
 
-    def run(committer: IcebergCommitter, change: FileReplacement) -> None:
+    def run(committer: IcebergTable, change: FileReplacement) -> None:
         try:
             barrier.wait()
             committer.replace_files(change)
@@ -319,7 +319,7 @@ def test_parallel_commits_to_one_table_both_land(spark, table: str) -> None:
 
 
 def test_file_not_live_at_base_is_refused(spark, table: str, tmp_path: Path) -> None:
-    committer = IcebergCommitter(spark, table)
+    committer = IcebergTable(spark, table)
     base = committer.current_version()
     old = _file_with(committer, 2)
     new = _rewrite(old, {2: "B"}, tag="x")
@@ -329,7 +329,7 @@ def test_file_not_live_at_base_is_refused(spark, table: str, tmp_path: Path) -> 
 
 
 def test_unknown_conflict_key_column_is_refused(spark, table: str) -> None:
-    committer = IcebergCommitter(spark, table)
+    committer = IcebergTable(spark, table)
     base = committer.current_version()
     old = _file_with(committer, 2)
     with pytest.raises(CommitError, match="'nope'"):
@@ -349,7 +349,7 @@ def test_file_with_position_deletes_is_refused(spark) -> None:
         spark.sql(f"INSERT INTO {name} SELECT /*+ COALESCE(1) */ * FROM VALUES (1, 'a'), (2, 'b'), (3, 'c') AS s(id, v)")
         spark.sql(f"DELETE FROM {name} WHERE id = 2")
         assert spark.sql(f"SELECT count(*) FROM {name}.delete_files").collect()[0][0] == 1
-        committer = IcebergCommitter(spark, name)
+        committer = IcebergTable(spark, name)
         base = committer.current_version()
         old = committer.live_files()[0].path
         with pytest.raises(UnsupportedTableFeatureError, match="position delete"):
@@ -365,7 +365,7 @@ def test_format_v3_is_refused(spark) -> None:
     spark.sql(f"CREATE TABLE {name} (id BIGINT, v STRING) USING iceberg TBLPROPERTIES ('format-version'='3')")
     try:
         spark.sql(f"INSERT INTO {name} VALUES (1, 'a')")
-        committer = IcebergCommitter(spark, name)
+        committer = IcebergTable(spark, name)
         old = committer.live_files()[0].path
         with pytest.raises(UnsupportedTableFeatureError, match="v3"):
             committer.replace_files(
@@ -381,7 +381,7 @@ def test_identity_partition_is_carried_over(spark) -> None:
     spark.sql(f"CREATE TABLE {name} (id BIGINT, v STRING, region STRING) USING iceberg PARTITIONED BY (region)")
     try:
         spark.sql(f"INSERT INTO {name} VALUES (1, 'a', 'eu'), (2, 'b', 'eu'), (3, 'c', 'us')")
-        committer = IcebergCommitter(spark, name)
+        committer = IcebergTable(spark, name)
         base = committer.current_version()
         old = _file_with(committer, 2)
         new = _rewrite(old, {2: "B"}, tag="p")
@@ -413,7 +413,7 @@ def test_bucket_partition_is_refused(spark) -> None:
     spark.sql(f"CREATE TABLE {name} (id BIGINT, v STRING) USING iceberg PARTITIONED BY (bucket(4, id))")
     try:
         spark.sql(f"INSERT INTO {name} VALUES (1, 'a')")
-        committer = IcebergCommitter(spark, name)
+        committer = IcebergTable(spark, name)
         old = committer.live_files()[0].path
         with pytest.raises(UnsupportedTableFeatureError, match="bucket"):
             committer.replace_files(
@@ -432,7 +432,7 @@ def test_conflict_filters_bind_for_common_key_types(spark) -> None:
         "dec DECIMAL(10, 2), f DOUBLE) USING iceberg"
     )
     try:
-        committer = IcebergCommitter(spark, name)
+        committer = IcebergTable(spark, name)
         table = committer._table()
         keys = {
             "i": [1, 2], "l": [2**40], "s": ["x"], "d": [dt.date(2024, 1, 2)],
@@ -451,7 +451,7 @@ def test_conflict_filters_bind_for_common_key_types(spark) -> None:
 
 
 def test_added_file_already_in_the_table_is_refused_and_kept(spark, table: str) -> None:
-    committer = IcebergCommitter(spark, table)
+    committer = IcebergTable(spark, table)
     base = committer.current_version()
     live = _file_with(committer, 2)
     with pytest.raises(CommitError, match="already a data file"):
@@ -512,7 +512,7 @@ def test_failed_commit_outcomes(spark, table: str, monkeypatch: pytest.MonkeyPat
         "CommitFailedException": lambda: jvm.org.apache.iceberg.exceptions.CommitFailedException("simulated", no_args),
         "IllegalStateException": lambda: jvm.java.lang.IllegalStateException("simulated"),
     }[java_exception]()
-    committer = IcebergCommitter(spark, table)
+    committer = IcebergTable(spark, table)
     real_table = committer._table
     monkeypatch.setattr(committer, "_table", lambda: _FailingCommit(real_table(), exception))
     base = committer.current_version()

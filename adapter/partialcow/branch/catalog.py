@@ -34,7 +34,7 @@ def load_iceberg(spark: SparkSession, schema: str, table: str) -> Any:
     from py4j.protocol import Py4JJavaError
     from pyspark.errors.exceptions.captured import CapturedException
 
-    from partialcow.commit.java import load_iceberg_table
+    from partialcow.table.java import load_iceberg_table
 
     try:
         loaded = load_iceberg_table(spark, f"{schema}.{table}")

@@ -56,9 +56,9 @@ from partialcow.branch.types import (
     OverlayInfo,
     validate_image_mode,
 )
-from partialcow.commit.java import jvm as java_gateway
 from partialcow.exceptions import BranchError
 from partialcow.spark.rewrite_job import DELETE, FILE, IN_PLACE_RESULT_SCHEMA, POS, rewrite_files_in_place
+from partialcow.table.java import jvm as java_gateway
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -163,10 +163,10 @@ def publish_image_table(spark: SparkSession, *, schema: str, base_schema: str, i
     """Make ``schema.identifier`` (what readers of the model on ``branch`` query) a read-only Iceberg table over the
     image: a copy of the root table's metadata whose ``main`` is the image ref's snapshot, registered in the catalog.
 
-    Why a table and not a view: resolving a view costs two metastore look-ups and a metadata read per query
-    (~25 ms here, +7% on a full scan of 1M rows); a table costs what the root table costs. The image table shares
-    the root's data, delete and manifest files, which the root's image ref keeps alive; ``gc.enabled=false`` makes
-    Iceberg refuse to expire its snapshots or purge it (that would delete the root's files), and it is only ever
+    Why a table and not a view: resolving a view costs two metastore look-ups and a metadata read per query (see
+    bench/README.md, "Measurements behind code choices"); a table costs what the root table costs. The image table
+    shares the root's data, delete and manifest files, which the root's image ref keeps alive; ``gc.enabled=false``
+    makes Iceberg refuse to expire its snapshots or purge it (that would delete the root's files), and it is only ever
     unregistered (:func:`drop_reader_relation`). Its own folder holds one metadata file.
     """
     jvm = java_gateway(spark)

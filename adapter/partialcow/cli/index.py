@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING
 from partialcow.exceptions import ConfigurationError
 from partialcow.formats import TABLE_FORMATS
 from partialcow.index.row_index import RowIndex, VerifyReport
-from partialcow.index.sources import DeltaSource, IcebergSource, TableSource
 from partialcow.progress import Progress
+from partialcow.table.base import TableSource
+from partialcow.table.delta import DeltaRsTable
+from partialcow.table.iceberg import IcebergTable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -55,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _is_delta(table: str) -> bool:
-    from partialcow.index.storage import local_path
+    from partialcow.table.paths import local_path
 
     local = local_path(table)
     return local is not None and os.path.isdir(os.path.join(local, "_delta_log"))
@@ -99,8 +101,8 @@ def _source(args: argparse.Namespace, progress: Progress) -> TableSource:
         spark = _session(args, table_format)
     progress.watch(spark)
     if table_format == "delta":
-        return DeltaSource(spark, args.table)
-    return IcebergSource(spark, args.table)
+        return DeltaRsTable(args.table, spark=spark)
+    return IcebergTable(spark, args.table)
 
 
 def _render_report(report: VerifyReport) -> str:

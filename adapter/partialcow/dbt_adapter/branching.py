@@ -80,7 +80,7 @@ def build_python_model_on_branch(spark: Any, df: Any, spec_json: str) -> str:
 
     ``spec_json`` carries ``schema``, ``identifier``, ``unique_key``, ``branch`` and ``meta_schema``.
     """
-    from partialcow.commit.java import bind_to_current_thread
+    from partialcow.table.java import bind_to_current_thread
 
     spec = json.loads(spec_json)
     bind_to_current_thread(spark)

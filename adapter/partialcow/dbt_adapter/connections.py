@@ -121,7 +121,7 @@ class PartialcowConnectionManager(SparkConnectionManager):
         """
         from pyspark import SparkContext
 
-        from partialcow.commit.java import bind_to_current_thread
+        from partialcow.table.java import bind_to_current_thread
 
         connection = self.get_if_exists()
         if connection is None:

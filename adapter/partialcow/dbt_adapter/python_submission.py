@@ -19,8 +19,8 @@ class SessionPythonJobHelper(PythonJobHelper):
         self.credentials = credentials
 
     def submit(self, compiled_code: str) -> Any:
-        from partialcow.commit.java import bind_to_current_thread
         from partialcow.dbt_adapter.connections import configured_session
+        from partialcow.table.java import bind_to_current_thread
 
         # the profile's session (created or checked against the profile), never a bare getOrCreate()
         spark = bind_to_current_thread(configured_session(self.credentials))

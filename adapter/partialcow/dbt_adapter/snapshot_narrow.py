@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from partialcow.index.sources import quote_identifier
+from partialcow.table.base import quote_identifier
 
 __all__ = ["BROADCAST_KEYS", "NarrowPlan", "candidate_keys_sql", "narrowed_source_sql", "narrowed_target_sql",
            "plan_narrowing"]

@@ -75,7 +75,7 @@ class SnapshotMixin(metaclass=AdapterMeta):
         return self._snapshot_narrowings
 
     def _snapshot_spark(self) -> Any:
-        from partialcow.commit.java import bind_to_current_thread
+        from partialcow.table.java import bind_to_current_thread
 
         return bind_to_current_thread(self.connections.spark_session())  # type: ignore[attr-defined]
 
@@ -97,7 +97,7 @@ class SnapshotMixin(metaclass=AdapterMeta):
         computed once (``views['keys']``: their keys), and True is returned; or False, logging why, and dbt's query
         reads everything. ``config``: the snapshot's ``check_cols`` and ``dbt_valid_to_current``."""
         from partialcow.dbt_adapter import snapshot_narrow as narrow
-        from partialcow.index.sources import quote_identifier
+        from partialcow.table.base import quote_identifier
 
         spark = self._snapshot_spark()
         name = f"{relation.schema}.{relation.identifier}"
@@ -149,9 +149,9 @@ class SnapshotMixin(metaclass=AdapterMeta):
     def partialcow_snapshot_apply(self, relation: Any, staging_view: str, columns: Mapping[str, str],
                                   file_format: str = "iceberg") -> Any:
         """A later run: close the changed versions and insert the new ones (``staging_view``: dbt's staged rows)."""
-        from partialcow.index.sources import quote_identifier
         from partialcow.spark.changes import apply_changes
         from partialcow.spark.tables import open_table
+        from partialcow.table.base import quote_identifier
 
         spec = snapshot_spec(columns, model=str(relation.identifier), staged=True)
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from partialcow.exceptions import DuplicateKeyError, IndexError_
-from partialcow.index.sources import FILE_ID, POS, quote_identifier
 from partialcow.index.storage import IndexStore, unique_names
+from partialcow.table.base import FILE_ID, POS, quote_identifier
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from partialcow.commit.base import CommitResult
 from partialcow.exceptions import ConfigurationError, DuplicateKeyError
 from partialcow.faults import checkpoint
-from partialcow.index.sources import FILE_ID, POS, TableSource
 from partialcow.index.storage import IndexedFile, IndexState, IndexStore, replace_buckets, unique_names
+from partialcow.table.base import FILE_ID, POS, CommitResult, TableSource
 
 if TYPE_CHECKING:
     import pyarrow as pa

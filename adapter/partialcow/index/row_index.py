@@ -17,8 +17,8 @@ Incremental maintenance rewrites only the buckets that hold rows of removed file
 rewritten with the same rows in the same order (a partial copy-on-write update of non-key columns) is re-pointed
 in the state file without touching any bucket. A file rewritten minus some rows (a partial copy-on-write delete)
 has its entries shifted in the buckets that hold them: each bucket file is patched by the Parquet page engine, one
-Spark task per bucket, without reading the data file or re-sorting (measured on a 1% delete of SF1 store_sales:
-index upkeep 6.3 s -> 1.0 s, see ``bench/results/upsert_sf1.md``).
+Spark task per bucket, without reading the data file or re-sorting (what that saves: bench/README.md, "Measurements
+behind code choices").
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from partialcow.commit.base import CommitResult, TableCommitter
 from partialcow.exceptions import ConfigurationError, DuplicateKeyError, IndexError_, StaleIndexError
 from partialcow.faults import checkpoint
 from partialcow.index import bucket_files
@@ -49,8 +48,8 @@ from partialcow.index.bucket_files import (
 from partialcow.index.driver_side import _DriverSide
 from partialcow.index.hashing import SUPPORTED_KEY_TYPES
 from partialcow.index.results import IndexMetrics, LookupResult, VerifyReport
-from partialcow.index.sources import FILE_ID, POS, LiveFile, TableSource, quote_identifier
 from partialcow.index.storage import IndexedFile, IndexState, IndexStore, replace_buckets
+from partialcow.table.base import FILE_ID, POS, CommitResult, DataFile, TableSource, quote_identifier
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -64,17 +63,18 @@ class RowIndex(_DriverSide):
 
     Build it once, then keep it fresh after every commit::
 
-        source = IcebergSource(spark, "db.events")           # or DeltaSource(spark, "/data/events")
-        index = RowIndex.create(source, key_columns=["id"])
+        table = IcebergTable(spark, "db.events")            # or DeltaRsTable("/data/events", spark=spark)
+        index = RowIndex.create(table, key_columns=["id"])
         hits = index.lookup(spark.createDataFrame([(1,), (2,)], "id bigint"))
         hits.found.show(); hits.missing.show()              # id, file, pos / id
         index.apply_commit(result)                          # after one of our commits
-        index.ensure_fresh(committer)                       # before serving, if others may have written
+        index.ensure_fresh()                                # before serving, if others may have written
         assert index.verify().ok
 
     The same calls run in ``tests/index`` against Spark, with pyarrow reading the data files as the oracle.
 
-    ``RowIndex.open(source)`` loads an existing index.
+    ``RowIndex.open(table)`` loads an existing index. The index reads its table through the ``TableSource`` half of
+    ``partialcow.table``'s tables, the very object that commits to it.
     """
 
     def __init__(self, source: TableSource, state: IndexState, store: IndexStore) -> None:
@@ -333,7 +333,7 @@ class RowIndex(_DriverSide):
             base = replace(self.state, files=tuple(files))
             drop = [by_path[p] for p in removed if p not in pairs and p not in shifts]
             targets = set(pairs.values()) | {dst for dst, _ in shifts.values()}
-            add = [LiveFile(p, -1) for p in added if p not in targets]
+            add = [DataFile(p, -1) for p in added if p not in targets]
             if shifts and not drop and not add and self._store.is_local \
                     and not any(by_path[p].deletes for p in shifts):
                 metrics = self._shift(base, shifts, version=result.version, repointed=sorted(pairs.values()))
@@ -341,7 +341,7 @@ class RowIndex(_DriverSide):
                 self.last_metrics = metrics
                 return metrics
             drop += [by_path[p] for p in shifts]
-            add += [LiveFile(dst, -1) for dst, _ in shifts.values()]
+            add += [DataFile(dst, -1) for dst, _ in shifts.values()]
             metrics = self._update(
                 base, version=result.version, drop=drop, add=add, full=False, operation="apply_commit",
                 new_rows=new_file_rows, aliases={a: norm(a) for a in result.added}, repointed=sorted(pairs.values()),
@@ -350,36 +350,26 @@ class RowIndex(_DriverSide):
         self.last_metrics = metrics
         return metrics
 
-    def ensure_fresh(self, committer: TableCommitter | None = None) -> IndexMetrics:
+    def ensure_fresh(self) -> IndexMetrics:
         """Make the index reflect the table's current version, re-indexing only the files that changed.
 
-        The current version comes from ``committer`` (the object that writes the table) or the index's source. Files
-        that disappeared are dropped, new files are indexed, and files whose delete files changed (Iceberg
+        Files that disappeared are dropped, new files are indexed, and files whose delete files changed (Iceberg
         merge-on-read deletes by other writers) are re-indexed. A no-op when the version did not move.
         """
         started = time.monotonic()
-        version = (committer or self.source).current_version()
+        version = self.source.current_version()
         if version == self.state.table_version:
             metrics = IndexMetrics(
                 "ensure_fresh", version, rows_total=self._rows_total(self.state), num_buckets=self.state.num_buckets
             )
         else:
-            metrics = self._refresh_to(version, operation="ensure_fresh", committer=committer)
+            metrics = self._refresh_to(version, operation="ensure_fresh")
         metrics.duration_ms = int((time.monotonic() - started) * 1000)
         self.last_metrics = metrics
         return metrics
 
-    def _refresh_to(self, version: int, *, operation: str, committer: TableCommitter | None = None) -> IndexMetrics:
+    def _refresh_to(self, version: int, *, operation: str) -> IndexMetrics:
         live = self.source.live_files(version)
-        if committer is not None:
-            # The committer is the writer's view of the table: both must list the same files.
-            theirs = {self.source.normalize_path(f.path) for f in committer.live_files(version)}
-            ours = {f.path for f in live}
-            if theirs != ours:
-                raise StaleIndexError(
-                    f"index of {self.state.table}: the committer and the index source disagree on the live files of "
-                    f"version {version} ({sorted(theirs ^ ours)[:3]}); check that both point at the same table"
-                )
         recorded = self.state.by_path()
         current = {f.path: f for f in live}
         drop = [f for p, f in recorded.items() if p not in current or current[p].deletes != f.deletes]
@@ -392,7 +382,7 @@ class RowIndex(_DriverSide):
         *,
         version: int,
         drop: Sequence[IndexedFile],
-        add: Sequence[LiveFile],
+        add: Sequence[DataFile],
         full: bool,
         operation: str,
         new_rows: DataFrame | None = None,

@@ -26,37 +26,22 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import pyarrow.fs as pafs
 
 from partialcow.exceptions import IndexError_, StaleIndexError
+from partialcow.table.paths import local_path
 
 __all__ = [
     "INDEX_DIR",
     "IndexState",
     "IndexStore",
     "IndexedFile",
-    "local_path",
 ]
 
 INDEX_DIR = "_partialcow_index"
 STATE_FORMAT_VERSION = 1
 _STATE_NAME = re.compile(r"^v(\d{8})\.json$")
-
-
-def local_path(uri: str) -> str | None:
-    """The local file-system path of ``uri`` (``file:/x``, ``file:///x`` or ``/x``), or None for remote URIs.
-
-    >>> local_path("file:/tmp/a%20b/t"), local_path("/tmp/t"), local_path("s3://bucket/t")
-    ('/tmp/a b/t', '/tmp/t', None)
-    """
-    if uri.startswith("/"):
-        return uri
-    parsed = urlparse(uri)
-    if parsed.scheme == "file":
-        return unquote(parsed.path)
-    return None
 
 
 @dataclass(frozen=True)

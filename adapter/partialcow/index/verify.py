@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from partialcow.index.bucket_files import BUCKET, _bucket_expr
 from partialcow.index.results import VerifyReport
-from partialcow.index.sources import FILE_ID, POS
+from partialcow.table.base import FILE_ID, POS
 
 if TYPE_CHECKING:
     from partialcow.index.row_index import RowIndex

@@ -13,6 +13,8 @@ __all__ = [
     "DEFAULT_WRITE_OPTIONS",
     "ROWS_PER_PAGE",
     "ROW_GROUP_ROWS",
+    "WRITER_OPTIONS",
+    "WriterOptions",
     "WrittenFile",
     "dictionary_columns",
     "open_writer",
@@ -24,30 +26,51 @@ __all__ = [
 # Clustered changes (recent rows, a key range) touch ceil(range/k)+1 pages, so small pages also pay off there.
 # Going smaller costs ~30 header bytes + two page-index entries per page and a little compression: 2,000 keeps that
 # overhead under 1% for typical 4-8 byte columns.
-# Readers pay per page too: an SF1 store_sales Iceberg full scan measured 5-13% slower than at 20,000 rows per page,
-# and faster than Iceberg's own files (bench/layout_bench.py).
+# Readers pay per page too: how much, against 20,000 rows per page and Iceberg's own files, is measured in
+# bench/README.md ("Page size").
 ROWS_PER_PAGE = 2_000
 # Rows per row group. Page skipping works inside a row group, so the row group only bounds the memory and time of a
 # full-chunk re-encode; ~1M rows keeps a chunk at a few MB for typical columns while footers stay small.
 ROW_GROUP_ROWS = 1 << 20
 
-DEFAULT_WRITE_OPTIONS: dict[str, Any] = {
-    "write_page_index": True,  # page locations + per-page bounds: pages are found without reading headers
-    # Dictionary encoding only for variable-length (BYTE_ARRAY) columns, see dictionary_columns(): numbers are PLAIN,
-    # which readers scan several times faster, at the same size under zstd (bench/README.md, "Measurements behind
-    # code choices"). PLAIN pages also patch without touching a dictionary.
-    "use_dictionary": True,  # replaced per table by dictionary_columns()
-    # Decimals of precision <= 18 as INT32/INT64 (as Spark writes them): readers decode them without per-value
-    # byte-array work (FIXED_LEN_BYTE_ARRAY decimals slow a full scan down severalfold, see bench/README.md).
-    "store_decimal_as_integer": True,
-    "max_rows_per_page": ROWS_PER_PAGE,
-    "data_page_size": 256 * 1024,  # wide values: keep pages small in bytes too
+@dataclass(frozen=True)
+class WriterOptions:
+    """The layout of the data files we write; every table format's own writer settings derive from it (Iceberg's
+    ``write.parquet.*`` properties of the tables we create, see ``partialcow.spark.create``).
+
+    >>> WriterOptions(rows_per_page=500).pyarrow_options()["max_rows_per_page"]
+    500
+    """
+
+    rows_per_page: int = ROWS_PER_PAGE
+    page_size_bytes: int = 256 * 1024  # wide values: keep pages small in bytes too
     # zstd: ~30% smaller than snappy at similar decode speed; re-encoding a few pages makes its slower encode cheap
-    "compression": "zstd",
-    "write_page_checksum": True,  # a copied page keeps a valid CRC (it covers the page body only)
-    "write_statistics": True,
-    "row_group_size": ROW_GROUP_ROWS,
-}
+    compression: str = "zstd"
+    row_group_rows: int = ROW_GROUP_ROWS
+
+    def pyarrow_options(self) -> dict[str, Any]:
+        """``pyarrow.parquet`` writer options (``use_dictionary`` is replaced per schema by dictionary_columns())."""
+        return {
+            "write_page_index": True,  # page locations + per-page bounds: pages are found without reading headers
+            # Dictionary encoding only for variable-length (BYTE_ARRAY) columns, see dictionary_columns(): numbers
+            # are PLAIN, which readers scan several times faster, at the same size under zstd (bench/README.md,
+            # "Measurements behind code choices"). PLAIN pages also patch without touching a dictionary.
+            "use_dictionary": True,
+            # Decimals of precision <= 18 as INT32/INT64 (as Spark writes them): readers decode them without
+            # per-value byte-array work (FIXED_LEN_BYTE_ARRAY decimals slow a full scan down severalfold).
+            "store_decimal_as_integer": True,
+            "max_rows_per_page": self.rows_per_page,
+            "data_page_size": self.page_size_bytes,
+            "compression": self.compression,
+            "write_page_checksum": True,  # a copied page keeps a valid CRC (it covers the page body only)
+            "write_statistics": True,
+            "row_group_size": self.row_group_rows,
+        }
+
+
+#: the layout every new data file gets
+WRITER_OPTIONS = WriterOptions()
+DEFAULT_WRITE_OPTIONS: dict[str, Any] = WRITER_OPTIONS.pyarrow_options()
 
 
 def dictionary_columns(schema: pa.Schema) -> list[str]:

@@ -10,7 +10,7 @@ the incremental pipeline does to locate rows (and its shuffle of every row by ke
    without a sequence column may not repeat a key) and each bucket file is written.
 
 Only then is the table committed with its files. Iceberg: created or replaced in one commit (its create-or-replace
-transaction, see ``partialcow.commit.iceberg_create``): bad input or a crash leaves no table, or the old table as
+transaction, see ``partialcow.table.iceberg_create``): bad input or a crash leaves no table, or the old table as
 it was. Delta: an existing table is replaced by one delta-spark transaction that removes its files and carries the
 new schema, properties and files, so readers see the old table until that commit and bad input or a crash leave it
 as it was. A new table is created first (an empty version marked ``PENDING_CREATE``; a failed build drops it again)
@@ -33,7 +33,6 @@ from pyspark.accumulators import AccumulatorParam
 from partialcow.exceptions import CommitStateUnknownError, ConfigurationError, DuplicateKeyError
 from partialcow.faults import checkpoint
 from partialcow.index.hashing import SUPPORTED_KEY_TYPES
-from partialcow.index.sources import quote_identifier
 from partialcow.metrics import PhaseClock, WriteMetrics
 from partialcow.parquet.writer import ROW_GROUP_ROWS, open_writer
 from partialcow.spark.rewrite_job import DELETE
@@ -51,13 +50,13 @@ from partialcow.spark.staging import (
     repeated_keys_error,
     require_columns,
 )
+from partialcow.table.base import quote_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from partialcow.commit.base import CommitResult
-    from partialcow.index.sources import TableSource
+    from partialcow.table.base import CommitResult, TableSource
 
 __all__ = ["bulk_create"]
 
@@ -163,8 +162,8 @@ class _IcebergTarget:
     def __init__(self, spark: SparkSession, name: str, schema: StructType, properties: dict[str, str]) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from partialcow.commit.iceberg_create import NewIcebergTable
         from partialcow.spark.tables import local_path, with_iceberg_field_ids
+        from partialcow.table.iceberg_create import NewIcebergTable
 
         self._spark, self._name = spark, name
         self._new = NewIcebergTable(spark, name, _java_schema(spark, schema), properties)
@@ -184,9 +183,9 @@ class _IcebergTarget:
         return self._new.commit(spelled, metrics)
 
     def source(self) -> TableSource:
-        from partialcow.index.sources import IcebergSource
+        from partialcow.table.iceberg import IcebergTable
 
-        return IcebergSource(self._spark, self._name)
+        return IcebergTable(self._spark, self._name)
 
     def abandon(self) -> None:
         pass  # nothing was committed
@@ -204,9 +203,9 @@ class _DeltaTarget:
                  spec: ChangeSpec) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from partialcow.commit.delta.features import ENFORCED_BY_SPARK, DeltaTableInfo, unsupported_features
         from partialcow.exceptions import UnsupportedTableFeatureError
         from partialcow.spark.tables import delta_root
+        from partialcow.table.delta.features import ENFORCED_BY_SPARK, DeltaTableInfo, unsupported_features
 
         self._spark, self._name, self._spec = spark, name, spec
         self._properties = properties
@@ -246,23 +245,23 @@ class _DeltaTarget:
         return delta_referenced(self.location)
 
     def commit(self, paths: list[str], metrics: WriteMetrics) -> CommitResult:
-        from partialcow.commit.delta.features import DeltaTableInfo
-        from partialcow.commit.delta.spark_committer import DeltaSparkCommitter
         from partialcow.spark.delta_checks import check_new_files
         from partialcow.spark.tables import open_table
+        from partialcow.table.delta.features import DeltaTableInfo
+        from partialcow.table.delta.spark_table import DeltaSparkTable
 
         table = self._table = open_table(self._spark, self._name, table_format="delta")
         # the rules of the table as committed (the replaced table's constraints go with it)
         check_new_files(table, paths, self._spec, info=DeltaTableInfo(
             3, 7, configuration=self._properties, schema=self._schema))
-        committer = table.committer
-        assert isinstance(committer, DeltaSparkCommitter)  # a session with Delta: open_table's commit path
-        return committer.replace_table(
+        delta = table.format_table
+        assert isinstance(delta, DeltaSparkTable)  # a session with Delta: open_table's commit path
+        return delta.replace_table(
             paths, schema=self._schema, configuration=self._properties, metrics=metrics,
             operation="partial_cow_create")
 
     def source(self) -> TableSource:
-        return self._table.source  # type: ignore[no-any-return]
+        return self._table.format_table  # type: ignore[no-any-return]
 
     def abandon(self) -> None:
         if self._created and self._table is None:
@@ -275,7 +274,7 @@ class _DeltaTarget:
 
 
 def _java_schema(spark: SparkSession, schema: StructType) -> Any:
-    from partialcow.commit.java import jvm
+    from partialcow.table.java import jvm
 
     return jvm(spark).org.apache.spark.sql.types.DataType.fromJson(schema.json())
 

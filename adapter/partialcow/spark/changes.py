@@ -39,7 +39,6 @@ from partialcow.exceptions import (
 )
 from partialcow.faults import checkpoint
 from partialcow.index import RowIndex
-from partialcow.index.sources import quote_identifier
 from partialcow.metrics import PhaseClock, WriteMetrics
 from partialcow.spark.commit_step import _MAX_CONFLICT_KEYS, _commit, _conflict_keys, _discard
 from partialcow.spark.create import (
@@ -61,6 +60,7 @@ from partialcow.spark.small_batch import collect_small_batch
 from partialcow.spark.spec import ChangeSpec, OnSchemaChange
 from partialcow.spark.staging import SAMPLE, keys_text, repeated_keys_error, stage, stage_changes
 from partialcow.spark.tables import LakehouseTable, local_path
+from partialcow.table.base import quote_identifier
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -140,12 +140,12 @@ def _value_columns(spec: ChangeSpec, table_columns: Sequence[str], staged_column
 
 
 def _open_index(table: LakehouseTable, spec: ChangeSpec) -> RowIndex:
-    if RowIndex.exists(table.source):
-        index = RowIndex.open(table.source)
+    if RowIndex.exists(table.format_table):
+        index = RowIndex.open(table.format_table)
         if tuple(index.key_columns) == tuple(spec.key_columns):
-            index.ensure_fresh(table.committer)
+            index.ensure_fresh()
             return index
-    return RowIndex.create(table.source, key_columns=spec.key_columns)
+    return RowIndex.create(table.format_table, key_columns=spec.key_columns)
 
 
 def apply_changes(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec: ChangeSpec) -> WriteMetrics:
@@ -253,7 +253,7 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
         vectors = table.deletion_vectors(base_version) if ids else {}
         tasks = [FileTask(src=paths[i], fragments=located.fragments[i], threads=threads,
                           deletion_vector=json.dumps(vectors[paths[i]]) if paths[i] in vectors else None,
-                          table_root=local_path(table.source.location)) for i in ids]
+                          table_root=local_path(table.format_table.location)) for i in ids]
         tasks += [FileTask(src=None, fragments=located.insert_fragments, part=p, parts=parts) for p in range(parts)]
         results: list[dict[str, Any]] = []
         if tasks:
@@ -292,8 +292,8 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from partialcow.commit.delta.dv import deleted_positions
     from partialcow.spark.rewrite_job import POS, rewrite_changed_file, write_index_rows, write_partition
+    from partialcow.table.delta.dv import deleted_positions
 
     table_columns = [f.name for f in table_schema.fields]
     value_columns = _value_columns(spec, table_columns, batch.column_names)
@@ -329,7 +329,7 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
         threads = _threads_per_file(cores, len(ids)) if len(ids) else 1
 
         vectors = table.deletion_vectors(base_version) if len(ids) else {}
-        root = local_path(table.source.location)
+        root = local_path(table.format_table.location)
 
         def rewrite(item: tuple[int, int, int]) -> dict[str, Any]:
             file_id, start, size = item
@@ -539,8 +539,7 @@ def _threads_per_file(cores: int, files: int) -> int:
     Tasks run in waves of ``cores``. Full waves keep every core busy with one thread per task; a partial wave (the
     last ``files % cores`` tasks, or all of them when there are fewer files than cores) would leave cores idle, so
     then every task gets threads enough to fill the cores on its own, and full waves are oversubscribed, which costs
-    little. Pattern a at 50% of store_sales (3 files, 2 cores): the rewrite job took 3.3 s, against 5.1 s with one
-    thread per task.
+    little (bench/README.md, "Measurements behind code choices").
 
     >>> _threads_per_file(2, 1), _threads_per_file(2, 3), _threads_per_file(2, 4), _threads_per_file(8, 2)
     (2, 2, 1, 4)

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
-from partialcow.commit.base import FileReplacement
 from partialcow.exceptions import (
     CommitStateUnknownError,
     LostCommitError,
@@ -20,6 +19,7 @@ from partialcow.metrics import PhaseClock, WriteMetrics
 from partialcow.spark.delta_checks import check_new_files
 from partialcow.spark.spec import ChangeSpec
 from partialcow.spark.tables import LakehouseTable, local_path
+from partialcow.table.base import FileReplacement
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -59,7 +59,7 @@ def _commit(table: LakehouseTable, index: RowIndex, results: list[dict[str, Any]
         metrics.pages_copied += sum(r["pages_copied"] for r in unchanged)
         if not new_files:
             return metrics
-        table_paths = {p: _table_path(p, location=table.source.location) for p in new_files}
+        table_paths = {p: _table_path(p, location=table.format_table.location) for p in new_files}
         added_rows = _added_index_rows(results, table_paths)  # before the scratch folder holding them goes
         if table.delta_spark:
             check_new_files(table, new_files, spec)
@@ -71,7 +71,7 @@ def _commit(table: LakehouseTable, index: RowIndex, results: list[dict[str, Any]
             metrics=metrics,
         )
         with clock("commit"):
-            result = table.committer.replace_files(change)
+            result = table.format_table.replace_files(change)
     except (CommitStateUnknownError, LostCommitError):
         raise  # the files may be referenced now: never delete them (the next write checks, see journal)
     except BaseException:
@@ -88,7 +88,7 @@ def _commit(table: LakehouseTable, index: RowIndex, results: list[dict[str, Any]
         except StaleIndexError:
             # Another writer published an index state between our lookup and our commit (our commit landed):
             # continue from its state, which the repair brings to the table's current snapshot.
-            RowIndex.open(table.source).ensure_fresh(table.committer)
+            RowIndex.open(table.format_table).ensure_fresh()
     return metrics
 
 

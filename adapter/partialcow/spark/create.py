@@ -6,27 +6,35 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from partialcow.formats import TableFormat
-from partialcow.index.sources import quote_identifier
 from partialcow.metrics import WriteMetrics
+from partialcow.parquet.writer import WRITER_OPTIONS, WriterOptions
 from partialcow.spark.errors import named_errors
 from partialcow.spark.spec import ChangeSpec
 from partialcow.spark.tables import check_table_name
+from partialcow.table.base import quote_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-# Writer settings of tables we create: small pages so a change touches few of them (see partialcow.parquet.writer).
-ICEBERG_TABLE_PROPERTIES = {
-    "format-version": "2",
-    "write.parquet.page-row-limit": "2000",
-    "write.parquet.page-size-bytes": str(256 * 1024),
-    "write.parquet.compression-codec": "zstd",
-    "write.parquet.row-group-size-bytes": str(128 * 1024 * 1024),
-    "write.delete.mode": "copy-on-write",
-    "write.update.mode": "copy-on-write",
-    "write.merge.mode": "copy-on-write",
-}
+def iceberg_table_properties(options: WriterOptions = WRITER_OPTIONS) -> dict[str, str]:
+    """Properties of the Iceberg tables we create: Iceberg's own writers (another engine's INSERT or MERGE into the
+    table) then lay files out as ours do, small pages so a change touches few of them, and copy-on-write modes.
+
+    >>> iceberg_table_properties(WriterOptions(rows_per_page=500))["write.parquet.page-row-limit"]
+    '500'
+    """
+    return {
+        "format-version": "2",
+        "write.parquet.page-row-limit": str(options.rows_per_page),
+        "write.parquet.page-size-bytes": str(options.page_size_bytes),
+        "write.parquet.compression-codec": options.compression,
+        # Iceberg bounds row groups in bytes, not rows: its default, 128 MB
+        "write.parquet.row-group-size-bytes": str(128 * 1024 * 1024),
+        "write.delete.mode": "copy-on-write",
+        "write.update.mode": "copy-on-write",
+        "write.merge.mode": "copy-on-write",
+    }
 
 
 # Delta tables we create keep deletion vectors off whatever the session's defaults say: our writes rewrite pages and
@@ -63,7 +71,7 @@ def create_table(
     with named_errors(model=spec.model, table=name):
         check_table_name(spark, name, model=spec.model)
         require_session_format(spark, table_format, what=f"model {spec.model}")
-        defaults = ICEBERG_TABLE_PROPERTIES if table_format == "iceberg" else DELTA_TABLE_PROPERTIES
+        defaults = iceberg_table_properties() if table_format == "iceberg" else DELTA_TABLE_PROPERTIES
         return bulk_create(spark, name, changes, spec, properties={**defaults, **spec.extra_table_properties},
                            table_format=table_format)
 

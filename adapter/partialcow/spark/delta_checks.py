@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 from partialcow.exceptions import ChangeFeedError
 
 if TYPE_CHECKING:
-    from partialcow.commit.delta.features import DeltaTableInfo
     from partialcow.spark.spec import ChangeSpec
     from partialcow.spark.tables import LakehouseTable
+    from partialcow.table.delta.features import DeltaTableInfo
 
 __all__ = ["check_new_files", "violation_conditions"]
 
@@ -41,11 +41,11 @@ def check_new_files(table: LakehouseTable, files: Sequence[str], spec: ChangeSpe
                     info: DeltaTableInfo | None = None) -> None:
     """Raise ``ChangeFeedError`` if a row of ``files`` (new data files of ``table``) violates one of the table's
     check constraints or generated columns (those of ``info`` when given: the metadata the commit will carry)."""
-    from partialcow.commit.delta.features import constraints, generated_columns
-    from partialcow.index.sources import quote_identifier
+    from partialcow.table.base import quote_identifier
+    from partialcow.table.delta.features import constraints, generated_columns
 
     if info is None:
-        info = table.committer.table_info()  # type: ignore[attr-defined]
+        info = table.format_table.table_info()  # type: ignore[attr-defined]
     rules = violation_conditions(constraints(info), generated_columns(info))
     if not rules or not files:
         return

@@ -41,7 +41,7 @@ def _prewarm(spark: Any, table_format: str) -> None:
 
         spark.range(1)._collect_as_arrow()
         if table_format == "iceberg":
-            from partialcow.commit.java import bind_to_current_thread
+            from partialcow.table.java import bind_to_current_thread
 
             bind_to_current_thread(spark)
             jvm = spark._jvm

@@ -365,7 +365,7 @@ def run_file_tasks(
             if task.deletion_vector is not None:
                 import json
 
-                from partialcow.commit.delta.dv import deleted_positions
+                from partialcow.table.delta.dv import deleted_positions
 
                 dropped = deleted_positions(json.loads(task.deletion_vector), task.table_root or "")
             report = rewrite_changed_file(task.src, rows, update_columns=update_columns, moved_schema=moved_schema,

@@ -20,7 +20,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from partialcow.index.sources import quote_identifier
 from partialcow.spark.casting import lossy_value
 from partialcow.spark.rewrite_job import BUCKET, DELETE
 from partialcow.spark.spec import ChangeSpec
@@ -40,6 +39,7 @@ from partialcow.spark.staging import (
     repeated_keys_error,
     require_columns,
 )
+from partialcow.table.base import quote_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from partialcow.exceptions import ChangeFeedError
-from partialcow.index.sources import quote_identifier
 from partialcow.spark.casting import conversion, is_orderable_sequence, lossy_value
 from partialcow.spark.rewrite_job import DELETE
 from partialcow.spark.spec import ChangeSpec
+from partialcow.table.base import quote_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

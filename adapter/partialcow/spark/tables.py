@@ -1,12 +1,13 @@
-"""A lakehouse table as the write path sees it: its commit path, its index source, where new files go.
+"""A lakehouse table as the write path sees it: its format's ``Table`` (live files, key positions, commits), where new
+files go, and what the pipeline asks of its schema.
 
 One small interface over both formats, chosen once from the table format:
 
-- Iceberg: a table name in the session catalog; commits through Iceberg's Java API (``IcebergCommitter``).
+- Iceberg: a table name in the session catalog, through Iceberg's Java API (``IcebergTable``).
 - Delta in a session that has Delta (``table_format: delta``): a catalog name or a table root folder; read and
-  committed through delta-spark (``DeltaSparkSource``, ``DeltaSparkCommitter``: Delta's own transactions, deletion
+  committed through delta-spark (``DeltaSparkTable``: Delta's own transactions, deletion
   vectors honoured).
-- Delta without delta-spark: a table root folder; commits through delta-rs (``DeltaCommitter``), read by Spark as
+- Delta without delta-spark: a table root folder; commits through delta-rs (``DeltaRsTable``), read by Spark as
   plain Parquet.
 """
 
@@ -21,10 +22,9 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
-from partialcow.commit.base import TableCommitter
 from partialcow.exceptions import ConfigurationError, UnsupportedTableFeatureError
 from partialcow.formats import TABLE_FORMATS, TableFormat
-from partialcow.index import DeltaSource, IcebergSource, TableSource
+from partialcow.table.base import Table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,19 +57,18 @@ class LakehouseTable:
     spark: SparkSession
     name: str
     table_format: TableFormat
-    committer: TableCommitter
-    source: TableSource
+    format_table: Table  # the table as its format reads and commits it (see partialcow.table)
     data_dir: str  # local folder for new data files
     delta_spark: bool = False  # a Delta table read and committed through delta-spark
 
     @property
     def sql_name(self) -> str:
         """How Spark SQL names the table: the quoted catalog name, or ``delta.`<root>``` for a Delta table."""
-        from partialcow.index.sources import quote_identifier
+        from partialcow.table.base import quote_identifier
 
         if self.table_format == "iceberg":
             return quote_identifier(self.name)
-        return "delta.`" + local_path(self.source.location).replace("`", "``") + "`"
+        return "delta.`" + local_path(self.format_table.location).replace("`", "``") + "`"
 
     def read(self, version: int | None = None) -> Any:
         """The table (at ``version``: a snapshot id for Iceberg, a version for Delta) as a DataFrame."""
@@ -82,7 +81,7 @@ class LakehouseTable:
         reader = self.spark.read.format("delta")
         if version is not None:
             reader = reader.option("versionAsOf", str(int(version)))
-        return reader.load(local_path(self.source.location))
+        return reader.load(local_path(self.format_table.location))
 
     def spark_schema(self) -> Any:
         """The table's schema as Spark sees it (the type every batch column is cast to)."""
@@ -90,32 +89,32 @@ class LakehouseTable:
             return self.read().schema
         from deltalake import DeltaTable
 
-        return delta_spark_schema(DeltaTable(self.source.location).schema().to_json(), table=self.name)
+        return delta_spark_schema(DeltaTable(self.format_table.location).schema().to_json(), table=self.name)
 
     def check_supported(self, *, removing: bool = True) -> None:
         """Refuse, before anything is written, a table whose features this write path cannot honour (the commit
         checks again)."""
-        check = getattr(self.committer, "check_supported", None)
+        check = getattr(self.format_table, "check_supported", None)
         if check is not None:
             check(removing=removing)
 
     def deletion_vectors(self, version: int) -> dict[str, dict[str, Any]]:
         """Local path -> deletion vector descriptor of the files live at ``version`` that have one (Delta)."""
-        vectors = getattr(self.committer, "deletion_vectors", None)
+        vectors = getattr(self.format_table, "deletion_vectors", None)
         return vectors(version) if self.delta_spark and vectors is not None and version >= 0 else {}
 
     def write_lease(self) -> WriteLease:
         """A lease for one write of this table (see ``partialcow.spark.journal``): enter it before writing."""
         from partialcow.spark.journal import WriteLease
 
-        return WriteLease(local_path(self.source.location), [self.data_dir], referenced=self.referenced_files)
+        return WriteLease(local_path(self.format_table.location), [self.data_dir], referenced=self.referenced_files)
 
     def referenced_files(self) -> set[str]:
         """Local paths of every data file a snapshot of the table references (Iceberg: every snapshot, branch and
         tag; Delta: every version whose log entry or checkpoint is still there)."""
         if self.table_format == "iceberg":
             return iceberg_referenced(self.spark, self.name)
-        return delta_referenced(local_path(self.source.location))
+        return delta_referenced(local_path(self.format_table.location))
 
     def file_schema(self, spark_schema: Any) -> pa.Schema:
         """The Arrow schema new data files are written with (Iceberg: with the table's Parquet field ids)."""
@@ -135,7 +134,7 @@ class LakehouseTable:
 
 def iceberg_referenced(spark: SparkSession, name: str) -> set[str]:
     """Local paths of every data file any snapshot, branch or tag of Iceberg table ``name`` references."""
-    from partialcow.index.sources import quote_identifier
+    from partialcow.table.base import quote_identifier
 
     rows = spark.sql(f"SELECT file_path FROM {quote_identifier(name)}.all_files").collect()
     return {local_path(r[0]) for r in rows}
@@ -193,7 +192,7 @@ def _spark_version() -> str:
 
 def _iceberg_schema(spark: SparkSession, name: str) -> dict[str, Any]:
     """The table's Iceberg schema as Iceberg's JSON (field ids of nested fields included), in one py4j call."""
-    from partialcow.commit.java import jvm, load_iceberg_table
+    from partialcow.table.java import jvm, load_iceberg_table
 
     table = load_iceberg_table(spark, name)
     parsed: dict[str, Any] = json.loads(str(jvm(spark).org.apache.iceberg.SchemaParser.toJson(table.schema())))
@@ -313,7 +312,7 @@ def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> 
     ...
     partialcow.exceptions.ConfigurationError: table t: table format 'hudi' is not supported ...
     """
-    from partialcow.commit.java import bind_to_current_thread
+    from partialcow.table.java import bind_to_current_thread
 
     if table_format not in TABLE_FORMATS:
         raise ConfigurationError(
@@ -322,35 +321,28 @@ def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> 
         require_session_format(spark, table_format, what=f"table {name}")
     bind_to_current_thread(spark)
     if table_format == "iceberg":
-        from partialcow.commit.iceberg import IcebergCommitter
+        from partialcow.table.iceberg import IcebergTable
 
-        source: TableSource = IcebergSource(spark, name)
-        committer: TableCommitter = IcebergCommitter(spark, name)
-        data_dir = os.path.join(local_path(source.location), "data")
+        format_table: Table = IcebergTable(spark, name)
+        data_dir = os.path.join(local_path(format_table.location), "data")
     else:
-        from partialcow.commit.delta.spark_log import has_delta
+        from partialcow.table.delta.spark_log import has_delta
 
         if has_delta(spark):
-            from partialcow.commit.delta.spark_committer import DeltaSparkCommitter
-            from partialcow.index.sources import DeltaSparkSource
+            from partialcow.table.delta.spark_table import DeltaSparkTable
 
             root = delta_root(spark, name)
-            source = DeltaSparkSource(spark, root, name=name)
-            committer = DeltaSparkCommitter(spark, root, name=name)
-            table = LakehouseTable(spark=spark, name=name, table_format=table_format, committer=committer,
-                                   source=source, data_dir=root, delta_spark=True)
-            return table
+            return LakehouseTable(spark=spark, name=name, table_format=table_format,
+                                  format_table=DeltaSparkTable(spark, root, name=name), data_dir=root, delta_spark=True)
         if not _is_path(name):
             raise ConfigurationError(
                 f"Delta table {name}: a catalog name needs a Spark session with Delta (profile table_format: delta "
                 "and delta_jars); without one, pass the table's root folder (commits then go through delta-rs)"
             )
-        from partialcow.commit.delta import DeltaCommitter
+        from partialcow.table.delta import DeltaRsTable
 
-        source = DeltaSource(spark, name)
-        committer = DeltaCommitter(name)
-        data_dir = local_path(source.location)
+        format_table = DeltaRsTable(name, spark=spark)
+        data_dir = local_path(format_table.location)
     os.makedirs(data_dir, exist_ok=True)
-    return LakehouseTable(
-        spark=spark, name=name, table_format=table_format, committer=committer, source=source, data_dir=data_dir
-    )
+    return LakehouseTable(spark=spark, name=name, table_format=table_format, format_table=format_table,
+                          data_dir=data_dir)

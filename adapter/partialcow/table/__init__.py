@@ -1,5 +1,30 @@
-"""Atomic table-format commits: replace data files by new ones with optimistic concurrency (Iceberg, Delta)."""
+"""Lakehouse tables, one concept per format: live files, key positions, and atomic optimistic-concurrency commits.
 
-from partialcow.commit.base import CommitResult, DataFile, FileReplacement, TableCommitter
+- ``IcebergTable`` (``iceberg.py``; atomic creates in ``iceberg_create.py``): Iceberg's Java API over py4j;
+- ``DeltaSparkTable`` (``delta/spark_table.py``): delta-spark, where the session has Delta;
+- ``DeltaRsTable`` (``delta/rs_table.py``): delta-rs, no JVM for the log and commits;
+- ``ParquetFilesSource`` (``parquet_files.py``): plain Parquet files, read only (benchmarks);
+- ``java.py``: the one bridge to the session's JVM; ``positions.py``: key positions read with Spark's Parquet reader.
+"""
 
-__all__ = ["CommitResult", "DataFile", "FileReplacement", "TableCommitter"]
+from partialcow.table.base import (
+    FILE_ID,
+    POS,
+    CommitResult,
+    DataFile,
+    FileReplacement,
+    Table,
+    TableSource,
+    quote_identifier,
+)
+
+__all__ = [
+    "FILE_ID",
+    "POS",
+    "CommitResult",
+    "DataFile",
+    "FileReplacement",
+    "Table",
+    "TableSource",
+    "quote_identifier",
+]

@@ -1,6 +1,7 @@
-"""Iceberg commits through Iceberg's own Java API, driven from the Spark driver over py4j.
+"""An Iceberg table through Iceberg's own Java API, driven from the Spark driver over py4j: its live files (with the
+delete files that apply to each), positional reads of its keys, and commits.
 
-A partial rewrite replaces data files by rewritten copies; :class:`IcebergCommitter` commits that as one Iceberg
+A partial rewrite replaces data files by rewritten copies; :class:`IcebergTable` commits that as one Iceberg
 ``overwrite`` snapshot validated from the snapshot the rewrite read: a concurrent change that added data, deleted
 files or attached delete files matching the touched keys fails the commit (``CommitConflictError``), while unrelated
 concurrent appends are rebased by Iceberg. The Java API (not Spark SQL) is used because only it commits a chosen
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import decimal
+import hashlib
 import json
 import threading
 import time
@@ -22,8 +24,6 @@ from typing import Any
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from partialcow.commit.base import CommitResult, DataFile, FileReplacement
-from partialcow.commit.java import bind_to_current_thread, load_iceberg_table
 from partialcow.exceptions import (
     CommitConflictError,
     CommitError,
@@ -31,8 +31,18 @@ from partialcow.exceptions import (
     LostCommitError,
     UnsupportedTableFeatureError,
 )
+from partialcow.table.base import POS, CommitResult, DataFile, FileReplacement, quote_identifier
+from partialcow.table.java import (
+    bind_to_current_thread,
+    java_class,
+    java_errors,
+    java_map,
+    java_message,
+    load_iceberg_table,
+)
+from partialcow.table.positions import files_frame
 
-__all__ = ["NO_SNAPSHOT", "IcebergCommitter", "top_level_field_ids"]
+__all__ = ["NO_SNAPSHOT", "IcebergTable", "top_level_field_ids"]
 
 #: ``current_version()`` of a table without any snapshot yet.
 NO_SNAPSHOT = -1
@@ -50,54 +60,70 @@ class _KeyTypeUnsupported(Exception):
     """A key value has no Iceberg literal form here: fall back to a filter that matches everything."""
 
 
-class IcebergCommitter:
-    """Replace data files of one Iceberg table (in the Spark session's catalog) in single overwrite snapshots.
+class IcebergTable:
+    """One Iceberg table of the Spark session's catalog: what the row index reads and what the pipeline commits.
 
     Args:
         spark: the SparkSession whose catalog holds the table (see ``partialcow.spark.session``).
         table_name: the table as Spark names it (``schema.table`` or ``catalog.schema.table``).
 
-    >>> committer = IcebergCommitter(spark, "db.events")  # doctest: +SKIP
-    >>> base = committer.current_version()  # doctest: +SKIP
-    >>> old = committer.live_files(base)[0].path  # doctest: +SKIP
+    >>> table = IcebergTable(spark, "db.events")  # doctest: +SKIP
+    >>> base = table.current_version()  # doctest: +SKIP
+    >>> old = table.live_files(base)[0].path  # doctest: +SKIP
     >>> new = "/wh/db/events/data/new.parquet"
-    >>> committer.replace_files(FileReplacement(base_version=base, removed=[old], added=[new],  # doctest: +SKIP
-    ...                                         conflict_keys={"id": [7]}))
+    >>> table.replace_files(FileReplacement(base_version=base, removed=[old], added=[new],  # doctest: +SKIP
+    ...                                     conflict_keys={"id": [7]}))
     """
 
+    table_format = "iceberg"
+
     def __init__(self, spark: Any, table_name: str) -> None:
-        self._spark = spark
+        self.spark = spark
         self._jvm = spark._jvm
         self._name = table_name
         self._loaded: Any = None  # the Java table, loaded once: later calls only refresh it
+        self._root: str | None = None
+        self._live_cache: dict[int, list[DataFile]] = {}  # a snapshot's files never change
 
     @property
-    def table_name(self) -> str:
+    def name(self) -> str:
         return self._name
+
+    @property
+    def location(self) -> str:
+        """The table's root folder (URI), as its metadata names it."""
+        if self._root is None:
+            self._root = str(self._table().location())
+        return self._root
 
     # ---------------------------------------------------------------- reading
 
     def _table(self) -> Any:
         # Each Python thread drives its own JVM thread, whose active session starts empty (dbt runs models on
         # worker threads); without it Iceberg resolves the name through a catalog that returns a non-Iceberg table.
-        bind_to_current_thread(self._spark)
+        bind_to_current_thread(self.spark)
         if self._loaded is not None:
             # Resolving the name through Spark's catalogs costs about as much as the refresh again; the
             # refresh re-reads the name's current metadata, so a table dropped and re-created is seen as it is now.
             try:
                 self._loaded.refresh()
                 return self._loaded
-            except _java_errors():
+            except java_errors():
                 self._loaded = None  # dropped: load by name again, which reports why it cannot
         try:
-            table = load_iceberg_table(self._spark, self._name)
-        except _java_errors() as exc:
-            message = _java_message(exc)
-            if "not an Iceberg table" in message or "ClassCastException" in _java_class(exc):
+            table = load_iceberg_table(self.spark, self._name)
+        except java_errors() as exc:
+            message = java_message(exc)
+            if "not an Iceberg table" in message or "ClassCastException" in java_class(exc):
                 raise UnsupportedTableFeatureError(
                     f"table {self._name} is not an Iceberg table: partialcow's Iceberg commits need USING iceberg"
                 ) from exc
             raise CommitError(f"cannot load Iceberg table {self._name}: {message}") from exc
+        except TypeError as exc:  # py4j hands back a JavaPackage where the class is missing: no Iceberg runtime
+            raise CommitError(
+                f"cannot load Iceberg table {self._name}: the session has no Iceberg runtime ({exc}); start it with "
+                "partialcow.spark.session.get_or_create_session or add the Iceberg jar"
+            ) from exc
         # The session catalog caches table objects: read the latest metadata, not the cached one.
         table.refresh()
         self._loaded = table
@@ -109,13 +135,52 @@ class IcebergCommitter:
         return NO_SNAPSHOT if snapshot is None else int(snapshot.snapshotId())
 
     def live_files(self, version: int | None = None) -> list[DataFile]:
-        """The data files live at snapshot ``version`` (default: current), paths as the table's metadata holds them."""
-        return [
-            DataFile(
-                path=str(f.location()), record_count=int(f.recordCount()), file_size_bytes=int(f.fileSizeInBytes())
-            )
-            for f, _ in self._scan(self._table(), version)
-        ]
+        """The data files live at snapshot ``version`` (default: current), paths as the table's metadata holds them.
+
+        Each file's ``deletes`` signs the delete files that apply to it, so a data file that gained deletes through
+        another writer's ``DELETE`` or merge-on-read ``MERGE`` is noticed (the snapshot summary only counts delete
+        files; it does not say which data files they hit).
+        """
+        if version is None:
+            version = self.current_version()
+        if version in self._live_cache:
+            return list(self._live_cache[version])
+        try:
+            scanned = self._scan(self._table(), version)
+        except CommitConflictError as exc:  # a conflict only where a commit's base is read (replace_files)
+            raise CommitError(str(exc)) from exc
+        out = []
+        for data_file, deletes in scanned:
+            paths = sorted(str(d.location()) for d in deletes)
+            out.append(DataFile(
+                path=str(data_file.location()), record_count=int(data_file.recordCount()),
+                file_size_bytes=int(data_file.fileSizeInBytes()),
+                deletes=hashlib.sha1("\n".join(paths).encode()).hexdigest()[:16] if paths else None,
+            ))
+        self._live_cache[version] = out
+        return list(out)
+
+    def normalize_path(self, path: str) -> str:
+        return path
+
+    def read_rows(self, key_columns: Sequence[str], *, version: int, files: Mapping[str, int]) -> Any:
+        """``key..., _file_id, _pos`` of ``files`` (path -> id) at snapshot ``version``: ``VERSION AS OF`` pins the
+        read to the snapshot the index records, and Iceberg's ``_file``/``_pos`` honour delete files (``_pos`` stays
+        the physical row position)."""
+        from pyspark.sql import functions as F
+
+        keys = ", ".join(quote_identifier(c) for c in key_columns)
+        rows = self.spark.sql(
+            f"SELECT {keys}, _file, _pos FROM {quote_identifier(self._name)} VERSION AS OF {int(version)}"
+        )
+        if not {f.path for f in self.live_files(version)} <= set(files):
+            # Iceberg does not prune data files on a _file predicate: this still scans the snapshot's key columns.
+            rows = rows.where(F.col("_file").isin(list(files.keys())))
+        return (
+            rows.join(files_frame(self.spark, files, "_file"), "_file")
+            .drop("_file")
+            .withColumn(POS, F.col(POS).cast("bigint"))
+        )
 
     def _scan(self, table: Any, version: int | None) -> list[tuple[Any, Any]]:
         """(data file, attached delete files) of every live data file at ``version``."""
@@ -126,9 +191,9 @@ class IcebergCommitter:
             if version is not None:
                 scan = scan.useSnapshot(int(version))
             tasks = scan.planFiles()
-        except _java_errors() as exc:
+        except java_errors() as exc:
             raise CommitConflictError(
-                f"snapshot {version} of Iceberg table {self._name} cannot be read ({_java_message(exc)}); it may "
+                f"snapshot {version} of Iceberg table {self._name} cannot be read ({java_message(exc)}); it may "
                 "have expired: re-run the change from the current snapshot"
             ) from exc
         out = []
@@ -198,10 +263,10 @@ class IcebergCommitter:
         except CommitError:
             self._delete_quietly(table, added)
             raise
-        except _java_errors() as exc:
+        except java_errors() as exc:
             self._delete_quietly(table, added)
             raise CommitError(
-                f"cannot prepare the commit to Iceberg table {self._name}: {_java_message(exc)}; nothing was committed"
+                f"cannot prepare the commit to Iceberg table {self._name}: {java_message(exc)}; nothing was committed"
             ) from exc
 
         with _COMMIT_LOCKS_GUARD:
@@ -209,26 +274,26 @@ class IcebergCommitter:
         try:
             with lock:
                 overwrite.commit()
-        except _java_errors() as exc:
-            java_class = _java_class(exc)
-            if java_class.endswith("CommitStateUnknownException"):
+        except java_errors() as exc:
+            failed = java_class(exc)
+            if failed.endswith("CommitStateUnknownException"):
                 raise CommitStateUnknownError(
                     f"commit to Iceberg table {self._name} (base snapshot {change.base_version}) may or may not have "
-                    f"landed: {_java_message(exc)}; the new files are kept. Check the table's snapshots before retrying"
+                    f"landed: {java_message(exc)}; the new files are kept. Check the table's snapshots before retrying"
                 ) from exc
             self._delete_quietly(table, added)
-            if java_class.endswith(("ValidationException", "CommitFailedException")):
+            if failed.endswith(("ValidationException", "CommitFailedException")):
                 raise CommitConflictError(
                     f"concurrent change to Iceberg table {self._name} since base snapshot {change.base_version}: "
-                    f"{_java_message(exc)}. Nothing was committed; re-run the change"
+                    f"{java_message(exc)}. Nothing was committed; re-run the change"
                 ) from exc
             raise CommitError(
                 f"Iceberg refused the commit to table {self._name} (base snapshot {change.base_version}): "
-                f"{_java_message(exc)}"
+                f"{java_message(exc)}"
             ) from exc
 
         snapshot = self._find_snapshot(table, commit_id)
-        self._spark.catalog.refreshTable(self._name)
+        self.spark.catalog.refreshTable(self._name)
         parent = snapshot.parentId()
         return CommitResult(
             version=int(snapshot.snapshotId()),
@@ -360,9 +425,9 @@ class IcebergCommitter:
                 self._check_partition_values(table, spec, partition, input_file, mapping, path)
                 builder = builder.withPartition(partition)
             return builder.build()
-        except _java_errors() as exc:
+        except java_errors() as exc:
             raise CommitError(
-                f"cannot read new data file {path} for Iceberg table {self._name}: {_java_message(exc)}"
+                f"cannot read new data file {path} for Iceberg table {self._name}: {java_message(exc)}"
             ) from exc
 
     def _check_field_ids(self, path: str, known: set[int]) -> None:
@@ -394,7 +459,7 @@ class IcebergCommitter:
         """Every row of a new file must lie in the partition it inherits: check exact min/max of identity columns."""
         jvm = self._jvm
         exact = jvm.org.apache.iceberg.MetricsConfig.fromProperties(
-            _java_map(jvm, {"write.metadata.metrics.default": "full"})
+            java_map(jvm, {"write.metadata.metrics.default": "full"})
         )
         metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(input_file, exact, mapping)
         fields = spec.fields()
@@ -512,13 +577,6 @@ def _key_literal(value: object, iceberg_type: Any) -> object:
     raise _KeyTypeUnsupported(f"{type(value).__name__} for {type_id}")
 
 
-def _java_map(jvm: Any, values: Mapping[str, str]) -> Any:
-    result = jvm.java.util.HashMap()
-    for key, value in values.items():
-        result.put(key, value)
-    return result
-
-
 def top_level_field_ids(jvm: Any, table: Any) -> dict[str, int]:
     """Column name -> Iceberg field id of ``table``'s top-level columns, read in one py4j call (the schema as JSON),
     not two per column."""
@@ -540,31 +598,3 @@ def _delete_kind(delete_file: Any) -> str:
     return {"POSITION_DELETES": "position delete files", "EQUALITY_DELETES": "equality delete files"}.get(
         content, content.lower()
     )
-
-
-def _java_errors() -> tuple[type[BaseException], ...]:
-    """What a failing py4j call raises: pyspark converts some Java exceptions (IllegalArgumentException, ...)."""
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors.exceptions.captured import CapturedException
-
-    return (Py4JJavaError, CapturedException)
-
-
-def _throwable(exc: BaseException) -> Any:
-    return getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
-
-
-def _java_class(exc: BaseException) -> str:
-    try:
-        return str(_throwable(exc).getClass().getName())
-    except Exception:  # noqa: BLE001 - a broken gateway must not hide the original error
-        return type(exc).__name__
-
-
-def _java_message(exc: BaseException) -> str:
-    try:
-        java = _throwable(exc)
-        return f"{java.getClass().getSimpleName()}: {java.getMessage()}"
-    except Exception:  # noqa: BLE001
-        text = str(exc).strip()
-        return text.splitlines()[0] if text else type(exc).__name__

@@ -14,11 +14,11 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from partialcow.commit.base import CommitResult
-from partialcow.commit.iceberg import NO_SNAPSHOT, _java_errors, _java_message
-from partialcow.commit.java import load_iceberg_table
 from partialcow.exceptions import CommitConflictError, CommitError, CommitStateUnknownError
 from partialcow.metrics import WriteMetrics
+from partialcow.table.base import CommitResult
+from partialcow.table.iceberg import NO_SNAPSHOT
+from partialcow.table.java import java_errors, java_message, load_iceberg_table
 
 __all__ = ["NewIcebergTable"]
 
@@ -52,8 +52,8 @@ class NewIcebergTable:
                 str(jvm.org.apache.iceberg.SchemaParser.toJson(self._table.schema()))
             )
             self.location = str(self._table.location())
-        except _java_errors() as exc:
-            raise CommitError(f"cannot create Iceberg table {name}: {_java_message(exc)}") from exc
+        except java_errors() as exc:
+            raise CommitError(f"cannot create Iceberg table {name}: {java_message(exc)}") from exc
 
     def commit(self, paths: Sequence[str], metrics: WriteMetrics) -> CommitResult:
         """Append ``paths`` (Parquet files written with :attr:`schema_json`'s field ids) and commit the table."""
@@ -74,13 +74,13 @@ class NewIcebergTable:
                                _COMMIT_ID: commit_id}.items():
                 append = append.set(key, value)
             append.commit()
-        except _java_errors() as exc:
-            raise CommitError(f"cannot prepare the first commit of Iceberg table {self.name}: {_java_message(exc)}; "
+        except java_errors() as exc:
+            raise CommitError(f"cannot prepare the first commit of Iceberg table {self.name}: {java_message(exc)}; "
                               "nothing was committed") from exc
         try:
             self._txn.commitTransaction()
-        except _java_errors() as exc:
-            message = _java_message(exc)
+        except java_errors() as exc:
+            message = java_message(exc)
             if "CommitStateUnknownException" in message:
                 raise CommitStateUnknownError(
                     f"creating Iceberg table {self.name} may or may not have committed: {message}; its files are kept"

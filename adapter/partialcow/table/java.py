@@ -1,5 +1,5 @@
 """The bridge to a Spark session's JVM: the one place that reaches through py4j for the session's gateway, binds
-the session to the calling thread, and loads Iceberg's Java table.
+the session to the calling thread, loads Iceberg's Java table, and reads what a failed Java call raised.
 
 PySpark pins each Python thread to its own JVM thread, whose thread-local active session starts empty; Iceberg's
 ``Spark3Util.loadIcebergTable`` then resolves names through a catalog that hands back a V1 table. dbt runs models on
@@ -8,9 +8,18 @@ worker threads, so everything that calls Iceberg's (or Delta's) Java API binds t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["bind_to_current_thread", "jvm", "load_iceberg_table"]
+__all__ = [
+    "bind_to_current_thread",
+    "java_class",
+    "java_errors",
+    "java_map",
+    "java_message",
+    "jvm",
+    "load_iceberg_table",
+]
 
 
 def jvm(spark: Any) -> Any:
@@ -37,3 +46,41 @@ def load_iceberg_table(spark: Any, name: str) -> Any:
     """Iceberg's Java ``Table`` for catalog name ``name`` (py4j errors pass through: callers say what failed)."""
     bind_to_current_thread(spark)
     return jvm(spark).org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
+
+
+def java_errors() -> tuple[type[BaseException], ...]:
+    """What a failing py4j call raises: pyspark converts some Java exceptions (IllegalArgumentException, ...)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    return (Py4JJavaError, CapturedException)
+
+
+def _throwable(exc: BaseException) -> Any:
+    return getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+
+
+def java_class(exc: BaseException) -> str:
+    """The Java class name of the exception a py4j call raised (the Python type's name when there is none)."""
+    try:
+        return str(_throwable(exc).getClass().getName())
+    except Exception:  # noqa: BLE001 - a broken gateway must not hide the original error
+        return type(exc).__name__
+
+
+def java_message(exc: BaseException) -> str:
+    """``SimpleClassName: message`` of the Java exception behind ``exc``, for error messages."""
+    try:
+        java = _throwable(exc)
+        return f"{java.getClass().getSimpleName()}: {java.getMessage()}"
+    except Exception:  # noqa: BLE001
+        text = str(exc).strip()
+        return text.splitlines()[0] if text else type(exc).__name__
+
+
+def java_map(gateway: Any, values: Mapping[str, str]) -> Any:
+    """A ``java.util.HashMap`` holding ``values`` (``gateway`` is ``jvm(spark)``)."""
+    result = gateway.java.util.HashMap()
+    for key, value in values.items():
+        result.put(key, value)
+    return result

@@ -3,8 +3,9 @@
 ``partial_cow_incremental`` keeps a row index (key -> data file, row position) next to the table. A Python model
 can use the same library the materialization uses, on the same SparkSession:
 
-    from partialcow.index import IcebergSource, RowIndex
-    index = RowIndex.open(IcebergSource(session, "shop.customers"))
+    from partialcow.index import RowIndex
+    from partialcow.table.iceberg import IcebergTable
+    index = RowIndex.open(IcebergTable(session, "shop.customers"))
     found = index.lookup(keys_df).found            # key columns + file + pos, without scanning the table
 
     from partialcow.spark.changes import ChangeSpec, apply_changes
@@ -21,10 +22,11 @@ from pyspark.sql import functions as F
 
 def model(dbt, session):
     dbt.config(materialized="table")
-    from partialcow.index import IcebergSource, RowIndex
+    from partialcow.index import RowIndex
+    from partialcow.table.iceberg import IcebergTable
 
     customers = dbt.ref("customers")  # also makes dbt build customers first
-    index = RowIndex.open(IcebergSource(session, f"{dbt.this.schema}.customers"))
+    index = RowIndex.open(IcebergTable(session, f"{dbt.this.schema}.customers"))
     index.ensure_fresh()  # a no-op unless someone else wrote the table since its last partial_cow_incremental run
     found = index.lookup(customers.select("customer_id"), file_column="data_file", pos_column="row_position").found
     return found.select(

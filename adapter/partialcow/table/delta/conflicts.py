@@ -13,8 +13,8 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from partialcow.commit.base import FileReplacement
 from partialcow.exceptions import CommitConflictError
+from partialcow.table.base import FileReplacement
 
 __all__ = ["check_concurrent"]
 

@@ -1,7 +1,8 @@
-"""Delta Lake commits without Spark: replace data files through delta-rs, with our own conflict check.
+"""A Delta table through delta-rs, without delta-spark: live files from its log, key positions read by Spark's plain
+Parquet reader, and commits through delta-rs with our own conflict check.
 
 delta-rs commits remove + add actions in one log version but does not check that the files we remove are still
-live, so :class:`DeltaCommitter` reads the log entries written since the change's base version and applies
+live, so :class:`DeltaRsTable` reads the log entries written since the change's base version and applies
 Delta's optimistic-concurrency rules itself (concurrent removal or rewrite of a file we replace, concurrent
 metadata/protocol/domain changes and concurrent appends of the keys we touch are conflicts; other appends are
 rebased). The log version file is created with put-if-absent, which is what makes check-then-commit atomic.
@@ -23,10 +24,6 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from partialcow.commit.base import CommitResult, DataFile, FileReplacement
-from partialcow.commit.delta.conflicts import check_concurrent
-from partialcow.commit.delta.features import DeltaTableInfo, unsupported_features
-from partialcow.commit.delta.stats import file_stats, partition_strings
 from partialcow.exceptions import (
     CommitConflictError,
     CommitError,
@@ -34,8 +31,13 @@ from partialcow.exceptions import (
     ConfigurationError,
     UnsupportedTableFeatureError,
 )
+from partialcow.table.base import CommitResult, DataFile, FileReplacement
+from partialcow.table.delta.conflicts import check_concurrent
+from partialcow.table.delta.features import DeltaTableInfo, unsupported_features
+from partialcow.table.delta.stats import file_stats, partition_strings
+from partialcow.table.positions import read_parquet_positions, refuse_partition_keys
 
-__all__ = ["DeltaCommitter"]
+__all__ = ["DeltaRsTable"]
 
 
 def _lazy_deltalake() -> Any:
@@ -49,7 +51,9 @@ def _lazy_deltalake() -> Any:
 
 
 @dataclass(frozen=True)
-class _LiveFile:
+class _AddAction:
+    """A live file as the log's ``add`` action holds it (what a commit needs to remove it)."""
+
     log_path: str  # as the log writes it (URL-encoded)
     rel_path: str  # decoded: the file's path under the table root
     size: int
@@ -57,11 +61,12 @@ class _LiveFile:
     partition_values: dict[str, Any]
 
 
-class DeltaCommitter:
-    """Replace data files of one Delta table in single commits, through delta-rs (no Spark, no JVM).
+class DeltaRsTable:
+    """One Delta table through delta-rs (no JVM for its log and commits; Spark only reads key positions).
 
     Args:
         table_uri: the table root (local path, ``file://``, ``s3://``, ... as delta-rs accepts).
+        spark: the session that reads key positions for the row index (``read_rows``); commits need none.
         storage_options: delta-rs storage options (credentials, endpoints, locking provider for S3).
         max_attempts: how many times to re-check and retry when another writer wins the race for the next
             log version.
@@ -69,25 +74,31 @@ class DeltaCommitter:
     >>> import tempfile, pyarrow as pa, deltalake
     >>> root = tempfile.mkdtemp()
     >>> deltalake.write_deltalake(root, pa.table({"id": [1, 2]}))
-    >>> c = DeltaCommitter(root)
-    >>> c.current_version(), [f.record_count for f in c.live_files()]
+    >>> t = DeltaRsTable(root)
+    >>> t.current_version(), [f.record_count for f in t.live_files()]
     (0, [2])
     """
+
+    table_format = "delta"
 
     def __init__(
         self,
         table_uri: str,
         *,
+        spark: Any = None,
         storage_options: Mapping[str, str] | None = None,
         max_attempts: int = 5,
     ) -> None:
         if max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be >= 1 for Delta table {table_uri}, got {max_attempts}")
+        self.spark = spark
+        self.name = table_uri
         self._table_uri = table_uri
         self._storage_options = dict(storage_options) if storage_options else None
         self._max_attempts = max_attempts
         self._local_root = _local_root(table_uri)
         self._fs_cache: pafs.FileSystem | None = None
+        self._location: str | None = None
 
     @property
     def table_uri(self) -> str:
@@ -100,26 +111,57 @@ class DeltaCommitter:
 
         >>> import tempfile, pyarrow as pa, deltalake
         >>> root = tempfile.mkdtemp(); deltalake.write_deltalake(root, pa.table({"a": [1]}))
-        >>> DeltaCommitter(root).current_version()
+        >>> DeltaRsTable(root).current_version()
         0
         """
         return int(self._open().version())
 
+    @property
+    def location(self) -> str:
+        """The table root as delta-rs resolves it (no trailing slash)."""
+        if self._location is None:
+            self._location = str(self._open().table_uri).rstrip("/")
+        return self._location
+
+    def normalize_path(self, path: str) -> str:
+        """An absolute path or URI for ``path`` as the log spells it (relative to the root, URL-encoded)."""
+        if "://" in path or path.startswith("/") or path.startswith("file:"):
+            return path if not path.startswith("file:") else _absolute(path)
+        return f"{_absolute(self.location)}/{unquote(path)}"
+
     def live_files(self, version: int | None = None) -> list[DataFile]:
-        """The data files live at ``version`` (default: latest); paths as the log writes them, relative to the root.
+        """The data files live at ``version`` (default: latest); ``deletes`` names a file's deletion vector.
 
         >>> import tempfile, pyarrow as pa, deltalake
         >>> root = tempfile.mkdtemp(); deltalake.write_deltalake(root, pa.table({"a": [1, 2, 3]}))
-        >>> [(f.path.endswith(".parquet"), f.record_count) for f in DeltaCommitter(root).live_files(0)]
+        >>> [(f.path.startswith(root), f.record_count) for f in DeltaRsTable(root).live_files(0)]
         [(True, 3)]
         """
         out = []
-        for f in self._live(self._open(version)).values():
+        table = self._open(version)
+        vectors = _deletion_vectors(table)
+        for f in self._live(table).values():
             count = f.num_records
             if count is None:  # no stats in the log: the footer knows
                 count = self._read_metadata(f.rel_path).num_rows
-            out.append(DataFile(path=f.log_path, record_count=int(count), file_size_bytes=f.size))
+            out.append(DataFile(path=self.normalize_path(f.log_path), record_count=int(count), file_size_bytes=f.size,
+                                deletes=vectors.get(f.log_path)))
         return out
+
+    def read_rows(self, key_columns: Sequence[str], *, version: int, files: Mapping[str, int]) -> Any:
+        """``key..., _file_id, _pos`` of ``files`` (path -> id), read as plain Parquet: Delta data files are
+        immutable, so reading them by path is reading them at ``version``. A file with a deletion vector is refused
+        (the plain reader would not apply it)."""
+        if self.spark is None:
+            raise ConfigurationError(f"Delta table {self.name}: reading key positions needs a Spark session")
+        refuse_partition_keys(self.name, key_columns, set(self._open(version).metadata().partition_columns))
+        hits = [f.path for f in self.live_files(version) if f.deletes is not None and f.path in files]
+        if hits:
+            raise UnsupportedTableFeatureError(
+                f"Delta table {self.name}: file {hits[0]} has a deletion vector, which the row index cannot read "
+                "through Spark's Parquet reader; run OPTIMIZE/purge to materialise deletes, then rebuild the index"
+            )
+        return read_parquet_positions(self.spark, key_columns, files)
 
     def check_supported(self, *, removing: bool = True) -> None:
         """Raise ``UnsupportedTableFeatureError`` if this writer cannot honour the table's features.
@@ -130,7 +172,7 @@ class DeltaCommitter:
         >>> root = tempfile.mkdtemp()
         >>> deltalake.write_deltalake(root, pa.table({"a": [1]}), configuration={"delta.enableChangeDataFeed": "true"})
         >>> try:
-        ...     DeltaCommitter(root).check_supported()
+        ...     DeltaRsTable(root).check_supported()
         ... except UnsupportedTableFeatureError as exc:
         ...     print("change data feed" in str(exc))
         True
@@ -152,7 +194,7 @@ class DeltaCommitter:
 
         >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq, deltalake
         >>> root = tempfile.mkdtemp(); deltalake.write_deltalake(root, pa.table({"id": [1, 2]}))
-        >>> c = DeltaCommitter(root); old = c.live_files()[0].path
+        >>> c = DeltaRsTable(root); old = c.live_files()[0].path
         >>> pq.write_table(pa.table({"id": [1, 20]}), os.path.join(root, "new.parquet"))
         >>> r = c.replace_files(FileReplacement(base_version=0, removed=[old], added=["new.parquet"]))
         >>> r.version, sorted(deltalake.DeltaTable(root).to_pyarrow_table()["id"].to_pylist())
@@ -229,7 +271,7 @@ class DeltaCommitter:
         self,
         head: Any,
         change: FileReplacement,
-        removed: Sequence[_LiveFile],
+        removed: Sequence[_AddAction],
         add_actions: Sequence[Any],
         commit_id: str,
         started: float,
@@ -346,7 +388,7 @@ class DeltaCommitter:
             + ". Use a full rewrite (e.g. Spark MERGE) for this table, or disable the feature"
         )
 
-    def _deletion_vector_problems(self, base: Any, removed: Sequence[_LiveFile]) -> list[str]:
+    def _deletion_vector_problems(self, base: Any, removed: Sequence[_AddAction]) -> list[str]:
         if not removed or "deletionVectors" not in (base.protocol().reader_features or []):
             return []
         wanted = {f.rel_path for f in removed}
@@ -357,7 +399,7 @@ class DeltaCommitter:
         with_dv = {self._relative_any(uri) for uri in pa.table(batches).column("filepath").to_pylist()}
         return [f"a deletion vector on replaced file {p}" for p in sorted(wanted & with_dv)]
 
-    def _resolve_removed(self, path: str, live: Mapping[str, _LiveFile], base_version: int) -> _LiveFile:
+    def _resolve_removed(self, path: str, live: Mapping[str, _AddAction], base_version: int) -> _AddAction:
         if _is_absolute(path):
             hit = live.get(self._relative_any(path))
         else:
@@ -370,7 +412,7 @@ class DeltaCommitter:
             f"from live_files({base_version}) (it may have been removed by another writer)"
         )
 
-    def _partition_values(self, head: Any, removed: Sequence[_LiveFile], added: Sequence[str]) -> dict[str, Any]:
+    def _partition_values(self, head: Any, removed: Sequence[_AddAction], added: Sequence[str]) -> dict[str, Any]:
         columns = list(head.metadata().partition_columns)
         if not columns or not added:
             return {}
@@ -446,13 +488,13 @@ class DeltaCommitter:
                 f"from the current version"
             ) from exc
 
-    def _live(self, table: Any) -> dict[str, _LiveFile]:
+    def _live(self, table: Any) -> dict[str, _AddAction]:
         actions = pa.table(table.get_add_actions(flatten=True))
         part_cols = [c for c in actions.column_names if c.startswith("partition.")]
         live = {}
         for row in actions.to_pylist():
             rel = unquote(row["path"])
-            live[rel] = _LiveFile(
+            live[rel] = _AddAction(
                 log_path=row["path"],
                 rel_path=rel,
                 size=int(row["size_bytes"]),
@@ -536,3 +578,23 @@ def _local_root(uri: str) -> str | None:
         return None
     return os.path.abspath(uri)
 
+
+def _absolute(uri: str) -> str:
+    """A local ``file:`` URI or path as an absolute path; other URIs unchanged (without a trailing slash)."""
+    return (_local_root(uri) or uri).rstrip("/")
+
+
+def _deletion_vectors(table: Any) -> dict[str, str]:
+    """Log path -> a signature of its deletion vector, for the live files of delta-rs ``table`` that have one."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    columns = sorted(c for c in actions.column_names if c.startswith("deletionVector"))
+    if not columns:
+        return {}
+    paths = actions.column("path").to_pylist()
+    values = [actions.column(c).to_pylist() for c in columns]
+    out = {}
+    for i, path in enumerate(paths):
+        parts = [v[i] for v in values]
+        if any(p is not None for p in parts):
+            out[path] = "@".join("" if p is None else str(p) for p in parts)
+    return out

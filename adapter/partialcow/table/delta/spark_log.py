@@ -13,9 +13,9 @@ import os
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from partialcow.commit.delta.features import DeltaTableInfo
-from partialcow.commit.java import jvm
 from partialcow.exceptions import CommitError, ConfigurationError
+from partialcow.table.delta.features import DeltaTableInfo
+from partialcow.table.java import jvm
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -1,6 +1,7 @@
-"""Delta Lake commits inside Spark: replace data files through delta-spark's own optimistic transaction.
+"""A Delta table inside Spark: live files from delta-spark's snapshot, key positions read through delta-spark, and
+commits through delta-spark's own optimistic transaction.
 
-:class:`DeltaSparkCommitter` is the commit path wherever the session has Delta (``table_format: delta``). It starts
+:class:`DeltaSparkTable` is the table wherever the session has Delta (``table_format: delta``). It starts
 a delta-spark transaction on the change's base snapshot, removes the replaced files as that snapshot lists them
 (with their deletion vectors), adds the new files with stats from their footers, and commits as an ``UPDATE`` (a
 table replacement as a ``WRITE`` with mode overwrite). Not ``Manual Update``: delta-spark derives the new version's
@@ -29,25 +30,26 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
-from partialcow.commit.base import CommitResult, DataFile, FileReplacement
-from partialcow.commit.delta import spark_log
-from partialcow.commit.delta.conflicts import check_concurrent
-from partialcow.commit.delta.features import ENFORCED_BY_SPARK, DeltaTableInfo, unsupported_features
-from partialcow.commit.delta.stats import file_stats
-from partialcow.commit.java import jvm as java_gateway
 from partialcow.exceptions import (
     CommitConflictError,
     CommitError,
     CommitStateUnknownError,
     UnsupportedTableFeatureError,
 )
+from partialcow.table.base import CommitResult, DataFile, FileReplacement
+from partialcow.table.delta import spark_log
+from partialcow.table.delta.conflicts import check_concurrent
+from partialcow.table.delta.features import ENFORCED_BY_SPARK, DeltaTableInfo, unsupported_features
+from partialcow.table.delta.stats import file_stats
+from partialcow.table.java import jvm as java_gateway
+from partialcow.table.positions import positions, read_parquet_positions, refuse_partition_keys
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from partialcow.metrics import WriteMetrics
 
-__all__ = ["COMMIT_ID_TAG", "DeltaSparkCommitter"]
+__all__ = ["COMMIT_ID_TAG", "DeltaSparkTable"]
 
 #: commitInfo tag naming one commit of ours (a failed call looks for it before deleting anything)
 COMMIT_ID_TAG = "partialcow.commitId"
@@ -57,17 +59,21 @@ _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _NEEDS_QUOTING = re.compile(r"[^A-Za-z0-9._/-]")
 
 
-class DeltaSparkCommitter:
-    """Replace data files of the Delta table at ``root`` in single delta-spark transactions.
+class DeltaSparkTable:
+    """The Delta table at ``root``, read and committed through delta-spark (the session has Delta).
 
-    ``DeltaSparkCommitter(spark, "/warehouse/db.db/events").replace_files(FileReplacement(...))``; ``name`` is how
-    errors name the table (its catalog name, when it has one).
+    ``DeltaSparkTable(spark, "/warehouse/db.db/events", name="db.events").replace_files(FileReplacement(...))``;
+    ``name`` is how errors name the table (its catalog name, when it has one).
     """
+
+    table_format = "delta"
 
     def __init__(self, spark: SparkSession, root: str, *, name: str | None = None) -> None:
         self.spark = spark
         self.root = spark_log.local_root(root)
+        self.location = self.root
         self.name = name or self.root
+        self._live_cache: dict[int, list[DataFile]] = {}  # a version's files never change
 
     @property
     def table_uri(self) -> str:
@@ -83,12 +89,28 @@ class DeltaSparkCommitter:
             return spark_log.latest_snapshot(self.spark, self.root)
         return spark_log.snapshot_at(self.spark, self.root, version)
 
+    def normalize_path(self, path: str) -> str:
+        """An absolute path for ``path`` as the log spells it (relative to the root, URL-encoded)."""
+        if "://" in path or path.startswith("/") or path.startswith("file:"):
+            return path if not path.startswith("file:") else spark_log.local_root(path)
+        return f"{self.root}/{unquote(path)}"
+
     def live_files(self, version: int | None = None) -> list[DataFile]:
-        """The data files live at ``version`` (default: latest), paths as the log writes them."""
+        """The data files live at ``version`` (default: latest); ``deletes`` is Delta's unique id of a file's
+        deletion vector, so a file whose vector changed is another set of rows."""
         from pyspark.sql import functions as F
 
+        if version is None:
+            version = self.current_version()
+        if version in self._live_cache:
+            return list(self._live_cache[version])
         rows = spark_log.add_actions(self.spark, self._snapshot(version)).select(
-            "path", "size", F.get_json_object("stats", "$.numRecords").cast("long").alias("n")).collect()
+            "path", "size",
+            F.get_json_object("stats", "$.numRecords").cast("long").alias("n"),
+            F.when(F.col("deletionVector").isNotNull(), F.concat_ws(
+                "@", F.concat(F.col("deletionVector.storageType"), F.col("deletionVector.pathOrInlineDv")),
+                F.col("deletionVector.offset").cast("string"))).alias("dv"),
+        ).collect()
         out = []
         for r in rows:
             count = r["n"]
@@ -96,8 +118,23 @@ class DeltaSparkCommitter:
                 import pyarrow.parquet as pq
 
                 count = pq.read_metadata(os.path.join(self.root, unquote(r["path"]))).num_rows
-            out.append(DataFile(path=r["path"], record_count=int(count), file_size_bytes=int(r["size"])))
-        return out
+            out.append(DataFile(path=self.normalize_path(r["path"]), record_count=int(count),
+                                file_size_bytes=int(r["size"]), deletes=r["dv"]))
+        self._live_cache[version] = out
+        return list(out)
+
+    def read_rows(self, key_columns: Sequence[str], *, version: int, files: Mapping[str, int]) -> Any:
+        """``key..., _file_id, _pos`` of ``files`` (path -> id) at ``version``."""
+        snapshot = self._snapshot(version)
+        info = spark_log.table_info(snapshot)
+        refuse_partition_keys(self.name, key_columns, set(info.partition_columns))
+        if "deletionVectors" not in info.reader_features:
+            # no file can have a deletion vector (and delta-spark then hides _metadata.row_index): data files are
+            # immutable, so reading them as Parquet is reading them at ``version``
+            return read_parquet_positions(self.spark, key_columns, files)
+        # delta-spark applies deletion vectors and keeps _metadata.row_index the physical row position
+        frame = self.spark.read.format("delta").option("versionAsOf", str(int(version))).load(self.root)
+        return positions(self.spark, frame, key_columns, files)
 
     def table_info(self, version: int | None = None) -> DeltaTableInfo:
         """Protocol, table properties, schema and partition columns at ``version`` (default: latest)."""
