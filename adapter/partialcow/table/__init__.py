@@ -5,26 +5,7 @@
 - ``DeltaRsTable`` (``delta/rs_table.py``): delta-rs, no JVM for the log and commits;
 - ``ParquetFilesSource`` (``parquet_files.py``): plain Parquet files, read only (benchmarks);
 - ``java.py``: the one bridge to the session's JVM; ``positions.py``: key positions read with Spark's Parquet reader.
+
+The protocols (``Table``, ``TableSource``) and the records they exchange (``DataFile``, ``FileReplacement``,
+``CommitResult``) are in ``base.py``.
 """
-
-from partialcow.table.base import (
-    FILE_ID,
-    POS,
-    CommitResult,
-    DataFile,
-    FileReplacement,
-    Table,
-    TableSource,
-    quote_identifier,
-)
-
-__all__ = [
-    "FILE_ID",
-    "POS",
-    "CommitResult",
-    "DataFile",
-    "FileReplacement",
-    "Table",
-    "TableSource",
-    "quote_identifier",
-]
