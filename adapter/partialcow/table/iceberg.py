@@ -141,12 +141,15 @@ class IcebergTable:
         another writer's ``DELETE`` or merge-on-read ``MERGE`` is noticed (the snapshot summary only counts delete
         files; it does not say which data files they hit).
         """
-        if version is None:
-            version = self.current_version()
+        table = None
+        if version is None:  # the current snapshot: one refresh serves both the version and the scan
+            table = self._table()
+            snapshot = table.currentSnapshot()
+            version = NO_SNAPSHOT if snapshot is None else int(snapshot.snapshotId())
         if version in self._live_cache:
             return list(self._live_cache[version])
         try:
-            scanned = self._scan(self._table(), version)
+            scanned = self._scan(table if table is not None else self._table(), version)
         except CommitConflictError as exc:  # a conflict only where a commit's base is read (replace_files)
             raise CommitError(str(exc)) from exc
         out = []
