@@ -8,13 +8,13 @@ import pytest
 
 from partialcow.exceptions import ConfigurationError, JarNotFoundError
 from partialcow.spark import jars
-from partialcow.spark.session import get_or_create_session, spark_conf
+from partialcow.spark.session import SessionSettings, get_or_create_session, spark_conf
 
 
 def _conf(**kwargs: object) -> dict[str, str]:
     options = {"table_format": "iceberg", "warehouse": "/tmp/wh", "master": "local[2]", "iceberg_runtime": "maven"}
     options.update(kwargs)
-    return spark_conf(**options)  # type: ignore[arg-type]
+    return spark_conf(SessionSettings(**options))  # type: ignore[arg-type]
 
 
 def test_iceberg_defaults() -> None:

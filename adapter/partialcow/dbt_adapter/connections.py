@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dbt.adapters.contracts.connection import Connection, ConnectionState
 from dbt.adapters.spark.connections import SparkConnectionManager, SparkConnectionMethod, SparkCredentials
@@ -20,6 +20,9 @@ from dbt_common.exceptions import DbtRuntimeError
 from partialcow.exceptions import PartialCowError
 from partialcow.formats import TABLE_FORMATS
 
+if TYPE_CHECKING:
+    from partialcow.spark.session import SessionSettings
+
 
 @dataclass
 class PartialcowCredentials(SparkCredentials):
@@ -27,7 +30,8 @@ class PartialcowCredentials(SparkCredentials):
 
     ``warehouse`` is where tables and the embedded metastore live (relative paths are resolved against the dbt
     project folder); ``table_format`` is the default ``file_format`` of every model that sets none;
-    ``spark_config`` entries override our Spark settings.
+    ``spark_config`` entries override our Spark settings; ``class_cache: false`` stops the driver JVM from
+    sharing loaded classes across processes (:mod:`partialcow.spark.class_cache`).
     """
 
     method: SparkConnectionMethod = SparkConnectionMethod.SESSION  # type: ignore[assignment]
@@ -38,6 +42,7 @@ class PartialcowCredentials(SparkCredentials):
     iceberg_runtime: str = "auto"
     delta_jars: list[str] = field(default_factory=list)
     spark_config: dict[str, Any] = field(default_factory=dict)
+    class_cache: bool = True
 
     def __post_init__(self) -> None:
         # ValidationError, not DbtRuntimeError: dbt reports a profile's validation error by its message, and the
@@ -57,26 +62,26 @@ class PartialcowCredentials(SparkCredentials):
     def type(self) -> str:
         return "partialcow"
 
+    def session_settings(self) -> SessionSettings:
+        """The profile as the embedded session's typed settings (dbt-spark's ``server_side_parameters`` included)."""
+        from partialcow.spark.session import SessionSettings
+
+        return SessionSettings(
+            table_format=self.table_format,  # type: ignore[arg-type]
+            warehouse=self.warehouse,
+            master=self.master,
+            extra={**self.server_side_parameters, **self.spark_config},
+            iceberg_runtime=self.iceberg_runtime,
+            delta_jars=tuple(self.delta_jars),
+            class_cache=self.class_cache,
+        )
+
     @property
     def unique_field(self) -> str:
         return f"{self.master}:{self.warehouse}"
 
     def _connection_keys(self) -> tuple[str, ...]:
         return ("method", "master", "table_format", "warehouse", "schema", "iceberg_runtime")
-
-
-def start_session(credentials: PartialcowCredentials) -> Any:
-    """Create (or reuse) the process's SparkSession with everything the profile asks for."""
-    from partialcow.spark.session import get_or_create_session
-
-    return get_or_create_session(
-        table_format=credentials.table_format,  # type: ignore[arg-type]
-        warehouse=credentials.warehouse,
-        master=credentials.master,
-        extra={**credentials.server_side_parameters, **credentials.spark_config},
-        iceberg_runtime=credentials.iceberg_runtime,
-        delta_jars=list(credentials.delta_jars),
-    )
 
 
 class PartialcowConnectionManager(SparkConnectionManager):
@@ -138,9 +143,12 @@ class PartialcowConnectionManager(SparkConnectionManager):
 
 
 def configured_session(credentials: PartialcowCredentials) -> Any:
-    """:func:`start_session`, with a configuration problem as one dbt error line instead of a Java stack trace."""
+    """The profile's SparkSession (created or reused), with a configuration problem as one dbt error line instead
+    of a Java stack trace."""
+    from partialcow.spark.session import start_session
+
     try:
-        session = start_session(credentials)
+        session = start_session(credentials.session_settings())
     except PartialCowError as exc:
         raise DbtRuntimeError(str(exc)) from None
     from partialcow.spark.prewarm import start_prewarm

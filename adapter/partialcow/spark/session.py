@@ -15,11 +15,13 @@ import os
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from partialcow.exceptions import ConfigurationError
 from partialcow.formats import TABLE_FORMATS, TableFormat
+from partialcow.spark.class_cache import driver_class_sharing_options
 from partialcow.spark.executors import check_executors, worker_environment, worker_python
 from partialcow.spark.jars import JarSet, ensure_jars, resolve_delta_jars, resolve_iceberg_runtime
 from partialcow.spark.metastore import EMBEDDED_METASTORE_CONF, LOCK_CONF, prepare_embedded_metastore
@@ -27,7 +29,15 @@ from partialcow.spark.metastore import EMBEDDED_METASTORE_CONF, LOCK_CONF, prepa
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["TableFormat", "get_or_create_session", "session_table_format", "spark_conf", "warehouse_path"]
+__all__ = [
+    "SessionSettings",
+    "TableFormat",
+    "get_or_create_session",
+    "session_table_format",
+    "spark_conf",
+    "start_session",
+    "warehouse_path",
+]
 
 
 # Settings that must match when a session already runs: otherwise tables would land in another catalog or folder.
@@ -60,33 +70,47 @@ def _jars(table_format: str, iceberg_runtime: str, delta_jars: Sequence[str] | N
     return resolve_delta_jars(delta_jars)
 
 
-def spark_conf(
-    *,
-    table_format: TableFormat,
-    warehouse: str,
-    master: str = "local[*]",
-    extra: Mapping[str, str] | None = None,
-    iceberg_runtime: str = "auto",
-    delta_jars: Sequence[str] | None = None,
-) -> dict[str, str]:
-    """Every static Spark setting of the embedded session (no side effects: nothing is built or started).
+@dataclass(frozen=True)
+class SessionSettings:
+    """Everything the embedded session is started with: the profile's fields, typed once.
 
     ``extra`` entries win over ours, except ``spark.jars`` and ``spark.jars.packages``, which are appended to ours.
-    ``iceberg_runtime`` is ``auto``, ``offline``, ``maven``, Maven coordinates or a
-    jar path (see :func:`partialcow.spark.jars.resolve_iceberg_runtime`); ``delta_jars`` lists jar paths or Maven
-    coordinates (or ``maven``) for delta-spark, which is required for ``table_format="delta"``.
+    ``iceberg_runtime`` is ``auto``, ``offline``, ``maven``, Maven coordinates or a jar path (see
+    :func:`partialcow.spark.jars.resolve_iceberg_runtime`); ``delta_jars`` lists jar paths or Maven coordinates (or
+    ``maven``) for delta-spark, which ``table_format="delta"`` requires. ``class_cache`` lets the driver JVM map the
+    classes an earlier process loaded (:mod:`partialcow.spark.class_cache`).
 
-    >>> conf = spark_conf(table_format="iceberg", warehouse="/tmp/wh", master="local[2]",
-    ...                   extra={"spark.sql.shuffle.partitions": "8"})
+    >>> SessionSettings(table_format="iceberg", warehouse="/tmp/wh").master
+    'local[*]'
+    """
+
+    table_format: TableFormat
+    warehouse: str
+    master: str = "local[*]"
+    extra: Mapping[str, str] = field(default_factory=dict)
+    iceberg_runtime: str = "auto"
+    delta_jars: tuple[str, ...] = ()
+    class_cache: bool = True
+
+    def __post_init__(self) -> None:
+        if self.table_format not in TABLE_FORMATS:
+            raise ConfigurationError(
+                f"table_format {self.table_format!r} is not supported: use one of {', '.join(TABLE_FORMATS)}"
+            )
+        object.__setattr__(self, "extra", {str(k): str(v) for k, v in self.extra.items()})
+        object.__setattr__(self, "delta_jars", tuple(self.delta_jars))
+
+
+def spark_conf(settings: SessionSettings) -> dict[str, str]:
+    """Every static Spark setting of the embedded session (no side effects: nothing is built or started).
+
+    >>> conf = spark_conf(SessionSettings(table_format="iceberg", warehouse="/tmp/wh", master="local[2]",
+    ...                                   extra={"spark.sql.shuffle.partitions": "8"}))
     >>> conf["spark.sql.catalog.spark_catalog"], conf["spark.sql.shuffle.partitions"]
     ('org.apache.iceberg.spark.SparkSessionCatalog', '8')
     """
-    if table_format not in TABLE_FORMATS:
-        raise ConfigurationError(
-            f"table_format {table_format!r} is not supported: use one of {', '.join(TABLE_FORMATS)}")
-    return _conf(
-        table_format, warehouse_path(warehouse), master, extra, _jars(table_format, iceberg_runtime, delta_jars)
-    )
+    jars = _jars(settings.table_format, settings.iceberg_runtime, settings.delta_jars)
+    return _conf(settings.table_format, warehouse_path(settings.warehouse), settings.master, settings.extra, jars)
 
 
 def _conf(
@@ -187,24 +211,34 @@ def get_or_create_session(
     extra: Mapping[str, str] | None = None,
     iceberg_runtime: str = "auto",
     delta_jars: Sequence[str] | None = None,
+    class_cache: bool = True,
 ) -> SparkSession:
+    """:func:`start_session` with the fields of :class:`SessionSettings` as keywords.
+
+    >>> spark = get_or_create_session(table_format="iceberg", warehouse="/tmp/partialcow-doc-wh")  # doctest: +SKIP
+    >>> spark.sql("CREATE TABLE t (id BIGINT) USING iceberg")  # doctest: +SKIP
+    """
+    return start_session(
+        SessionSettings(
+            table_format=table_format,
+            warehouse=warehouse,
+            master=master,
+            extra=extra or {},
+            iceberg_runtime=iceberg_runtime,
+            delta_jars=tuple(delta_jars or ()),
+            class_cache=class_cache,
+        )
+    )
+
+
+def start_session(settings: SessionSettings) -> SparkSession:
     """Start the embedded SparkSession (or return the running one if it has the same catalog and warehouse).
 
     Creates the warehouse folder, builds the relocated Jackson jar on first use of the offline Iceberg runtime, and
     refuses with ``ConfigurationError`` when a session already runs with another catalog, extensions or warehouse
     (static settings cannot change in a running JVM).
-
-    >>> spark = get_or_create_session(table_format="iceberg", warehouse="/tmp/partialcow-doc-wh")  # doctest: +SKIP
-    >>> spark.sql("CREATE TABLE t (id BIGINT) USING iceberg")  # doctest: +SKIP
     """
-    conf = spark_conf(
-        table_format=table_format,
-        warehouse=warehouse,
-        master=master,
-        extra=extra,
-        iceberg_runtime=iceberg_runtime,
-        delta_jars=delta_jars,
-    )
+    conf = spark_conf(settings)
     folder = Path(conf["spark.sql.warehouse.dir"])
     _check_writable(folder)
 
@@ -222,7 +256,11 @@ def get_or_create_session(
                 )
         return session
 
-    ensure_jars(_jars(table_format, iceberg_runtime, delta_jars))
+    ensure_jars(_jars(settings.table_format, settings.iceberg_runtime, settings.delta_jars))
+    if settings.class_cache:
+        sharing = driver_class_sharing_options(conf)
+        if sharing:
+            conf["spark.driver.extraJavaOptions"] = f"{conf['spark.driver.extraJavaOptions']} {sharing}"
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -244,7 +282,7 @@ def get_or_create_session(
         except ConfigurationError:
             session.stop()
             raise
-    prepare_embedded_metastore(session, locks=table_format == "iceberg")
+    prepare_embedded_metastore(session, locks=settings.table_format == "iceberg")
     return session
 
 

@@ -1,0 +1,222 @@
+"""Class-data sharing for the driver JVM: a fresh process maps the classes an earlier process loaded.
+
+Every ``dbt run`` starts a driver JVM that loads some 15,000 classes (Spark, Hive's metastore client, Iceberg or
+Delta) from jar files, verifying and parsing each one: seconds of every process, the same work each time. The JVM
+can write the classes it loaded into an archive when it exits (``-XX:ArchiveClassesAtExit``, JDK 13+) and map such
+an archive when it starts (``-XX:SharedArchiveFile``). One session's JVM writes the archive of its set of jars;
+the sessions after it map it.
+
+**Only a complete archive is ever used.** A truncated archive does not make the JVM fall back: it crashes at start
+(SIGBUS). So a writing JVM gets files of its own (``<key>.<token>.dump.jsa`` and its log), and a later session start
+promotes the archive to ``<key>.jsa`` (an atomic rename) only when the log says the dump finished and the file holds
+every byte the log announced. One dump per key runs at a time (``<key>.claim``; a claim older than
+:data:`STALE_DUMP_SECONDS` is taken over, and a second dump that finishes later is discarded).
+
+**Only a cache that outlives a process gets an archive.** Writing one costs the writing process more than the
+archive saves it (while it runs, and at exit, when the JVM writes the archive). The first session of a key only
+leaves a mark (``<key>.seen``); the second, finding the mark, writes the archive; the third maps it. A container
+started from a clean cache every time never pays for a dump it could not reuse.
+
+**An archive that does not fit is the JVM's to refuse.** It checks the JVM build and the class path itself and then
+starts without the archive (its warning is silenced by ``-Xlog:cds*=off``). The key still covers the
+Java binary, Spark's jars and the session's jars, so that a changed set gets an archive of its own.
+
+The archives live in ``<cache>/jvm/`` (``$XDG_CACHE_HOME/partialcow``, else ``~/.cache/partialcow``; or
+``$PARTIALCOW_CLASS_CACHE_DIR``), about 160 MB each; the :data:`KEEP` most recently used stay.
+``PARTIALCOW_CLASS_CACHE=0`` (or the profile's ``class_cache: false``) turns it off, and so does any class-sharing
+option of the user's own in ``spark.driver.extraJavaOptions``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = ["KEEP", "STALE_DUMP_SECONDS", "archive_key", "class_cache_folder", "driver_class_sharing_options"]
+
+# Archives kept per cache folder (Iceberg and Delta sessions, and a jar upgrade, each have their own).
+KEEP = 3
+# A dump's log is written to as the JVM runs; silent this long, its JVM is gone.
+STALE_DUMP_SECONDS = 3600.0
+# Free space a new dump needs (an archive is ~160 MB; never fill a nearly full disk with one).
+_MIN_FREE_BYTES = 2 << 30
+
+# A dump's files with no finished log after this long belong to a JVM that died (or never started).
+_ORPHAN_SECONDS = 86400.0
+_ARCHIVE_NAME = re.compile(r"[0-9a-f]{16}\.jsa")
+_WRITTEN = re.compile(r"Written dynamic archive .* (\d+) bytes total\]")
+_USER_OPTIONS = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-Xshare", "-XX:+AutoCreateSharedArchive")
+
+
+def class_cache_folder() -> Path:
+    """Where the archives live: ``$PARTIALCOW_CLASS_CACHE_DIR``, else ``jvm/`` in our cache folder.
+
+    >>> class_cache_folder().name if "PARTIALCOW_CLASS_CACHE_DIR" not in os.environ else "jvm"
+    'jvm'
+    """
+    from partialcow.spark.jars import cache_dir
+
+    configured = os.environ.get("PARTIALCOW_CLASS_CACHE_DIR")
+    return Path(configured) if configured else cache_dir() / "jvm"
+
+
+def _file_identity(path: str | Path) -> list[object]:
+    try:
+        real = os.path.realpath(path)
+        stat = os.stat(real)
+        return [real, stat.st_size, stat.st_mtime_ns]
+    except OSError:
+        return [str(path), None, None]
+
+
+def _java_binary() -> str:
+    # spark-submit's choice: $JAVA_HOME/bin/java, else `java` on the PATH
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        return os.path.join(home, "bin", "java")
+    return shutil.which("java") or "java"
+
+
+def archive_key(conf: Mapping[str, str]) -> str:
+    """A name for the archive of a session with ``conf``: the Java binary, Spark's jars and the session's class path.
+
+    >>> key = archive_key({"spark.jars": "/nonexistent/a.jar"})
+    >>> len(key), key == archive_key({"spark.jars": "/nonexistent/a.jar"}), key == archive_key({})
+    (16, True, False)
+    """
+    from partialcow.spark.jars import pyspark_jars_dir
+
+    spark_jars = pyspark_jars_dir()
+    inputs = {
+        "java": _file_identity(_java_binary()),
+        "spark_jars": sorted(p.name for p in spark_jars.glob("*.jar")) if spark_jars.is_dir() else [],
+        "jars": [_file_identity(j) for j in conf.get("spark.jars", "").split(",") if j],
+        "packages": conf.get("spark.jars.packages", ""),
+        "class_path": conf.get("spark.driver.extraClassPath", ""),
+        "python": sys.version_info[:2],
+    }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _finished_size(log: Path) -> int | None:
+    """The archive size the dump's log announces once it is written, None while it is not (or never will be)."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    found = _WRITTEN.findall(text)
+    return int(found[-1]) if found else None
+
+
+def _unlink(*paths: Path) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _promote(folder: Path, key: str) -> bool:
+    """Move a finished dump to ``<key>.jsa`` and release the claim; True when that archive exists."""
+    final = folder / f"{key}.jsa"
+    for log in folder.glob(f"{key}.*.dump.log"):
+        dump = log.with_suffix(".jsa")
+        size = _finished_size(log)
+        if size is None:
+            if time.time() - log.stat().st_mtime > _ORPHAN_SECONDS:
+                _unlink(log, dump)
+            continue
+        try:
+            complete = dump.stat().st_size >= size
+        except OSError:
+            complete = False
+        if complete and not final.exists():
+            with contextlib.suppress(FileNotFoundError):  # another session promoted it first
+                os.replace(dump, final)
+        _unlink(log, dump)
+    if final.exists():
+        _unlink(folder / f"{key}.claim")
+        return True
+    return False
+
+
+def _claim_dump(folder: Path, key: str) -> str | None:
+    """Reserve this session's JVM as the one that writes ``key``'s archive: a name for its files, or None.
+
+    None when another JVM is writing it, when the folder has not yet shown that it outlives a process (the first
+    session of a key only leaves a mark: a container that starts from a clean cache every time never pays for a
+    dump it cannot reuse), or when the disk is nearly full.
+    """
+    seen = folder / f"{key}.seen"
+    if not seen.exists():
+        seen.touch()
+        return None
+    claim = folder / f"{key}.claim"
+    try:
+        if time.time() - claim.stat().st_mtime < STALE_DUMP_SECONDS:
+            return None  # a JVM is running with it, and writes the archive when it exits
+        _unlink(claim)
+    except FileNotFoundError:
+        pass
+    if shutil.disk_usage(folder).free < _MIN_FREE_BYTES:
+        return None
+    try:
+        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return None  # a session starting at the same moment claimed it
+    return f"{key}.{os.getpid()}-{time.time_ns()}.dump"
+
+
+def _evict(folder: Path, keep: int) -> None:
+    archives = [p for p in folder.glob("*.jsa") if _ARCHIVE_NAME.fullmatch(p.name)]
+    archives.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in archives[keep:]:
+        _unlink(old, old.with_suffix(".seen"))  # a JVM that mapped the archive keeps its mapping
+
+
+def driver_class_sharing_options(
+    conf: Mapping[str, str], *, folder: Path | None = None, keep: int = KEEP
+) -> str:
+    """The driver JVM options for a session with ``conf``: map the finished archive, or write one at exit.
+
+    Returns ``""`` when sharing is off, the user set class-sharing options of their own, the cache folder is not
+    writable, the folder has not outlived a process yet, or another session is writing this key's archive.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> driver_class_sharing_options({}, folder=folder)  # the first session leaves a mark
+    ''
+    >>> "-XX:ArchiveClassesAtExit=" in driver_class_sharing_options({}, folder=folder)  # the second writes
+    True
+    >>> driver_class_sharing_options({}, folder=folder)  # while it runs, others do without
+    ''
+    """
+    if os.environ.get("PARTIALCOW_CLASS_CACHE", "1") == "0":
+        return ""
+    if any(option in conf.get("spark.driver.extraJavaOptions", "") for option in _USER_OPTIONS):
+        return ""
+    folder = folder or class_cache_folder()
+    key = archive_key(conf)
+    # -Xlog:cds*=off: the JVM's class-sharing warnings (a refused archive, classes it cannot archive) would
+    # otherwise be printed on dbt's output, some of them after dbt has exited
+    quiet = "-Xlog:cds*=off"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if _promote(folder, key):
+            archive = folder / f"{key}.jsa"
+            os.utime(archive)
+            _evict(folder, keep)
+            return f"-XX:SharedArchiveFile={archive} {quiet}"
+        name = _claim_dump(folder, key)
+    except OSError:
+        return ""
+    if name is None:
+        return ""
+    dump, log = folder / f"{name}.jsa", folder / f"{name}.log"
+    return f"-XX:ArchiveClassesAtExit={dump} {quiet} -Xlog:cds+dynamic=info:file={log}"

@@ -1,0 +1,140 @@
+"""The driver JVM's class-sharing archive: when one is written, when one is used, and never a truncated one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from partialcow.spark import class_cache
+from partialcow.spark.class_cache import archive_key, driver_class_sharing_options
+
+ADAPTER = Path(__file__).resolve().parents[2] / "adapter"
+CONF = {"spark.jars": "/nonexistent/runtime.jar"}
+KEY = archive_key(CONF)
+
+
+def _options(folder: Path, conf: dict[str, str] | None = None, **kwargs: int) -> str:
+    return driver_class_sharing_options(conf or CONF, folder=folder, **kwargs)
+
+
+def _finish_dump(options: str, *, size: int, announced: int | None = None) -> Path:
+    """Do what the JVM does at exit: write the archive named in ``options`` and log that it is written."""
+    dump = Path(options.split("-XX:ArchiveClassesAtExit=")[1].split()[0])
+    log = Path(options.split("file=")[1].split()[0])
+    dump.write_bytes(b"\0" * size)
+    log.write_text(
+        "[1.0s][info][cds,dynamic] Copying 10 klasses and 20 symbols\n"
+        f"[1.2s][info][cds,dynamic] Written dynamic archive 0x0 - 0x1 [984 bytes header, {announced or size} bytes"
+        " total]\n"
+    )
+    return dump
+
+
+def test_first_session_marks_second_writes_third_maps(tmp_path: Path) -> None:
+    assert _options(tmp_path) == ""  # a cache folder that has not outlived a process gets no dump
+    writing = _options(tmp_path)
+    assert "-XX:ArchiveClassesAtExit=" in writing and "-Xlog:cds*=off" in writing
+    assert _options(tmp_path) == ""  # one dump per key at a time
+    _finish_dump(writing, size=4096)
+    mapped = _options(tmp_path)
+    assert mapped == f"-XX:SharedArchiveFile={tmp_path / f'{KEY}.jsa'} -Xlog:cds*=off"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{KEY}.jsa", f"{KEY}.seen"]  # claim and log are gone
+    assert _options(tmp_path) == mapped
+
+
+def test_truncated_archive_is_never_used(tmp_path: Path) -> None:
+    """A JVM maps an archive shorter than its header says and crashes (SIGBUS): such a file is discarded."""
+    _options(tmp_path)
+    writing = _options(tmp_path)
+    dump = _finish_dump(writing, size=1000, announced=4096)
+    assert "-XX:SharedArchiveFile" not in _options(tmp_path)
+    assert not dump.exists() and not (tmp_path / f"{KEY}.jsa").exists()
+
+
+def test_unfinished_dump_is_waited_for_then_taken_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _options(tmp_path)
+    writing = _options(tmp_path)
+    dump = Path(writing.split("-XX:ArchiveClassesAtExit=")[1].split()[0])
+    dump.write_bytes(b"\0" * 4096)  # the JVM is still writing: no line in the log yet
+    assert _options(tmp_path) == ""
+    monkeypatch.setattr(class_cache, "STALE_DUMP_SECONDS", -1.0)  # its JVM died
+    again = _options(tmp_path)
+    assert "-XX:ArchiveClassesAtExit=" in again and again != writing
+
+
+def test_other_keys_are_evicted_beyond_keep(tmp_path: Path) -> None:
+    for n in range(3):
+        conf = {"spark.jars": f"/nonexistent/{n}.jar"}
+        _options(tmp_path, conf)
+        _finish_dump(_options(tmp_path, conf), size=10)
+        assert "-XX:SharedArchiveFile" in _options(tmp_path, conf, keep=2)
+        time.sleep(0.01)
+    archives = sorted(p.name for p in tmp_path.glob("*.jsa"))
+    assert archives == sorted(f"{archive_key({'spark.jars': f'/nonexistent/{n}.jar'})}.jsa" for n in (1, 2))
+
+
+def test_user_class_sharing_options_and_switch_turn_it_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _options(tmp_path)
+    user = {**CONF, "spark.driver.extraJavaOptions": "-Xshare:off"}
+    assert _options(tmp_path, user) == ""
+    monkeypatch.setenv("PARTIALCOW_CLASS_CACHE", "0")
+    assert _options(tmp_path) == ""
+    monkeypatch.delenv("PARTIALCOW_CLASS_CACHE")
+    assert "-XX:ArchiveClassesAtExit=" in _options(tmp_path)
+
+
+def test_key_follows_the_jars(tmp_path: Path) -> None:
+    jar = tmp_path / "a.jar"
+    jar.write_bytes(b"one")
+    before = archive_key({"spark.jars": str(jar)})
+    jar.write_bytes(b"three")  # an upgraded jar at the same path
+    assert archive_key({"spark.jars": str(jar)}) != before
+
+
+_SESSION = """
+import sys
+from partialcow.spark.session import get_or_create_session
+spark = get_or_create_session(table_format="iceberg", warehouse=sys.argv[1], master="local[1]",
+                              extra={"spark.driver.extraJavaOptions": "-Xlog:class+load=info:file=" + sys.argv[2]})
+assert spark.sql("select 41 + 1").collect()[0][0] == 42
+"""
+
+
+def _session(tmp_path: Path, name: str) -> str:
+    """A fresh process's session; the origin the JVM logged for a Spark class it loaded."""
+    classes = tmp_path / f"{name}.classes.log"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ADAPTER), os.environ.get("PYTHONPATH", "")]),
+        "PARTIALCOW_CLASS_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    env.pop("PARTIALCOW_CLASS_CACHE", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _SESSION, str(tmp_path / "wh"), str(classes)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "cds" not in done.stdout + done.stderr  # the JVM's class-sharing messages stay off dbt's output
+    line = next(x for x in classes.read_text().splitlines() if " org.apache.spark.SparkContext " in x)
+    return line.split("source: ", 1)[1]
+
+
+@pytest.mark.spark
+@pytest.mark.iceberg
+@pytest.mark.slow
+def test_fresh_processes_write_then_map_the_archive(tmp_path: Path) -> None:
+    assert _session(tmp_path, "first").startswith("file:")  # from Spark's jar
+    assert _session(tmp_path, "second").startswith("file:")  # writes the archive as its JVM exits
+    cache = tmp_path / "cache"
+    deadline = time.monotonic() + 120
+    while not list(cache.glob("*.dump.log")) or not any(
+        "Written dynamic archive" in log.read_text() for log in cache.glob("*.dump.log")
+    ):
+        assert time.monotonic() < deadline, sorted(p.name for p in cache.iterdir())
+        time.sleep(0.5)
+    assert _session(tmp_path, "third") == "shared objects file (top)"
+    assert len(list(cache.glob("*.jsa"))) == 1
