@@ -152,6 +152,8 @@ def markdown(meta: dict[str, Any], steps: list[Step], contenders: list[Contender
         "the dbt process, in seconds. `speed-up` = dbt-spark's time / ours (above 1: ours is faster). The model SQL is "
         "`select * from parquet.`<batch file>`` for every contender.",
     ]
+    if meta.get("class_cache"):
+        out += ["", meta["class_cache"] + "."]
     if not final:
         out += ["", "**Partial results: the run was still going when this file was written.**"]
     wrong = sorted(name for name, per_step in checks.items() if any(v.startswith("WRONG") for v in per_step.values()))

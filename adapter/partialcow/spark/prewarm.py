@@ -1,10 +1,13 @@
 """Warm-up of a fresh process, in a background thread, while dbt parses, compiles and lists relations.
 
-A scheduler starts one ``dbt run`` process per job: every class the JVM loads and every Python module the pipeline
-imports is loaded for the first time inside the first model's timing. Started right after the session, this thread
-loads them concurrently with dbt's own start-up: the pipeline's modules, Iceberg's catalog and table classes, and
-Spark's Arrow conversion (the driver path collects batches as Arrow). Nothing here changes any state; any failure is
-ignored (the model then pays the cost itself). ``PARTIALCOW_PREWARM=0`` turns it off.
+A scheduler starts one ``dbt run`` process per job: every class the JVM loads, every method it compiles and every
+Python module the pipeline imports is met for the first time inside the first model's timing. Started right after
+the session, this thread runs the same code concurrently with dbt's own start-up, on throw-away data in a temporary
+folder: the pipeline's modules, a Parquet file's schema inference, scan and collection as Arrow (the driver path
+collects batches that way), Iceberg's catalog, and an Iceberg append and validated overwrite on a path table outside
+the catalog (new-file metrics, manifests, metadata, the conflict checks). Nothing in the session, the catalog or the
+warehouse changes; any failure is ignored (the model then pays the cost itself). ``PARTIALCOW_PREWARM=0`` turns it
+off. (Class loading itself is shared across processes by :mod:`partialcow.spark.class_cache`.)
 """
 
 from __future__ import annotations
@@ -34,17 +37,74 @@ def start_prewarm(spark: Any, table_format: str) -> threading.Thread | None:
 
 
 def _prewarm(spark: Any, table_format: str) -> None:
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="partialcow-prewarm-")
     try:
         import partialcow.parquet
         import partialcow.spark.changes
         import partialcow.spark.small_batch  # noqa: F401
 
-        spark.range(1)._collect_as_arrow()
+        frame = _parquet_to_arrow(spark, folder)
         if table_format == "iceberg":
             from partialcow.table.java import bind_to_current_thread
 
             bind_to_current_thread(spark)
-            jvm = spark._jvm
-            jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergCatalog(spark._jsparkSession, "spark_catalog")
+            spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergCatalog(spark._jsparkSession, "spark_catalog")
+            _iceberg_commits(spark, frame, folder)
     except Exception:  # noqa: BLE001 - a warm-up that fails changes nothing; the model pays the cost itself
         pass
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _parquet_to_arrow(spark: Any, folder: str) -> Any:
+    """What a model's first batch does: infer a Parquet file's schema, scan it and collect the rows as Arrow, over
+    the column types tables usually hold (the scan's code is generated and compiled per type). Returns the frame."""
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = pa.table({
+        "i": pa.array([1, None], pa.int32()),
+        "l": pa.array([2, 3], pa.int64()),
+        "d": pa.array([decimal.Decimal("1.25"), None], pa.decimal128(7, 2)),
+        "f": pa.array([0.5, None], pa.float64()),
+        "s": pa.array(["a", None], pa.string()),
+        "day": pa.array([datetime.date(2026, 1, 1), None], pa.date32()),
+        "ts": pa.array([datetime.datetime(2026, 1, 1), None], pa.timestamp("us", tz="UTC")),
+    })
+    pq.write_table(rows, f"{folder}/rows.parquet")
+    frame = spark.read.parquet(f"{folder}/rows.parquet")
+    frame.where("l > 0")._collect_as_arrow()
+    return frame
+
+
+def _iceberg_commits(spark: Any, frame: Any, folder: str) -> None:
+    """What a model's commit does, on a throw-away path table outside the catalog: read a new file's metrics, then
+    an append and a validated overwrite with a key filter (manifests, metadata files, the validation scans)."""
+    jvm = spark._jvm
+    iceberg = jvm.org.apache.iceberg
+    schema = iceberg.spark.SparkSchemaUtil.convert(frame._jdf.schema())
+    spec = iceberg.PartitionSpec.unpartitioned()
+    table = iceberg.hadoop.HadoopTables(spark._jsc.hadoopConfiguration()).create(schema, spec, f"{folder}/table")
+    mapping = iceberg.mapping.MappingUtil.create(schema)
+    input_file = table.io().newInputFile(f"{folder}/rows.parquet")
+    metrics = iceberg.parquet.ParquetUtil.fileMetrics(input_file, iceberg.MetricsConfig.forTable(table), mapping)
+    data_file = (
+        iceberg.DataFiles.builder(spec).withPath(f"{folder}/rows.parquet").withFileSizeInBytes(input_file.getLength())
+        .withFormat("PARQUET").withMetrics(metrics).build()
+    )
+    table.newAppend().appendFile(data_file).commit()
+    base = table.currentSnapshot().snapshotId()
+    expressions = iceberg.expressions.Expressions
+    keys = jvm.java.util.ArrayList()
+    keys.add(2)
+    (
+        table.newOverwrite().deleteFile(data_file).addFile(data_file).validateFromSnapshot(base)
+        .conflictDetectionFilter(getattr(expressions, "in")("l", keys))
+        .validateNoConflictingData().validateNoConflictingDeletes().set("partialcow.prewarm", "1").commit()
+    )
