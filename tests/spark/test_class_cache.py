@@ -138,3 +138,21 @@ def test_fresh_processes_write_then_map_the_archive(tmp_path: Path) -> None:
         time.sleep(0.5)
     assert _session(tmp_path, "third") == "shared objects file (top)"
     assert len(list(cache.glob("*.jsa"))) == 1
+
+
+@pytest.mark.parametrize(
+    ("release", "expected"),
+    [('JAVA_VERSION="17.0.15"\n', 17), ('JAVA_VERSION="1.8.0_392"\n', 8), ('JAVA_VERSION="11"\n', 11), ("", None)],
+)
+def test_java_version_from_the_release_file(tmp_path: Path, release: str, expected: int | None) -> None:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "java").write_text("")
+    (tmp_path / "release").write_text(release)
+    assert class_cache.java_feature_version(str(tmp_path / "bin" / "java")) == expected
+
+
+def test_no_option_for_a_java_without_dynamic_archives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Java 8 refuses -Xlog and would not start at all."""
+    monkeypatch.setattr(class_cache, "java_feature_version", lambda java=None: 8)
+    _options(tmp_path)
+    assert _options(tmp_path) == ""

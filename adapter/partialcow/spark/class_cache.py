@@ -40,12 +40,21 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["KEEP", "STALE_DUMP_SECONDS", "archive_key", "class_cache_folder", "driver_class_sharing_options"]
+__all__ = [
+    "KEEP",
+    "STALE_DUMP_SECONDS",
+    "archive_key",
+    "class_cache_folder",
+    "driver_class_sharing_options",
+    "java_feature_version",
+]
 
 # Archives kept per cache folder (Iceberg and Delta sessions, and a jar upgrade, each have their own).
 KEEP = 3
 # A dump's log is written to as the JVM runs; silent this long, its JVM is gone.
 STALE_DUMP_SECONDS = 3600.0
+# Dynamic archives exist since Java 13; Spark 3.5 runs on 8, 11 and 17, and only 17 is tried with them here.
+_MIN_JAVA = 17
 # Free space a new dump needs (an archive is ~160 MB; never fill a nearly full disk with one).
 _MIN_FREE_BYTES = 2 << 30
 
@@ -83,6 +92,25 @@ def _java_binary() -> str:
     if home:
         return os.path.join(home, "bin", "java")
     return shutil.which("java") or "java"
+
+
+def java_feature_version(java: str | None = None) -> int | None:
+    """The feature version (8, 11, 17, ...) of the Java that spark-submit starts, from its home's ``release`` file;
+    None when that cannot be told (then no class-sharing option is passed: Java 8 refuses ``-Xlog`` at start).
+
+    >>> java_feature_version("/nonexistent/bin/java") is None
+    True
+    """
+    home = Path(os.path.realpath(java or _java_binary())).parent.parent
+    try:
+        text = (home / "release").read_text(errors="replace")
+    except OSError:
+        return None
+    found = re.search(r'^JAVA_VERSION="(\d+)(?:\.(\d+))?', text, re.MULTILINE)
+    if found is None:
+        return None
+    major = int(found.group(1))
+    return int(found.group(2) or 0) if major == 1 else major  # "1.8.0_392" is Java 8
 
 
 def archive_key(conf: Mapping[str, str]) -> str:
@@ -200,6 +228,8 @@ def driver_class_sharing_options(
     if os.environ.get("PARTIALCOW_CLASS_CACHE", "1") == "0":
         return ""
     if any(option in conf.get("spark.driver.extraJavaOptions", "") for option in _USER_OPTIONS):
+        return ""
+    if (java_feature_version() or 0) < _MIN_JAVA:
         return ""
     folder = folder or class_cache_folder()
     key = archive_key(conf)
