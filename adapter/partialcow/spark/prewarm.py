@@ -5,9 +5,10 @@ Python module the pipeline imports is met for the first time inside the first mo
 the session, this thread runs the same code concurrently with dbt's own start-up, on throw-away data in a temporary
 folder: the pipeline's modules, a Parquet file's schema inference, scan and collection as Arrow (the driver path
 collects batches that way), Iceberg's catalog, and an Iceberg append and validated overwrite on a path table outside
-the catalog (new-file metrics, manifests, metadata, the conflict checks). Nothing in the session, the catalog or the
-warehouse changes; any failure is ignored (the model then pays the cost itself). ``PARTIALCOW_PREWARM=0`` turns it
-off. (Class loading itself is shared across processes by :mod:`partialcow.spark.class_cache`.)
+the catalog (new-file metrics, manifests, metadata, the conflict checks), or for Delta two commits to a path table
+and delta-rs's listing of its files. Nothing in the session, the catalog or the warehouse changes; any failure is
+ignored (the model then pays the cost itself). ``PARTIALCOW_PREWARM=0`` turns it off. (Class loading itself is
+shared across processes by :mod:`partialcow.spark.class_cache`.)
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def _prewarm(spark: Any, table_format: str) -> None:
             bind_to_current_thread(spark)
             spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergCatalog(spark._jsparkSession, "spark_catalog")
             _iceberg_commits(spark, frame, folder)
+        elif table_format == "delta":
+            _delta_commits(spark, frame, folder)
     except Exception:  # noqa: BLE001 - a warm-up that fails changes nothing; the model pays the cost itself
         pass
     finally:
@@ -108,3 +111,15 @@ def _iceberg_commits(spark: Any, frame: Any, folder: str) -> None:
         .conflictDetectionFilter(getattr(expressions, "in")("l", keys))
         .validateNoConflictingData().validateNoConflictingDeletes().set("partialcow.prewarm", "1").commit()
     )
+
+
+def _delta_commits(spark: Any, frame: Any, folder: str) -> None:
+    """What a Delta model's write does, on a throw-away table at a path outside the catalog: delta-spark's first
+    read of a table's log and two commits, and delta-rs's listing of a version's files (the commit step lists the
+    base version that way)."""
+    path = f"{folder}/delta"
+    frame.write.format("delta").save(path)
+    frame.write.format("delta").mode("overwrite").save(path)
+    from deltalake import DeltaTable
+
+    DeltaTable(path, version=1).get_add_actions(flatten=True)

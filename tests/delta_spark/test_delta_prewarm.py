@@ -1,0 +1,24 @@
+"""The warm-up thread of a fresh process on a Delta session: its steps run, and nothing is left behind."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from partialcow.spark import prewarm
+
+
+def test_delta_warm_up_steps_run_without_error(spark, tmp_path: Path) -> None:
+    # the thread swallows every error: call its steps directly so that a broken one fails here
+    frame = prewarm._parquet_to_arrow(spark, str(tmp_path))
+    prewarm._delta_commits(spark, frame, str(tmp_path))
+    history = spark.sql(f"describe history delta.`{tmp_path / 'delta'}`").collect()
+    assert sorted(int(r.version) for r in history) == [0, 1]
+
+
+def test_delta_warm_up_leaves_no_table_and_no_folder(spark) -> None:
+    before_tables = {(t.namespace, t.tableName) for t in spark.sql("SHOW TABLES IN default").collect()}
+    before_folders = set(Path(tempfile.gettempdir()).glob("partialcow-prewarm-*"))
+    prewarm._prewarm(spark, "delta")
+    assert {(t.namespace, t.tableName) for t in spark.sql("SHOW TABLES IN default").collect()} == before_tables
+    assert set(Path(tempfile.gettempdir()).glob("partialcow-prewarm-*")) == before_folders
