@@ -17,6 +17,13 @@ CONF = {"spark.jars": "/nonexistent/runtime.jar"}
 KEY = archive_key(CONF)
 
 
+@pytest.fixture(autouse=True)
+def _java_17(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The option tests describe a Java 17 machine, whatever Java runs them (the JVM test uses the real one)."""
+    if "fresh_processes" not in request.node.name and "java_version" not in request.node.name:
+        monkeypatch.setattr(class_cache, "java_feature_version", lambda java=None: 17)
+
+
 def _options(folder: Path, conf: dict[str, str] | None = None, **kwargs: int) -> str:
     return driver_class_sharing_options(conf or CONF, folder=folder, **kwargs)
 
@@ -156,3 +163,11 @@ def test_no_option_for_a_java_without_dynamic_archives(tmp_path: Path, monkeypat
     monkeypatch.setattr(class_cache, "java_feature_version", lambda java=None: 8)
     _options(tmp_path)
     assert _options(tmp_path) == ""
+
+
+def test_doctor_line_counts_the_archives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(class_cache, "java_feature_version", lambda java=None: 17)
+    _options(tmp_path)
+    _finish_dump(_options(tmp_path), size=3 << 20)
+    _options(tmp_path)  # promotes it
+    assert class_cache.describe(tmp_path).startswith(f"on: 1 archive(s), 3 MB in {tmp_path} ")

@@ -45,6 +45,7 @@ __all__ = [
     "STALE_DUMP_SECONDS",
     "archive_key",
     "class_cache_folder",
+    "describe",
     "driver_class_sharing_options",
     "java_feature_version",
 ]
@@ -250,3 +251,23 @@ def driver_class_sharing_options(
         return ""
     dump, log = folder / f"{name}.jsa", folder / f"{name}.log"
     return f"-XX:ArchiveClassesAtExit={dump} {quiet} -Xlog:cds+dynamic=info:file={log}"
+
+
+def describe(folder: Path | None = None) -> str:
+    """One line on the class cache for ``partialcow doctor``: whether it is used here, and what it holds.
+
+    >>> import tempfile
+    >>> describe(Path(tempfile.mkdtemp())).split(": ")[0] in ("on", "off", "not used")
+    True
+    """
+    folder = folder or class_cache_folder()
+    if os.environ.get("PARTIALCOW_CLASS_CACHE", "1") == "0":
+        return "off (PARTIALCOW_CLASS_CACHE=0)"
+    version = java_feature_version()
+    if (version or 0) < _MIN_JAVA:
+        java = f"Java {version}" if version else "a Java of unknown version"
+        return f"not used: {java} (class-sharing archives are used from Java {_MIN_JAVA})"
+    archives = [p for p in folder.glob("*.jsa") if _ARCHIVE_NAME.fullmatch(p.name)] if folder.is_dir() else []
+    size = sum(p.stat().st_size for p in archives) >> 20
+    return (f"on: {len(archives)} archive(s), {size} MB in {folder} (profile class_cache: false or "
+            "PARTIALCOW_CLASS_CACHE=0 turns it off)")

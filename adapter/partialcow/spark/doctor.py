@@ -165,7 +165,10 @@ def collect(
     >>> [c.name for c in collect()][:3]
     ['java', 'pyspark', 'iceberg runtime']
     """
-    checks = [_java(), _pyspark(), _iceberg(iceberg_runtime), *_delta(list(delta_jars or [])), _warehouse(warehouse)]
+    from partialcow.spark.class_cache import describe
+
+    checks = [_java(), _pyspark(), _iceberg(iceberg_runtime), *_delta(list(delta_jars or [])), _warehouse(warehouse),
+              Check("class cache", "info", describe())]
     if probe:
         checks.append(_probe(iceberg_runtime, progress or Progress(enabled=False)))
     return checks
