@@ -171,3 +171,9 @@ def test_doctor_line_counts_the_archives(tmp_path: Path, monkeypatch: pytest.Mon
     _finish_dump(_options(tmp_path), size=3 << 20)
     _options(tmp_path)  # promotes it
     assert class_cache.describe(tmp_path).startswith(f"on: 1 archive(s), 3 MB in {tmp_path} ")
+
+
+def test_folder_that_java_options_cannot_name_is_not_used(tmp_path: Path) -> None:
+    odd = tmp_path / "with space"
+    _options(odd)
+    assert _options(odd) == "" and not odd.exists()

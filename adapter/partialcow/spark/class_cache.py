@@ -233,6 +233,9 @@ def driver_class_sharing_options(
     if (java_feature_version() or 0) < _MIN_JAVA:
         return ""
     folder = folder or class_cache_folder()
+    if any(c in str(folder) for c in ' :"\''):
+        # Spark splits the Java options at spaces and -Xlog its file name at colons: such a folder is not used
+        return ""
     key = archive_key(conf)
     # -Xlog:cds*=off: the JVM's class-sharing warnings (a refused archive, classes it cannot archive) would
     # otherwise be printed on dbt's output, some of them after dbt has exited
