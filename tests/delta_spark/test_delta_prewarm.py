@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from partialcow.spark import prewarm
+from prewarm_checks import assert_prewarm_leaves_nothing
 
 
 def test_delta_warm_up_steps_run_without_error(spark, tmp_path: Path) -> None:
@@ -17,8 +17,4 @@ def test_delta_warm_up_steps_run_without_error(spark, tmp_path: Path) -> None:
 
 
 def test_delta_warm_up_leaves_no_table_and_no_folder(spark) -> None:
-    before_tables = {(t.namespace, t.tableName) for t in spark.sql("SHOW TABLES IN default").collect()}
-    before_folders = set(Path(tempfile.gettempdir()).glob("partialcow-prewarm-*"))
-    prewarm._prewarm(spark, "delta")
-    assert {(t.namespace, t.tableName) for t in spark.sql("SHOW TABLES IN default").collect()} == before_tables
-    assert set(Path(tempfile.gettempdir()).glob("partialcow-prewarm-*")) == before_folders
+    assert_prewarm_leaves_nothing(spark, "delta")

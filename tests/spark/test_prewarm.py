@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import pytest
 from partialcow.spark import prewarm
+from prewarm_checks import assert_prewarm_leaves_nothing
 
 pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
 
@@ -24,8 +24,4 @@ def test_warm_up_steps_run_without_error(spark, tmp_path: Path) -> None:
 
 
 def test_warm_up_leaves_no_table_and_no_folder(spark) -> None:
-    before_tables = {(t.namespace, t.tableName) for t in spark.sql("SHOW TABLES IN default").collect()}
-    before_folders = set(Path(tempfile.gettempdir()).glob("partialcow-prewarm-*"))
-    prewarm._prewarm(spark, "iceberg")
-    assert {(t.namespace, t.tableName) for t in spark.sql("SHOW TABLES IN default").collect()} == before_tables
-    assert set(Path(tempfile.gettempdir()).glob("partialcow-prewarm-*")) == before_folders
+    assert_prewarm_leaves_nothing(spark, "iceberg")
