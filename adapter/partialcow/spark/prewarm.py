@@ -2,13 +2,15 @@
 
 A scheduler starts one ``dbt run`` process per job: every class the JVM loads, every method it compiles and every
 Python module the pipeline imports is met for the first time inside the first model's timing. Started right after
-the session, this thread runs the same code concurrently with dbt's own start-up, on throw-away data in a temporary
-folder: the pipeline's modules, a Parquet file's schema inference, scan and collection as Arrow (the driver path
-collects batches that way), Iceberg's catalog, and an Iceberg append and validated overwrite on a path table outside
-the catalog (new-file metrics, manifests, metadata, the conflict checks), or for Delta two commits to a path table
-and delta-rs's listing of its files. Nothing in the session, the catalog or the warehouse changes; any failure is
-ignored (the model then pays the cost itself). ``PARTIALCOW_PREWARM=0`` turns it off. (Class loading itself is
-shared across processes by :mod:`partialcow.spark.class_cache`.)
+the session, this thread runs part of that code concurrently with dbt's own start-up, on throw-away data in a
+temporary folder: the pipeline's modules, a Parquet file's schema inference, scan and collection as Arrow (the
+driver path collects batches that way) and Iceberg's catalog. Nothing in the session, the catalog or the warehouse
+changes; any failure is ignored (the model then pays the cost itself). ``PARTIALCOW_PREWARM=0`` turns it off.
+
+Only steps that finish before the model needs the cores are worth it on a small machine: warming the table
+formats' commits too (an Iceberg append and overwrite, or two Delta commits, on a path table) overlapped the model
+and made it slower (``bench/README.md``). Class loading itself is shared across processes by
+:mod:`partialcow.spark.class_cache`.
 """
 
 from __future__ import annotations
@@ -47,15 +49,12 @@ def _prewarm(spark: Any, table_format: str) -> None:
         import partialcow.spark.changes
         import partialcow.spark.small_batch  # noqa: F401
 
-        frame = _parquet_to_arrow(spark, folder)
+        _parquet_to_arrow(spark, folder)
         if table_format == "iceberg":
             from partialcow.table.java import bind_to_current_thread
 
             bind_to_current_thread(spark)
             spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergCatalog(spark._jsparkSession, "spark_catalog")
-            _iceberg_commits(spark, frame, folder)
-        elif table_format == "delta":
-            _delta_commits(spark, frame, folder)
     except Exception:  # noqa: BLE001 - a warm-up that fails changes nothing; the model pays the cost itself
         pass
     finally:
@@ -85,41 +84,3 @@ def _parquet_to_arrow(spark: Any, folder: str) -> Any:
     frame.where("l > 0")._collect_as_arrow()
     return frame
 
-
-def _iceberg_commits(spark: Any, frame: Any, folder: str) -> None:
-    """What a model's commit does, on a throw-away path table outside the catalog: read a new file's metrics, then
-    an append and a validated overwrite with a key filter (manifests, metadata files, the validation scans)."""
-    jvm = spark._jvm
-    iceberg = jvm.org.apache.iceberg
-    schema = iceberg.spark.SparkSchemaUtil.convert(frame._jdf.schema())
-    spec = iceberg.PartitionSpec.unpartitioned()
-    table = iceberg.hadoop.HadoopTables(spark._jsc.hadoopConfiguration()).create(schema, spec, f"{folder}/table")
-    mapping = iceberg.mapping.MappingUtil.create(schema)
-    input_file = table.io().newInputFile(f"{folder}/rows.parquet")
-    metrics = iceberg.parquet.ParquetUtil.fileMetrics(input_file, iceberg.MetricsConfig.forTable(table), mapping)
-    data_file = (
-        iceberg.DataFiles.builder(spec).withPath(f"{folder}/rows.parquet").withFileSizeInBytes(input_file.getLength())
-        .withFormat("PARQUET").withMetrics(metrics).build()
-    )
-    table.newAppend().appendFile(data_file).commit()
-    base = table.currentSnapshot().snapshotId()
-    expressions = iceberg.expressions.Expressions
-    keys = jvm.java.util.ArrayList()
-    keys.add(2)
-    (
-        table.newOverwrite().deleteFile(data_file).addFile(data_file).validateFromSnapshot(base)
-        .conflictDetectionFilter(getattr(expressions, "in")("l", keys))
-        .validateNoConflictingData().validateNoConflictingDeletes().set("partialcow.prewarm", "1").commit()
-    )
-
-
-def _delta_commits(spark: Any, frame: Any, folder: str) -> None:
-    """What a Delta model's write does, on a throw-away table at a path outside the catalog: delta-spark's first
-    read of a table's log and two commits, and delta-rs's listing of a version's files (the commit step lists the
-    base version that way)."""
-    path = f"{folder}/delta"
-    frame.write.format("delta").save(path)
-    frame.write.format("delta").mode("overwrite").save(path)
-    from deltalake import DeltaTable
-
-    DeltaTable(path, version=1).get_add_actions(flatten=True)
