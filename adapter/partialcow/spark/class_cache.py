@@ -52,7 +52,7 @@ __all__ = [
 
 # Archives kept per cache folder (Iceberg and Delta sessions, and a jar upgrade, each have their own).
 KEEP = 3
-# A dump's log is written to as the JVM runs; silent this long, its JVM is gone.
+# A claim this old belongs to a JVM that died before writing its archive (or runs that long): another may write one.
 STALE_DUMP_SECONDS = 3600.0
 # Dynamic archives exist since Java 13; Spark 3.5 runs on 8, 11 and 17, and only 17 is tried with them here.
 _MIN_JAVA = 17
