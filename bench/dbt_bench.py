@@ -470,8 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", help="Spark master for the profile (default: the profile's default, local[*])")
     parser.add_argument("--seed", type=int, default=25)
     parser.add_argument("--class-cache", choices=("warm", "off"), default="warm",
-                        help="warm: every timed process maps a JVM class-sharing archive written before the timed steps "
-                        "(a user's steady state, the default); off: no archive (PARTIALCOW_CLASS_CACHE=0)")
+                        help="warm: every timed process maps a JVM class-sharing archive written before the timed "
+                        "steps (a user's steady state, the default); off: no archive (PARTIALCOW_CLASS_CACHE=0)")
     parser.add_argument("--keep", action="store_true", help="keep bench/work/dbt_<tag> (warehouses, logs, batches)")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args(argv)
