@@ -177,3 +177,12 @@ def test_folder_that_java_options_cannot_name_is_not_used(tmp_path: Path) -> Non
     odd = tmp_path / "with space"
     _options(odd)
     assert _options(odd) == "" and not odd.exists()
+
+
+def test_profile_setting_reaches_the_session_settings() -> None:
+    from partialcow.dbt_adapter.connections import PartialcowCredentials
+
+    profile = {"schema": "s", "class_cache": False, "warehouse": "/tmp/wh", "spark_config": {"spark.x": 1}}
+    settings = PartialcowCredentials.from_dict(profile).session_settings()
+    assert settings.class_cache is False and settings.extra["spark.x"] == "1"
+    assert PartialcowCredentials.from_dict({"schema": "s"}).session_settings().class_cache is True

@@ -209,6 +209,17 @@ def _evict(folder: Path, keep: int) -> None:
         _unlink(old, old.with_suffix(".seen"))  # a JVM that mapped the archive keeps its mapping
 
 
+def _not_used() -> str | None:
+    """Why no archive is used on this machine (switched off, or a Java without them), None when they are."""
+    if os.environ.get("PARTIALCOW_CLASS_CACHE", "1") == "0":
+        return "off (PARTIALCOW_CLASS_CACHE=0)"
+    version = java_feature_version()
+    if (version or 0) < _MIN_JAVA:
+        java = f"Java {version}" if version else "a Java of unknown version"
+        return f"not used: {java} (class-sharing archives are used from Java {_MIN_JAVA})"
+    return None
+
+
 def driver_class_sharing_options(
     conf: Mapping[str, str], *, folder: Path | None = None, keep: int = KEEP
 ) -> str:
@@ -226,11 +237,9 @@ def driver_class_sharing_options(
     >>> driver_class_sharing_options({}, folder=folder)  # while it runs, others do without
     ''
     """
-    if os.environ.get("PARTIALCOW_CLASS_CACHE", "1") == "0":
+    if _not_used() is not None:
         return ""
     if any(option in conf.get("spark.driver.extraJavaOptions", "") for option in _USER_OPTIONS):
-        return ""
-    if (java_feature_version() or 0) < _MIN_JAVA:
         return ""
     folder = folder or class_cache_folder()
     if any(c in str(folder) for c in ' :"\''):
@@ -264,12 +273,9 @@ def describe(folder: Path | None = None) -> str:
     True
     """
     folder = folder or class_cache_folder()
-    if os.environ.get("PARTIALCOW_CLASS_CACHE", "1") == "0":
-        return "off (PARTIALCOW_CLASS_CACHE=0)"
-    version = java_feature_version()
-    if (version or 0) < _MIN_JAVA:
-        java = f"Java {version}" if version else "a Java of unknown version"
-        return f"not used: {java} (class-sharing archives are used from Java {_MIN_JAVA})"
+    reason = _not_used()
+    if reason is not None:
+        return reason
     archives = [p for p in folder.glob("*.jsa") if _ARCHIVE_NAME.fullmatch(p.name)] if folder.is_dir() else []
     size = sum(p.stat().st_size for p in archives) >> 20
     return (f"on: {len(archives)} archive(s), {size} MB in {folder} (profile class_cache: false or "
