@@ -30,10 +30,28 @@ _DUPLICATE_SAMPLE = 5
 _ADDED_BUCKET = "_pcow_bucket"
 
 
+def key_hash_expr(key_columns: Sequence[str]) -> Column:
+    """The index's 64-bit key hash (Spark's ``xxhash64`` over the key columns): a key's bucket is its ``pmod`` by
+    the bucket count (see :func:`buckets_of`)."""
+    from pyspark.sql import functions as F
+
+    return F.xxhash64(*[F.col(quote_identifier(c)) for c in key_columns])
+
+
 def _bucket_expr(key_columns: Sequence[str], num_buckets: int) -> Column:
     from pyspark.sql import functions as F
 
-    return F.pmod(F.xxhash64(*[F.col(quote_identifier(c)) for c in key_columns]), F.lit(num_buckets)).cast("int")
+    return F.pmod(key_hash_expr(key_columns), F.lit(num_buckets)).cast("int")
+
+
+def buckets_of(key_hashes: np.ndarray, num_buckets: int) -> np.ndarray:
+    """The buckets of keys with these :func:`key_hash_expr` values, as Spark's ``pmod`` computes them.
+
+    >>> buckets_of(np.array([-7, 7, 0], dtype=np.int64), 4).tolist()
+    [1, 3, 0]
+    """
+    buckets: np.ndarray = np.mod(key_hashes, num_buckets).astype(np.int32)  # the divisor's sign, as pmod
+    return buckets
 
 
 def _choose_buckets(total_rows: int, rows_per_bucket: int) -> int:
@@ -113,13 +131,48 @@ def write_bucket_files(spark: SparkSession, store: IndexStore, key_columns: Sequ
     except BaseException:
         _delete_quietly(store, names.values())
         raise
-    duplicates = [json.loads(r["duplicate"]) for r in rows if r["duplicate"] is not None]
+    return _written(store, table, key_columns, names, [r.asDict() for r in rows])
+
+
+def write_bucket_files_local(store: IndexStore, key_columns: Sequence[str], table: str, entries: pa.Table,
+                             num_buckets: int, key_hashes: np.ndarray, *, keep_negative_ids: bool = True,
+                             threads: int = 2) -> dict[int, str]:
+    """:func:`write_bucket_files` without Spark, for entries the driver holds (key columns, ``_file_id``, ``_pos``)
+    with their :func:`key_hash_expr` values: grouped by bucket once, each bucket sorted and written by one of
+    ``threads`` threads (pyarrow's sort and writer release the GIL). Same files, same refusal of repeated keys."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+
+    buckets = buckets_of(key_hashes, num_buckets)
+    order = np.argsort(buckets, kind="stable")
+    grouped = entries.take(pa.array(order)).append_column(BUCKET, pa.array(buckets[order]))
+    ordered = buckets[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if ordered.size else np.array([], int)
+    ends = np.r_[starts[1:], ordered.size]
+    names = unique_names("b", range(num_buckets))
+    write = partial(_sorted_bucket_files, store=store, names=names, key_columns=list(key_columns),
+                    keep_negative_ids=keep_negative_ids)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="partialcow-index") as pool:
+            results = [r for rows in pool.map(lambda se: write(grouped.slice(se[0], se[1] - se[0])),
+                                              zip(starts.tolist(), ends.tolist())) for r in rows]
+    except BaseException:
+        _delete_quietly(store, names.values())
+        raise
+    return _written(store, table, key_columns, names, results)
+
+
+def _written(store: IndexStore, table: str, key_columns: Sequence[str], names: Mapping[int, str],
+             results: Sequence[Mapping[str, object]]) -> dict[int, str]:
+    """The bucket files the tasks' ``results`` name; a repeated key deletes them all and is the error."""
+    duplicates = [json.loads(str(r["duplicate"])) for r in results if r["duplicate"] is not None]
     if duplicates:
         _delete_quietly(store, names.values())
         sample = [dict(zip(key_columns, d)) for d in duplicates[:_DUPLICATE_SAMPLE]]
         raise duplicate_error(table, key_columns, sample)
-    written = {int(r["bucket"]): names[int(r["bucket"])] for r in rows}
-    if len(written) != len(rows):
+    written = {int(str(r["bucket"])): names[int(str(r["bucket"]))] for r in results}
+    if len(written) != len(results):
         raise IndexError_(f"index of {table}: a bucket was written by more than one task")
     return written
 
@@ -130,29 +183,38 @@ def _write_bucket_task(batches: Iterator[pa.RecordBatch], *, store: IndexStore, 
     yields ``(bucket, rows, None)`` per file, or ``(bucket, 0, keys as JSON)`` per repeated key found (and then
     writes nothing)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from partialcow.index.local import duplicate_samples
 
     schema = pa.schema([("bucket", pa.int32()), ("rows", pa.int64()), ("duplicate", pa.string())])
     parts = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
     if not parts:
         return
-    entries = pa.concat_tables(parts).sort_by([(BUCKET, "ascending"), *[(c, "ascending") for c in key_columns]])
+    out = _sorted_bucket_files(pa.concat_tables(parts), store=store, names=names, key_columns=key_columns,
+                               keep_negative_ids=keep_negative_ids)
+    if out:
+        yield pa.RecordBatch.from_pylist(out, schema=schema)
+
+
+def _sorted_bucket_files(entries: pa.Table, *, store: IndexStore, names: Mapping[int, str], key_columns: list[str],
+                         keep_negative_ids: bool) -> list[dict[str, object]]:
+    """Sort ``entries`` (one or more whole buckets) by bucket and key and write one file per bucket; returns
+    ``{bucket, rows, duplicate: None}`` per file, or only ``{bucket, 0, keys as JSON}`` per repeated key found (and
+    then writes nothing)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from partialcow.index.local import duplicate_samples
+
+    entries = entries.sort_by([(BUCKET, "ascending"), *[(c, "ascending") for c in key_columns]])
     repeated = duplicate_samples(entries, [BUCKET, *key_columns], limit=_DUPLICATE_SAMPLE)
     if repeated:
-        yield pa.RecordBatch.from_pylist(
-            [{"bucket": r[0], "rows": 0, "duplicate": json.dumps(r[1:], default=str)} for r in repeated],
-            schema=schema)
-        return
+        return [{"bucket": r[0], "rows": 0, "duplicate": json.dumps(r[1:], default=str)} for r in repeated]
     if not keep_negative_ids:
         entries = entries.filter(pc.greater_equal(entries.column(FILE_ID), 0))
     bucket_ids = entries.column(BUCKET).to_numpy()
     starts = np.flatnonzero(np.r_[True, bucket_ids[1:] != bucket_ids[:-1]]) if bucket_ids.size else np.array([], int)
     ends = np.r_[starts[1:], bucket_ids.size]
     columns = [*key_columns, FILE_ID, POS]
-    out = []
+    out: list[dict[str, object]] = []
     for start, end in zip(starts.tolist(), ends.tolist()):
         bucket = int(bucket_ids[start])
         path = store.path(names[bucket])
@@ -160,8 +222,7 @@ def _write_bucket_task(batches: Iterator[pa.RecordBatch], *, store: IndexStore, 
         with store.fs.open_output_stream(path) as sink:
             pq.write_table(entries.slice(start, end - start).select(columns), sink, compression="zstd")
         out.append({"bucket": bucket, "rows": end - start, "duplicate": None})
-    if out:
-        yield pa.RecordBatch.from_pylist(out, schema=schema)
+    return out
 
 
 def _delete_quietly(store: IndexStore, names: Iterable[str]) -> None:

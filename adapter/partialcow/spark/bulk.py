@@ -1,13 +1,14 @@
 """First builds and full refreshes: write a whole table and its row index in one pass, and commit atomically.
 
 An incremental batch must find its keys in the table; a first build has nothing to find, so it skips everything
-the incremental pipeline does to locate rows (and its shuffle of every row by key). One Spark job does it all:
+the incremental pipeline does to locate rows (and its shuffle of every row by key). One Spark job writes it:
 
 1. each task validates its rows (null and NaN keys, op codes, sequence ties), writes them with our Parquet layout
-   into data files of at most ``ROW_GROUP_ROWS`` rows, named after the task, and hands back each row's key, file and
-   position (a few bytes per row, kept by a local checkpoint so the files are never written twice);
-2. those entries are shuffled by index bucket and sorted by key: a key that appears twice is found there (a batch
-   without a sequence column may not repeat a key) and each bucket file is written.
+   into data files of at most ``ROW_GROUP_ROWS`` rows, named after the task, and writes each row's key, key hash,
+   file and position (a few bytes per row) to an entry file of its own in the write's scratch folder;
+2. the entries are grouped by index bucket (from the hash Spark computed on the way in) and sorted by key, on the
+   driver with pyarrow, or by a Spark job over the entry files when there are very many: a key that appears twice
+   is found there (a batch without a sequence column may not repeat a key) and each bucket file is written.
 
 Only then is the table committed with its files. Iceberg: created or replaced in one commit (its create-or-replace
 transaction, see ``partialcow.table.iceberg_create``): bad input or a crash leaves no table, or the old table as
@@ -23,15 +24,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
-from pyspark.accumulators import AccumulatorParam
 
 from partialcow.exceptions import CommitStateUnknownError, ConfigurationError, DuplicateKeyError
 from partialcow.faults import checkpoint
+from partialcow.index.bucket_files import key_hash_expr
 from partialcow.index.hashing import SUPPORTED_KEY_TYPES
 from partialcow.metrics import PhaseClock, WriteMetrics
 from partialcow.parquet.writer import ROW_GROUP_ROWS, open_writer
@@ -70,6 +72,22 @@ _BITS = "_pcow_bits"
 _DELETE_BIT = 1 << len(_FLAGS)
 # a task's files are numbered task * _FILES_PER_TASK + k: ids stay unique without coordination
 _FILES_PER_TASK = 1 << 16
+# Each row's index key hash, computed by Spark on the way into the writing tasks: the bucket files are then built
+# from the tasks' entry files without the shuffle a Spark job would need to compute it (see _write_index).
+_KEY_HASH = "_pcow_key_hash"
+# What a writing task reports: one row per data file (its rows), and one naming its entry file (``run``, entries).
+_DONE_DDL = "file_id int, rows bigint, run string"
+# Up to this many index entries the bucket files are built on the driver from the entry files (about 40 bytes each
+# in memory), beyond it by a Spark job over them.
+DRIVER_INDEX_ENTRIES = 20_000_000
+
+
+def driver_index_entries() -> int:
+    """The most index entries a first build sorts on the driver: :data:`DRIVER_INDEX_ENTRIES`, or 0 (a Spark job
+    always) when ``PARTIALCOW_DRIVER_MAX_ROWS`` is 0, as the test suite sets it to run both paths."""
+    from partialcow.spark.small_batch import DRIVER_ROWS_ENV
+
+    return 0 if os.environ.get(DRIVER_ROWS_ENV) == "0" else DRIVER_INDEX_ENTRIES
 
 
 def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: ChangeSpec, *,
@@ -100,24 +118,24 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
         with WriteLease(target.location, [target.data_dir], referenced=target.referenced) as lease:
             checkpoint("leased")
             prefix = f"pcow-{lease.write_id}-"
-            key_ddl = ", ".join(f"{quote_identifier(c)} {t}" for c, t in zip(spec.key_columns, key_types))
-            file_rows = spark.sparkContext.accumulator({}, _FileRows())
+            scratch = lease.scratch_dir()
             job = partial(_write_partition, key_columns=list(spec.key_columns), values=values,
-                          schema=target.file_schema, data_dir=target.data_dir, prefix=prefix,
-                          spec=spec, emit_deletes=spec.sequence_column is None, file_rows=file_rows)
+                          schema=target.file_schema, data_dir=target.data_dir, prefix=prefix, runs_dir=scratch,
+                          spec=spec, emit_deletes=spec.sequence_column is None)
             written: list[str] = []
             try:
                 with clock("write"):
-                    entries = frame.mapInArrow(job, f"{key_ddl}, {_FILE_ID} int, {_POS} bigint") \
-                        .localCheckpoint(eager=True)
+                    done = frame.withColumn(_KEY_HASH, key_hash_expr(spec.key_columns)) \
+                        .mapInArrow(job, _DONE_DDL).collect()
                 checkpoint("rewritten")
                 with clock("index"):
                     store = IndexStore(target.location)
-                    # the tasks' own counts (an accumulator): counting the entries again would be another job
-                    per_file = dict(file_rows.value)
+                    per_file = {int(r["file_id"]): int(r["rows"]) for r in done if r["run"] is None}
                     written = [os.path.join(target.data_dir, _file_name(prefix, i)) for i in sorted(per_file)]
                     rows = sum(per_file.values())
-                    n, buckets = _write_index(spark, store, spec, name, entries, rows)
+                    runs = sorted(str(r["run"]) for r in done if r["run"] is not None)
+                    n, buckets = _write_index(spark, store, spec, name, runs, rows,
+                                              entries=sum(int(r["rows"]) for r in done if r["run"] is not None))
                 metrics = WriteMetrics(rows_inserted=rows, files_added=len(written))
                 with clock("commit"):
                     result = target.commit(written, metrics)
@@ -128,6 +146,8 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
                     with contextlib.suppress(FileNotFoundError):
                         os.remove(path)
                 raise
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
             checkpoint("committed")
             with clock("index"):
                 _publish(store, target.source(), name, spec, key_types, n, per_file, written, buckets, result)
@@ -327,55 +347,51 @@ def _own_files(data_dir: str, prefix: str) -> list[str]:
     return [os.path.join(data_dir, f) for f in os.listdir(data_dir) if f.startswith(prefix)]
 
 
-class _FileRows(AccumulatorParam[dict[int, int]]):
-    """Rows per written data file id, added by the writing tasks. Merged by maximum, not sum: a task that runs again
-    (a retry, a lost executor's partition computed anew) writes the same files with the same rows under the same
-    ids, and Spark may then apply both attempts' updates. A failed attempt's updates are never applied.
-
-    >>> p = _FileRows()
-    >>> p.addInPlace(p.addInPlace(p.zero({}), {3: 10}), {3: 10, 4: 2})
-    {3: 10, 4: 2}
-    """
-
-    def zero(self, value: dict[int, int]) -> dict[int, int]:
-        return {}
-
-    def addInPlace(self, value1: dict[int, int], value2: dict[int, int]) -> dict[int, int]:
-        for file_id, rows in value2.items():
-            value1[file_id] = max(value1.get(file_id, 0), rows)
-        return value1
-
-
 def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str], values: list[str],
-                     schema: pa.Schema, data_dir: str, prefix: str, spec: ChangeSpec,
-                     emit_deletes: bool, file_rows: Any = None) -> Iterator[pa.RecordBatch]:
-    """Executor side: validate this task's rows, write the kept ones, yield each row's key, file id and position;
-    each file's rows go to the ``file_rows`` accumulator."""
+                     schema: pa.Schema, data_dir: str, prefix: str, runs_dir: str, spec: ChangeSpec,
+                     emit_deletes: bool) -> Iterator[pa.RecordBatch]:
+    """Executor side: validate this task's rows and write the kept ones; each row's key, key hash, file id and
+    position go to this task's entry file in ``runs_dir``. Yields one row per data file and one naming the entry
+    file (see ``_DONE_DDL``). A task run again writes the same files under the same names."""
     import numpy as np
     import pyarrow.compute as pc
+    import pyarrow.parquet as pq
     from pyspark import TaskContext
 
     context = TaskContext.get()
     task = context.partitionId() if context is not None else 0
+    attempt = context.attemptNumber() if context is not None else 0
     next_file = task * _FILES_PER_TASK
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
+    done: list[dict[str, object]] = []
+    run = os.path.join(runs_dir, f"entries-{task:05d}.parquet")
+    tmp = f"{run}.{attempt}.tmp"  # an attempt's file appears whole or not at all
+    entries: Any = None  # the entry file's writer, opened with the first entries
+    entry_count = 0
 
-    def flush() -> Iterator[pa.RecordBatch]:
+    def add_entries(rows: pa.Table | pa.RecordBatch, file_ids: np.ndarray, positions: np.ndarray) -> None:
+        nonlocal entries, entry_count
+        batch = pa.RecordBatch.from_arrays(
+            [*(_array(rows.column(c)) for c in (*key_columns, _KEY_HASH)), pa.array(file_ids), pa.array(positions)],
+            names=[*key_columns, _KEY_HASH, _FILE_ID, _POS])
+        if entries is None:
+            entries = pq.ParquetWriter(tmp, batch.schema, compression="lz4")
+        entries.write_batch(batch)
+        entry_count += batch.num_rows
+
+    def flush() -> None:
         nonlocal next_file, pending, pending_rows
         if not pending_rows:
             return
-        table = pa.Table.from_batches(pending).select(values).cast(schema)
+        rows = pa.Table.from_batches(pending)
+        table = rows.select(values).cast(schema)
         file_id = next_file
         next_file += 1
         with open_writer(os.path.join(data_dir, _file_name(prefix, file_id)), schema) as writer:
             writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
-        if file_rows is not None:
-            file_rows.add({file_id: table.num_rows})
-        keys = [table.column(c) for c in key_columns]
-        yield pa.RecordBatch.from_arrays(
-            [*(k.combine_chunks() for k in keys), pa.array(np.full(table.num_rows, file_id, np.int32)),
-             pa.array(np.arange(table.num_rows, dtype=np.int64))], names=[*key_columns, _FILE_ID, _POS])
+        done.append({"file_id": file_id, "rows": table.num_rows, "run": None})
+        add_entries(rows, np.full(table.num_rows, file_id, np.int32), np.arange(table.num_rows, dtype=np.int64))
         pending, pending_rows = [], 0
 
     for batch in batches:
@@ -384,18 +400,27 @@ def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str
         _check(batch, key_columns, spec)
         deletes = _bit(batch, _DELETE_BIT)
         if emit_deletes and pc.any(deletes).as_py():
-            gone = batch.filter(deletes)
-            yield pa.RecordBatch.from_arrays(
-                [*(gone.column(c) for c in key_columns), pa.array(np.full(gone.num_rows, -1, np.int32)),
-                 pa.array(np.zeros(gone.num_rows, np.int64))], names=[*key_columns, _FILE_ID, _POS])
+            gone = batch.filter(deletes)  # in the index's duplicate check only (file id -1)
+            add_entries(gone, np.full(gone.num_rows, -1, np.int32), np.zeros(gone.num_rows, np.int64))
         kept = batch.filter(pc.invert(deletes))
         if not kept.num_rows:
             continue
         pending.append(kept)
         pending_rows += kept.num_rows
         if pending_rows >= ROW_GROUP_ROWS:
-            yield from flush()
-    yield from flush()
+            flush()
+    flush()
+    if entries is not None:
+        entries.close()
+        os.replace(tmp, run)
+        done.append({"file_id": -1, "rows": entry_count, "run": run})
+    if done:
+        yield pa.RecordBatch.from_pylist(
+            done, schema=pa.schema([("file_id", pa.int32()), ("rows", pa.int64()), ("run", pa.string())]))
+
+
+def _array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
 def _check(batch: pa.RecordBatch, key_columns: list[str], spec: ChangeSpec) -> None:
@@ -417,22 +442,38 @@ def _check(batch: pa.RecordBatch, key_columns: list[str], spec: ChangeSpec) -> N
         raise repeated_keys_error(spec, keys_text(unique, key_columns))
 
 
-def _write_index(spark: SparkSession, store: Any, spec: ChangeSpec, name: str, entries: DataFrame,
-                 rows: int) -> tuple[int, dict[int, str]]:
-    """Write the bucket files of the new index (not yet published); a repeated key is the batch's error."""
+def _write_index(spark: SparkSession, store: Any, spec: ChangeSpec, name: str, runs: Sequence[str], rows: int,
+                 *, entries: int) -> tuple[int, dict[int, str]]:
+    """Write the bucket files of the new index (not yet published) from the writing tasks' entry files ``runs``;
+    a repeated key is the batch's error."""
+    import pyarrow.parquet as pq
+
     from partialcow.index.bucket_files import (
         _ROWS_PER_BUCKET,
         BUCKET,
-        _bucket_expr,
         _choose_buckets,
         write_bucket_files,
+        write_bucket_files_local,
     )
 
     n = _choose_buckets(rows, _ROWS_PER_BUCKET)
+    if not runs:
+        return n, {}
     try:
-        buckets = write_bucket_files(spark, store, spec.key_columns, name,
-                                     entries.withColumn(BUCKET, _bucket_expr(spec.key_columns, n)), list(range(n)),
-                                     keep_negative_ids=False)
+        if entries <= driver_index_entries():
+            # no Spark job: a shuffle of the entries costs more than sorting them here (bench/README.md)
+            table = pq.read_table(list(runs))
+            hashes = table.column(_KEY_HASH).to_numpy()
+            buckets = write_bucket_files_local(
+                store, spec.key_columns, name, table.drop_columns([_KEY_HASH]), n, hashes, keep_negative_ids=False,
+                threads=max(1, spark.sparkContext.defaultParallelism))
+        else:
+            from pyspark.sql import functions as F
+
+            frame = spark.read.parquet(*runs)
+            frame = frame.withColumn(BUCKET, F.pmod(F.col(_KEY_HASH), F.lit(n)).cast("int")).drop(_KEY_HASH)
+            buckets = write_bucket_files(spark, store, spec.key_columns, name, frame, list(range(n)),
+                                         keep_negative_ids=False)
     except DuplicateKeyError as exc:
         sample = [dict(zip(spec.key_columns, s)) for s in getattr(exc, "samples", [])]
         raise repeated_keys_error(spec, keys_text(sample, spec.key_columns)) from None

@@ -53,8 +53,9 @@ DRIVER_ROWS_ENV = "PARTIALCOW_DRIVER_MAX_ROWS"
 
 
 def driver_max_rows() -> int:
-    """The largest batch applied on the driver: ``PARTIALCOW_DRIVER_MAX_ROWS`` if set (0 sends every batch through
-    Spark's jobs, as the test suite does to run both paths), else ``MAX_DRIVER_ROWS``."""
+    """The largest batch applied on the driver: ``PARTIALCOW_DRIVER_MAX_ROWS`` if set (0 sends every batch, and
+    every first build's index, through Spark's jobs, as the test suite does to run both paths), else
+    ``MAX_DRIVER_ROWS``."""
     return int(os.environ.get(DRIVER_ROWS_ENV, MAX_DRIVER_ROWS))
 
 _FLAGS = ("_pcow_f_null_key", "_pcow_f_nan_key", "_pcow_f_bad_op", "_pcow_f_null_seq")
