@@ -25,8 +25,11 @@
     {%- set existing_relation = none -%}
   {%- endif -%}
 
-  {#-- stage the model's rows (the changes) as a temporary view --#}
-  {%- if language == 'sql' -%}
+  {#-- the model's rows (the changes): a SQL model's query goes to the adapter as it is (a temporary view of it
+      would make Spark analyse it twice); on a branch, and for Python models, they are staged as a temporary view --#}
+  {%- set changes_sql = compiled_code if language == 'sql' and branch is none else none -%}
+  {%- if changes_sql is not none -%}
+  {%- elif language == 'sql' -%}
     {%- call statement('stage_changes') -%}
       create or replace temporary view {{ adapter.quote(changes_view) }} as {{ compiled_code }}
     {%- endcall -%}
@@ -38,7 +41,8 @@
 
   {%- if branch is none -%}
     {%- set create = existing_relation is none or full_refresh_mode -%}
-    {%- set response = adapter.partial_cow_apply(target_relation, changes_view, settings, create) -%}
+    {%- set response = adapter.partial_cow_apply(target_relation, changes_view, settings, create,
+                                                 changes_sql=changes_sql) -%}
   {%- else -%}
     {#-- the batch applied to the branch's view of the model, stored as its overlay (the table is not written) --#}
     {%- set response = adapter.partialcow_branch_apply(this, changes_view, settings, branch, target.schema,
@@ -46,9 +50,11 @@
   {%- endif -%}
   {%- do store_result('main', response=response) -%}
 
-  {%- call statement('drop_changes_view') -%}
-    drop view if exists {{ adapter.quote(changes_view) }}
-  {%- endcall -%}
+  {%- if changes_sql is none -%}
+    {%- call statement('drop_changes_view') -%}
+      drop view if exists {{ adapter.quote(changes_view) }}
+    {%- endcall -%}
+  {%- endif -%}
 
   {{ run_hooks(post_hooks) }}
 

@@ -161,6 +161,7 @@ class TestBadInputThroughDbt:
                                                                           "iceberg or delta"]),
                                 ("{case: unreadable, key: []}", ["bad_feed", "needs unique_key"]),
                                 ("{case: null_key}", ["bad_feed", "k1", "null"]),
+                                ("{case: unreadable}", ["bad_feed", "partialcow_no_such_relation"]),
                                 ("{case: new_column}", ["bad_feed", "extra", "on_schema_change='fail'"])]:
             before = table_state(spark, relation)
             results = run_dbt(["run", "--vars", case], expect_pass=False)

@@ -1,7 +1,7 @@
 """The Python side of the ``partial_cow_incremental`` materialization: model config -> ChangeSpec -> one write.
 
-The Jinja materialization stages the model's rows as a temporary view and calls ``partial_cow_apply``; everything
-typed and testable happens here.
+The Jinja materialization hands the model's query (or, for Python models and on branches, a temporary view of its
+rows) to ``partial_cow_apply``; everything typed and testable happens here.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dbt.adapters.base import available
 from dbt.adapters.base.meta import AdapterMeta
 from dbt.adapters.contracts.connection import AdapterResponse
 from dbt.adapters.events.logging import AdapterLogger
-from dbt_common.exceptions import DbtRuntimeError
+from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
 
 from partialcow.exceptions import PartialCowError
 from partialcow.formats import TABLE_FORMATS
@@ -157,6 +157,16 @@ def log_phases(name: str, metrics: WriteMetrics) -> None:
     _LOGGER.info(f"partialcow phases: {json.dumps({'model': name, **metrics.phase_ms})}")
 
 
+def _model_rows(spark: Any, model: str, sql: str) -> Any:
+    """The model's query as a DataFrame; a query Spark cannot parse or analyse is the model's database error."""
+    from pyspark.errors import PySparkException
+
+    try:
+        return spark.sql(sql)
+    except PySparkException as exc:
+        raise DbtDatabaseError(f"model {model}: {exc}") from None
+
+
 class PartialCowMixin(metaclass=AdapterMeta):
     """``@available`` methods the ``partial_cow_incremental`` materialization calls (AdapterMeta collects them)."""
 
@@ -168,9 +178,11 @@ class PartialCowMixin(metaclass=AdapterMeta):
 
     @available
     def partial_cow_apply(
-        self, relation: Any, changes_view: str, config: Mapping[str, Any], create: bool
+        self, relation: Any, changes_view: str, config: Mapping[str, Any], create: bool,
+        changes_sql: str | None = None,
     ) -> PartialCowResponse:
-        """Create the table from the staged changes (first run, full refresh) or apply them to it."""
+        """Create the table from the changes (first run, full refresh) or apply them to it: the rows of the query
+        ``changes_sql`` when given (a SQL model), else of the temporary view ``changes_view``."""
         from pyspark.sql import SparkSession
 
         from partialcow.spark.changes import apply_changes, create_pending, create_table
@@ -185,7 +197,8 @@ class PartialCowMixin(metaclass=AdapterMeta):
         spark.sparkContext.setJobDescription(f"dbt-partialcow {name}: {'create' if create else 'apply changes'}")
         try:
             require_session_format(spark, file_format, what=f"model {model} (file_format={file_format!r})")
-            changes = spark.table(f"`{changes_view}`")
+            changes = _model_rows(spark, model, changes_sql) if changes_sql is not None \
+                else spark.table(f"`{changes_view}`")
             if not create and file_format == "delta" and create_pending(spark, name):
                 create = True  # its first build died before its first commit: build it again
             if create:
