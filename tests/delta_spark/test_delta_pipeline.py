@@ -69,6 +69,25 @@ def test_session_creates_and_merges(spark, schema) -> None:
     assert spark.sql(f"DESCRIBE DETAIL {schema}.d").first()["format"] == "delta"
 
 
+@pytest.mark.parametrize("reader", ["delta-rs", "delta-spark"])
+def test_create_pending_reads_the_mark(spark, schema, reader, monkeypatch) -> None:
+    """The pending mark of a first build that died is found by delta-rs, and by delta-spark where delta-rs fails."""
+    import deltalake
+
+    if reader == "delta-spark":
+        def unreadable(*args, **kwargs):
+            raise deltalake.exceptions.DeltaProtocolError("a reader feature delta-rs lacks")
+
+        monkeypatch.setattr(deltalake, "DeltaTable", unreadable)
+    name = f"{schema}.pending_{reader.replace('-', '_')}"
+    spark.sql(f"CREATE TABLE {name} (id BIGINT) USING delta TBLPROPERTIES ('partialcow.create-pending' = 'true')")
+    assert create_pending(spark, name)
+    spark.sql(f"ALTER TABLE {name} UNSET TBLPROPERTIES ('partialcow.create-pending')")
+    assert not create_pending(spark, name)
+    spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('partialcow.create-pending' = 'false')")
+    assert not create_pending(spark, name)
+
+
 def test_first_build_and_batches_through_delta_spark(spark, schema) -> None:
     """create_table builds the Delta table through Spark with our layout and its index; batches are committed by
     delta-spark transactions; every version reads the same in all three readers and equals the oracle."""

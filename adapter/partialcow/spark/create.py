@@ -86,6 +86,18 @@ def sql_string(text: str) -> str:
 
 
 def create_pending(spark: SparkSession, name: str) -> bool:
-    """Whether table ``name``'s first build (or full refresh) never finished (see :func:`create_table`)."""
-    rows = spark.sql(f"SHOW TBLPROPERTIES {quote_identifier(name)} ('{PENDING_CREATE}')").collect()
-    return bool(rows) and str(rows[0][1]) == "true"
+    """Whether Delta table ``name``'s first build (or full refresh) never finished (see :func:`create_table`).
+
+    Every incremental run asks, so the log's metadata is read by delta-rs (milliseconds); ``SHOW TBLPROPERTIES``
+    through delta-spark, the fallback for tables delta-rs cannot load, builds the table's snapshot first.
+    """
+    from partialcow.spark.tables import delta_root
+
+    try:
+        from deltalake import DeltaTable
+
+        configuration = DeltaTable(delta_root(spark, name)).metadata().configuration
+    except Exception:  # noqa: BLE001 - delta-rs missing, or a table it cannot load: delta-spark reads it
+        rows = spark.sql(f"SHOW TBLPROPERTIES {quote_identifier(name)} ('{PENDING_CREATE}')").collect()
+        return bool(rows) and str(rows[0][1]) == "true"
+    return configuration.get(PENDING_CREATE) == "true"
