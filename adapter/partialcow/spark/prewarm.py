@@ -4,7 +4,7 @@ A scheduler starts one ``dbt run`` process per job: every class the JVM loads, e
 Python module the pipeline imports is met for the first time inside the first model's timing. Started right after
 the session, this thread runs part of that code concurrently with dbt's own start-up, on throw-away data in a
 temporary folder: the pipeline's modules, a Parquet file's schema inference, scan and collection as Arrow (the
-driver path collects batches that way) and Iceberg's catalog. Nothing in the session, the catalog or the warehouse
+driver path collects batches that way), the conversion of a Spark schema to Arrow, and Iceberg's catalog. Nothing in the session, the catalog or the warehouse
 changes; any failure is ignored (the model then pays the cost itself). ``PARTIALCOW_PREWARM=0`` turns it off.
 
 Only steps that finish before the model needs the cores are worth it on a small machine: warming the table
@@ -82,5 +82,9 @@ def _parquet_to_arrow(spark: Any, folder: str) -> Any:
     pq.write_table(rows, f"{folder}/rows.parquet")
     frame = spark.read.parquet(f"{folder}/rows.parquet")
     frame.where("l > 0")._collect_as_arrow()
+    # the Arrow schema new data files are written with: PySpark's conversion imports distutils on first use
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    to_arrow_schema(frame.schema)
     return frame
 
