@@ -354,13 +354,14 @@ def warm_class_cache(work: Path, steps: list[Step], contenders: list[Contender],
     A user's second dbt process writes the archive and every later one maps it; left alone, the bench's second
     process (one contender's first build) would pay for writing it. So the bench keeps its archives in its work
     folder and, before anything is timed, runs per table format the first build and the first 1% batch of every
-    contender in a throw-away project and warehouse, both contenders' models in one process each: the first process
-    leaves the mark, the second writes the archive of what both contenders load. Returns a note for the results.
+    contender in a throw-away project and warehouse, all contenders' models and snapshots in one ``dbt build``
+    process each: the first process leaves the mark, the second writes the archive of what every contender loads.
+    Returns a note for the results.
     """
     cache = work / "jvm_cache"
     os.environ["PARTIALCOW_CLASS_CACHE_DIR"] = str(cache)  # dbt_env() passes it to every dbt process
     warm = work / "warmup"
-    models = [c for c in contenders if not c.snapshot]
+    models = list(contenders)
     write_project(warm / "project", models, jars, master)
     first_batch = next((s for s in steps if s.kind == "batch"), None)
     spent = time.perf_counter()
@@ -368,7 +369,7 @@ def warm_class_cache(work: Path, steps: list[Step], contenders: list[Contender],
         names = [c.name for c in models if c.fmt == fmt]
         for step in [steps[0]] + ([first_batch] if first_batch else []):
             cmd = dbt_command() + [
-                "run", "--select", *names, "--target", fmt, "--vars", json.dumps({"batch": str(step.path)}),
+                "build", "--select", *names, "--target", fmt, "--vars", json.dumps({"batch": str(step.path)}),
                 "--project-dir", str(warm / "project"), "--profiles-dir", str(warm / "project"),
                 "--log-path", str(warm / "logs" / fmt / step.name), "--target-path", str(warm / "target"),
             ]

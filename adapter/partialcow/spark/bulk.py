@@ -52,7 +52,7 @@ from partialcow.spark.staging import (
     repeated_keys_error,
     require_columns,
 )
-from partialcow.table.base import quote_identifier
+from partialcow.table.base import FILE_ID, POS, quote_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -62,8 +62,6 @@ if TYPE_CHECKING:
 
 __all__ = ["bulk_create"]
 
-_FILE_ID = "_file_id"
-_POS = "_pos"
 _FLAGS = ("_pcow_null_key", "_pcow_nan_key", "_pcow_bad_op", "_pcow_null_seq", "_pcow_tie")
 # A row's problems and whether it is a delete travel to the writing tasks as the bits of one int column (bit i for
 # _FLAGS[i], then the delete): Spark converts every value it hands to Python one by one, so six boolean columns
@@ -374,7 +372,7 @@ def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str
         nonlocal entries, entry_count
         batch = pa.RecordBatch.from_arrays(
             [*(_array(rows.column(c)) for c in (*key_columns, _KEY_HASH)), pa.array(file_ids), pa.array(positions)],
-            names=[*key_columns, _KEY_HASH, _FILE_ID, _POS])
+            names=[*key_columns, _KEY_HASH, FILE_ID, POS])
         if entries is None:
             entries = pq.ParquetWriter(tmp, batch.schema, compression="lz4")
         entries.write_batch(batch)

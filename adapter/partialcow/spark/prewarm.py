@@ -4,8 +4,9 @@ A scheduler starts one ``dbt run`` process per job: every class the JVM loads, e
 Python module the pipeline imports is met for the first time inside the first model's timing. Started right after
 the session, this thread runs part of that code concurrently with dbt's own start-up, on throw-away data in a
 temporary folder: the pipeline's modules, a Parquet file's schema inference, scan and collection as Arrow (the
-driver path collects batches that way), the conversion of a Spark schema to Arrow, and Iceberg's catalog. Nothing in the session, the catalog or the warehouse
-changes; any failure is ignored (the model then pays the cost itself). ``PARTIALCOW_PREWARM=0`` turns it off.
+driver path collects batches that way), the conversion of a Spark schema to Arrow, and Iceberg's catalog. Nothing
+in the session, the catalog or the warehouse changes; any failure is ignored (the model then pays the cost
+itself). ``PARTIALCOW_PREWARM=0`` turns it off.
 
 Only steps that finish before the model needs the cores are worth it on a small machine: warming the table
 formats' commits too (an Iceberg append and overwrite, or two Delta commits, on a path table) overlapped the model
