@@ -39,7 +39,6 @@ from partialcow.table.java import (
     java_map,
     java_message,
     load_iceberg_table,
-    map_in_threads,
 )
 from partialcow.table.positions import files_frame
 
@@ -242,9 +241,11 @@ class IcebergTable:
             )
             field_ids = set(top_level_field_ids(self._jvm, table).values()) if added and mapping is None else set()
             metrics_config = self._jvm.org.apache.iceberg.MetricsConfig.forTable(table) if added else None
-            new_files = map_in_threads(lambda path: self._data_file(
-                table, spec, partition, path, mapping=mapping, field_ids=field_ids, metrics_config=metrics_config),
-                added)
+            new_files = [
+                self._data_file(table, spec, partition, path, mapping=mapping, field_ids=field_ids,
+                                metrics_config=metrics_config)
+                for path in added
+            ]
             commit_id = str(uuid.uuid4())
             overwrite = table.newOverwrite()
             for old in removed:

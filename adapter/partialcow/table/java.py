@@ -8,11 +8,8 @@ worker threads, so everything that calls Iceberg's (or Delta's) Java API binds t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
-
-T = TypeVar("T")
-R = TypeVar("R")
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = [
     "bind_to_current_thread",
@@ -22,7 +19,6 @@ __all__ = [
     "java_message",
     "jvm",
     "load_iceberg_table",
-    "map_in_threads",
 ]
 
 
@@ -88,18 +84,3 @@ def java_map(gateway: Any, values: Mapping[str, str]) -> Any:
     for key, value in values.items():
         result.put(key, value)
     return result
-
-
-def map_in_threads(fn: Callable[[T], R], items: Sequence[T], *, threads: int = 4) -> list[R]:
-    """``[fn(x) for x in items]`` from up to ``threads`` Python threads, in order: each thread has its own Java
-    thread and gateway connection, so calls that wait on the JVM (reading a file's footer) overlap.
-
-    >>> map_in_threads(lambda x: x * x, [1, 2, 3])
-    [1, 4, 9]
-    """
-    if threads <= 1 or len(items) <= 1:
-        return [fn(x) for x in items]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=min(threads, len(items)), thread_name_prefix="partialcow-java") as pool:
-        return list(pool.map(fn, items))
