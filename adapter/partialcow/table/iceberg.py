@@ -400,17 +400,9 @@ class IcebergTable:
             return f"file:{path}" if str(table.location()).startswith("file:") else path
         return f"{str(table.location()).rstrip('/')}/data/{path}"
 
-    def _data_file(
-        self,
-        table: Any,
-        spec: Any,
-        partition: Any,
-        path: str,
-        *,
-        mapping: Any,
-        field_ids: set[int],
-        metrics_config: Any,
-    ) -> Any:
+    def _data_file(self, table: Any, spec: Any, partition: Any, path: str, *, mapping: Any, field_ids: set[int],
+                   metrics_config: Any) -> Any:
+        """Iceberg's ``DataFile`` of a new Parquet file: its metrics read from the footer by Iceberg itself."""
         jvm = self._jvm
         if mapping is None:
             self._check_field_ids(path, field_ids)
