@@ -28,14 +28,13 @@
   {#-- the model's rows (the changes): a SQL model's query goes to the adapter as it is (a temporary view of it
       would make Spark analyse it twice); on a branch, and for Python models, they are staged as a temporary view --#}
   {%- set changes_sql = compiled_code if language == 'sql' and branch is none else none -%}
-  {%- if changes_sql is not none -%}
-  {%- elif language == 'sql' -%}
-    {%- call statement('stage_changes') -%}
-      create or replace temporary view {{ adapter.quote(changes_view) }} as {{ compiled_code }}
-    {%- endcall -%}
-  {%- else -%}
+  {%- if language == 'python' -%}
     {%- call statement('main', language='python') -%}
       {{ partialcow_py_stage_changes(compiled_code, changes_view) }}
+    {%- endcall -%}
+  {%- elif changes_sql is none -%}
+    {%- call statement('stage_changes') -%}
+      create or replace temporary view {{ adapter.quote(changes_view) }} as {{ compiled_code }}
     {%- endcall -%}
   {%- endif -%}
 
