@@ -140,6 +140,33 @@ def _prepare(lay: ParquetLayout, read_schema: pa.Schema, updates: pa.Table | Non
 _VIEW_TYPES = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}
 
 
+def _appended_rows(lay: ParquetLayout, read_schema: pa.Schema, rows: pa.Table) -> pa.Table:
+    """``rows`` to append, as the file's top-level fields in the types its pages decode to; every field named."""
+    path = lay.path
+    if not isinstance(rows, pa.Table):
+        raise InvalidChangeError(f"rows to append to {path} must be a pyarrow.Table, got {type(rows).__name__}")
+    missing = [n for n in read_schema.names if n not in rows.column_names]
+    extra = [n for n in rows.column_names if n not in read_schema.names]
+    if missing or extra:
+        raise InvalidChangeError(f"rows to append to {path} must have exactly its columns {read_schema.names}; "
+                                 f"missing {missing}, unknown {extra}")
+    if not lay.row_groups:
+        raise InvalidChangeError(f"{path} has no row group to lay appended rows out like; write a new file")
+    columns = []
+    for target in read_schema:
+        col = rows.column(target.name)
+        try:
+            col = col.cast(target.type, safe=True) if col.type != target.type else col
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise InvalidChangeError(f"cannot cast the appended values of column {target.name!r} ({col.type}) to "
+                                     f"the type of {path} ({target.type}): {exc}") from exc
+        if not target.nullable and col.null_count:
+            raise InvalidChangeError(f"column {target.name!r} of {path} is required (non-nullable) but "
+                                     f"{col.null_count} appended row(s) are null")
+        columns.append(col.combine_chunks())
+    return pa.table(columns, schema=read_schema)
+
+
 def _patch(arr: pa.Array, base: int, upd_rows: np.ndarray, upd_vals: pa.Array | None, del_rows: np.ndarray
            ) -> pa.Array:
     """Rows ``base .. base+len(arr)`` of a chunk with updates applied and deleted rows removed."""

@@ -42,9 +42,9 @@ import pyarrow as pa
 
 from partialcow.metrics import WriteMetrics
 from partialcow.parquet import _format as F
-from partialcow.parquet._changes import ROW_POSITION, _Changes, _distinct_rows, _prepare
+from partialcow.parquet._changes import ROW_POSITION, _appended_rows, _Changes, _distinct_rows, _prepare
 from partialcow.parquet._layout import ParquetLayout, ThriftClock, _pages_holding
-from partialcow.parquet._output import _write_output
+from partialcow.parquet._output import APPENDED, _write_output
 from partialcow.parquet._pagecodec import _read_schema
 from partialcow.parquet._rewriter import _Rewriter
 from partialcow.parquet._screen import screen_columns
@@ -58,10 +58,11 @@ class RewriteReport:
     """What one :func:`rewrite_file` call did.
 
     Page counts are data pages of the source: ``pages_rewritten`` were replaced by re-encoded pages,
-    ``pages_copied`` were copied byte for byte. ``full_chunk_rewrites`` lists (row group, column, reason) of chunks
-    re-encoded whole; ``full_file_rewrite`` says why every touched chunk was (the cost model's whole-file mode), or
-    None. ``thrift_seconds`` is the part of ``elapsed_seconds`` spent (de)serialising Thrift (footer, page headers,
-    page indexes).
+    ``pages_copied`` were copied byte for byte. ``rows_appended`` rows follow the source's rows (positions from
+    ``rows_after - rows_appended``), in a row group of their own. ``full_chunk_rewrites`` lists (row group, column,
+    reason) of chunks re-encoded whole; ``full_file_rewrite`` says why every touched chunk was (the cost model's
+    whole-file mode), or None. ``thrift_seconds`` is the part of ``elapsed_seconds`` spent (de)serialising Thrift
+    (footer, page headers, page indexes).
     """
 
     src: str
@@ -70,6 +71,7 @@ class RewriteReport:
     rows_after: int
     rows_updated: int
     rows_deleted: int
+    rows_appended: int
     pages_total: int
     pages_rewritten: int
     pages_copied: int
@@ -96,6 +98,7 @@ def rewrite_file(
     updates: pa.Table | None = None,
     deletes: Sequence[int] | np.ndarray | pa.Array | pa.ChunkedArray | None = None,
     *,
+    append: pa.Table | None = None,
     full_chunk_threshold: float = 0.6,
     full_file_threshold: float | None = None,
     writer_options: dict[str, Any] | None = None,
@@ -105,7 +108,10 @@ def rewrite_file(
     """Write ``dst``: ``src`` with ``updates`` applied and ``deletes`` removed, re-encoding only touched pages.
 
     ``updates`` holds an int64 column :data:`ROW_POSITION` (0-based position in ``src``) and the top-level columns
-    to set; values equal to the old ones change nothing. ``deletes`` lists positions to remove.
+    to set; values equal to the old ones change nothing. ``deletes`` lists positions to remove. ``append``: rows
+    (every top-level field of ``src``) added after the others as one more row group, its columns encoded like the
+    last row group's (codec, page version, page size, dictionary or plain), with their own statistics and page
+    index; the source's pages are still copied byte for byte. The source must have a row group.
 
     Options: ``full_chunk_threshold`` (fraction of a chunk's page bytes touched above which the chunk is re-encoded
     whole, with a dictionary), ``full_file_threshold`` (fraction of all page bytes holding candidate changes above
@@ -127,6 +133,9 @@ def rewrite_file(
     >>> r = rewrite_file(src, dst, upd, deletes=[0])
     >>> pq.read_table(dst).column("v").to_pylist()[:3], r.rows_updated, r.rows_deleted
     (['x', 'x', 'y'], 1, 1)
+    >>> r = rewrite_file(dst, src, append=pa.table({"k": [10], "v": ["z"]}))
+    >>> pq.read_table(src).column("k").to_pylist()[-2:], r.rows_after, r.rows_appended, r.pages_copied
+    ([9, 10], 10, 1, 2)
     """
     t0 = time.perf_counter()
     src, dst = os.fspath(src), os.fspath(dst)
@@ -139,6 +148,7 @@ def rewrite_file(
     with ParquetLayout(src, clock=clock) as lay:
         read_schema = _read_schema(lay)
         changes = screen_columns(lay, _prepare(lay, read_schema, updates, deletes), threads=threads)
+        appended = _appended_rows(lay, read_schema, append) if append is not None and append.num_rows else None
         reason = None
         if full_file_threshold < math.inf:
             reason = _full_file_reason(lay, changes, full_file_threshold, full_chunk_threshold)
@@ -154,6 +164,8 @@ def rewrite_file(
                 row += lay.rg_rows(rg)
                 if res is not None:
                     planned.append((rg, res[0], res[1]))
+            if appended is not None:
+                planned.append((APPENDED, list(rw.appended(appended)), appended.num_rows))
             _size, rewritten = _write_output(lay, fd, rw.run(planned, threads), rw.stats)
             verify_output(tmp, dst, lay, rewritten, clock=clock)
             if fsync:
@@ -174,7 +186,8 @@ def rewrite_file(
     rows_after = sum(rows for _, _, rows in planned)
     rows_updated = _distinct_rows(rw.changed_parts, lay.num_rows)
     return RewriteReport(
-        src, dst, lay.num_rows, rows_after, rows_updated, int(changes.del_pos.size), st.pages_total,
+        src, dst, lay.num_rows, rows_after, rows_updated, int(changes.del_pos.size),
+        appended.num_rows if appended is not None else 0, st.pages_total,
         st.pages_rewritten, st.pages_copied, st.bytes_copied, st.bytes_reencoded, tuple(sorted(st.columns)),
         tuple(st.full_chunks), reason, tuple(st.blooms_dropped), time.perf_counter() - t0, clock.seconds)
 

@@ -97,6 +97,10 @@ def run_pages(base: int, pages: list[tuple[int, int, int]], values: pa.Array) ->
     return out
 
 
+#: the source row group number ``_write_output`` takes for a row group of appended rows (no source row group)
+APPENDED = -1
+
+
 @dataclass
 class _Written:
     """A rewritten chunk as placed in the output: output row group ordinal, source row group, the chunk."""
@@ -270,8 +274,9 @@ def _write_output(lay: ParquetLayout, fd: int, groups: Iterable[tuple[int, list[
     for ordinal, (rg_idx, outs, rows) in enumerate(groups):
         total_rows += rows
         rg_sources.append(rg_idx)
-        src_rg = lay.row_groups[rg_idx]
-        rg = src_rg.copy()
+        rg = lay.row_groups[-1 if rg_idx == APPENDED else rg_idx].copy()
+        if rg_idx == APPENDED:  # laid out like the last row group; its rows follow no sort order
+            rg.drop(F.RG_SORTING_COLUMNS)
         ccs = []
         rg_start = sink.pos
         total_unc = total_comp = 0

@@ -44,6 +44,7 @@ from partialcow.parquet._pagecodec import (
     _encode_mini,
     _encode_runs,
     _Encoded,
+    _Mini,
     _page_encoding,
     _page_num_values,
     _page_type_for_stats,
@@ -222,23 +223,59 @@ class _Rewriter:
                 self._count_copy(ch.rg, ch.leaf)
             return outs
         new = _patch(old, 0, changed, vals, dels)
-        setup = self._chunk_setup(chunks[0])
-        nullable = lay.schema[top.schema_start].val(F.SE_REPETITION, F.REQUIRED) != F.REQUIRED
-        # a chunk written without a dictionary (PLAIN) stays PLAIN; one with a dictionary keeps it if it pays
-        dictionary = any(_dictionary_pays(lay, ch) for ch in chunks)
         # an updated chunk's bloom filter is rebuilt where pyarrow can (flat columns); deletes keep it valid
-        had_bloom = [F.CMD_BLOOM_FILTER_OFFSET in ch.cmd for ch in chunks]
-        rebuild_bloom = bool(changed.size) and len(chunks) == 1 and had_bloom[0]
-        mini = _encode_mini(lay, top, [new], nullable, codec=setup["codec"], dictionary=dictionary, v2=setup["v2"],
-                            crc=setup["crc"], rows_per_page=setup["rows_per_page"], opts=self.opts,
-                            encoding=None if dictionary else _value_encoding(lay, chunks[0]), bloom=rebuild_bloom)
+        rebuild_bloom = bool(changed.size) and len(chunks) == 1 and F.CMD_BLOOM_FILTER_OFFSET in chunks[0].cmd
+        mini = self._encode_like(top, chunks, new, bloom=rebuild_bloom)
         outs = []
-        for k, (ch, mch) in enumerate(zip(chunks, mini.chunks[0])):
+        for ch, (out, mini_bloom) in zip(chunks, self._mini_outs(top, chunks, mini, new)):
             name = ".".join(lay.leaves[ch.leaf].path)
             self.stats.full_chunks.append((rg, name, reason))
             self.stats.pages_total += len(ch.pages)
             self.stats.pages_rewritten += len(ch.pages)
-            self.stats.bytes_reencoded += mch.end - mch.start
+            self.stats.bytes_reencoded += out.length
+            out.bloom = _bloom_bytes(lay, ch.cmd)
+            if out.bloom is not None and changed.size:
+                out.bloom = mini_bloom if rebuild_bloom else None
+                if out.bloom is None:
+                    self.stats.blooms_dropped.append((rg, name))
+            outs.append(out)
+        return outs
+
+    def appended(self, rows: pa.Table) -> list[_ChunkOut]:
+        """The chunks of a new row group holding ``rows`` (the file's top-level fields in its read types), each
+        encoded like the column's chunk in the source's last row group."""
+        last = len(self.lay.row_groups) - 1
+        outs: list[_ChunkOut] = []
+        for top in self.lay.tops:
+            chunks = [self.lay.chunk(last, i) for i in top.leaves]
+            values = rows.column(top.name).combine_chunks()
+            single = len(chunks) == 1 and not self.lay.leaves[chunks[0].leaf].nested
+            had_bloom = F.CMD_BLOOM_FILTER_OFFSET in chunks[0].cmd
+            mini = self._encode_like(top, chunks, values, bloom=single and had_bloom)
+            for out, mini_bloom in self._mini_outs(top, chunks, mini, values):
+                out.bloom = mini_bloom
+                self.stats.bytes_reencoded += out.length
+                outs.append(out)
+        return outs
+
+    def _encode_like(self, top: TopField, chunks: list[Chunk], values: pa.Array, *, bloom: bool) -> _Mini:
+        """``values`` encoded as one chunk per leaf, with ``chunks``' codec, page version and value encoding."""
+        lay = self.lay
+        setup = self._chunk_setup(chunks[0])
+        nullable = lay.schema[top.schema_start].val(F.SE_REPETITION, F.REQUIRED) != F.REQUIRED
+        # a chunk written without a dictionary (PLAIN) stays PLAIN; one with a dictionary keeps it if it pays
+        dictionary = any(_dictionary_pays(lay, ch) for ch in chunks)
+        return _encode_mini(lay, top, [values], nullable, codec=setup["codec"], dictionary=dictionary,
+                            v2=setup["v2"], crc=setup["crc"], rows_per_page=setup["rows_per_page"], opts=self.opts,
+                            encoding=None if dictionary else _value_encoding(lay, chunks[0]), bloom=bloom)
+
+    def _mini_outs(self, top: TopField, chunks: list[Chunk], mini: _Mini, values: pa.Array
+                   ) -> list[tuple[_ChunkOut, bytes | None]]:
+        """Output chunks taking the bytes of ``mini`` (``values`` encoded) in place of ``chunks``: metadata with
+        the source chunks' path and key-value metadata, page indexes where the source chunks have them, and what
+        the post-write check decodes; each with the bloom filter ``mini`` wrote for it, if any."""
+        outs = []
+        for k, (ch, mch) in enumerate(zip(chunks, mini.chunks[0])):
             cmd = mch.cmd.copy()
             cmd.put(F.CMD_PATH, T_LIST, ch.cmd.val(F.CMD_PATH))
             cmd.drop(F.CMD_KV, F.CMD_BLOOM_FILTER_OFFSET, F.CMD_BLOOM_FILTER_LENGTH)
@@ -253,19 +290,14 @@ class _Rewriter:
                 locs = [(o - mch.start, s, r) for o, s, r in zip(offsets, sizes, first_rows)]
                 if F.CC_COLUMN_INDEX_OFFSET in ch.cc:
                     ci = mini.lay.column_index_bytes(mch.cc)
-            bloom = _bloom_bytes(lay, ch.cmd)
-            if bloom is not None and changed.size:
-                bloom = _bloom_bytes(mini.lay, mch.cmd) if rebuild_bloom else None
-                if bloom is None:
-                    self.stats.blooms_dropped.append((rg, name))
             data = bytes(mini.lay.buf[mch.start:mch.end])
             if len(chunks) == 1:  # pages of the mini file start at row boundaries (it has an OffsetIndex)
                 pages = [(int(o), int(s), int(r)) for o, s, r in zip(*mch.page_arrays)]
-                expect = _Expected(top.index, pages=sample_runs([run_pages(-mch.start, pages, new)]))
+                expect = _Expected(top.index, pages=sample_runs([run_pages(-mch.start, pages, values)]))
             else:
-                expect = _Expected(top.index, field_values=new if k == 0 else None)
-            outs.append(_ChunkOut(ch.leaf, ch.cc, cmd, [("data", data, len(data))], len(data), rel, locs, ci,
-                                  bloom, ch.start, expect))
+                expect = _Expected(top.index, field_values=values if k == 0 else None)
+            outs.append((_ChunkOut(ch.leaf, ch.cc, cmd, [("data", data, len(data))], len(data), rel, locs, ci, None,
+                                   ch.start, expect), _bloom_bytes(mini.lay, mch.cmd)))
         return outs
 
     # -- a flat column chunk patched page by page --------------------------------------------------------------

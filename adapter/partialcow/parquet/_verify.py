@@ -87,7 +87,10 @@ def verify_output(path: str, dst: str, src: ParquetLayout, written: list[_Writte
 
 
 def _where(out: ParquetLayout, w: _Written) -> str:
-    rg = f"row group {w.src_rg}" + (f" (row group {w.ordinal} of the output)" if w.ordinal != w.src_rg else "")
+    if w.src_rg < 0:
+        rg = f"appended row group (row group {w.ordinal} of the output)"
+    else:
+        rg = f"row group {w.src_rg}" + (f" (row group {w.ordinal} of the output)" if w.ordinal != w.src_rg else "")
     return f"{rg}, column {'.'.join(out.leaves[w.out.leaf].path)}: "
 
 
