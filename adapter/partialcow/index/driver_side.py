@@ -146,7 +146,7 @@ class _DriverSide:
 
     def _apply_local(self, result: CommitResult, pairs: Mapping[str, str],
                      shifts: Mapping[str, tuple[str, np.ndarray]], removed: Sequence[str], added: Sequence[str],
-                     added_rows: pa.Table | None) -> IndexMetrics | None:
+                     added_rows: pa.Table | None, appended_rows: pa.Table | None = None) -> IndexMetrics | None:
         """``apply_commit`` merged bucket by bucket on the driver (see ``partialcow.index.local``); None when the
         change needs the Spark path (rows of added files unknown, a remote index, an index growing past its layout)."""
         import pyarrow as pa
@@ -163,10 +163,10 @@ class _DriverSide:
         if any(by_path[p].deletes for p in shifts):
             return None
         n = state.num_buckets
+        norm = self.source.normalize_path
         rows = None
         if new_paths:
             assert added_rows is not None
-            norm = self.source.normalize_path
             rows = added_rows.set_column(
                 added_rows.schema.get_field_index("file"),
                 "file",
@@ -174,6 +174,17 @@ class _DriverSide:
             )
             if set(pc.unique(rows.column("file")).to_pylist()) - set(new_paths):
                 return None  # rows of files this commit did not add: not ours to trust
+        grown: dict[str, int] = {}  # re-pointed or shifted file -> rows appended to it
+        if appended_rows is not None and appended_rows.num_rows:
+            appended_rows = appended_rows.set_column(
+                appended_rows.schema.get_field_index("file"), "file",
+                pa.array([norm(p) for p in appended_rows.column("file").to_pylist()], pa.string()))
+            for path, count in zip(*np.unique(appended_rows.column("file").to_numpy(zero_copy_only=False),
+                                              return_counts=True)):
+                grown[str(path)] = int(count)
+            if set(grown) - targets:
+                return None  # rows appended to a file this commit did not rewrite: not ours to trust
+            rows = appended_rows if rows is None else pa.concat_tables([rows, appended_rows.select(rows.column_names)])
         dropped = [by_path[p] for p in removed if p not in pairs and p not in shifts]
         rows_after = (self._rows_total(state) - sum(f.indexed_rows for f in dropped)
                       - sum(len(g) for _, g in shifts.values()) + (rows.num_rows if rows is not None else 0))
@@ -194,6 +205,12 @@ class _DriverSide:
         for path in new_paths:
             new_ids[path] = next_id
             next_id += 1
+        for f in state.files:  # rows appended to a rewritten file take the id its other entries get
+            if f.path in pairs and pairs[f.path] in grown:
+                new_ids[pairs[f.path]] = f.file_id
+            elif f.file_id in remap and shifts[f.path][0] in grown:
+                new_ids[shifts[f.path][0]] = remap[f.file_id][0]
+        grown_buckets: dict[str, tuple[int, ...]] = {}
         per_bucket: dict[int, pa.Table] = {}
         new_stats: dict[str, tuple[int, tuple[int, ...]]] = {p: (0, ()) for p in new_paths}
         if rows is not None and rows.num_rows:
@@ -210,6 +227,8 @@ class _DriverSide:
             for path in new_paths:
                 mine = buckets[files_col == path]
                 new_stats[path] = (int(mine.size), tuple(sorted(int(b) for b in np.unique(mine))))
+            for path in grown:
+                grown_buckets[path] = tuple(int(b) for b in np.unique(buckets[files_col == path]))
         names = unique_names("b", sorted(affected))
         drop_ids = frozenset(f.file_id for f in dropped)
 
@@ -236,12 +255,13 @@ class _DriverSide:
             if f.file_id in drop_ids:
                 continue
             if f.path in pairs:
-                files.append(replace(f, path=pairs[f.path], deletes=None))
+                files.append(_grow(replace(f, path=pairs[f.path], deletes=None), grown, grown_buckets))
             elif f.file_id in remap:
                 dst, gone = shifts[f.path]
                 count = f.record_count - len(gone) if f.record_count >= 0 else -1
-                files.append(IndexedFile(remap[f.file_id][0], dst, count,
-                                         f.indexed_rows - removed_counts.get(f.file_id, 0), None, f.buckets))
+                files.append(_grow(IndexedFile(remap[f.file_id][0], dst, count,
+                                               f.indexed_rows - removed_counts.get(f.file_id, 0), None, f.buckets),
+                                   grown, grown_buckets))
             else:
                 files.append(f)
         for path in new_paths:
@@ -310,3 +330,13 @@ class _DriverSide:
             buckets_rewritten=len(changes), files_dropped=sorted(shifts),
             files_repointed=sorted([*repointed, *(dst for dst, _ in shifts.values())]),
         )
+
+
+def _grow(f: IndexedFile, grown: Mapping[str, int], buckets: Mapping[str, tuple[int, ...]]) -> IndexedFile:
+    """``f`` after ``grown[f.path]`` rows were appended to it, their entries in ``buckets[f.path]``."""
+    added = grown.get(f.path, 0)
+    if not added:
+        return f
+    return replace(f, record_count=f.record_count + added if f.record_count >= 0 else -1,
+                   indexed_rows=f.indexed_rows + added,
+                   buckets=None if f.buckets is None else tuple(sorted({*f.buckets, *buckets.get(f.path, ())})))

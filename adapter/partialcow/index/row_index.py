@@ -286,6 +286,7 @@ class RowIndex(_DriverSide):
         same_positions: Mapping[str, str] | None = None,
         shifted: Mapping[str, tuple[str, Sequence[int]]] | None = None,
         added_rows: pa.Table | None = None,
+        appended_rows: pa.Table | None = None,
     ) -> IndexMetrics:
         """Bring the index to ``result.version`` after a commit of ours.
 
@@ -301,6 +302,9 @@ class RowIndex(_DriverSide):
           index's bucket of each key) lets the whole change be applied without Spark: each affected bucket file is
           merged on the driver (see ``partialcow.index.local``). Used when the index is local, has seen its key
           types and does not need more buckets.
+        - ``appended_rows`` (the same columns as ``added_rows``): rows appended to files of ``same_positions`` or
+          ``shifted``, at their positions in the added file. Merged on the driver with ``added_rows``; where that
+          path is not taken, those files are re-indexed like any added file.
 
         If the index was not at ``result.previous_version`` (someone else committed in between) it falls back to
         ``ensure_fresh``-style repair against the table at ``result.version``.
@@ -321,11 +325,15 @@ class RowIndex(_DriverSide):
                     f"index of {self.state.table}: commit {result.version} removed file(s) the index does not cover "
                     f"({unknown[:3]}); rebuild the index"
                 )
-            local = self._apply_local(result, pairs, shifts, removed, added, added_rows)
+            local = self._apply_local(result, pairs, shifts, removed, added, added_rows, appended_rows)
             if local is not None:
                 local.duration_ms = int((time.monotonic() - started) * 1000)
                 self.last_metrics = local
                 return local
+            if appended_rows is not None and appended_rows.num_rows:
+                grown = {norm(p) for p in appended_rows.column("file").to_pylist()}
+                pairs = {a: b for a, b in pairs.items() if b not in grown}
+                shifts = {a: (b, gone) for a, (b, gone) in shifts.items() if b not in grown}
             by_path = self.state.by_path()
             files = []
             for f in self.state.files:

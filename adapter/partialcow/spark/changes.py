@@ -56,7 +56,7 @@ from partialcow.spark.rewrite_job import (
     locate_partition,
     run_file_tasks,
 )
-from partialcow.spark.small_batch import collect_small_batch
+from partialcow.spark.small_batch import append_target, collect_small_batch
 from partialcow.spark.spec import ChangeSpec, OnSchemaChange
 from partialcow.spark.staging import SAMPLE, keys_text, repeated_keys_error, stage, stage_changes
 from partialcow.spark.tables import LakehouseTable, local_path
@@ -292,7 +292,7 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from partialcow.spark.rewrite_job import POS, rewrite_changed_file, write_index_rows, write_partition
+    from partialcow.spark.rewrite_job import POS, rewrite_changed_file, whole_rows, write_index_rows, write_partition
     from partialcow.table.delta.dv import deleted_positions
 
     table_columns = [f.name for f in table_schema.fields]
@@ -330,16 +330,21 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
 
         vectors = table.deletion_vectors(base_version) if len(ids) else {}
         root = local_path(table.format_table.location)
+        append_to = _append_target(index, paths, ids, insert_rows.num_rows, insert_schema)
 
         def rewrite(item: tuple[int, int, int]) -> dict[str, Any]:
             file_id, start, size = item
             vector = vectors.get(paths[file_id])
+            append = whole_rows(insert_rows, insert_schema) if file_id == append_to else None
             report = rewrite_changed_file(paths[file_id], located.slice(start, size), update_columns=value_columns,
                                           moved_schema=moved_schema, data_dir=table.data_dir, threads=threads,
                                           file_prefix=prefix, key_columns=keys if indexable else (),
                                           index_dir=scratch if indexable else None,
-                                          dropped=deleted_positions(vector, root) if vector is not None else None)
-            return {"kind": "rewrite", **report}
+                                          dropped=deleted_positions(vector, root) if vector is not None else None,
+                                          append=append)
+            appended_index = write_index_rows(insert_rows, keys, scratch) if append is not None and indexable \
+                else None
+            return {"kind": "rewrite", **report, "appended_index_rows": appended_index}
 
         def insert(part: pa.Table) -> list[dict[str, Any]]:
             out = []
@@ -349,7 +354,7 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
                 out += [{"kind": "insert", **r, "index_rows": index_rows} for r in written.to_pylist()]
             return out
 
-        parts = _insert_files(insert_rows.num_rows, cores) if insert_rows.num_rows else 0
+        parts = _insert_files(insert_rows.num_rows, cores) if insert_rows.num_rows and append_to is None else 0
         slices = [insert_rows.slice(insert_rows.num_rows * p // parts,
                                     insert_rows.num_rows * (p + 1) // parts - insert_rows.num_rows * p // parts)
                   for p in range(parts)]
@@ -363,6 +368,28 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
                        spec)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _append_target(index: RowIndex, paths: dict[int, str], ids: np.ndarray, new_rows: int,
+                   insert_schema: pa.Schema) -> int | None:
+    """The id of the touched file a small batch's new rows go into (see ``small_batch.append_target``), if any: one
+    with the table's columns, on a local file system."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    if not new_rows or not len(ids):
+        return None
+    counts = {f.file_id: f.record_count for f in index.state.files}
+    touched = {}
+    for file_id in ids.tolist():
+        local = local_path(paths[file_id])
+        if os.path.exists(local):
+            touched[paths[file_id]] = (os.path.getsize(local), counts.get(file_id, -1))
+    target = append_target(touched, new_rows)
+    if target is None or pq.read_schema(local_path(target)).names != insert_schema.names:
+        return None  # a file written before the table gained a column gets no new rows
+    return int(next(i for i in ids.tolist() if paths[i] == target))
 
 
 def _check_required_columns(spec: ChangeSpec, table_schema: StructType, staged_columns: Sequence[str]) -> None:

@@ -42,7 +42,7 @@ def _commit(table: LakehouseTable, index: RowIndex, results: list[dict[str, Any]
     index to the new version. A rewritten file none of whose rows changed is dropped (nothing to commit for it)."""
     checkpoint("rewritten")
     unchanged = [r for r in results if r["kind"] == "rewrite" and not r["rows_updated"] and not r["rows_deleted"]
-                 and not r["moved_rows"]]
+                 and not r["moved_rows"] and not r.get("rows_appended")]
     _discard([r["dst"] for r in unchanged])
     rewritten = [r for r in results if r["kind"] == "rewrite" and r not in unchanged]
     new_files = [r["dst"] for r in results if r["kind"] == "insert"] + [r["dst"] for r in rewritten]
@@ -60,7 +60,9 @@ def _commit(table: LakehouseTable, index: RowIndex, results: list[dict[str, Any]
         if not new_files:
             return metrics
         table_paths = {p: _table_path(p, location=table.format_table.location) for p in new_files}
-        added_rows = _added_index_rows(results, table_paths)  # before the scratch folder holding them goes
+        # before the scratch folder holding them goes
+        added_rows = _added_index_rows(results, table_paths)
+        appended_rows = _appended_index_rows(rewritten, table_paths)
         if table.delta_spark:
             check_new_files(table, new_files, spec)
         change = FileReplacement(
@@ -80,11 +82,14 @@ def _commit(table: LakehouseTable, index: RowIndex, results: list[dict[str, Any]
     checkpoint("committed")
     # spelled as the commit reports added files, or the index would not recognise the re-pointed file
     # a file whose rows a deletion vector hid also has positions removed, though no change deleted a row
-    same_positions = {r["src"]: table_paths[r["dst"]] for r in rewritten if not r["removed_positions"]}
-    shifted = {r["src"]: (table_paths[r["dst"]], r["removed_positions"]) for r in rewritten if r["removed_positions"]}
+    # a file that gained rows whose entries were not reported is indexed again by reading it
+    kept = [r for r in rewritten if not r.get("rows_appended") or r.get("appended_index_rows") is not None]
+    same_positions = {r["src"]: table_paths[r["dst"]] for r in kept if not r["removed_positions"]}
+    shifted = {r["src"]: (table_paths[r["dst"]], r["removed_positions"]) for r in kept if r["removed_positions"]}
     with clock("index_update"):
         try:
-            index.apply_commit(result, same_positions=same_positions, shifted=shifted, added_rows=added_rows)
+            index.apply_commit(result, same_positions=same_positions, shifted=shifted, added_rows=added_rows,
+                               appended_rows=appended_rows)
         except StaleIndexError:
             # Another writer published an index state between our lookup and our commit (our commit landed):
             # continue from its state, which the repair brings to the table's current snapshot.
@@ -107,6 +112,23 @@ def _added_index_rows(results: Sequence[dict[str, Any]], table_paths: dict[str, 
                 return None
             rows = pa.ipc.open_file(pa.memory_map(fragment)).read_all()
             parts.append(rows.append_column("file", pa.array([table_paths[dst]] * rows.num_rows, pa.string())))
+    return pa.concat_tables(parts) if parts else None
+
+
+def _appended_index_rows(rewritten: Sequence[dict[str, Any]], table_paths: dict[str, str]) -> pa.Table | None:
+    """The index entries of the new rows appended to rewritten files, at their positions there; None when there
+    are none. Entries a writer did not report leave the file to be indexed again by reading it."""
+    import pyarrow as pa
+
+    parts = []
+    for r in rewritten:
+        fragment = r.get("appended_index_rows")
+        if not r.get("rows_appended") or fragment is None:
+            continue
+        rows = pa.ipc.open_file(pa.memory_map(fragment)).read_all()
+        rows = rows.set_column(rows.schema.get_field_index("pos"), "pos",
+                               pa.compute.add(rows.column("pos"), pa.scalar(int(r["append_offset"]), pa.int64())))
+        parts.append(rows.append_column("file", pa.array([table_paths[r["dst"]]] * rows.num_rows, pa.string())))
     return pa.concat_tables(parts) if parts else None
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "rewrite_changed_file",
     "rewrite_files_in_place",
     "run_file_tasks",
+    "whole_rows",
     "write_partition",
 ]
 
@@ -90,6 +91,7 @@ def rewrite_changed_file(
     key_columns: Sequence[str] = (),
     index_dir: str | None = None,
     dropped: np.ndarray | None = None,
+    append: pa.Table | None = None,
 ) -> dict[str, object]:
     """Rewrite data file ``src`` with its changed rows ``mine`` (``_pcow_pos``, ``_pcow_delete``, keys, values) and
     report what was done.
@@ -99,6 +101,8 @@ def rewrite_changed_file(
     deleted from its file and written, whole, to a new file with ``moved_schema``. ``threads``: column chunks the
     rewrite works on at once. ``dropped``: positions already deleted from ``src`` by the table format (a Delta
     deletion vector): left out of the new file, which replaces the vector; not counted as deleted rows.
+    ``append``: new rows (the file's columns, see ``whole_rows``) added after the file's rows, from position
+    ``append_offset`` of the result on.
     """
     local_src = _local(src)
     in_file = set(pq.read_schema(local_src).names)
@@ -134,7 +138,7 @@ def rewrite_changed_file(
     # no fsync: new files are as durable as the ones Spark's and Iceberg's own writers (and our insert writers)
     # leave on a local file system; object stores make a file durable when it is closed
     report = rewrite_file(local_src, dst, updates=updates, deletes=deletes if len(deletes) else None,
-                          threads=threads, fsync=False)
+                          append=append, threads=threads, fsync=False)
     return {
         "src": src,
         "dst": dst,
@@ -146,6 +150,8 @@ def rewrite_changed_file(
         "rows_updated": report.rows_updated,
         "rows_deleted": report.rows_deleted - dropped_count,
         "rows_dropped": dropped_count,
+        "rows_appended": report.rows_appended,
+        "append_offset": report.rows_after - report.rows_appended,
         "pages_rewritten": report.pages_rewritten,
         "pages_copied": report.pages_copied,
         "bytes_copied": report.bytes_copied,
@@ -166,18 +172,22 @@ def write_index_rows(rows: pa.Table, key_columns: Sequence[str], folder: str) ->
     return path
 
 
+def whole_rows(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """New rows as a data file holds them: ``schema``'s columns in its order and types, null where the batch
+    delivers no value (``on_schema_change='ignore'``/``'append_new_columns'``)."""
+    for f in schema:
+        if f.name not in rows.column_names:
+            rows = rows.append_column(f.name, pa.nulls(rows.num_rows, f.type))
+    return rows.select(schema.names).cast(schema)
+
+
 def write_partition(batches: Iterator[pa.RecordBatch], *, schema: pa.Schema, data_dir: str,
                     file_prefix: str = "pcow-") -> Iterator[pa.RecordBatch]:
     """Write this partition's inserted rows as one new data file with the product's layout."""
     batch_list = [b for b in batches if b.num_rows]
     if not batch_list:
         return
-    table = pa.Table.from_batches(batch_list)
-    # columns the batch does not deliver (on_schema_change='ignore'/'append_new_columns') are null in new rows
-    missing = [f for f in schema if f.name not in table.column_names]
-    for f in missing:
-        table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
-    table = table.select(schema.names).cast(schema)
+    table = whole_rows(pa.Table.from_batches(batch_list), schema)
     written = write_table(table, os.path.join(data_dir, new_file_name(file_prefix)))
     yield pa.RecordBatch.from_pylist([{"dst": written.path, "rows": written.num_rows}], schema=_INSERT_ARROW)
 

@@ -13,7 +13,7 @@ rows, commits once and maintains the index: the same steps, checks and errors as
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
-__all__ = ["MAX_DRIVER_ROWS", "collect_small_batch", "driver_max_rows"]
+__all__ = ["APPEND_MAX_BYTES", "MAX_DRIVER_ROWS", "append_target", "collect_small_batch", "driver_max_rows"]
 
 # Batches up to this many rows are applied on the driver (bench/results/dbt_sf1.md measures both paths).
 MAX_DRIVER_ROWS = 200_000
@@ -57,6 +57,32 @@ def driver_max_rows() -> int:
     every first build's index, through Spark's jobs, as the test suite does to run both paths), else
     ``MAX_DRIVER_ROWS``."""
     return int(os.environ.get(DRIVER_ROWS_ENV, MAX_DRIVER_ROWS))
+
+# A small batch's new rows go into the smallest data file it rewrites anyway, while that file stays under this
+# size (Iceberg's default write.target-file-size-bytes): no new file per batch, so the file count, and with it
+# manifests, listings and scans, stay bounded as batches accumulate.
+APPEND_MAX_BYTES = 512 * 1024 * 1024
+
+
+def append_target(touched: Mapping[str, tuple[int, int]], new_rows: int) -> str | None:
+    """The touched file to append ``new_rows`` rows to: the smallest whose estimated size after the append (its
+    bytes per row times the rows) stays under ``APPEND_MAX_BYTES``; None: write a new file. ``touched``: path ->
+    (bytes, rows) of the files the batch rewrites.
+
+    >>> append_target({"a": (900, 9), "b": (100, 1)}, 5)
+    'b'
+    >>> append_target({"a": (APPEND_MAX_BYTES // 2, 10)}, 10), append_target({"a": (900, 9)}, 0)
+    ('a', None)
+    >>> append_target({"a": (APPEND_MAX_BYTES // 2, 10)}, 11)
+    """
+    best = None
+    for path, (size, rows) in touched.items():
+        if rows <= 0 or new_rows <= 0 or size + size * new_rows // rows > APPEND_MAX_BYTES:
+            continue
+        if best is None or size < best[0]:
+            best = (size, path)
+    return None if best is None else best[1]
+
 
 _FLAGS = ("_pcow_f_null_key", "_pcow_f_nan_key", "_pcow_f_bad_op", "_pcow_f_null_seq")
 
