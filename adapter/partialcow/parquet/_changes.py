@@ -124,16 +124,7 @@ def _prepare(lay: ParquetLayout, read_schema: pa.Schema, updates: pa.Table | Non
             col = updates.column(name)
             if col.type in _VIEW_TYPES:  # no take kernel for view types
                 col = col.cast(_VIEW_TYPES[col.type])
-            col = col.take(take).combine_chunks()
-            try:
-                col = col.cast(target.type, safe=True) if col.type != target.type else col
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-                raise InvalidChangeError(f"cannot cast the new values of column {name!r} ({col.type}) to the type "
-                                         f"of {path} ({target.type}): {exc}") from exc
-            if not target.nullable and col.null_count:
-                raise InvalidChangeError(f"column {name!r} of {path} is required (non-nullable) but the updates "
-                                         f"set {col.null_count} row(s) to null")
-            upd[name] = col
+            upd[name] = _as_field(col.take(take).combine_chunks(), target, path, "updated")
     return _Changes(upd_pos, upd, del_pos)
 
 
@@ -152,19 +143,21 @@ def _appended_rows(lay: ParquetLayout, read_schema: pa.Schema, rows: pa.Table) -
                                  f"missing {missing}, unknown {extra}")
     if not lay.row_groups:
         raise InvalidChangeError(f"{path} has no row group to lay appended rows out like; write a new file")
-    columns = []
-    for target in read_schema:
-        col = rows.column(target.name)
-        try:
-            col = col.cast(target.type, safe=True) if col.type != target.type else col
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-            raise InvalidChangeError(f"cannot cast the appended values of column {target.name!r} ({col.type}) to "
-                                     f"the type of {path} ({target.type}): {exc}") from exc
-        if not target.nullable and col.null_count:
-            raise InvalidChangeError(f"column {target.name!r} of {path} is required (non-nullable) but "
-                                     f"{col.null_count} appended row(s) are null")
-        columns.append(col.combine_chunks())
+    columns = [_as_field(rows.column(t.name).combine_chunks(), t, path, "appended") for t in read_schema]
     return pa.table(columns, schema=read_schema)
+
+
+def _as_field(col: pa.Array, target: pa.Field, path: str, what: str) -> pa.Array:
+    """New values (``what``: updated or appended) of a column of ``path`` in its type; a required one holds no null."""
+    try:
+        col = col.cast(target.type, safe=True) if col.type != target.type else col
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise InvalidChangeError(f"cannot cast the {what} values of column {target.name!r} ({col.type}) to the type "
+                                 f"of {path} ({target.type}): {exc}") from exc
+    if not target.nullable and col.null_count:
+        raise InvalidChangeError(f"column {target.name!r} of {path} is required (non-nullable) but {col.null_count} "
+                                 f"{what} row(s) are null")
+    return col
 
 
 def _patch(arr: pa.Array, base: int, upd_rows: np.ndarray, upd_vals: pa.Array | None, del_rows: np.ndarray
