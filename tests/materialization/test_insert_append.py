@@ -38,6 +38,20 @@ def _live_files(spark, name: str) -> set[str]:
 
 
 def test_inserts_go_into_a_rewritten_file(spark, pipeline_path) -> None:
+    _apply_batches(spark, pipeline_path)
+
+
+def test_grown_file_reindexed_by_reading(spark, monkeypatch) -> None:
+    """When the index cannot merge the appended entries on the driver (a remote index, or one growing past its
+    layout), it indexes the grown file again by reading it."""
+    from partialcow.spark.small_batch import DRIVER_ROWS_ENV
+
+    monkeypatch.delenv(DRIVER_ROWS_ENV, raising=False)
+    monkeypatch.setattr(RowIndex, "_apply_local", lambda self, *args: None)
+    _apply_batches(spark, "driver")
+
+
+def _apply_batches(spark, pipeline_path: str) -> None:
     schema = f"pcow_app_{uuid.uuid4().hex[:8]}"
     spark.sql(f"create schema {schema}")
     name = f"{schema}.t"

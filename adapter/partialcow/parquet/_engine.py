@@ -165,7 +165,7 @@ def rewrite_file(
                 if res is not None:
                     planned.append((rg, res[0], res[1]))
             if appended is not None:
-                planned.append((APPENDED, list(rw.appended(appended)), appended.num_rows))
+                planned.append((APPENDED, rw.appended(appended), appended.num_rows))
             _size, rewritten = _write_output(lay, fd, rw.run(planned, threads), rw.stats)
             verify_output(tmp, dst, lay, rewritten, clock=clock)
             if fsync:

@@ -241,21 +241,22 @@ class _Rewriter:
             outs.append(out)
         return outs
 
-    def appended(self, rows: pa.Table) -> list[_ChunkOut]:
-        """The chunks of a new row group holding ``rows`` (the file's top-level fields in its read types), each
-        encoded like the column's chunk in the source's last row group."""
+    def appended(self, rows: pa.Table) -> list[_ChunkOut | _Task]:
+        """Tasks (see ``run``) encoding a new row group of ``rows`` (the file's top-level fields in its read
+        types), each column like its chunk in the source's last row group."""
+        return [_Task(_Rewriter._appended_field, (top, rows.column(top.name).combine_chunks()))
+                for top in self.lay.tops]
+
+    def _appended_field(self, top: TopField, values: pa.Array) -> list[_ChunkOut]:
         last = len(self.lay.row_groups) - 1
-        outs: list[_ChunkOut] = []
-        for top in self.lay.tops:
-            chunks = [self.lay.chunk(last, i) for i in top.leaves]
-            values = rows.column(top.name).combine_chunks()
-            single = len(chunks) == 1 and not self.lay.leaves[chunks[0].leaf].nested
-            had_bloom = F.CMD_BLOOM_FILTER_OFFSET in chunks[0].cmd
-            mini = self._encode_like(top, chunks, values, bloom=single and had_bloom)
-            for out, mini_bloom in self._mini_outs(top, chunks, mini, values):
-                out.bloom = mini_bloom
-                self.stats.bytes_reencoded += out.length
-                outs.append(out)
+        chunks = [self.lay.chunk(last, i) for i in top.leaves]
+        single = len(chunks) == 1 and not self.lay.leaves[chunks[0].leaf].nested
+        mini = self._encode_like(top, chunks, values, bloom=single and F.CMD_BLOOM_FILTER_OFFSET in chunks[0].cmd)
+        outs = []
+        for out, mini_bloom in self._mini_outs(top, chunks, mini, values):
+            out.bloom = mini_bloom
+            self.stats.bytes_reencoded += out.length
+            outs.append(out)
         return outs
 
     def _encode_like(self, top: TopField, chunks: list[Chunk], values: pa.Array, *, bloom: bool) -> _Mini:

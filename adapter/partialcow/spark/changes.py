@@ -330,7 +330,7 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
 
         vectors = table.deletion_vectors(base_version) if len(ids) else {}
         root = local_path(table.format_table.location)
-        append_to = _append_target(index, paths, ids, insert_rows.num_rows, insert_schema)
+        append_to = append_target(index.state.files, paths, ids.tolist(), insert_rows.num_rows, insert_schema)
 
         def rewrite(item: tuple[int, int, int]) -> dict[str, Any]:
             file_id, start, size = item
@@ -368,28 +368,6 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
                        spec)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _append_target(index: RowIndex, paths: dict[int, str], ids: np.ndarray, new_rows: int,
-                   insert_schema: pa.Schema) -> int | None:
-    """The id of the touched file a small batch's new rows go into (see ``small_batch.append_target``), if any: one
-    with the table's columns, on a local file system."""
-    import os
-
-    import pyarrow.parquet as pq
-
-    if not new_rows or not len(ids):
-        return None
-    counts = {f.file_id: f.record_count for f in index.state.files}
-    touched = {}
-    for file_id in ids.tolist():
-        local = local_path(paths[file_id])
-        if os.path.exists(local):
-            touched[paths[file_id]] = (os.path.getsize(local), counts.get(file_id, -1))
-    target = append_target(touched, new_rows)
-    if target is None or pq.read_schema(local_path(target)).names != insert_schema.names:
-        return None  # a file written before the table gained a column gets no new rows
-    return int(next(i for i in ids.tolist() if paths[i] == target))
 
 
 def _check_required_columns(spec: ChangeSpec, table_schema: StructType, staged_columns: Sequence[str]) -> None:

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
+    from partialcow.index.storage import IndexedFile
+
 __all__ = ["APPEND_MAX_BYTES", "MAX_DRIVER_ROWS", "append_target", "collect_small_batch", "driver_max_rows"]
 
 # Batches up to this many rows are applied on the driver (bench/results/dbt_sf1.md measures both paths).
@@ -64,23 +66,44 @@ def driver_max_rows() -> int:
 APPEND_MAX_BYTES = 512 * 1024 * 1024
 
 
-def append_target(touched: Mapping[str, tuple[int, int]], new_rows: int) -> str | None:
-    """The touched file to append ``new_rows`` rows to: the smallest whose estimated size after the append (its
-    bytes per row times the rows) stays under ``APPEND_MAX_BYTES``; None: write a new file. ``touched``: path ->
-    (bytes, rows) of the files the batch rewrites.
+def append_target(files: Sequence[IndexedFile], paths: Mapping[int, str], touched: Sequence[int], new_rows: int,
+                  schema: pa.Schema) -> int | None:
+    """The id of the touched data file (ids ``touched``; ``paths`` by id) a small batch's ``new_rows`` rows go into,
+    or None (write a new file): the smallest local file that keeps the table's columns (``schema``: a file written
+    before the table gained a column gets none) and stays under ``APPEND_MAX_BYTES`` (see ``_smallest_under``)."""
+    import pyarrow.parquet as pq
 
-    >>> append_target({"a": (900, 9), "b": (100, 1)}, 5)
-    'b'
-    >>> append_target({"a": (APPEND_MAX_BYTES // 2, 10)}, 10), append_target({"a": (900, 9)}, 0)
-    ('a', None)
-    >>> append_target({"a": (APPEND_MAX_BYTES // 2, 10)}, 11)
+    from partialcow.spark.tables import local_path
+
+    if not new_rows:
+        return None
+    counts = {f.file_id: f.record_count for f in files}
+    sizes = {}
+    for file_id in touched:
+        local = local_path(paths[file_id])
+        if os.path.exists(local):
+            sizes[file_id] = (os.path.getsize(local), counts.get(file_id, -1))
+    target = _smallest_under(sizes, new_rows)
+    if target is None or pq.read_schema(local_path(paths[target])).names != schema.names:
+        return None
+    return target
+
+
+def _smallest_under(sizes: Mapping[int, tuple[int, int]], new_rows: int) -> int | None:
+    """Of files id -> (bytes, rows), the smallest whose estimated size after ``new_rows`` more rows (its bytes per
+    row times the rows) stays under ``APPEND_MAX_BYTES``.
+
+    >>> _smallest_under({1: (900, 9), 2: (100, 1)}, 5)
+    2
+    >>> _smallest_under({1: (APPEND_MAX_BYTES // 2, 10)}, 10), _smallest_under({1: (APPEND_MAX_BYTES // 2, 10)}, 11)
+    (1, None)
     """
     best = None
-    for path, (size, rows) in touched.items():
-        if rows <= 0 or new_rows <= 0 or size + size * new_rows // rows > APPEND_MAX_BYTES:
+    for file_id, (size, rows) in sizes.items():
+        if rows <= 0 or size + size * new_rows // rows > APPEND_MAX_BYTES:
             continue
         if best is None or size < best[0]:
-            best = (size, path)
+            best = (size, file_id)
     return None if best is None else best[1]
 
 
