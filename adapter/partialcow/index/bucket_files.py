@@ -9,7 +9,7 @@ import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -164,14 +164,14 @@ def write_bucket_files_local(store: IndexStore, key_columns: Sequence[str], tabl
 
 
 def _written(store: IndexStore, table: str, key_columns: Sequence[str], names: Mapping[int, str],
-             results: Sequence[Mapping[str, object]]) -> dict[int, str]:
+             results: Sequence[Mapping[str, Any]]) -> dict[int, str]:
     """The bucket files the tasks' ``results`` name; a repeated key deletes them all and is the error."""
-    duplicates = [json.loads(str(r["duplicate"])) for r in results if r["duplicate"] is not None]
+    duplicates = [json.loads(r["duplicate"]) for r in results if r["duplicate"] is not None]
     if duplicates:
         _delete_quietly(store, names.values())
         sample = [dict(zip(key_columns, d)) for d in duplicates[:_DUPLICATE_SAMPLE]]
         raise duplicate_error(table, key_columns, sample)
-    written = {int(str(r["bucket"])): names[int(str(r["bucket"]))] for r in results}
+    written = {int(r["bucket"]): names[int(r["bucket"])] for r in results}
     if len(written) != len(results):
         raise IndexError_(f"index of {table}: a bucket was written by more than one task")
     return written
