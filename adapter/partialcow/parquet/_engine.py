@@ -44,13 +44,16 @@ from partialcow.metrics import WriteMetrics
 from partialcow.parquet import _format as F
 from partialcow.parquet._changes import ROW_POSITION, _appended_rows, _Changes, _distinct_rows, _prepare
 from partialcow.parquet._layout import ParquetLayout, ThriftClock, _pages_holding
-from partialcow.parquet._output import APPENDED, _write_output
+from partialcow.parquet._output import APPENDED, _ChunkOut, _write_output
 from partialcow.parquet._pagecodec import _read_schema
-from partialcow.parquet._rewriter import _Rewriter
+from partialcow.parquet._rewriter import _Rewriter, _Task
 from partialcow.parquet._screen import screen_columns
 from partialcow.parquet._verify import verify_output
 
-__all__ = ["ROW_POSITION", "RewriteReport", "rewrite_file"]
+__all__ = ["MERGE_TAIL_ROWS", "ROW_POSITION", "RewriteReport", "rewrite_file"]
+
+# a last row group below this many rows is re-encoded with rows appended after it (see rewrite_file's merge_tail_rows)
+MERGE_TAIL_ROWS = 65_536
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ def rewrite_file(
     deletes: Sequence[int] | np.ndarray | pa.Array | pa.ChunkedArray | None = None,
     *,
     append: pa.Table | None = None,
+    merge_tail_rows: int = MERGE_TAIL_ROWS,
     full_chunk_threshold: float = 0.6,
     full_file_threshold: float | None = None,
     writer_options: dict[str, Any] | None = None,
@@ -111,7 +115,9 @@ def rewrite_file(
     to set; values equal to the old ones change nothing. ``deletes`` lists positions to remove. ``append``: rows
     (every top-level field of ``src``) added after the others as one more row group, its columns encoded like the
     last row group's (codec, page version, page size, dictionary or plain), with their own statistics and page
-    index; the source's pages are still copied byte for byte. The source must have a row group.
+    index; the source's pages are still copied byte for byte. The source must have a row group. When it has
+    several and the last holds fewer than ``merge_tail_rows`` rows, that row group is re-encoded with the appended
+    rows after it as one (so a file that gains a few rows per batch does not gain a row group per batch; 0: never).
 
     Options: ``full_chunk_threshold`` (fraction of a chunk's page bytes touched above which the chunk is re-encoded
     whole, with a dictionary), ``full_file_threshold`` (fraction of all page bytes holding candidate changes above
@@ -157,14 +163,19 @@ def rewrite_file(
                        writer_options=opts)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            planned = []
+            planned: list[tuple[int, list[_ChunkOut | _Task], int]] = []
+            # a file's only row group is its body, never a tail: its unchanged pages are copied as always
+            merge_tail = (appended is not None and len(lay.row_groups) > 1
+                          and lay.rg_rows(len(lay.row_groups) - 1) < merge_tail_rows)
             row = 0
-            for rg in range(len(lay.row_groups)):
+            for rg in range(len(lay.row_groups) - int(merge_tail)):
                 res = rw.row_group(rg, row)
                 row += lay.rg_rows(rg)
                 if res is not None:
                     planned.append((rg, res[0], res[1]))
-            if appended is not None:
+            if appended is not None and merge_tail:
+                planned.append((APPENDED, *rw.merged_tail(len(lay.row_groups) - 1, row, appended)))
+            elif appended is not None:
                 planned.append((APPENDED, rw.appended(appended), appended.num_rows))
             _size, rewritten = _write_output(lay, fd, rw.run(planned, threads), rw.stats)
             verify_output(tmp, dst, lay, rewritten, clock=clock)

@@ -54,6 +54,8 @@ from partialcow.parquet._pagecodec import (
 from partialcow.parquet._thrift import T_BINARY, T_I32, T_I64, T_LIST, T_STRUCT, TList, TStruct
 
 _DICT = -1  # page kind of dictionary-encoded pages (others: their value encoding)
+#: the reason ``full_chunk_rewrites`` gives for a last row group re-encoded together with appended rows
+MERGED_TAIL = "last row group merged with the appended rows"
 
 
 @dataclass
@@ -246,6 +248,35 @@ class _Rewriter:
         types), each column like its chunk in the source's last row group."""
         return [_Task(_Rewriter._appended_field, (top, rows.column(top.name).combine_chunks()))
                 for top in self.lay.tops]
+
+    def merged_tail(self, rg: int, rg_start: int, rows: pa.Table) -> tuple[list[_ChunkOut | _Task], int]:
+        """Tasks encoding row group ``rg`` (the last), with its changes applied, and ``rows`` after it as one row
+        group; and that row group's row count. Keeps a file that gains a few rows per batch from gaining a row group
+        per batch."""
+        lo, hi = np.searchsorted(self.ch.del_pos, [rg_start, rg_start + self.lay.rg_rows(rg)])
+        dels = self.ch.del_pos[lo:hi] - rg_start
+        ulo, uhi = np.searchsorted(self.ch.upd_pos, [rg_start, rg_start + self.lay.rg_rows(rg)])
+        tasks: list[_ChunkOut | _Task] = []
+        for top in self.lay.tops:
+            ups, vals = self.ch.column_updates(top.name, rg_start, rg_start + self.lay.rg_rows(rg), int(ulo), int(uhi))
+            tasks.append(_Task(_Rewriter._merged_field, (top, rg, rg_start, ups - rg_start, vals, dels,
+                                                         rows.column(top.name).combine_chunks())))
+        return tasks, self.lay.rg_rows(rg) - int(dels.size) + rows.num_rows
+
+    def _merged_field(self, top: TopField, rg: int, rg_start: int, ups: np.ndarray, vals: pa.Array | None,
+                      dels: np.ndarray, appended: pa.Array) -> list[_ChunkOut]:
+        chunks = [self.lay.chunk(rg, i) for i in top.leaves]
+        old = _decode_pages(self.lay, top, rg, None, self.lay.rg_rows(rg))
+        if ups.size:
+            mask = _changed_mask(old.take(pa.array(ups)), vals)
+            ups, vals = ups[mask], _values(vals).filter(pa.array(mask))
+            self._record_changes(top, rg, rg_start, ups)
+        kept = _patch(old, 0, ups, vals, dels)
+        for ch in chunks:
+            self.stats.full_chunks.append((rg, ".".join(self.lay.leaves[ch.leaf].path), MERGED_TAIL))
+            self.stats.pages_total += len(ch.pages)
+            self.stats.pages_rewritten += len(ch.pages)
+        return self._appended_field(top, pa.concat_arrays([kept, appended.cast(kept.type)]))
 
     def _appended_field(self, top: TopField, values: pa.Array) -> list[_ChunkOut]:
         last = len(self.lay.row_groups) - 1
