@@ -43,6 +43,7 @@ import pyarrow as pa
 from partialcow.metrics import WriteMetrics
 from partialcow.parquet import _format as F
 from partialcow.parquet._changes import ROW_POSITION, _appended_rows, _Changes, _distinct_rows, _prepare
+from partialcow.parquet._fingerprints import remove_sidecar, store_sidecar
 from partialcow.parquet._layout import ParquetLayout, ThriftClock, _pages_holding
 from partialcow.parquet._output import APPENDED, _ChunkOut, _write_output
 from partialcow.parquet._pagecodec import _read_schema
@@ -65,7 +66,10 @@ class RewriteReport:
     ``rows_after - rows_appended``), in a row group of their own. ``full_chunk_rewrites`` lists (row group, column,
     reason) of chunks re-encoded whole; ``full_file_rewrite`` says why every touched chunk was (the cost model's
     whole-file mode), or None. ``thrift_seconds`` is the part of ``elapsed_seconds`` spent (de)serialising Thrift
-    (footer, page headers, page indexes).
+    (footer, page headers, page indexes). ``screening`` says how the real changes of widely updated columns were
+    found before any page was touched: "none", "decode" (those columns decoded), "fingerprints" (the source's row
+    fingerprints named the changed columns; only those were decoded) or "fingerprints+decode";
+    ``fingerprints_written``: ``dst`` got its fingerprints sidecar.
     """
 
     src: str
@@ -86,6 +90,8 @@ class RewriteReport:
     bloom_filters_dropped: tuple[tuple[int, str], ...]
     elapsed_seconds: float
     thrift_seconds: float
+    screening: str = "none"
+    fingerprints_written: bool = False
 
     def to_metrics(self) -> WriteMetrics:
         """The counts as :class:`partialcow.metrics.WriteMetrics` (one file rewritten)."""
@@ -108,6 +114,7 @@ def rewrite_file(
     writer_options: dict[str, Any] | None = None,
     fsync: bool = True,
     threads: int | None = None,
+    fingerprints: bool = False,
 ) -> RewriteReport:
     """Write ``dst``: ``src`` with ``updates`` applied and ``deletes`` removed, re-encoding only touched pages.
 
@@ -124,7 +131,9 @@ def rewrite_file(
     which every touched chunk is re-encoded whole without decoding candidate pages first; default 0.85 with one
     thread, never with more), ``writer_options`` (extra ``pyarrow.parquet.ParquetWriter`` options for re-encoded
     pages, e.g. ``{"compression_level": 3}``), ``fsync``, ``threads`` (column chunks rewritten at once; default: the
-    machine's cores, at most 8).
+    machine's cores, at most 8), ``fingerprints`` (keep a sidecar of row fingerprints next to the files, so that
+    later full row images find their few real changes without decoding every column: see ``_fingerprints``; the
+    sidecar of ``src`` is used when it matches the file, and ``dst``'s is written when its fingerprints are known).
 
     ``dst`` appears only when the rewrite succeeded and the written file passed verification (written to a
     temporary name, verified, fsynced, renamed); otherwise ParquetRewriteError names the file, row group, column
@@ -153,7 +162,9 @@ def rewrite_file(
     tmp = f"{dst}.tmp-{secrets.token_hex(6)}"
     with ParquetLayout(src, clock=clock) as lay:
         read_schema = _read_schema(lay)
-        changes = screen_columns(lay, _prepare(lay, read_schema, updates, deletes), threads=threads)
+        screening = screen_columns(lay, _prepare(lay, read_schema, updates, deletes), threads=threads,
+                                   read_schema=read_schema, fingerprints=fingerprints)
+        changes = screening.changes
         appended = _appended_rows(lay, read_schema, append) if append is not None and append.num_rows else None
         reason = None
         if full_file_threshold < math.inf:
@@ -186,6 +197,8 @@ def rewrite_file(
             os.unlink(tmp)
             raise
         os.close(fd)
+    if fingerprints or screening.lineage is not None:
+        remove_sidecar(dst)  # a sidecar of an earlier file of that name would not match, but takes room
     try:
         os.replace(tmp, dst)
     except BaseException:
@@ -193,6 +206,11 @@ def rewrite_file(
         raise
     if fsync:
         _fsync_dir(os.path.dirname(os.path.abspath(dst)))
+    written = False
+    if screening.lineage is not None:
+        # after the file: a crash in between leaves the file without a sidecar, which only costs speed
+        store_sidecar(dst, screening.lineage.derive(changes.del_pos, appended))
+        written = True
     st = rw.stats
     rows_after = sum(rows for _, _, rows in planned)
     rows_updated = _distinct_rows(rw.changed_parts, lay.num_rows)
@@ -200,7 +218,8 @@ def rewrite_file(
         src, dst, lay.num_rows, rows_after, rows_updated, int(changes.del_pos.size),
         appended.num_rows if appended is not None else 0, st.pages_total,
         st.pages_rewritten, st.pages_copied, st.bytes_copied, st.bytes_reencoded, tuple(sorted(st.columns)),
-        tuple(st.full_chunks), reason, tuple(st.blooms_dropped), time.perf_counter() - t0, clock.seconds)
+        tuple(st.full_chunks), reason, tuple(st.blooms_dropped), time.perf_counter() - t0, clock.seconds,
+        screening.method, written)
 
 
 def _fsync_dir(path: str) -> None:
