@@ -2,7 +2,7 @@
 
 ``table_state`` is the current snapshot id, the rows, and every file under the table folder (data files and the
 ``_partialcow_index`` folder: names and sizes). ``leftovers`` lists what no snapshot needs and no index state
-references: data files outside ``all_files``, scratch and temporary folders, write leases.
+references: data files outside ``all_files`` (and their fingerprint sidecars), scratch and temporary folders, write leases.
 """
 
 from __future__ import annotations
@@ -31,6 +31,12 @@ def table_state(spark, name: str) -> tuple:
     return snapshot, rows, files
 
 
+def _sidecar_of(path: str, referenced: set[str]) -> bool:
+    """Whether ``path`` is the row-fingerprint sidecar (``.<name>.pcfp``) of a referenced data file."""
+    head, name = os.path.split(path)
+    return name.startswith(".") and name.endswith(".pcfp") and os.path.join(head, name[1:-5]) in referenced
+
+
 def leftovers(spark, name: str) -> list[str]:
     """Files and folders under the table that nothing needs: what a crashed write may leave and the next removes."""
     root = location(spark, name)
@@ -39,7 +45,8 @@ def leftovers(spark, name: str) -> list[str]:
     data = os.path.join(root, "data")
     for d, _, names in os.walk(data):
         # .crc: the checksum files Hadoop's local file system writes next to Spark's own data files
-        found += [os.path.join(d, f) for f in names if os.path.join(d, f) not in referenced and not f.endswith(".crc")]
+        found += [os.path.join(d, f) for f in names if os.path.join(d, f) not in referenced and not f.endswith(".crc")
+                  and not _sidecar_of(os.path.join(d, f), referenced)]
     index = os.path.join(root, "_partialcow_index")
     states = sorted(os.listdir(os.path.join(index, "_state")))
     buckets = set()

@@ -57,6 +57,7 @@ from partialcow.branch.types import (
     validate_image_mode,
 )
 from partialcow.exceptions import BranchError
+from partialcow.parquet import remove_sidecar
 from partialcow.spark.rewrite_job import DELETE, FILE, IN_PLACE_RESULT_SCHEMA, POS, rewrite_files_in_place
 from partialcow.table.java import jvm as java_gateway
 
@@ -428,10 +429,12 @@ def _rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: in
         for result in results:  # not referenced by any snapshot
             with contextlib.suppress(FileNotFoundError):
                 os.remove(result["dst"])
+            remove_sidecar(result["dst"])
         raise
     for result in results:
         if not result["rows_after"]:
             os.remove(result["dst"])
+            remove_sidecar(result["dst"])
     return results
 
 

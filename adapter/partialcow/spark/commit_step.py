@@ -16,6 +16,7 @@ from partialcow.exceptions import (
 from partialcow.faults import checkpoint
 from partialcow.index import RowIndex
 from partialcow.metrics import PhaseClock, WriteMetrics
+from partialcow.parquet import remove_sidecar
 from partialcow.spark.delta_checks import check_new_files
 from partialcow.spark.spec import ChangeSpec
 from partialcow.spark.tables import LakehouseTable, local_path
@@ -33,6 +34,7 @@ def _discard(paths: Sequence[str]) -> None:
     for path in paths:
         with suppress(FileNotFoundError):
             os.remove(local_path(path))
+        remove_sidecar(local_path(path))
 
 
 def _commit(table: LakehouseTable, index: RowIndex, results: list[dict[str, Any]], inserts: int,
@@ -80,6 +82,9 @@ def _commit(table: LakehouseTable, index: RowIndex, results: list[dict[str, Any]
         _discard(new_files)
         raise
     checkpoint("committed")
+    for r in rewritten:  # replaced: their fingerprints serve no later batch (the files stay for time travel)
+        with suppress(OSError):
+            remove_sidecar(local_path(r["src"]))
     # spelled as the commit reports added files, or the index would not recognise the re-pointed file
     # a file whose rows a deletion vector hid also has positions removed, though no change deleted a row
     # a file that gained rows whose entries were not reported is indexed again by reading it

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from partialcow.index.storage import INDEX_DIR, IndexStore
+from partialcow.parquet import remove_sidecar
 
 __all__ = ["JOURNAL_DIR", "Recovered", "WriteLease", "data_file_prefix"]
 
@@ -172,10 +173,17 @@ class WriteLease:
         done.writes.append(write_id)
         self.store.delete_dir(f"_tmp/{write_id}")
         prefix = data_file_prefix(write_id)
-        candidates = [os.path.join(d, f) for data_dir in self.data_dirs
-                      for d, dirs, files in os.walk(data_dir)
-                      if INDEX_DIR not in d.split(os.sep) and "_delta_log" not in d.split(os.sep)
-                      for f in files if f.startswith(prefix)]
+        found = [os.path.join(d, f) for data_dir in self.data_dirs
+                 for d, dirs, files in os.walk(data_dir)
+                 if INDEX_DIR not in d.split(os.sep) and "_delta_log" not in d.split(os.sep)
+                 for f in files if f.startswith(prefix) or f.startswith(f".{prefix}")]
+        # hidden: fingerprint sidecars (``partialcow.parquet``), removed with their data files; a half-written one
+        # (a temporary name) whatever its file
+        candidates = [p for p in found if not os.path.basename(p).startswith(".")]
+        for path in found:
+            if os.path.basename(path).startswith(".") and ".pcfp.tmp-" in path:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
         if not candidates:
             return
         referenced = self.referenced()
@@ -188,3 +196,4 @@ class WriteLease:
                 done.data_files.append(path)
             except FileNotFoundError:
                 pass
+            remove_sidecar(path)

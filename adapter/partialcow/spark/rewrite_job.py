@@ -137,8 +137,9 @@ def rewrite_changed_file(
     dst = os.path.join(os.path.dirname(local_src), new_file_name(file_prefix))
     # no fsync: new files are as durable as the ones Spark's and Iceberg's own writers (and our insert writers)
     # leave on a local file system; object stores make a file durable when it is closed
+    # fingerprints: the next batch of full row images finds its real changes in this file without decoding it
     report = rewrite_file(local_src, dst, updates=updates, deletes=deletes if len(deletes) else None,
-                          append=append, threads=threads, fsync=False)
+                          append=append, threads=threads, fsync=False, fingerprints=True)
     return {
         "src": src,
         "dst": dst,

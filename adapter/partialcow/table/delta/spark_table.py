@@ -36,6 +36,7 @@ from partialcow.exceptions import (
     CommitStateUnknownError,
     UnsupportedTableFeatureError,
 )
+from partialcow.parquet import remove_sidecar
 from partialcow.table.base import CommitResult, DataFile, FileReplacement
 from partialcow.table.delta import spark_log
 from partialcow.table.delta.conflicts import check_concurrent
@@ -472,6 +473,8 @@ class DeltaSparkTable:
         for rel in paths:
             with contextlib.suppress(OSError):
                 os.remove(os.path.join(self.root, rel))
+            with contextlib.suppress(OSError):
+                remove_sidecar(os.path.join(self.root, rel))
 
 
 class _KeepFiles(Exception):
