@@ -84,6 +84,7 @@ class IcebergTable:
         self._loaded: Any = None  # the Java table, loaded once: later calls only refresh it
         self._root: str | None = None
         self._live_cache: dict[int, list[DataFile]] = {}  # a snapshot's files never change
+        self._scan_cache: dict[int, list[tuple[Any, Any]]] = {}  # their Java objects, for the commit that follows
 
     @property
     def name(self) -> str:
@@ -189,6 +190,8 @@ class IcebergTable:
         """(data file, attached delete files) of every live data file at ``version``."""
         if version == NO_SNAPSHOT or (version is None and table.currentSnapshot() is None):
             return []
+        if version is not None and version in self._scan_cache:
+            return self._scan_cache[version]
         scan = table.newScan()
         try:
             if version is not None:
@@ -207,6 +210,8 @@ class IcebergTable:
                 out.append((task.file(), task.deletes()))
         finally:
             tasks.close()
+        if version is not None:
+            self._scan_cache = {version: out}  # the last one: a commit reads the snapshot its lookup read
         return out
 
     # ---------------------------------------------------------------- committing
