@@ -91,3 +91,33 @@ def test_full_row_images_keep_fingerprints_beside_the_files(spark):
         assert prior == 0
     finally:
         spark.sql(f"drop schema {schema} cascade")
+
+
+def test_sidecars_of_files_another_writer_replaced_go_with_the_next_batch(spark):
+    """Spark's own UPDATE replaces a file that has a sidecar; the next batch's index repair removes that sidecar."""
+    schema = f"pcow_fp_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    name = f"{schema}.t"
+    try:
+        from decimal import Decimal
+
+        def frame(rows):
+            return spark.createDataFrame([(k, q, Decimal(p), s, d, op) for k, q, p, s, d, op in rows], SCHEMA)
+
+        create_table(spark, name, frame([_row(k, 0, "I") for k in range(N)]), SPEC)
+        table = open_table(spark, name, table_format="iceberg")
+        apply_changes(spark, table, frame([_row(k, 1) for k in range(0, N, 2)]), SPEC)
+        with_sidecar = [f for f in _data_files(spark, name) if os.path.exists(sidecar_path(f))]
+        assert with_sidecar
+        spark.sql(f"update {name} set s = 'other writer' where k % 2 = 1")  # every file: copy-on-write rewrites
+        replaced = [f for f in with_sidecar if f not in _data_files(spark, name)]
+        assert replaced and all(os.path.exists(sidecar_path(f)) for f in replaced)
+        apply_changes(spark, table, frame([_row(k, 2) for k in range(0, N, 2)]), SPEC)
+        assert not any(os.path.exists(sidecar_path(f)) for f in replaced)
+        assert leftovers(spark, name) == []
+        got = {r.k: (r.q, r.s) for r in spark.table(name).collect()}
+        assert all(got[k] == (_row(k, 2)[1], f"s{k}") for k in range(0, N, 2))
+        assert all(got[k][1] == "other writer" for k in range(1, N, 2))
+    finally:
+        spark.sql(f"drop schema {schema} cascade")
+

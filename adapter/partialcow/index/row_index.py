@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -49,7 +50,9 @@ from partialcow.index.driver_side import _DriverSide
 from partialcow.index.hashing import SUPPORTED_KEY_TYPES
 from partialcow.index.results import IndexMetrics, LookupResult, VerifyReport
 from partialcow.index.storage import IndexedFile, IndexState, IndexStore, replace_buckets
+from partialcow.parquet import remove_sidecar
 from partialcow.table.base import FILE_ID, POS, CommitResult, DataFile, TableSource, quote_identifier
+from partialcow.table.paths import local_path
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -382,7 +385,21 @@ class RowIndex(_DriverSide):
         current = {f.path: f for f in live}
         drop = [f for p, f in recorded.items() if p not in current or current[p].deletes != f.deletes]
         add = [f for p, f in current.items() if p not in recorded or recorded[p].deletes != f.deletes]
-        return self._update(self.state, version=version, drop=drop, add=add, full=False, operation=operation)
+        metrics = self._update(self.state, version=version, drop=drop, add=add, full=False, operation=operation)
+        self._forget_fingerprints([p for p in recorded if p not in current])
+        return metrics
+
+    def _forget_fingerprints(self, paths: Sequence[str]) -> None:
+        """Remove the row-fingerprint sidecars of data files the table no longer has live (replaced by another
+        writer, or by a write of ours that crashed before removing them): no later batch rewrites those files."""
+        root = local_path(self.source.location) if paths else None
+        for path in paths:
+            local = local_path(path)
+            if local is None and root is not None and "://" not in path and ":" not in path.split("/")[0]:
+                local = os.path.join(root, path)  # a path relative to the table (Delta)
+            if local is not None:
+                with suppress(OSError):
+                    remove_sidecar(local)
 
     def _update(
         self,

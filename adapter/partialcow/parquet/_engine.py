@@ -22,9 +22,13 @@ and, with a single thread, re-encodes every touched chunk whole when nearly ever
 mode: untouched chunks are still copied). Re-encoded pages keep the source's physical layout (``_physical``);
 where pyarrow cannot write it the rewrite fails rather than change the file's schema.
 
-Modules: ``_changes`` (validating the change, patching rows), ``_pagecodec`` (in-memory files through which
-pyarrow decodes and encodes pages), ``_physical`` (the source's physical layout), ``_rewriter`` (per chunk: what
-to copy, what to re-encode), ``_output`` (chunk pieces and the file written from them), ``_verify``.
+Before step 1, the real changes of widely updated columns (full row images) are worked out in bulk (``_screen``),
+with the source's row fingerprints where it has them (``_fingerprints``), so unchanged columns are copied whole.
+
+Modules: ``_changes`` (validating the change, patching rows), ``_screen`` and ``_fingerprints`` (which updated
+values really change), ``_pagecodec`` (in-memory files through which pyarrow decodes and encodes pages),
+``_physical`` (the source's physical layout), ``_rewriter`` (per chunk: what to copy, what to re-encode),
+``_output`` (chunk pieces and the file written from them), ``_verify``.
 """
 
 from __future__ import annotations
