@@ -213,3 +213,18 @@ def test_decimals_beyond_the_low_word_hash_apart() -> None:
     odd = pa.Array.from_buffers(good.type, 2, [None, pa.py_buffer(words.tobytes())])
     h_good, h_odd = column_hashes(good, 3), column_hashes(odd, 3)
     assert h_good[0] == h_odd[0] and h_good[1] != h_odd[1]  # per value, not per array
+
+
+def test_a_small_batch_of_full_images_keeps_the_sidecar(batch_file, tmp_path, monkeypatch) -> None:
+    """Updates on few pages are compared page by page, not screened; the new file still gets its fingerprints
+    (from the new values: every covered column is given)."""
+    mid, second = batch_file
+    monkeypatch.setattr(_screen, "_SCREEN_PAGE_SHARE", 2.0)  # no column counts as widely updated
+    few = second.slice(0, 3)
+    r = rewrite_file(mid, tmp_path / "out.parquet", updates=few, deletes=[second.column(ROW_POSITION)[5].as_py()],
+                     fingerprints=True)
+    assert r.screening == "none" and r.fingerprints_written
+    assert_same_rows(pq.read_table(tmp_path / "out.parquet"), apply_changes(
+        pq.read_table(mid), few, [second.column(ROW_POSITION)[5].as_py()], ROW_POSITION), "pyarrow")
+    assert_sidecar_matches(tmp_path / "out.parquet")
+

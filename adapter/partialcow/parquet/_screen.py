@@ -89,11 +89,9 @@ def screen_columns(lay: ParquetLayout, changes: _Changes, *, threads: int, read_
     updated = set(changes.upd) if changes.upd_pos.size else set()
     names = [name for name in changes.upd if _widely_updated(lay, changes, name)] if updated else []
     if not names:
-        # nothing screened: the fingerprints carry over unless a covered column is updated
-        carry = sc is not None and not updated & set(sc.columns)
-        empty = changes.upd_pos[:0]
-        return Screening(changes, "none", Lineage(sc, empty, empty.astype(np.uint64), empty.astype(np.uint64))
-                         if carry and sc is not None else None)
+        # nothing screened (the updates touch few pages): the fingerprints carry over when no covered column is
+        # updated, or when every one is (full row images: the updated rows' new fingerprints are their new values')
+        return Screening(changes, "none", _carried(sc, changes, updated) if sc is not None else None)
     if sc is not None and set(sc.columns) <= updated and set(names) <= set(sc.columns):
         done = _by_fingerprints(lay, changes, sc, threads)
         if done is not None:
@@ -104,6 +102,16 @@ def screen_columns(lay: ParquetLayout, changes: _Changes, *, threads: int, read_
     if sc is not None and set(names) <= set(sc.columns):
         return _decode_and_carry(lay, changes, names, sc, threads)
     return _decode_and_build(lay, changes, names, read_schema, threads)
+
+
+def _carried(sc: Sidecar, changes: _Changes, updated: set[str]) -> Lineage | None:
+    if not updated & set(sc.columns):
+        empty = changes.upd_pos[:0]
+        return Lineage(sc, empty, empty.astype(np.uint64), empty.astype(np.uint64))
+    if not set(sc.columns) <= updated:
+        return None  # some covered columns keep unknown old values: the sidecar is dropped
+    new = [column_hashes(changes.upd[c], sc.salt(j)) for j, c in enumerate(sc.columns)]
+    return Lineage(sc, changes.upd_pos, fingerprint(new), signature(new, len(new)))
 
 
 def _by_fingerprints(lay: ParquetLayout, changes: _Changes, sc: Sidecar, threads: int) -> Screening | None:
