@@ -201,7 +201,7 @@ def rewrite_file(
             os.unlink(tmp)
             raise
         os.close(fd)
-    if fingerprints or screening.lineage is not None:
+    if fingerprints:
         remove_sidecar(dst)  # a sidecar of an earlier file of that name would not match, but takes room
     try:
         os.replace(tmp, dst)

@@ -28,12 +28,14 @@ import hashlib
 import json
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+
+from partialcow.parquet._changes import _VIEW_TYPES
 
 __all__ = ["Sidecar", "column_hashes", "fingerprint", "hashable", "load_sidecar", "remove_sidecar", "sidecar_path",
            "signature", "slot_mask", "store_sidecar"]
@@ -47,7 +49,6 @@ _NULL = np.uint64(0x6A09E667F3BCC908)
 _CANONICAL_NAN = {2: 0x7E00, 4: 0x7FC00000, 8: 0x7FF8000000000000}
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _FLOAT = {2: np.float16, 4: np.float32, 8: np.float64}
-_VIEWS = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}
 _BYTES_PER_PASS = 1 << 24  # bounds the scratch arrays of a string column's hash
 
 
@@ -67,7 +68,7 @@ def hashable(t: pa.DataType) -> bool:
     """Whether :func:`column_hashes` takes values of type ``t``."""
     if isinstance(t, pa.ExtensionType) or pa.types.is_dictionary(t) or pa.types.is_nested(t):
         return False
-    if t in _VIEWS or pa.types.is_boolean(t) or pa.types.is_string(t) or pa.types.is_binary(t):
+    if t in _VIEW_TYPES or pa.types.is_boolean(t) or pa.types.is_string(t) or pa.types.is_binary(t):
         return True
     if pa.types.is_large_string(t) or pa.types.is_large_binary(t):
         return True
@@ -95,7 +96,7 @@ def column_hashes(values: pa.Array | pa.ChunkedArray, salt: int) -> np.ndarray:
     if isinstance(values, pa.ChunkedArray):
         parts = [column_hashes(c, salt) for c in values.chunks]
         return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
-    arr = values.cast(_VIEWS[values.type]) if values.type in _VIEWS else values
+    arr = values.cast(_VIEW_TYPES[values.type]) if values.type in _VIEW_TYPES else values
     t, n = arr.type, len(arr)
     key = np.uint64(salt)
     if pa.types.is_boolean(t):
@@ -225,6 +226,14 @@ class Sidecar:
     @classmethod
     def new_seed(cls) -> int:
         return secrets.randbits(64)
+
+    def hashes(self, values: Callable[[str], pa.Array | pa.ChunkedArray]) -> list[np.ndarray]:
+        """Each covered column's hashes, its values given by ``values(name)``."""
+        return [column_hashes(values(c), self.salt(j)) for j, c in enumerate(self.columns)]
+
+    def marks(self, hashes: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(fingerprints, signatures) of rows from their covered columns' hashes (in column order)."""
+        return fingerprint(hashes), signature(hashes, len(self.columns))
 
     def salt(self, j: int) -> int:
         return int(_mix(np.array([self.seed ^ ((j + 1) * 0x9E3779B97F4A7C15 % 2**64)], np.uint64))[0])

@@ -29,7 +29,6 @@ from partialcow.parquet._changes import _changed_mask, _Changes
 from partialcow.parquet._fingerprints import (
     Sidecar,
     column_hashes,
-    fingerprint,
     hashable,
     load_sidecar,
     signature,
@@ -65,9 +64,8 @@ class Lineage:
             keep[del_pos] = False
             fp, sig = fp[keep], sig[keep]
         if appended is not None and appended.num_rows:
-            hashes = [column_hashes(appended.column(c), base.salt(j)) for j, c in enumerate(base.columns)]
-            fp = np.concatenate([fp, fingerprint(hashes)])
-            sig = np.concatenate([sig, signature(hashes, len(hashes))])
+            more_fp, more_sig = base.marks(base.hashes(appended.column))
+            fp, sig = np.concatenate([fp, more_fp]), np.concatenate([sig, more_sig])
         return Sidecar(base.columns, base.types, base.seed, fp, sig)
 
 
@@ -110,8 +108,7 @@ def _carried(sc: Sidecar, changes: _Changes, updated: set[str]) -> Lineage | Non
         return Lineage(sc, empty, empty.astype(np.uint64), empty.astype(np.uint64))
     if not set(sc.columns) <= updated:
         return None  # some covered columns keep unknown old values: the sidecar is dropped
-    new = [column_hashes(changes.upd[c], sc.salt(j)) for j, c in enumerate(sc.columns)]
-    return Lineage(sc, changes.upd_pos, fingerprint(new), signature(new, len(new)))
+    return Lineage(sc, changes.upd_pos, *sc.marks(sc.hashes(changes.upd.__getitem__)))
 
 
 def _by_fingerprints(lay: ParquetLayout, changes: _Changes, sc: Sidecar, threads: int) -> Screening | None:
@@ -120,9 +117,9 @@ def _by_fingerprints(lay: ParquetLayout, changes: _Changes, sc: Sidecar, threads
     None when a column cannot be decoded for comparison (the caller screens the classic way)."""
     cols, k = sc.columns, len(sc.columns)
     salts = {c: sc.salt(j) for j, c in enumerate(cols)}
-    new = {c: column_hashes(changes.upd[c], salts[c]) for c in cols}
-    g = fingerprint([new[c] for c in cols])
-    s = signature([new[c] for c in cols], k)
+    hashes = sc.hashes(changes.upd.__getitem__)
+    new = dict(zip(cols, hashes))
+    g, s = sc.marks(hashes)
     f = sc.fp[changes.upd_pos]
     differ = g != f
     flags = int(np.bitwise_or.reduce((s ^ sc.sig[changes.upd_pos])[differ])) if differ.any() else 0
@@ -182,9 +179,8 @@ def _decode_and_build(lay: ParquetLayout, changes: _Changes, names: list[str], r
     if whole is None:
         return Screening(result, "decode", None)
     base.fp, base.sig = whole
-    new = [column_hashes(changes.upd[c], base.salt(j)) for j, c in enumerate(cols)]
-    return Screening(result, "decode", Lineage(base, changes.upd_pos, fingerprint(new),
-                                               signature(new, len(cols))))
+    new_fp, new_sig = base.marks(base.hashes(changes.upd.__getitem__))
+    return Screening(result, "decode", Lineage(base, changes.upd_pos, new_fp, new_sig))
 
 
 def _with_masks(changes: _Changes, masks: dict[str, np.ndarray]) -> _Changes:
@@ -246,8 +242,9 @@ def _decode(lay: ParquetLayout, changes: _Changes, names: Sequence[str], *, thre
                 jobs = [(cover.salt(j), columns[c]) for j, c in enumerate(cover.columns)]
                 hashes = list(pool.map(lambda job: column_hashes(job[1], job[0]), jobs) if pool is not None
                               else (column_hashes(c, salt) for salt, c in jobs))
-                fps.append(fingerprint(hashes))
-                sigs.append(signature(hashes, len(hashes)))
+                fp, sig = cover.marks(hashes)
+                fps.append(fp)
+                sigs.append(sig)
     finally:
         if pool is not None:
             pool.shutdown()
