@@ -42,6 +42,21 @@ def test_user_settings_win() -> None:
     assert conf["spark.x.custom"] == "1"
 
 
+@pytest.mark.parametrize(("users", "parallel"), [
+    (None, True),
+    ("-Xss4m -Dx=1", True),  # options that choose no collector keep ours
+    ("-XX:+UseG1GC", False),  # a second collector would stop the JVM from starting
+    ("-Xss4m -XX:+UseZGC", False),
+])
+def test_driver_collector_unless_the_user_chooses_one(users: str | None, parallel: bool) -> None:
+    extra = {"spark.driver.extraJavaOptions": users} if users else {}
+    options = _conf(extra=extra)["spark.driver.extraJavaOptions"].split()
+    assert ("-XX:+UseParallelGC" in options) is parallel
+    assert sum(o.startswith("-XX:+Use") and o.endswith("GC") for o in options) == 1
+    if users:
+        assert options[-len(users.split()):] == users.split()  # the user's options come last
+
+
 def test_user_jars_are_added_to_ours(tmp_path: Path) -> None:
     driver = tmp_path / "postgresql.jar"
     driver.write_bytes(b"PK")

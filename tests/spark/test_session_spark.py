@@ -45,6 +45,11 @@ def test_iceberg_table_create_insert_merge_and_snapshots(spark, spark_warehouse:
     spark.sql("DROP TABLE session_test.t PURGE")
 
 
+def test_driver_runs_the_parallel_collector(spark) -> None:
+    beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    assert sorted(bean.getName() for bean in beans) == ["PS MarkSweep", "PS Scavenge"]
+
+
 def test_views_and_plain_tables_share_the_catalog(spark) -> None:
     # dbt creates views and may create non-Iceberg tables next to Iceberg ones: SparkSessionCatalog keeps both.
     spark.sql("CREATE SCHEMA IF NOT EXISTS session_test")

@@ -27,12 +27,17 @@ from dataclasses import dataclass
 
 from partialcow.table.base import quote_identifier
 
-__all__ = ["BROADCAST_KEYS", "NarrowPlan", "candidate_keys_sql", "narrowed_source_sql", "narrowed_target_sql",
-           "plan_narrowing"]
+__all__ = ["BROADCAST_KEYS", "SHUFFLE_HASH_BYTES", "NarrowPlan", "candidate_keys_sql", "current_side_sql",
+           "join_by_hash", "narrowed_source_sql", "narrowed_target_sql", "plan_narrowing"]
 
 _KEY = "__pcow_k"  # candidate key parts: __pcow_k0, __pcow_k1, ...
 # up to this many candidate keys go to every task that reads the source and the snapshot; more are joined by a shuffle
 BROADCAST_KEYS = 1_000_000
+# The join of every key builds a hash table of the snapshot's side in each shuffle partition where Spark's estimate of
+# that side is at most this many bytes per partition, instead of sorting both sides: a fresh process spends most of
+# a sort-merge join's time compiling its code (bench/README.md, the snapshot runs). Spark's hash join cannot spill,
+# so larger snapshots keep the sort-merge join.
+SHUFFLE_HASH_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -125,8 +130,32 @@ def _keys(plan: NarrowPlan) -> str:
     return ", ".join(f"{expr} as {name}" for expr, name in zip(plan.key_exprs, plan.key_names, strict=True))
 
 
-def candidate_keys_sql(plan: NarrowPlan, source_sql: str, target: str) -> str:
-    """The distinct keys of the candidate records (see the module's docstring).
+def join_by_hash(estimated_bytes: int, partitions: int) -> bool:
+    """Whether the join of every key builds hash tables of the snapshot's side (Spark's estimate of it,
+    ``estimated_bytes``, over ``partitions`` shuffle partitions; see ``SHUFFLE_HASH_BYTES``).
+
+    >>> join_by_hash(75_000_000, 4), join_by_hash(750_000_000, 4), join_by_hash(750_000_000, 200)
+    (True, False, True)
+    """
+    return estimated_bytes / max(1, partitions) <= SHUFFLE_HASH_BYTES
+
+
+def current_side_sql(plan: NarrowPlan, target: str) -> str:
+    """The snapshot's side of the join in ``candidate_keys_sql``: the current versions' keys and tested values.
+
+    >>> print(current_side_sql(NarrowPlan(key_exprs=("id",), source_columns=("id",), current_filter="c is null"), "t"))
+    select id as __pcow_k0, true as __pcow_m
+      from t where c is null
+    """
+    extra = _side(plan) + (f", {plan.valid_from} as __pcow_vf" if plan.valid_from else "")
+    if plan.is_deleted:
+        extra += f", coalesce({plan.is_deleted} = 'True', false) as __pcow_del"
+    return f"select {_keys(plan)}{extra}, true as __pcow_m\n  from {target} where {plan.current_filter}"
+
+
+def candidate_keys_sql(plan: NarrowPlan, source_sql: str, target: str, *, shuffle_hash: bool = False) -> str:
+    """The distinct keys of the candidate records (see the module's docstring). ``shuffle_hash``: join by hash
+    tables of the snapshot's side, one per shuffle partition (see ``SHUFFLE_HASH_BYTES``), not by sorting both sides.
 
     >>> plan = NarrowPlan(key_exprs=("id",), source_columns=("id", "v"), current_filter="`dbt_valid_to` is null",
     ...                   compared=("v",))
@@ -142,9 +171,6 @@ def candidate_keys_sql(plan: NarrowPlan, source_sql: str, target: str) -> str:
     where s.__pcow_m is null or t.__pcow_m is null or not (s.__pcow_c0 <=> t.__pcow_c0)
     """
     source_extra = _side(plan) + (f", {plan.updated_at} as __pcow_upd" if plan.updated_at else "")
-    target_extra = _side(plan) + (f", {plan.valid_from} as __pcow_vf" if plan.valid_from else "")
-    if plan.is_deleted:
-        target_extra += f", coalesce({plan.is_deleted} = 'True', false) as __pcow_del"
     changed = ["s.__pcow_m is null", "t.__pcow_m is null"]
     changed += [f"not (s.__pcow_c{i} <=> t.__pcow_c{i})" for i in range(len(plan.compared))]
     if plan.fingerprinted:
@@ -155,12 +181,12 @@ def candidate_keys_sql(plan: NarrowPlan, source_sql: str, target: str) -> str:
         changed.append("t.__pcow_del")
     coalesced = ", ".join(f"coalesce(s.{k}, t.{k}) as {k}" for k in plan.key_names)
     on = " and ".join(f"s.{k} = t.{k}" for k in plan.key_names)
+    hint = "/*+ SHUFFLE_HASH(t) */ " if shuffle_hash else ""
     return (
-        f"select distinct {coalesced}\n"
+        f"select {hint}distinct {coalesced}\n"
         f"from (select {_keys(plan)}{source_extra}, true as __pcow_m\n"
         f"  from (\n{source_sql}\n) __pcow_src) s\n"
-        f"full outer join (select {_keys(plan)}{target_extra}, true as __pcow_m\n"
-        f"  from {target} where {plan.current_filter}) t\n"
+        f"full outer join ({current_side_sql(plan, target)}) t\n"
         f"on {on}\n"
         f"where {' or '.join(changed)}"
     )

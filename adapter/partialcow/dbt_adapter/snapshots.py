@@ -113,7 +113,12 @@ class SnapshotMixin(metaclass=AdapterMeta):
             return False
         clock = PhaseClock()
         with clock("narrow"):
-            keys = _pinned(spark.sql(narrow.candidate_keys_sql(plan, source_sql, quote_identifier(name))))
+            # Spark's estimate of the snapshot's side (planning only, no job)
+            side = spark.sql(narrow.current_side_sql(plan, quote_identifier(name)))
+            hashed = narrow.join_by_hash(int(str(side._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())),
+                                         int(spark.conf.get("spark.sql.shuffle.partitions") or 200))
+            keys = _pinned(spark.sql(narrow.candidate_keys_sql(plan, source_sql, quote_identifier(name),
+                                                               shuffle_hash=hashed)))
             keys.createOrReplaceTempView(views["keys"])
             keys_view = quote_identifier(views["keys"])
             candidates = keys.count()
