@@ -57,6 +57,19 @@ def test_driver_collector_unless_the_user_chooses_one(users: str | None, paralle
         assert options[-len(users.split()):] == users.split()  # the user's options come last
 
 
+@pytest.mark.parametrize("variable", ["JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"])
+def test_no_driver_collector_when_the_environment_chooses_one(variable: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(variable, "-Xss4m -XX:+UseSerialGC")
+    assert "-XX:+UseParallelGC" not in _conf()["spark.driver.extraJavaOptions"]
+    monkeypatch.setenv(variable, "-Xss4m")
+    assert "-XX:+UseParallelGC" in _conf()["spark.driver.extraJavaOptions"]
+
+
+def test_no_driver_collector_when_spark_defaults_choose_one() -> None:
+    conf = _conf(extra={"spark.driver.defaultJavaOptions": "-XX:+UseZGC"})
+    assert "-XX:+UseParallelGC" not in conf["spark.driver.extraJavaOptions"]
+
+
 def test_user_jars_are_added_to_ours(tmp_path: Path) -> None:
     driver = tmp_path / "postgresql.jar"
     driver.write_bytes(b"PK")

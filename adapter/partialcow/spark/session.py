@@ -49,8 +49,11 @@ QUIET_LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 # The driver JVM's collector, unless the user's Java options choose one (two collectors stop the JVM from starting).
 # A dbt process is a short batch job: throughput matters, pauses do not, and G1's barriers also make the JIT compile
-# more code in a JVM that spends a third of its CPU compiling (bench/README.md, "the driver's collector").
+# more code in a JVM that spends a third of its CPU compiling (bench/README.md, measurements behind code choices).
 DRIVER_GC = "-XX:+UseParallelGC"
+# where else a JVM takes options from: Spark's driver defaults and the variables every JVM reads
+_JAVA_OPTION_SOURCES = ("spark.driver.defaultJavaOptions", "spark.driver.extraJavaOptions")
+_JAVA_OPTION_VARIABLES = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
 
 
 def warehouse_path(warehouse: str) -> Path:
@@ -178,7 +181,8 @@ def _conf(
         )
     user = {str(k): str(v) for k, v in (extra or {}).items()}
     users_java = user.get("spark.driver.extraJavaOptions", "")
-    if not re.search(r"-XX:[+]Use\w*GC\b", users_java):
+    chosen = [user.get(k, "") for k in _JAVA_OPTION_SOURCES] + [os.environ.get(v, "") for v in _JAVA_OPTION_VARIABLES]
+    if not any(re.search(r"-XX:[+]Use\w*GC\b", options) for options in chosen):
         conf["spark.driver.extraJavaOptions"] += f" {DRIVER_GC}"
     # Java options are appended: the last -D of a property wins, so the user's override ours one by one.
     if users_java:
