@@ -34,9 +34,9 @@ _KEY = "__pcow_k"  # candidate key parts: __pcow_k0, __pcow_k1, ...
 # up to this many candidate keys go to every task that reads the source and the snapshot; more are joined by a shuffle
 BROADCAST_KEYS = 1_000_000
 # The join of every key builds a hash table of the snapshot's side in each shuffle partition where Spark's estimate of
-# that side is at most this many bytes per partition, instead of sorting both sides: a fresh process spends most of
-# a sort-merge join's time compiling its code (bench/README.md, the snapshot runs). Spark's hash join cannot spill,
-# so larger snapshots keep the sort-merge join.
+# that side is at most this many bytes per partition, instead of sorting both sides: a fresh process spends much of
+# its CPU in the JIT compiler, and the hash join has no sorts to compile or run (bench/README.md, the snapshot
+# runs). Spark's hash join cannot spill, so larger snapshots keep the sort-merge join.
 SHUFFLE_HASH_BYTES = 64 * 1024 * 1024
 
 

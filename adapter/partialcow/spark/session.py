@@ -49,7 +49,7 @@ QUIET_LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 # The driver JVM's collector, unless the user's Java options choose one (two collectors stop the JVM from starting).
 # A dbt process is a short batch job: throughput matters, pauses do not, and G1's barriers also make the JIT compile
-# more code in a JVM that spends a third of its CPU compiling (bench/README.md, measurements behind code choices).
+# more code in a JVM that spends much of its CPU compiling (bench/README.md, measurements behind code choices).
 DRIVER_GC = "-XX:+UseParallelGC"
 # where else a JVM takes options from: Spark's driver defaults and the variables every JVM reads
 _JAVA_OPTION_SOURCES = ("spark.driver.defaultJavaOptions", "spark.driver.extraJavaOptions")
