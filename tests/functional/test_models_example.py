@@ -65,6 +65,8 @@ def test_models_example_builds_twice_and_reads_back(tmp_path: Path) -> None:
         assert run.returncode == 0, f"{attempt} dbt build failed:\n{run.stdout[-4000:]}"
         results = json.loads((project / "target" / "run_results.json").read_text())["results"]
         assert results and all(r["status"] in ("success", "pass") for r in results)
+    # each fresh process started its Spark session while dbt parsed the project
+    assert (project / "logs" / "dbt.log").read_text().count("Spark session started early, while dbt parsed") == 2
 
     read = subprocess.run([sys.executable, "-c", READ_BACK, str(project / "warehouse")], capture_output=True,
                           text=True, timeout=600)

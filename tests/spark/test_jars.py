@@ -274,3 +274,25 @@ def test_iceberg_runtime_links_against_the_relocated_jackson(tmp_path: Path) -> 
                 elif resolves(owner, (member, descriptor)) is False:
                     unresolved.add((f"{owner}.{member}{descriptor}", name))
     assert sorted(unresolved) == []
+
+
+def test_a_jar_entry_check_reads_the_jar_once_per_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    jar = tmp_path / "runtime.jar"
+    with zipfile.ZipFile(jar, "w") as archive:
+        archive.writestr("a/B.class", b"x")
+    opened: list[str] = []
+    real = zipfile.ZipFile
+
+    def counting(path: str, *args: object, **kwargs: object) -> zipfile.ZipFile:
+        opened.append(str(path))
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(jars.zipfile, "ZipFile", counting)
+    assert [jars._jar_has(jar, "a/B.class") for _ in range(3)] == [True, True, True]
+    assert not jars._jar_has(jar, "a/C.class")
+    assert len(opened) == 2, opened  # one read per entry asked about
+    # a replaced jar (another size) is read again
+    with real(jar, "w") as archive:
+        archive.writestr("a/C.class", b"longer content")
+    assert jars._jar_has(jar, "a/C.class") and not jars._jar_has(jar, "a/B.class")
+    assert len(opened) == 4

@@ -3,16 +3,26 @@
 dbt-spark's ``session`` method builds its session with ``SparkSession.builder...getOrCreate()`` on every
 statement; static settings (jars, catalogs, the warehouse) only take effect in whichever call creates the
 session. So ``open`` creates it first, from the profile, and dbt-spark's calls then reuse it.
+
+A fresh ``dbt run`` creates the adapter before it parses the project, and parses before it opens a connection: for
+commands that run SQL, :func:`start_session_early` starts the session in a background thread at that point, so the
+JVM starts while dbt parses (a scheduled job passing ``--vars`` parses in full every time), and ``open`` waits for
+it. ``PARTIALCOW_EARLY_SESSION=0`` turns that off.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dbt.adapters.contracts.connection import Connection, ConnectionState
+from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.spark.connections import SparkConnectionManager, SparkConnectionMethod, SparkCredentials
 from dbt_common.dataclass_schema import ValidationError
 from dbt_common.exceptions import DbtRuntimeError
@@ -22,6 +32,8 @@ from partialcow.formats import TABLE_FORMATS
 
 if TYPE_CHECKING:
     from partialcow.spark.session import SessionSettings
+
+_LOGGER = AdapterLogger("partialcow")
 
 
 @dataclass
@@ -87,9 +99,10 @@ class PartialcowCredentials(SparkCredentials):
 class PartialcowConnectionManager(SparkConnectionManager):
     TYPE = "partialcow"
 
-    # The session each profile opened (key: ``unique_field``), so that Python entry points reuse it instead of
-    # resolving the jars and settings again on every call.
-    _sessions: ClassVar[dict[str, Any]] = {}
+    # The session each profile opened (key: ``unique_field``) and the settings it was opened with: dbt opens a
+    # connection several times per process, and Python entry points ask for the session too; none of them resolves
+    # the jars and settings again while the same settings' session runs.
+    _sessions: ClassVar[dict[str, tuple[SessionSettings, Any]]] = {}
 
     @contextmanager
     def exception_handler(self, sql: str) -> Iterator[None]:
@@ -111,8 +124,24 @@ class PartialcowConnectionManager(SparkConnectionManager):
     def open(cls, connection: Connection) -> Connection:
         if connection.state == ConnectionState.OPEN:
             return connection
-        cls._sessions[connection.credentials.unique_field] = configured_session(connection.credentials)
+        cls._profile_session(connection.credentials)
         return super().open(connection)
+
+    @classmethod
+    def _profile_session(cls, credentials: PartialcowCredentials) -> Any:
+        """The running session of the profile's settings, else the one started early, else a new one."""
+        from pyspark import SparkContext
+
+        settings = credentials.session_settings()
+        known = cls._sessions.get(credentials.unique_field)
+        active = SparkContext._active_spark_context
+        if known is not None and known[0] == settings and active is not None and known[1].sparkContext is active:
+            return known[1]
+        session = _early_session(credentials, settings)
+        if session is None:
+            session = configured_session(credentials)
+        cls._sessions[credentials.unique_field] = (settings, session)
+        return session
 
     def spark_session(self) -> Any:
         """The SparkSession of this thread's dbt connection, bound to the calling thread.
@@ -124,8 +153,6 @@ class PartialcowConnectionManager(SparkConnectionManager):
         metastore). Opening the connection here creates the profile's session; a session that runs with other
         static settings is refused.
         """
-        from pyspark import SparkContext
-
         from partialcow.table.java import bind_to_current_thread
 
         connection = self.get_if_exists()
@@ -134,12 +161,7 @@ class PartialcowConnectionManager(SparkConnectionManager):
                 "partialcow: Spark was asked for outside a dbt connection (no connection on this thread)"
             )
         connection.handle  # noqa: B018 - resolves dbt's lazy handle: open() creates or checks the session
-        credentials = connection.credentials
-        session = self._sessions.get(credentials.unique_field)
-        active = SparkContext._active_spark_context
-        if session is None or active is None or session.sparkContext is not active:
-            session = self._sessions[credentials.unique_field] = configured_session(credentials)
-        return bind_to_current_thread(session)
+        return bind_to_current_thread(self._profile_session(connection.credentials))
 
 
 def configured_session(credentials: PartialcowCredentials) -> Any:
@@ -154,4 +176,61 @@ def configured_session(credentials: PartialcowCredentials) -> Any:
     from partialcow.spark.prewarm import start_prewarm
 
     start_prewarm(session, credentials.table_format)
+    return session
+
+
+# dbt commands that open a connection (``dbt ls``, ``parse``, ``deps``, ``debug``, ``docs serve`` do not)
+COMMANDS_WITH_SQL = frozenset({
+    "build", "clone", "compile", "freshness", "generate", "retry", "run", "run-operation", "seed", "show",
+    "snapshot", "test",
+})
+_early: dict[str, tuple[SessionSettings, Future[Any]]] = {}
+_early_lock = threading.Lock()
+
+
+def start_session_early(credentials: PartialcowCredentials, command: str | None) -> bool:
+    """Start the profile's session in a background thread when dbt ``command`` will open a connection and no
+    Spark runs in this process yet; returns whether it started. A failure is kept for ``open``, which then starts
+    the session itself and reports the error as it always does."""
+    from pyspark import SparkContext
+
+    if os.environ.get("PARTIALCOW_EARLY_SESSION", "1") == "0" or command not in COMMANDS_WITH_SQL:
+        return False
+    if SparkContext._active_spark_context is not None:
+        return False
+    settings = credentials.session_settings()
+    future: Future[Any] = Future()
+    with _early_lock:
+        if credentials.unique_field in _early:
+            return False
+        _early[credentials.unique_field] = (settings, future)
+
+    def start() -> None:
+        began = time.monotonic()
+        try:
+            future.set_result(configured_session(credentials))
+        except BaseException as exc:  # noqa: BLE001 - kept for open(), which starts again and reports it
+            future.set_exception(exc)
+            return
+        _LOGGER.debug(f"partialcow: Spark session started early, while dbt parsed ({time.monotonic() - began:.1f} s)")
+
+    threading.Thread(target=start, name="partialcow-session-start", daemon=True).start()
+    return True
+
+
+def _early_session(credentials: PartialcowCredentials, settings: SessionSettings) -> Any:
+    """The session started early for these settings, once it runs; None when none was started, it failed or
+    another session runs now."""
+    from pyspark import SparkContext
+
+    with _early_lock:
+        started = _early.pop(credentials.unique_field, None)
+    if started is None:
+        return None
+    try:
+        session = started[1].result()  # waited for even when unused: never two starts at once
+    except BaseException:  # noqa: BLE001 - the caller starts the session itself and reports the error
+        return None
+    if started[0] != settings or session.sparkContext is not SparkContext._active_spark_context:
+        return None
     return session

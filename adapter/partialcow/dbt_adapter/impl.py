@@ -15,7 +15,7 @@ from dbt_common.exceptions import DbtRuntimeError
 
 from partialcow.branch.naming import IMAGE_OF_PROPERTY
 from partialcow.dbt_adapter.branching import BranchingMixin
-from partialcow.dbt_adapter.connections import PartialcowConnectionManager
+from partialcow.dbt_adapter.connections import PartialcowConnectionManager, start_session_early
 from partialcow.dbt_adapter.materialization import PartialCowMixin
 from partialcow.dbt_adapter.python_models import sql_literal
 from partialcow.dbt_adapter.python_submission import SessionPythonJobHelper
@@ -35,6 +35,12 @@ def iceberg_table_type(information: str) -> str | None:
     """
     match = _TABLE_TYPE.search(information)
     return match.group(1).lower() if match else None
+
+
+def _dbt_command(config: Any) -> str | None:
+    """The dbt command this process runs (``run``, ``build``, ...), from the project config's parsed arguments."""
+    which = getattr(getattr(config, "args", None), "which", None)
+    return which if isinstance(which, str) else None
 
 
 def embedded_metastore(spark_config: Mapping[str, str]) -> bool:
@@ -89,6 +95,7 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
         if project_root and not os.path.isabs(os.path.expanduser(credentials.warehouse)):
             credentials.warehouse = os.path.join(project_root, credentials.warehouse)
         credentials.warehouse = os.path.abspath(os.path.expanduser(credentials.warehouse))
+        start_session_early(credentials, _dbt_command(config))
 
     def pre_model_hook(self, config: Mapping[str, Any]) -> Any:
         # The profile's table_format is the default file_format of every model that sets none: dbt-spark's

@@ -1,0 +1,109 @@
+"""How dbt connections get their SparkSession: started early while dbt parses, reused while the same settings' session
+runs, started again when the settings or the running context changed. Fakes stand in for Spark: what is checked is
+which session each open returns and how many times one was started."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark import SparkContext
+
+from partialcow.dbt_adapter import connections
+from partialcow.dbt_adapter.connections import PartialcowConnectionManager, PartialcowCredentials, start_session_early
+
+pytestmark = [pytest.mark.dbt]
+
+
+class FakeSession:
+    def __init__(self, context: object) -> None:
+        self.sparkContext = context
+
+
+@pytest.fixture
+def starts(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Each start of a session: (thread name, warehouse). A started session becomes the active context, as Spark's
+    does; a warehouse named 'broken' fails to start."""
+    calls: list[tuple[str, str]] = []
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    monkeypatch.setattr(PartialcowConnectionManager, "_sessions", {})
+    monkeypatch.setattr(connections, "_early", {})
+    monkeypatch.delenv("PARTIALCOW_EARLY_SESSION", raising=False)
+
+    def configured_session(credentials: PartialcowCredentials) -> FakeSession:
+        calls.append((threading.current_thread().name, Path(credentials.warehouse).name))
+        if Path(credentials.warehouse).name == "broken":
+            raise RuntimeError("cannot start")
+        if SparkContext._active_spark_context is None:
+            SparkContext._active_spark_context = object()  # type: ignore[assignment]
+        return FakeSession(SparkContext._active_spark_context)
+
+    monkeypatch.setattr(connections, "configured_session", configured_session)
+    return calls
+
+
+def _credentials(tmp_path: Path, warehouse: str = "wh", **extra: Any) -> PartialcowCredentials:
+    return PartialcowCredentials(schema="s", warehouse=str(tmp_path / warehouse), **extra)
+
+
+def test_open_reuses_the_running_session_of_the_same_settings(starts: list[tuple[str, str]], tmp_path: Path) -> None:
+    credentials = _credentials(tmp_path)
+    first = PartialcowConnectionManager._profile_session(credentials)
+    assert PartialcowConnectionManager._profile_session(credentials) is first
+    assert PartialcowConnectionManager._profile_session(_credentials(tmp_path)) is first
+    assert len(starts) == 1
+
+
+def test_open_starts_again_when_settings_or_context_changed(starts: list[tuple[str, str]], tmp_path: Path) -> None:
+    PartialcowConnectionManager._profile_session(_credentials(tmp_path))
+    # same profile key (master and warehouse), other settings: checked against the running session again
+    PartialcowConnectionManager._profile_session(_credentials(tmp_path, spark_config={"spark.x": "1"}))
+    assert len(starts) == 2
+    SparkContext._active_spark_context = object()  # type: ignore[assignment]  # someone stopped and restarted Spark
+    PartialcowConnectionManager._profile_session(_credentials(tmp_path, spark_config={"spark.x": "1"}))
+    assert len(starts) == 3
+
+
+@pytest.mark.parametrize("command", ["run", "build", "snapshot", "run-operation", "test", "seed", "show"])
+def test_commands_with_sql_start_the_session_while_dbt_parses(starts: list[tuple[str, str]], tmp_path: Path,
+                                                              command: str) -> None:
+    credentials = _credentials(tmp_path)
+    assert start_session_early(credentials, command)
+    assert not start_session_early(credentials, command)  # once per profile
+    session = PartialcowConnectionManager._profile_session(credentials)
+    assert starts == [("partialcow-session-start", "wh")]
+    assert PartialcowConnectionManager._profile_session(credentials) is session
+
+
+@pytest.mark.parametrize("command", ["ls", "parse", "deps", "debug", "serve", None])
+def test_commands_without_sql_start_nothing(starts: list[tuple[str, str]], tmp_path: Path,
+                                            command: str | None) -> None:
+    assert not start_session_early(_credentials(tmp_path), command)
+    assert starts == []
+
+
+def test_early_start_is_off_when_spark_runs_or_when_turned_off(starts: list[tuple[str, str]], tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARTIALCOW_EARLY_SESSION", "0")
+    assert not start_session_early(_credentials(tmp_path), "run")
+    monkeypatch.delenv("PARTIALCOW_EARLY_SESSION")
+    SparkContext._active_spark_context = object()  # type: ignore[assignment]
+    assert not start_session_early(_credentials(tmp_path), "run")
+    assert starts == []
+
+
+def test_a_failed_early_start_is_started_again_and_reported_by_open(starts: list[tuple[str, str]],
+                                                                     tmp_path: Path) -> None:
+    credentials = _credentials(tmp_path, "broken")
+    assert start_session_early(credentials, "run")
+    with pytest.raises(RuntimeError, match="cannot start"):
+        PartialcowConnectionManager._profile_session(credentials)
+    assert starts == [("partialcow-session-start", "broken"), ("MainThread", "broken")]
+
+
+def test_an_early_session_of_other_settings_is_not_used(starts: list[tuple[str, str]], tmp_path: Path) -> None:
+    assert start_session_early(_credentials(tmp_path), "run")
+    PartialcowConnectionManager._profile_session(_credentials(tmp_path, spark_config={"spark.x": "1"}))
+    assert [name for name, _ in starts].count("MainThread") == 1
