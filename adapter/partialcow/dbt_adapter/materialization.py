@@ -19,7 +19,7 @@ from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
 
 from partialcow.exceptions import PartialCowError
 from partialcow.formats import TABLE_FORMATS
-from partialcow.metrics import WriteMetrics
+from partialcow.metrics import PhaseClock, WriteMetrics
 
 _LOGGER = AdapterLogger("partialcow")
 ON_SCHEMA_CHANGE = ("ignore", "fail", "append_new_columns", "sync_all_columns")
@@ -195,16 +195,22 @@ class PartialCowMixin(metaclass=AdapterMeta):
         spark = bind_to_current_thread(SparkSession.getActiveSession() or SparkSession.builder.getOrCreate())
         name = f"{relation.schema}.{relation.identifier}"
         spark.sparkContext.setJobDescription(f"dbt-partialcow {name}: {'create' if create else 'apply changes'}")
+        # the model's query analysed and the table opened, before the write's own phases
+        clock = PhaseClock()
         try:
             require_session_format(spark, file_format, what=f"model {model} (file_format={file_format!r})")
-            changes = _model_rows(spark, model, changes_sql) if changes_sql is not None \
-                else spark.table(f"`{changes_view}`")
+            with clock("query"):
+                changes = _model_rows(spark, model, changes_sql) if changes_sql is not None \
+                    else spark.table(f"`{changes_view}`")
             if not create and file_format == "delta" and create_pending(spark, name):
                 create = True  # its first build died before its first commit: build it again
             if create:
                 metrics = create_table(spark, name, changes, spec, table_format=file_format)
             else:
-                metrics = apply_changes(spark, open_table(spark, name, table_format=file_format), changes, spec)
+                with clock("open"):
+                    table = open_table(spark, name, table_format=file_format)
+                metrics = apply_changes(spark, table, changes, spec)
+            metrics.phase_ms = {**clock.ms, **metrics.phase_ms}
         except PartialCowError as exc:
             raise DbtRuntimeError(str(exc)) from None
         finally:
