@@ -4,8 +4,7 @@ A scheduler starts one ``dbt run`` process per job: every class the JVM loads, e
 Python module the pipeline imports is met for the first time inside the first model's timing. Started right after
 the session, this thread runs part of that code concurrently with dbt's own start-up, on throw-away data in a
 temporary folder: the pipeline's modules, a Parquet file's schema inference, scan and collection as Arrow (the
-driver path collects batches that way), the conversion of a Spark schema to Arrow, Iceberg's catalog, and Iceberg's
-reading of a Parquet footer into the metrics a commit records for each new data file. Nothing
+driver path collects batches that way), the conversion of a Spark schema to Arrow, and Iceberg's catalog. Nothing
 in the session, the catalog or the warehouse changes; any failure is ignored (the model then pays the cost
 itself). ``PARTIALCOW_PREWARM=0`` turns it off.
 
@@ -57,7 +56,6 @@ def _prewarm(spark: Any, table_format: str) -> None:
 
             bind_to_current_thread(spark)
             spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergCatalog(spark._jsparkSession, "spark_catalog")
-            _iceberg_file_metrics(spark, folder)
     except Exception:  # noqa: BLE001 - a warm-up that fails changes nothing; the model pays the cost itself
         pass
     finally:
@@ -91,14 +89,3 @@ def _parquet_to_arrow(spark: Any, folder: str) -> Any:
     to_arrow_schema(frame.schema)
     return frame
 
-
-
-def _iceberg_file_metrics(spark: Any, folder: str) -> Any:
-    """What an Iceberg commit does for each new data file (``IcebergTable._data_file``): Iceberg reads its footer
-    into column metrics. The first call of a process loads and initialises Iceberg's and Parquet's footer classes,
-    which is most of its cost; done here, the first commit does not wait for it. Returns the metrics."""
-    jvm = spark._jvm
-    location = f"file:{folder}/rows.parquet"
-    input_file = jvm.org.apache.iceberg.hadoop.HadoopInputFile.fromLocation(location, spark._jsc.hadoopConfiguration())
-    return jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(input_file,
-                                                                  jvm.org.apache.iceberg.MetricsConfig.getDefault())
