@@ -107,3 +107,25 @@ def test_an_early_session_of_other_settings_is_not_used(starts: list[tuple[str, 
     assert start_session_early(_credentials(tmp_path), "run")
     PartialcowConnectionManager._profile_session(_credentials(tmp_path, spark_config={"spark.x": "1"}))
     assert [name for name, _ in starts].count("MainThread") == 1
+
+
+def test_threads_opening_at_once_start_one_session(starts: list[tuple[str, str]], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # a slow start: without one opener at a time, every thread would find no session and start its own
+    started = connections.configured_session
+    gate = threading.Event()
+
+    def slow(credentials: PartialcowCredentials) -> FakeSession:
+        gate.wait(0.2)
+        return started(credentials)
+
+    monkeypatch.setattr(connections, "configured_session", slow)
+    credentials = _credentials(tmp_path)
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(PartialcowConnectionManager._profile_session(credentials)))
+               for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(starts) == 1 and len(got) == 4 and all(g is got[0] for g in got)

@@ -129,19 +129,21 @@ class PartialcowConnectionManager(SparkConnectionManager):
 
     @classmethod
     def _profile_session(cls, credentials: PartialcowCredentials) -> Any:
-        """The running session of the profile's settings, else the one started early, else a new one."""
+        """The running session of the profile's settings, else the one started early, else a new one. One thread
+        at a time: dbt's threads open their connections at once, and only one of them may start the session."""
         from pyspark import SparkContext
 
         settings = credentials.session_settings()
-        known = cls._sessions.get(credentials.unique_field)
-        active = SparkContext._active_spark_context
-        if known is not None and known[0] == settings and active is not None and known[1].sparkContext is active:
-            return known[1]
-        session = _early_session(credentials, settings)
-        if session is None:
-            session = configured_session(credentials)
-        cls._sessions[credentials.unique_field] = (settings, session)
-        return session
+        with _open_lock:
+            known = cls._sessions.get(credentials.unique_field)
+            active = SparkContext._active_spark_context
+            if known is not None and known[0] == settings and active is not None and known[1].sparkContext is active:
+                return known[1]
+            session = _early_session(credentials, settings)
+            if session is None:
+                session = configured_session(credentials)
+            cls._sessions[credentials.unique_field] = (settings, session)
+            return session
 
     def spark_session(self) -> Any:
         """The SparkSession of this thread's dbt connection, bound to the calling thread.
@@ -186,6 +188,7 @@ COMMANDS_WITH_SQL = frozenset({
 })
 _early: dict[str, tuple[SessionSettings, Future[Any]]] = {}
 _early_lock = threading.Lock()
+_open_lock = threading.Lock()
 
 
 def start_session_early(credentials: PartialcowCredentials, command: str | None) -> bool:
