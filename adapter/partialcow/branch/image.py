@@ -59,6 +59,7 @@ from partialcow.branch.types import (
 from partialcow.exceptions import BranchError
 from partialcow.parquet import remove_sidecar
 from partialcow.spark.rewrite_job import DELETE, FILE, IN_PLACE_RESULT_SCHEMA, POS, rewrite_files_in_place
+from partialcow.table.iceberg_metrics import DataFileBuilder
 from partialcow.table.java import jvm as java_gateway
 
 if TYPE_CHECKING:
@@ -417,13 +418,16 @@ def _rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: in
         return []
     jvm = java_gateway(spark)
     try:
-        metrics_config = jvm.org.apache.iceberg.MetricsConfig.forTable(table)
+        builders: dict[int, DataFileBuilder] = {}
         rewrite = table.newRewrite().toBranch(stage)
         for result in results:
             old = files[result["src"]]
             rewrite = rewrite.deleteFile(old)
             if result["rows_after"]:
-                rewrite = rewrite.addFile(_data_file(jvm, table, old, result["dst"], metrics_config))
+                spec_id = int(old.specId())
+                if spec_id not in builders:
+                    builders[spec_id] = DataFileBuilder(jvm, table, table.specs().get(spec_id))
+                rewrite = rewrite.addFile(_data_file(builders[spec_id], old, result["dst"]))
         rewrite.commit()
     except BaseException:
         for result in results:  # not referenced by any snapshot
@@ -438,19 +442,8 @@ def _rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: in
     return results
 
 
-def _data_file(jvm: Any, table: Any, old: Any, dst: str, metrics_config: Any) -> Any:
+def _data_file(builder: DataFileBuilder, old: Any, dst: str) -> Any:
     """The Iceberg data file of ``dst``, the rewrite of ``old`` written next to it: same spec and partition."""
     old_location = str(old.location())
     location = old_location[: old_location.rindex("/") + 1] + os.path.basename(dst)  # the table's spelling of paths
-    spec = table.specs().get(old.specId())
-    input_file = table.io().newInputFile(location)
-    builder = (
-        jvm.org.apache.iceberg.DataFiles.builder(spec)
-        .withPath(location)
-        .withFormat(jvm.org.apache.iceberg.FileFormat.PARQUET)
-        .withFileSizeInBytes(input_file.getLength())
-        .withMetrics(jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(input_file, metrics_config))
-    )
-    if not spec.isUnpartitioned():
-        builder = builder.withPartition(old.partition())
-    return builder.build()
+    return builder.build(location, partition=None if builder.unpartitioned else old.partition())

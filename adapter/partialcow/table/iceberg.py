@@ -32,6 +32,7 @@ from partialcow.exceptions import (
     UnsupportedTableFeatureError,
 )
 from partialcow.table.base import POS, CommitResult, DataFile, FileReplacement, quote_identifier
+from partialcow.table.iceberg_metrics import DataFileBuilder
 from partialcow.table.java import (
     bind_to_current_thread,
     java_class,
@@ -245,10 +246,9 @@ class IcebergTable:
                 else self._jvm.org.apache.iceberg.mapping.NameMappingParser.fromJson(mapping_json)
             )
             field_ids = set(top_level_field_ids(self._jvm, table).values()) if added and mapping is None else set()
-            metrics_config = self._jvm.org.apache.iceberg.MetricsConfig.forTable(table) if added else None
+            builder = DataFileBuilder(self._jvm, table, spec, mapping=mapping) if added else None
             new_files = [
-                self._data_file(table, spec, partition, path, mapping=mapping, field_ids=field_ids,
-                                metrics_config=metrics_config)
+                self._data_file(table, spec, partition, path, mapping=mapping, field_ids=field_ids, builder=builder)
                 for path in added
             ]
             commit_id = str(uuid.uuid4())
@@ -406,25 +406,14 @@ class IcebergTable:
         return f"{str(table.location()).rstrip('/')}/data/{path}"
 
     def _data_file(self, table: Any, spec: Any, partition: Any, path: str, *, mapping: Any, field_ids: set[int],
-                   metrics_config: Any) -> Any:
-        """Iceberg's ``DataFile`` of a new Parquet file: its metrics read from the footer by Iceberg itself."""
-        jvm = self._jvm
+                   builder: Any) -> Any:
+        """Iceberg's ``DataFile`` of a new Parquet file, with the metrics Iceberg itself would read from its footer."""
         if mapping is None:
             self._check_field_ids(path, field_ids)
         try:
-            input_file = table.io().newInputFile(path)
-            metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(input_file, metrics_config, mapping)
-            builder = (
-                jvm.org.apache.iceberg.DataFiles.builder(spec)
-                .withPath(path)
-                .withFileSizeInBytes(input_file.getLength())
-                .withFormat("PARQUET")
-                .withMetrics(metrics)
-            )
             if partition is not None:
-                self._check_partition_values(table, spec, partition, input_file, mapping, path)
-                builder = builder.withPartition(partition)
-            return builder.build()
+                self._check_partition_values(table, spec, partition, table.io().newInputFile(path), mapping, path)
+            return builder.build(path, partition=partition)
         except java_errors() as exc:
             raise CommitError(
                 f"cannot read new data file {path} for Iceberg table {self._name}: {java_message(exc)}"

@@ -18,6 +18,7 @@ from partialcow.exceptions import CommitConflictError, CommitError, CommitStateU
 from partialcow.metrics import WriteMetrics
 from partialcow.table.base import CommitResult
 from partialcow.table.iceberg import NO_SNAPSHOT
+from partialcow.table.iceberg_metrics import DataFileBuilder
 from partialcow.table.java import java_errors, java_message, load_iceberg_table
 
 __all__ = ["NewIcebergTable"]
@@ -62,14 +63,9 @@ class NewIcebergTable:
         commit_id = str(uuid.uuid4())
         try:
             append = table.newAppend()
-            config = jvm.org.apache.iceberg.MetricsConfig.forTable(table)
+            builder = DataFileBuilder(jvm, table, table.spec())
             for path in paths:
-                input_file = table.io().newInputFile(path)
-                file_metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(input_file, config)
-                data_file = (jvm.org.apache.iceberg.DataFiles.builder(table.spec()).withPath(path)
-                             .withFileSizeInBytes(input_file.getLength()).withFormat("PARQUET")
-                             .withMetrics(file_metrics).build())
-                append = append.appendFile(data_file)
+                append = append.appendFile(builder.build(path))
             for key, value in {**metrics.as_commit_summary(), "partialcow.operation": "partial_cow_create",
                                _COMMIT_ID: commit_id}.items():
                 append = append.set(key, value)
