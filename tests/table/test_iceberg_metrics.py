@@ -171,6 +171,47 @@ def test_legacy_statistics_take_icebergs_path(spark, iceberg_table, tmp_path: Pa
     _compare(spark, iceberg_table, path, fast=False)
 
 
+def test_partitioned_files_match_iceberg(spark, tmp_path: Path) -> None:
+    """Identity partitions: the partition Iceberg serializes goes into the DataFile unchanged (a null one too)."""
+    from partialcow.table.java import load_iceberg_table
+
+    spark.sql("DROP TABLE IF EXISTS metrics_test.parted PURGE")
+    spark.sql("""CREATE TABLE metrics_test.parted (id BIGINT, region STRING, day DATE, n INT) USING iceberg
+                 PARTITIONED BY (region, day, n)""")
+    spark.sql("""INSERT INTO metrics_test.parted VALUES (1, 'eu', DATE'2024-02-29', 7), (2, NULL, NULL, NULL)""")
+    try:
+        jvm = spark._jvm
+        table = load_iceberg_table(spark, "metrics_test.parted")
+        spec = table.spec()
+        tasks = table.newScan().planFiles().iterator()
+        partitions = []
+        while tasks.hasNext():
+            partitions.append(tasks.next().file().partition())
+        assert len(partitions) == 2
+        ids = {"id": "1", "region": "2", "day": "3", "n": "4"}
+        columns = {"id": pa.array([5, 6], pa.int64()), "region": pa.array(["eu", "eu"]),
+                   "day": pa.array([dt.date(2024, 2, 29)] * 2, pa.date32()), "n": pa.array([7, 7], pa.int32())}
+        fields = [pa.field(n, a.type, metadata={"PARQUET:field_id": ids[n]}) for n, a in columns.items()]
+        path = str(tmp_path / "parted.parquet")
+        pq.write_table(pa.table(list(columns.values()), schema=pa.schema(fields)), path)
+        for partition in partitions:
+            builder = DataFileBuilder(jvm, table, spec)
+            ours = json.loads(str(jvm.org.apache.iceberg.ContentFileParser.toJson(
+                builder.build(path, partition=partition), spec)))
+            input_file = table.io().newInputFile(path)
+            theirs_file = (jvm.org.apache.iceberg.DataFiles.builder(spec).withPath(path)
+                           .withFileSizeInBytes(input_file.getLength()).withFormat("PARQUET")
+                           .withMetrics(jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(
+                               input_file, jvm.org.apache.iceberg.MetricsConfig.forTable(table)))
+                           .withPartition(partition).build())
+            theirs = json.loads(str(jvm.org.apache.iceberg.ContentFileParser.toJson(theirs_file, spec)))
+            assert builder.fast == 1
+            assert ours == theirs
+            assert ours["partition"] == theirs["partition"] and "partition" in ours
+    finally:
+        spark.sql("DROP TABLE IF EXISTS metrics_test.parted PURGE")
+
+
 def test_decimals_stored_as_integers_and_fixed(spark, iceberg_table, tmp_path: Path) -> None:
     columns = {"d9": pa.array([decimal.Decimal("-9.99"), decimal.Decimal("0.01")], pa.decimal128(9, 2)),
                "d18": pa.array([decimal.Decimal(-(10**17)), decimal.Decimal(5)], pa.decimal128(18, 0))}

@@ -32,7 +32,7 @@ from partialcow.exceptions import (
     UnsupportedTableFeatureError,
 )
 from partialcow.table.base import POS, CommitResult, DataFile, FileReplacement, quote_identifier
-from partialcow.table.iceberg_metrics import DataFileBuilder
+from partialcow.table.iceberg_metrics import DataFileBuilder, FileMetrics
 from partialcow.table.java import (
     bind_to_current_thread,
     java_class,
@@ -412,7 +412,7 @@ class IcebergTable:
             self._check_field_ids(path, field_ids)
         try:
             if partition is not None:
-                self._check_partition_values(table, spec, partition, table.io().newInputFile(path), mapping, path)
+                self._check_partition_values(table, spec, partition, path, mapping, builder)
             return builder.build(path, partition=partition)
         except java_errors() as exc:
             raise CommitError(
@@ -443,30 +443,44 @@ class IcebergTable:
             )
 
     def _check_partition_values(
-        self, table: Any, spec: Any, partition: Any, input_file: Any, mapping: Any, path: str
+        self, table: Any, spec: Any, partition: Any, path: str, mapping: Any, builder: DataFileBuilder
     ) -> None:
         """Every row of a new file must lie in the partition it inherits: check exact min/max of identity columns."""
         jvm = self._jvm
-        exact = jvm.org.apache.iceberg.MetricsConfig.fromProperties(
-            java_map(jvm, {"write.metadata.metrics.default": "full"})
-        )
-        metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(input_file, exact, mapping)
+        exact = builder.exact_metrics(path)
+        if exact is None:
+            config = jvm.org.apache.iceberg.MetricsConfig.fromProperties(
+                java_map(jvm, {"write.metadata.metrics.default": "full"})
+            )
+            input_file = table.io().newInputFile(path)
+            java = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(input_file, config, mapping)
+            to_bytes = jvm.org.apache.iceberg.util.ByteBuffers.toByteArray
+
+            def counts(values: Any) -> dict[int, int]:
+                return {int(k): int(v) for k, v in values.items()}
+
+            def bounds(values: Any) -> dict[int, bytes]:
+                return {int(k): bytes(to_bytes(v)) for k, v in values.items()}
+
+            exact = FileMetrics(record_count=int(java.recordCount()), value_counts=counts(java.valueCounts()),
+                                null_value_counts=counts(java.nullValueCounts()),
+                                lower_bounds=bounds(java.lowerBounds()), upper_bounds=bounds(java.upperBounds()))
         fields = spec.fields()
         for i in range(fields.size()):
             source_id = int(fields.get(i).sourceId())
             source_type = table.schema().findType(source_id)
             value = partition.get(i, source_type.typeId().javaClass())
-            nulls = metrics.nullValueCounts().get(source_id)
-            values = metrics.valueCounts().get(source_id)
+            nulls = exact.null_value_counts.get(source_id)
+            values = exact.value_counts.get(source_id)
             column = table.schema().findColumnName(source_id)
             if value is None:
-                ok = nulls is not None and values is not None and int(nulls) == int(values)
+                ok = nulls is not None and values is not None and nulls == values
             else:
-                expected = jvm.org.apache.iceberg.types.Conversions.toByteBuffer(source_type, value)
-                lower = metrics.lowerBounds().get(source_id)
-                upper = metrics.upperBounds().get(source_id)
-                ok = (nulls is None or int(nulls) == 0) and lower is not None and upper is not None
-                ok = ok and expected.equals(lower) and expected.equals(upper)
+                expected = bytes(jvm.org.apache.iceberg.util.ByteBuffers.toByteArray(
+                    jvm.org.apache.iceberg.types.Conversions.toByteBuffer(source_type, value)))
+                lower = exact.lower_bounds.get(source_id)
+                upper = exact.upper_bounds.get(source_id)
+                ok = (nulls is None or nulls == 0) and lower == expected and upper == expected
             if not ok:
                 raise CommitError(
                     f"new data file {path} holds rows whose {column} differs from its partition's value {value} in "

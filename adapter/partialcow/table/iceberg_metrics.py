@@ -1,14 +1,15 @@
 """Iceberg ``DataFile`` objects for new Parquet files, their metrics computed in Python from the footer.
 
 Iceberg reads a new file's metrics (column sizes, value and null counts, lower and upper bounds) with its own,
-relocated copy of parquet-java. In a fresh process that copy's first use loads and compiles its classes, which cost
-more than half a second of a small batch's commit (``bench/README.md``). The page engine reads the same footer in
+relocated copy of parquet-java. In a fresh process that copy's first use loads and compiles its classes: a sizeable
+part of a small batch's commit (measured in ``bench/README.md``). The page engine reads the same footer in
 milliseconds; :func:`footer_metrics` applies Iceberg 1.10's rules to it (``ParquetMetrics`` with parquet-java 1.16's
 reading of statistics), and Iceberg parses the result with its own ``ContentFileParser``.
 
 The rules are reproduced where they are simple: a flat schema whose columns all carry field ids and have the types
-of :func:`_kind`, statistics in ``min_value``/``max_value``, no name mapping and an unpartitioned spec. Every other
-file takes Iceberg's own path. ``tests/table/test_iceberg_metrics.py`` compares both paths' results field by field.
+of :func:`_kind`, statistics in ``min_value``/``max_value``, and no name mapping (the partition, if any, is
+serialized by Iceberg's ``SingleValueParser``). Every other file takes Iceberg's own path.
+``tests/table/test_iceberg_metrics.py`` compares both paths' results field by field.
 """
 
 from __future__ import annotations
@@ -302,15 +303,14 @@ class DataFileBuilder:
         self._config = metrics_config if metrics_config is not None else (
             jvm.org.apache.iceberg.MetricsConfig.forTable(table))
         self._modes: dict[str, Mode] = {}
+        self._footers: dict[str, ParquetFooter | None] = {}
         self.unpartitioned = bool(spec.isUnpartitioned())
         self.fast = 0
         self.iceberg = 0
 
     def build(self, path: str, *, partition: Any = None) -> Any:
         """The ``DataFile`` of the Parquet file at ``path`` (the table's spelling of it), in ``partition``."""
-        data_file = None
-        if partition is None and self._mapping is None and self.unpartitioned:
-            data_file = self._from_footer(path)
+        data_file = self._from_footer(path, partition) if self._mapping is None else None
         if data_file is not None:
             self.fast += 1
             return data_file
@@ -329,23 +329,37 @@ class DataFileBuilder:
             builder = builder.withPartition(partition)
         return builder.build()
 
+    def exact_metrics(self, path: str) -> FileMetrics | None:
+        """Untruncated metrics of every column (mode "full"), or None where Iceberg must read them."""
+        footer = self._footer(path) if self._mapping is None else None
+        return None if footer is None else footer_metrics(footer, lambda name: ("full", FULL_LENGTH))
+
     def _mode(self, name: str) -> Mode:
         if name not in self._modes:
             self._modes[name] = _parse_mode(str(self._config.columnMode(name)))
         return self._modes[name]
 
-    def _from_footer(self, path: str) -> Any:
+    def _footer(self, path: str) -> ParquetFooter | None:
         local = local_path(path)
         if local is None or os.environ.get("PARTIALCOW_ICEBERG_FOOTER_METRICS", "1") == "0":
             return None
-        try:
-            footer = read_footer(local)
-            metrics = footer_metrics(footer, self._mode)
-        except (OSError, ParquetRewriteError, UnsupportedFileError):
-            return None
+        if path not in self._footers:
+            try:
+                self._footers[path] = read_footer(local)
+            except (OSError, ParquetRewriteError, UnsupportedFileError):
+                self._footers[path] = None
+        return self._footers[path]
+
+    def _from_footer(self, path: str, partition: Any) -> Any:
+        footer = self._footer(path)
+        metrics = None if footer is None else footer_metrics(footer, self._mode)
         if metrics is None:
             return None
-        text = metrics.data_file_json(path=path, size=os.path.getsize(local), spec_id=int(self._spec.specId()))
         jvm = self._jvm
+        size = os.path.getsize(local_path(path) or path)
+        text = metrics.data_file_json(path=path, size=size, spec_id=int(self._spec.specId()))
+        if partition is not None:
+            values = str(jvm.org.apache.iceberg.SingleValueParser.toJson(self._spec.partitionType(), partition))
+            text = text[:-1] + f', "partition": {values}}}'
         node = jvm.org.apache.iceberg.util.JsonUtil.mapper().readTree(text)
         return jvm.org.apache.iceberg.ContentFileParser.fromJson(node, self._spec)
