@@ -67,3 +67,32 @@ def test_garbage_collection_keeps_files_of_the_last_two_states(tmp_path) -> None
 def test_local_path() -> None:
     assert local_path("file:///tmp/a%20b") == "/tmp/a b"
     assert local_path("s3a://bucket/t") is None
+
+
+def test_bucket_files_are_written_without_dictionaries(tmp_path) -> None:
+    """Keys are nearly all distinct: both writers of bucket files (the driver's merge of one commit, and the writer
+    of whole buckets) store them PLAIN, without a dictionary pyarrow would build and then abandon."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from partialcow.index.bucket_files import write_bucket_files_local
+    from partialcow.index.local import FILE_ID, POS, merge_bucket
+
+    n = 20_000
+    entries = pa.table({"k": pa.array(np.arange(n) * 7, pa.int64()), FILE_ID: pa.array(np.zeros(n), pa.int32()),
+                        POS: pa.array(np.arange(n), pa.int64())})
+    store = IndexStore(str(tmp_path / "t"))
+    names = write_bucket_files_local(store, ["k"], "db.t", entries, 2, np.arange(n, dtype=np.int64))
+    written = [store.path(name) for name in names.values()]
+    merged = str(tmp_path / "merged.parquet")
+    merge_bucket(written[0], merged, key_columns=["k"], remap={}, drop_ids=frozenset(),
+                 added=pa.table({"k": pa.array([-1], pa.int64()), FILE_ID: pa.array([1], pa.int32()),
+                                 POS: pa.array([0], pa.int64())}), table="db.t")
+    for path in [*written, merged]:
+        meta = pq.ParquetFile(path).metadata
+        for rg in range(meta.num_row_groups):
+            for c in range(meta.num_columns):
+                column = meta.row_group(rg).column(c)
+                assert not column.has_dictionary_page, (path, column.path_in_schema)
+                assert column.compression == "ZSTD"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from partialcow.exceptions import DuplicateKeyError, IndexError_
-from partialcow.index.storage import IndexStore, unique_names
+from partialcow.index.storage import BUCKET_WRITE_OPTIONS, IndexStore, unique_names
 from partialcow.table.base import FILE_ID, POS, quote_identifier
 
 if TYPE_CHECKING:
@@ -220,7 +220,7 @@ def _sorted_bucket_files(entries: pa.Table, *, store: IndexStore, names: Mapping
         path = store.path(names[bucket])
         store.fs.create_dir(os.path.dirname(path), recursive=True)
         with store.fs.open_output_stream(path) as sink:
-            pq.write_table(entries.slice(start, end - start).select(columns), sink, compression="zstd")
+            pq.write_table(entries.slice(start, end - start).select(columns), sink, **BUCKET_WRITE_OPTIONS)
         out.append({"bucket": bucket, "rows": end - start, "duplicate": None})
     return out
 

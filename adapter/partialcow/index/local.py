@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from partialcow.exceptions import DuplicateKeyError
+from partialcow.index.storage import BUCKET_WRITE_OPTIONS
 
 __all__ = ["duplicate_samples", "merge_bucket", "removed_entries"]
 
@@ -98,7 +99,7 @@ def merge_bucket(
         entries = pa.table({FILE_ID: pa.array([], pa.int32()), POS: pa.array([], pa.int64())})
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     tmp = f"{dst}.tmp-{os.getpid()}"
-    pq.write_table(entries, tmp, compression="zstd", use_deprecated_int96_timestamps=int96)
+    pq.write_table(entries, tmp, **BUCKET_WRITE_OPTIONS, use_deprecated_int96_timestamps=int96)
     os.replace(tmp, dst)
     return counts, entries.num_rows
 

@@ -33,6 +33,7 @@ from partialcow.exceptions import IndexError_, StaleIndexError
 from partialcow.table.paths import local_path
 
 __all__ = [
+    "BUCKET_WRITE_OPTIONS",
     "INDEX_DIR",
     "IndexState",
     "IndexStore",
@@ -42,6 +43,9 @@ __all__ = [
 INDEX_DIR = "_partialcow_index"
 STATE_FORMAT_VERSION = 1
 _STATE_NAME = re.compile(r"^v(\d{8})\.json$")
+# How every bucket file is written (pyarrow.parquet.write_table options). Keys are nearly all distinct, so a
+# dictionary would be built and then abandoned for each column: writing PLAIN halves the write (bench/README.md).
+BUCKET_WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "use_dictionary": False}
 
 
 @dataclass(frozen=True)
