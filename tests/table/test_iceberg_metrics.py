@@ -175,6 +175,7 @@ def test_partitioned_files_match_iceberg(spark, tmp_path: Path) -> None:
     """Identity partitions: the partition Iceberg serializes goes into the DataFile unchanged (a null one too)."""
     from partialcow.table.java import load_iceberg_table
 
+    spark.sql("CREATE SCHEMA IF NOT EXISTS metrics_test")
     spark.sql("DROP TABLE IF EXISTS metrics_test.parted PURGE")
     spark.sql("""CREATE TABLE metrics_test.parted (id BIGINT, region STRING, day DATE, n INT) USING iceberg
                  PARTITIONED BY (region, day, n)""")
@@ -210,6 +211,19 @@ def test_partitioned_files_match_iceberg(spark, tmp_path: Path) -> None:
             assert ours["partition"] == theirs["partition"] and "partition" in ours
     finally:
         spark.sql("DROP TABLE IF EXISTS metrics_test.parted PURGE")
+
+
+def test_exact_metrics_are_untruncated_on_both_paths(spark, iceberg_table, tmp_path: Path, monkeypatch) -> None:
+    """The inherited-partition check reads exact bounds: the footer's, or Iceberg's with every column "full"."""
+    long = "x" * 40 + "z"
+    path = _write(tmp_path, {"s": pa.array([long, "a" * 30, None]), "n": pa.array([3, None, -7], pa.int64())})
+    fast = DataFileBuilder(spark._jvm, iceberg_table, iceberg_table.spec()).exact_metrics(path)
+    monkeypatch.setenv("PARTIALCOW_ICEBERG_FOOTER_METRICS", "0")
+    java = DataFileBuilder(spark._jvm, iceberg_table, iceberg_table.spec()).exact_metrics(path)
+    assert fast == java
+    assert java.upper_bounds[1] == long.encode() and java.lower_bounds[1] == b"a" * 30
+    assert (java.value_counts, java.null_value_counts) == ({1: 3, 2: 3}, {1: 1, 2: 1})
+    assert java.lower_bounds[2] == (-7).to_bytes(8, "little", signed=True)
 
 
 def test_decimals_stored_as_integers_and_fixed(spark, iceberg_table, tmp_path: Path) -> None:

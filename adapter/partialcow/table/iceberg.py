@@ -32,12 +32,11 @@ from partialcow.exceptions import (
     UnsupportedTableFeatureError,
 )
 from partialcow.table.base import POS, CommitResult, DataFile, FileReplacement, quote_identifier
-from partialcow.table.iceberg_metrics import DataFileBuilder, FileMetrics
+from partialcow.table.iceberg_metrics import DataFileBuilder
 from partialcow.table.java import (
     bind_to_current_thread,
     java_class,
     java_errors,
-    java_map,
     java_message,
     load_iceberg_table,
 )
@@ -412,7 +411,7 @@ class IcebergTable:
             self._check_field_ids(path, field_ids)
         try:
             if partition is not None:
-                self._check_partition_values(table, spec, partition, path, mapping, builder)
+                self._check_partition_values(table, spec, partition, path, builder)
             return builder.build(path, partition=partition)
         except java_errors() as exc:
             raise CommitError(
@@ -443,28 +442,11 @@ class IcebergTable:
             )
 
     def _check_partition_values(
-        self, table: Any, spec: Any, partition: Any, path: str, mapping: Any, builder: DataFileBuilder
+        self, table: Any, spec: Any, partition: Any, path: str, builder: DataFileBuilder
     ) -> None:
         """Every row of a new file must lie in the partition it inherits: check exact min/max of identity columns."""
         jvm = self._jvm
         exact = builder.exact_metrics(path)
-        if exact is None:
-            config = jvm.org.apache.iceberg.MetricsConfig.fromProperties(
-                java_map(jvm, {"write.metadata.metrics.default": "full"})
-            )
-            input_file = table.io().newInputFile(path)
-            java = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(input_file, config, mapping)
-            to_bytes = jvm.org.apache.iceberg.util.ByteBuffers.toByteArray
-
-            def counts(values: Any) -> dict[int, int]:
-                return {int(k): int(v) for k, v in values.items()}
-
-            def bounds(values: Any) -> dict[int, bytes]:
-                return {int(k): bytes(to_bytes(v)) for k, v in values.items()}
-
-            exact = FileMetrics(record_count=int(java.recordCount()), value_counts=counts(java.valueCounts()),
-                                null_value_counts=counts(java.nullValueCounts()),
-                                lower_bounds=bounds(java.lowerBounds()), upper_bounds=bounds(java.upperBounds()))
         fields = spec.fields()
         for i in range(fields.size()):
             source_id = int(fields.get(i).sourceId())

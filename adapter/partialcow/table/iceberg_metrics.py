@@ -24,6 +24,7 @@ from typing import Any
 
 from partialcow.exceptions import ParquetRewriteError, UnsupportedFileError
 from partialcow.parquet.footer import FooterColumn, ParquetFooter, read_footer
+from partialcow.table.java import java_map
 from partialcow.table.paths import local_path
 
 __all__ = ["DataFileBuilder", "FileMetrics", "footer_metrics"]
@@ -329,10 +330,30 @@ class DataFileBuilder:
             builder = builder.withPartition(partition)
         return builder.build()
 
-    def exact_metrics(self, path: str) -> FileMetrics | None:
-        """Untruncated metrics of every column (mode "full"), or None where Iceberg must read them."""
+    def exact_metrics(self, path: str) -> FileMetrics:
+        """Untruncated metrics of every column (mode "full"): from the footer where that is reproduced, else read by
+        Iceberg with a "full" metrics configuration."""
         footer = self._footer(path) if self._mapping is None else None
-        return None if footer is None else footer_metrics(footer, lambda name: ("full", FULL_LENGTH))
+        metrics = None if footer is None else footer_metrics(footer, lambda name: ("full", FULL_LENGTH))
+        if metrics is not None:
+            return metrics
+        jvm = self._jvm
+        config = jvm.org.apache.iceberg.MetricsConfig.fromProperties(
+            java_map(jvm, {"write.metadata.metrics.default": "full"}))
+        java = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(
+            self._table.io().newInputFile(path), config, self._mapping)
+        to_bytes = jvm.org.apache.iceberg.util.ByteBuffers.toByteArray
+
+        def counts(values: Any) -> dict[int, int]:
+            return {int(k): int(v) for k, v in values.items()}
+
+        def bounds(values: Any) -> dict[int, bytes]:
+            return {int(k): bytes(to_bytes(v)) for k, v in values.items()}
+
+        return FileMetrics(record_count=int(java.recordCount()), column_sizes=counts(java.columnSizes()),
+                           value_counts=counts(java.valueCounts()),
+                           null_value_counts=counts(java.nullValueCounts()), lower_bounds=bounds(java.lowerBounds()),
+                           upper_bounds=bounds(java.upperBounds()))
 
     def _mode(self, name: str) -> Mode:
         if name not in self._modes:
