@@ -294,3 +294,101 @@ def test_lookup_by_file_id_with_kept_columns_matches_the_path_lookup(spark, tabl
             assert [tuple(r) for r in result.missing.collect()] == [_key(9999)]
             if expected_keys:
                 assert result.buckets_read == 3
+
+
+def _insert_commit(committer, index, data_dir: str, first: int, rows: int):
+    """Commit a new file of ``rows`` new keys from id ``first``; apply it with the rows' entries known (added_rows)."""
+    import pyarrow as pa
+
+    from partialcow.index.hashing import bucket_of
+    from partialcow.table.base import FileReplacement
+
+    template = pq.read_table(local_path(committer.live_files()[0].path)).slice(0, 0)  # field ids Iceberg reads by
+    keys = [_key(i) for i in range(first, first + rows)]
+    new_rows = pa.table([pa.array([k[0] for k in keys], pa.int64()), pa.array([k[1] for k in keys]),
+                         pa.array([2.0] * rows)], schema=template.schema)
+    new = os.path.join(data_dir, f"pcow-{uuid.uuid4().hex}.parquet")
+    pq.write_table(new_rows, new)
+    result = committer.replace_files(FileReplacement(base_version=committer.current_version(), removed=[],
+                                                     added=[new]))
+    state = index.state
+    added = pa.table({"id": [k[0] for k in keys], "code": [k[1] for k in keys], "file": [result.added[0]] * rows,
+                      "pos": pa.array(range(rows), pa.int64()),
+                      "_pcow_bucket": [bucket_of(k, state.key_types, state.num_buckets) for k in keys]})
+    return index.apply_commit(result, added_rows=added), result.added[0], keys
+
+
+def _assert_found(spark, index, keys: list[tuple], path: str) -> None:
+    """Every lookup path (Spark's join, the driver's two) finds ``keys`` at their row in ``path``."""
+    import pyarrow as pa
+
+    found, missing = _lookup(spark, index, keys)
+    assert not missing and {k: local_path(f) for k, (f, _) in found.items()} == {k: local_path(path) for k in keys}
+    for key, (file, pos) in found.items():
+        assert row_at(file, pos, KEYS) == key
+    probe = pa.table({"id": [k[0] for k in keys], "code": [k[1] for k in keys]})
+    local_found, local_missing = index.lookup_local(probe)
+    assert local_missing.num_rows == 0 and sorted(local_found.column("pos").to_pylist()) == sorted(
+        p for _, p in found.values())
+    at, _, positions = index.locate_local(probe)
+    assert sorted(positions.tolist()) == sorted(p for _, p in found.values()) and len(at) == len(keys)
+
+
+def test_few_new_entries_go_to_delta_files_until_merged(spark, table, monkeypatch) -> None:
+    """Inserts add a small delta file to each bucket they hit instead of rewriting it; lookups read base and
+    deltas; a bucket with MAX_DELTA_FILES deltas is merged into one base file at its next change; a shift of
+    positions patches deltas too; a reopened index sees the same files."""
+    from partialcow.index import driver_side
+    from partialcow.table.base import FileReplacement
+    from partialcow.table.iceberg import IcebergTable
+
+    monkeypatch.setenv(driver_side.MAX_DELTAS_ENV, "2")
+    committer = IcebergTable(spark, table)
+    index = RowIndex.create(IcebergTable(spark, table), key_columns=KEYS, num_buckets=3)
+    data_dir = os.path.join(local_path(index.source.location), "data")
+    bases = index.state.buckets
+
+    metrics, first_file, first_keys = _insert_commit(committer, index, data_dir, 10_000, 30)
+    assert (metrics.delta_files_written, metrics.buckets_rewritten) == (3, 0)
+    assert index.state.buckets == bases and all(len(d) == 1 for d in index.state.deltas)
+    _assert_found(spark, index, first_keys, first_file)
+    assert index.verify().ok
+    assert RowIndex.open(IcebergTable(spark, table)).state.deltas == index.state.deltas
+
+    # a commit that shifts positions of a file whose entries sit in deltas (Spark's patch path, forced here)
+    gone = [0, 7]
+    kept_rows = pq.read_table(local_path(first_file)).take([i for i in range(30) if i not in gone])
+    shifted_path = os.path.join(data_dir, f"pcow-{uuid.uuid4().hex}.parquet")
+    pq.write_table(kept_rows, shifted_path)
+    result = committer.replace_files(FileReplacement(base_version=committer.current_version(), removed=[first_file],
+                                                     added=[shifted_path]))
+    with monkeypatch.context() as patched:
+        patched.setattr(RowIndex, "_apply_local", lambda self, *args, **kwargs: None)
+        metrics = index.apply_commit(result, shifted={first_file: (result.added[0], gone)})
+    assert metrics.operation == "apply_commit"
+    assert metrics.rows_total == 2100 + 28 and all(len(d) == 1 for d in index.state.deltas)
+    left = [k for i, k in enumerate(first_keys) if i not in gone]
+    _assert_found(spark, index, left, result.added[0])
+    assert not _lookup(spark, index, [first_keys[i] for i in gone])[0]
+    assert index.verify().ok
+
+    metrics, _, _ = _insert_commit(committer, index, data_dir, 20_000, 30)
+    assert metrics.delta_files_written == 3 and all(len(d) == 2 for d in index.state.deltas)
+    # the third delta would pass the limit: those buckets are merged, their deltas with them
+    metrics, last_file, last_keys = _insert_commit(committer, index, data_dir, 30_000, 30)
+    assert (metrics.delta_files_written, metrics.buckets_rewritten) == (0, 3) and index.state.deltas == ()
+    assert all(b not in bases for b in index.state.buckets)
+    _assert_found(spark, index, last_keys, last_file)
+    _assert_found(spark, index, left, result.added[0])
+    assert index.verify().ok
+    assert len(os.listdir(os.path.join(index.store.root, "data"))) >= 3  # the replaced files wait for the GC
+
+    # many new entries at once: the buckets are merged, no delta is written
+    metrics, big_file, big_keys = _insert_commit(committer, index, data_dir, 40_000, 600)
+    assert (metrics.delta_files_written, metrics.buckets_rewritten) == (0, 3)
+    _assert_found(spark, index, big_keys[::50], big_file)
+    assert index.verify().ok
+
+    monkeypatch.setenv(driver_side.MAX_DELTAS_ENV, "0")  # the setting that turns delta files off
+    metrics, _, _ = _insert_commit(committer, index, data_dir, 50_000, 30)
+    assert (metrics.delta_files_written, metrics.buckets_rewritten) == (0, 3) and index.state.deltas == ()

@@ -60,7 +60,7 @@ def test_rows_are_split_by_file_with_positions_and_inserts_kept_apart(tmp_path, 
     scratch.mkdir()
     batch = changes([(3, "a", 30, False), (1, "a", 10, False), (1, "b", None, True), (9, "z", 90, False),
                      (8, "z", None, True)])
-    result = locate([batch], {0: bucket_file}, scratch)
+    result = locate([batch], {0: (bucket_file,)}, scratch)
     assert dict(zip(result["file_ids"], result["file_rows"])) == {3: 2, 7: 1}
     assert result["inserts"] == 1 and result["null_keys"] == 0 and result["repeated_keys"] == 0
 
@@ -82,7 +82,7 @@ def test_rows_are_split_by_file_with_positions_and_inserts_kept_apart(tmp_path, 
 
 
 def test_keys_beyond_the_limit_are_not_kept_for_the_conflict_filter(tmp_path, bucket_file):
-    result = locate([changes([(1, "a", 1, False), (2, "a", 2, False)])], {0: bucket_file}, tmp_path, keys_limit=1)
+    result = locate([changes([(1, "a", 1, False), (2, "a", 2, False)])], {0: (bucket_file,)}, tmp_path, keys_limit=1)
     assert result["keys_file"] is None
     assert not any(n.startswith("keys-") for n in os.listdir(tmp_path))
 
@@ -92,7 +92,7 @@ def test_keys_beyond_the_limit_are_not_kept_for_the_conflict_filter(tmp_path, bu
     ([(2, "a", 1, False), (2, "a", 2, True), (3, "a", 3, False)], "repeated_keys", "k1=2, k2='a'"),
 ], ids=["null key", "repeated key"])
 def test_a_bad_partition_is_counted_and_writes_nothing(tmp_path, bucket_file, rows, counted, sample):
-    result = locate([changes(rows)], {0: bucket_file},tmp_path)
+    result = locate([changes(rows)], {0: (bucket_file,)},tmp_path)
     assert result[counted] == 1
     assert any(sample in s for s in result["samples"]), result["samples"]
     assert [n for n in os.listdir(tmp_path) if n.endswith(".arrow")] == []
@@ -112,7 +112,7 @@ def rewrite_tasks(tmp_path, bucket_file, *batches):
                           "v": pa.array([1, 2, 3], pa.int32())}), src)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    located = [locate([changes(rows)], {0: bucket_file}, scratch) for rows in batches]
+    located = [locate([changes(rows)], {0: (bucket_file,)}, scratch) for rows in batches]
     fragments = tuple(f for r in located for i, f in zip(r["file_ids"], r["fragments"]) if i == 3)
     inserts = tuple(r["inserts_file"] for r in located if r["inserts_file"])
     tasks = [FileTask(src=str(src), fragments=fragments)] if fragments else []

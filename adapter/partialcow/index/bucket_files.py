@@ -59,10 +59,10 @@ def _choose_buckets(total_rows: int, rows_per_bucket: int) -> int:
 
 
 
-def _shift_bucket_files(tasks: Iterable[tuple[int, str, str]], *, remap: Mapping[int, tuple[int, np.ndarray]]
-                        ) -> Iterator[tuple[int, dict[int, int], int]]:
-    """Executor side of :meth:`RowIndex._shift`: rewrite each ``(bucket, src, dst)`` bucket file with the entries of
-    the files in ``remap`` (old file id -> (new file id, sorted removed positions)) shifted; yields the bucket, the
+def _shift_bucket_files(tasks: Iterable[tuple[Any, str, str]], *, remap: Mapping[int, tuple[int, np.ndarray]]
+                        ) -> Iterator[tuple[Any, dict[int, int], int]]:
+    """Executor side of :meth:`RowIndex._shift`: rewrite each ``(tag, src, dst)`` bucket file with the entries of
+    the files in ``remap`` (old file id -> (new file id, sorted removed positions)) shifted; yields the tag, the
     entries removed per old file id and the entries left."""
 
     import pyarrow as pa

@@ -13,7 +13,7 @@ import numpy as np
 
 from partialcow.exceptions import ConfigurationError, DuplicateKeyError
 from partialcow.faults import checkpoint
-from partialcow.index.storage import IndexedFile, IndexState, IndexStore, replace_buckets, unique_names
+from partialcow.index.storage import IndexedFile, IndexState, IndexStore, unique_names
 from partialcow.table.base import FILE_ID, POS, CommitResult, TableSource
 
 if TYPE_CHECKING:
@@ -75,8 +75,7 @@ class _DriverSide:
             wanted = list(range(state.num_buckets))
         parts = []
         for b in wanted:
-            name = state.buckets[b]
-            if name is not None:
+            for name in state.bucket_files(b):
                 with self._store.fs.open_input_file(self._store.path(name)) as handle:
                     parts.append(pq.read_table(handle))
         if not parts:
@@ -120,8 +119,8 @@ class _DriverSide:
             return empty, empty.astype(np.int32), empty
         wanted = range(state.num_buckets) if buckets is None else np.unique(buckets).tolist()
         schema = self._arrow_key_schema()
-        entries = read_buckets([self._store.path(bucket_file) for b in wanted
-                                if (bucket_file := state.buckets[b]) is not None], state.key_columns, schema)
+        entries = read_buckets([self._store.path(name) for b in wanted for name in state.bucket_files(b)],
+                               state.key_columns, schema)
         typed = keys.select(list(state.key_columns)).cast(schema)
         return join_keys(entries, typed)
 
@@ -152,7 +151,7 @@ class _DriverSide:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from partialcow.index.local import merge_bucket
+        from partialcow.index.local import merge_bucket, write_delta
 
         state = self.state
         targets = set(pairs.values()) | {dst for dst, _ in shifts.values()}
@@ -210,6 +209,7 @@ class _DriverSide:
                 new_ids[pairs[f.path]] = f.file_id
             elif f.file_id in remap and shifts[f.path][0] in grown:
                 new_ids[shifts[f.path][0]] = remap[f.file_id][0]
+        rewritten = set(affected)  # buckets losing or re-pointing entries: their files are merged anew
         grown_buckets: dict[str, tuple[int, ...]] = {}
         per_bucket: dict[int, pa.Table] = {}
         new_stats: dict[str, tuple[int, tuple[int, ...]]] = {p: (0, ()) for p in new_paths}
@@ -229,13 +229,20 @@ class _DriverSide:
                 new_stats[path] = (int(mine.size), tuple(sorted(int(b) for b in np.unique(mine))))
             for path in grown:
                 grown_buckets[path] = tuple(int(b) for b in np.unique(buckets[files_col == path]))
-        names = unique_names("b", sorted(affected))
+        per_bucket_entries = self._rows_total(state) // n
+        as_delta = sorted(b for b, entries in per_bucket.items()
+                          if b not in rewritten and _takes_delta(state, b, entries.num_rows, per_bucket_entries))
+        merged = sorted(affected - set(as_delta))
+        names = {**unique_names("b", merged), **unique_names("d", as_delta)}
         drop_ids = frozenset(f.file_id for f in dropped)
 
         def one(bucket: int) -> tuple[int, dict[int, int], int]:
-            bucket_file = state.buckets[bucket]
-            src = self._store.path(bucket_file) if bucket_file is not None else None
-            counts, left = merge_bucket(src, self._store.path(names[bucket]), key_columns=state.key_columns,
+            files = [self._store.path(name) for name in state.bucket_files(bucket)]
+            if bucket in as_delta:
+                return bucket, {}, write_delta(files[0], self._store.path(names[bucket]),
+                                               key_columns=state.key_columns, added=per_bucket[bucket],
+                                               table=state.table)
+            counts, left = merge_bucket(files, self._store.path(names[bucket]), key_columns=state.key_columns,
                                         remap=remap, drop_ids=drop_ids, added=per_bucket.get(bucket),
                                         table=state.table)
             return bucket, counts, left
@@ -243,11 +250,14 @@ class _DriverSide:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1, max(1, len(affected)))) as pool:
-            done = list(pool.map(one, sorted(affected)))
-        changes: dict[int, str | None] = {}
+            done = list(pool.map(one, [*as_delta, *merged]))
+        changes: dict[int, list[str]] = {}
         removed_counts: dict[int, int] = {}
         for bucket, counts, left in done:
-            changes[bucket] = names[bucket] if left else None
+            if bucket in as_delta:
+                changes[bucket] = [*state.bucket_files(bucket), names[bucket]]
+            else:
+                changes[bucket] = [names[bucket]] if left else []
             for file_id, count in counts.items():
                 removed_counts[file_id] = removed_counts.get(file_id, 0) + count
         files = []
@@ -267,17 +277,17 @@ class _DriverSide:
         for path in new_paths:
             count, buckets_of = new_stats[path]
             files.append(IndexedFile(new_ids[path], path, count, count, None, buckets_of))
-        new_state = replace(state, table_version=result.version, files=tuple(files),
-                            buckets=replace_buckets(state.buckets, changes), next_file_id=next_id,
-                            state_version=state.state_version + 1)
+        new_state = replace(state.with_bucket_files(changes), table_version=result.version, files=tuple(files),
+                            next_file_id=next_id, state_version=state.state_version + 1)
         checkpoint("index-written")
         self._store.write_state(new_state)
         self.state = new_state
         self._store.garbage_collect()
         return IndexMetrics(
             "apply_commit(local)", result.version, rows_indexed=rows.num_rows if rows is not None else 0,
-            rows_total=self._rows_total(new_state), num_buckets=n, buckets_rewritten=len(changes),
-            files_reindexed=sorted(new_paths), files_dropped=sorted([*(f.path for f in dropped), *shifts]),
+            rows_total=self._rows_total(new_state), num_buckets=n, buckets_rewritten=len(merged),
+            delta_files_written=len(as_delta), files_reindexed=sorted(new_paths),
+            files_dropped=sorted([*(f.path for f in dropped), *shifts]),
             files_repointed=sorted([*pairs.values(), *(dst for dst, _ in shifts.values())]),
         )
 
@@ -298,18 +308,21 @@ class _DriverSide:
                 remap[f.file_id] = (next_id, shifts[f.path][1])
                 affected.update(range(n) if f.buckets is None else f.buckets)
                 next_id += 1
-        names = unique_names("b", sorted(affected))
-        tasks = [(b, self._store.path(bucket_file), self._store.path(names[b]))
-                 for b in sorted(affected) if (bucket_file := base.buckets[b]) is not None]
+        # every file of a bucket, base and deltas, is patched on its own: each stays sorted
+        names = {(b, i): unique_names("b", [b])[b] for b in sorted(affected) for i in range(len(base.bucket_files(b)))}
+        tasks = [((b, i), self._store.path(base.bucket_files(b)[i]), self._store.path(name))
+                 for (b, i), name in names.items()]
         removed: dict[int, int] = {}
-        changes: dict[int, str | None] = {}
+        kept: dict[int, dict[int, str]] = {b: {} for b in affected}
         if tasks:
             job = partial(_shift_bucket_files, remap=remap)
             done = self.spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(job).collect()
-            for bucket, counts, left in done:
-                changes[bucket] = names[bucket] if left else None  # an emptied bucket is recorded as empty
+            for (bucket, i), counts, left in done:
+                if left:  # an emptied file is dropped; an emptied bucket is recorded as empty
+                    kept[bucket][i] = names[(bucket, i)]
                 for file_id, count in counts.items():
                     removed[file_id] = removed.get(file_id, 0) + count
+        changes = {b: [files[i] for i in sorted(files)] for b, files in kept.items()}
         files = []
         for f in base.files:
             if f.file_id in remap:
@@ -319,7 +332,7 @@ class _DriverSide:
                 files.append(IndexedFile(remap[f.file_id][0], dst, count, f.indexed_rows - gone, None, f.buckets))
             else:
                 files.append(f)
-        state = replace(base, table_version=version, files=tuple(files), buckets=replace_buckets(base.buckets, changes),
+        state = replace(base.with_bucket_files(changes), table_version=version, files=tuple(files),
                         next_file_id=next_id, state_version=self.state.state_version + 1)
         checkpoint("index-written")
         self._store.write_state(state)
@@ -340,3 +353,23 @@ def _grow(f: IndexedFile, grown: Mapping[str, int], buckets: Mapping[str, tuple[
     return replace(f, record_count=f.record_count + added if f.record_count >= 0 else -1,
                    indexed_rows=f.indexed_rows + added,
                    buckets=None if f.buckets is None else tuple(sorted({*f.buckets, *buckets.get(f.path, ())})))
+
+
+# A bucket takes at most this many delta files before its next change merges them into a new base file
+# (``PARTIALCOW_INDEX_MAX_DELTAS`` overrides it; 0 merges at every change, as before delta files existed).
+MAX_DELTA_FILES = 8
+MAX_DELTAS_ENV = "PARTIALCOW_INDEX_MAX_DELTAS"
+# A commit's entries for a bucket go into a delta file while they are at most this share of its usual size.
+DELTA_SHARE = 1 / 16
+
+
+def _takes_delta(state: IndexState, bucket: int, entries: int, per_bucket: int) -> bool:
+    """Whether ``entries`` new entries of ``bucket`` (the index holding about ``per_bucket`` per bucket) are written
+    as a delta file: the bucket has a base file, fewer than ``MAX_DELTA_FILES`` deltas, and the entries are few.
+
+    Merging reads, sorts and writes the whole bucket for a handful of entries; a delta costs one small write now
+    and one more file to read per lookup until the next merge (``bench/README.md``).
+    """
+    files = state.bucket_files(bucket)
+    limit = int(os.environ.get(MAX_DELTAS_ENV, MAX_DELTA_FILES))
+    return bool(files) and len(files) <= limit and entries <= per_bucket * DELTA_SHARE

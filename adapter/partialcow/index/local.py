@@ -2,10 +2,12 @@
 
 After one of our own commits the writer knows exactly what changed in the index: which files kept their rows in
 place (re-pointed), which lost rows at which positions (shifted), which were dropped, and the key, position and
-bucket of every row it added. Maintaining the index is then a merge per affected bucket file: read it, drop and
-shift entries, append the new ones, sort, write. Done in driver threads this costs what reading and writing those
-bucket files costs; the Spark path (a shuffle of every entry of every affected bucket) is kept for what only Spark
-can read: other writers' files, rebuilds, and re-layouts to more buckets.
+bucket of every row it added. Maintaining the index is then a merge per affected bucket: read its files, drop and
+shift entries, append the new ones, sort, write one base file. A bucket that only gains a few entries gets them as a
+delta file instead (``write_delta``): the merge happens at a later change of that bucket. Done in driver threads
+this costs what reading and writing those bucket files costs; the Spark path (a shuffle of every entry of every
+affected bucket) is kept for what only Spark can read: other writers' files, rebuilds, and re-layouts to more
+buckets.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ import pyarrow.parquet as pq
 from partialcow.exceptions import DuplicateKeyError
 from partialcow.index.storage import BUCKET_WRITE_OPTIONS
 
-__all__ = ["duplicate_samples", "merge_bucket", "removed_entries"]
+__all__ = ["duplicate_samples", "merge_bucket", "removed_entries", "write_delta"]
 
 FILE_ID = "_file_id"
 POS = "_pos"
 
 
 def merge_bucket(
-    src: str | None,
+    srcs: Sequence[str],
     dst: str,
     *,
     key_columns: Sequence[str],
@@ -38,16 +40,16 @@ def merge_bucket(
     added: pa.Table | None,
     table: str,
 ) -> tuple[dict[int, int], int]:
-    """Write bucket file ``dst``: ``src``'s entries with ``remap`` applied (old file id -> new id and the sorted
-    positions it lost: those entries go, later ones shift down), entries of ``drop_ids`` removed, and ``added``
-    (key columns, ``_file_id``, ``_pos``) merged in key order. Returns the entries removed per remapped file id and
-    the entries written; raises ``DuplicateKeyError`` if a key would appear twice.
+    """Write bucket file ``dst``: the entries of the bucket's files ``srcs`` with ``remap`` applied (old file id ->
+    new id and the sorted positions it lost: those entries go, later ones shift down), entries of ``drop_ids``
+    removed, and ``added`` (key columns, ``_file_id``, ``_pos``) merged in key order. Returns the entries removed per
+    remapped file id and the entries written; raises ``DuplicateKeyError`` if a key would appear twice.
 
     >>> import tempfile
     >>> d = tempfile.mkdtemp(); src, dst = os.path.join(d, "a.parquet"), os.path.join(d, "b.parquet")
     >>> pq.write_table(pa.table({"k": [1, 5], FILE_ID: pa.array([0, 0], pa.int32()), POS: [0, 1]}), src)
     >>> added = pa.table({"k": [3], FILE_ID: pa.array([1], pa.int32()), POS: [0]})
-    >>> merge_bucket(src, dst, key_columns=["k"], remap={0: (2, np.array([0]))}, drop_ids=frozenset(), added=added,
+    >>> merge_bucket([src], dst, key_columns=["k"], remap={0: (2, np.array([0]))}, drop_ids=frozenset(), added=added,
     ...              table="t")
     ({0: 1}, 2)
     >>> pq.read_table(dst).to_pydict()
@@ -55,9 +57,10 @@ def merge_bucket(
     """
     counts: dict[int, int] = {}
     int96 = False
-    if src is not None:
-        entries = pq.read_table(src)
-        int96 = any(c.physical_type == "INT96" for c in pq.ParquetFile(src).schema)
+    if srcs:
+        parts = [pq.read_table(src) for src in srcs]
+        int96 = any(c.physical_type == "INT96" for c in pq.ParquetFile(srcs[0]).schema)
+        entries = pa.concat_tables([parts[0], *(part.cast(parts[0].schema) for part in parts[1:])])
         file_ids = entries.column(FILE_ID).to_numpy()
         positions = entries.column(POS).to_numpy().copy()
         new_ids = file_ids.astype(np.int32, copy=True)
@@ -81,27 +84,63 @@ def merge_bucket(
         entries = entries.filter(pa.array(keep))
     else:
         entries = None
-    if added is not None and added.num_rows:
+    has_added = added is not None and added.num_rows > 0
+    if added is not None and has_added:
         added = added.select([*key_columns, FILE_ID, POS])
         if entries is not None:
             added = added.select(entries.column_names).cast(entries.schema)
             entries = pa.concat_tables([entries, added])
         else:
             entries = added
-        entries = entries.sort_by([(c, "ascending") for c in key_columns])
-        dups = duplicate_samples(entries, key_columns)
-        if dups:
-            raise DuplicateKeyError(
-                f"table {table} holds key(s) {list(key_columns)} more than once, e.g. {dups}: the index was built "
-                "from a table another writer changed at the same time; run `partialcow index rebuild`"
-            )
+    if entries is not None and (has_added or len(srcs) > 1):
+        entries = _sorted_unique(entries, key_columns, table)
     if entries is None:
         entries = pa.table({FILE_ID: pa.array([], pa.int32()), POS: pa.array([], pa.int64())})
+    _write(entries, dst, int96)
+    return counts, entries.num_rows
+
+
+def write_delta(base: str, dst: str, *, key_columns: Sequence[str], added: pa.Table, table: str) -> int:
+    """Write ``added`` (key columns, ``_file_id``, ``_pos``) as delta file ``dst`` of the bucket whose base file is
+    ``base``: sorted by key, with the base file's column types. Returns the entries written.
+
+    The keys are new to the bucket: they are the batch's keys its lookup did not find in these same bucket files
+    (under the write lease), so only repeats among them are checked here.
+
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp(); base, dst = os.path.join(d, "b.parquet"), os.path.join(d, "d.parquet")
+    >>> pq.write_table(pa.table({"k": [1, 5], FILE_ID: pa.array([0, 0], pa.int32()), POS: [0, 1]}), base)
+    >>> write_delta(base, dst, key_columns=["k"], table="t",
+    ...             added=pa.table({"k": [9, 3], FILE_ID: pa.array([1, 1], pa.int32()), POS: pa.array([0, 1])}))
+    2
+    >>> pq.read_table(dst).to_pydict()
+    {'k': [3, 9], '_file_id': [1, 1], '_pos': [1, 0]}
+    """
+    source = pq.ParquetFile(base)
+    int96 = any(c.physical_type == "INT96" for c in source.schema)
+    schema = source.schema_arrow
+    entries = added.select(schema.names).cast(schema)
+    _write(_sorted_unique(entries, key_columns, table), dst, int96)
+    written: int = entries.num_rows
+    return written
+
+
+def _sorted_unique(entries: pa.Table, key_columns: Sequence[str], table: str) -> pa.Table:
+    entries = entries.sort_by([(c, "ascending") for c in key_columns])
+    dups = duplicate_samples(entries, key_columns)
+    if dups:
+        raise DuplicateKeyError(
+            f"table {table} holds key(s) {list(key_columns)} more than once, e.g. {dups}: the index was built "
+            "from a table another writer changed at the same time; run `partialcow index rebuild`"
+        )
+    return entries
+
+
+def _write(entries: pa.Table, dst: str, int96: bool) -> None:
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     tmp = f"{dst}.tmp-{os.getpid()}"
     pq.write_table(entries, tmp, **BUCKET_WRITE_OPTIONS, use_deprecated_int96_timestamps=int96)
     os.replace(tmp, dst)
-    return counts, entries.num_rows
 
 
 def removed_entries(file_ids: np.ndarray, positions: np.ndarray, file_id: int,

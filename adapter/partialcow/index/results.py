@@ -11,7 +11,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class IndexMetrics:
-    """What one index operation did. ``files_reindexed`` lists the data files whose rows were (re)read."""
+    """What one index operation did. ``files_reindexed`` lists the data files whose rows were (re)read;
+    ``buckets_rewritten`` counts the buckets written anew, ``delta_files_written`` those that took their new entries
+    as a delta file instead (see ``partialcow.index.storage``)."""
 
     operation: str
     table_version: int
@@ -19,6 +21,7 @@ class IndexMetrics:
     rows_total: int = 0
     num_buckets: int = 0
     buckets_rewritten: int = 0
+    delta_files_written: int = 0
     files_reindexed: list[str] = field(default_factory=list)
     files_dropped: list[str] = field(default_factory=list)
     files_repointed: list[str] = field(default_factory=list)

@@ -49,7 +49,7 @@ from partialcow.index.bucket_files import (
 from partialcow.index.driver_side import _DriverSide
 from partialcow.index.hashing import SUPPORTED_KEY_TYPES
 from partialcow.index.results import IndexMetrics, LookupResult, VerifyReport
-from partialcow.index.storage import IndexedFile, IndexState, IndexStore, replace_buckets
+from partialcow.index.storage import IndexedFile, IndexState, IndexStore
 from partialcow.parquet import remove_sidecar
 from partialcow.table.base import FILE_ID, POS, CommitResult, DataFile, TableSource, quote_identifier
 from partialcow.table.paths import local_path
@@ -170,6 +170,7 @@ class RowIndex(_DriverSide):
             self.state,
             num_buckets=num_buckets,
             buckets=(None,) * num_buckets,
+            deltas=(),
             files=(),
             next_file_id=0,
             key_types=(),  # re-read from the data: a rebuild adopts the table's current key types
@@ -228,7 +229,7 @@ class RowIndex(_DriverSide):
         else:
             bucket = _bucket_expr(self.key_columns, self.state.num_buckets).alias(BUCKET)
             wanted = sorted(r[0] for r in typed.select(bucket).distinct().collect() if r[0] is not None)
-        names = [bucket_file for b in wanted if (bucket_file := self.state.buckets[b]) is not None]
+        names = [name for b in wanted for name in self.state.bucket_files(b)]
         index_rows = self._read_index(names)
         keys_list = list(self.key_columns)
         if check_duplicates:
@@ -264,11 +265,12 @@ class RowIndex(_DriverSide):
         typed = [F.col(quote_identifier(c)).cast(t) for c, t in zip(self.key_columns, self.state.key_types)]
         return F.pmod(F.xxhash64(*typed), F.lit(self.state.num_buckets)).cast("int")
 
-    def bucket_paths(self) -> dict[int, str]:
-        """Local paths of the non-empty bucket files by bucket number (for tasks that read them with pyarrow)."""
+    def bucket_paths(self) -> dict[int, tuple[str, ...]]:
+        """Local paths of each non-empty bucket's files by bucket number (for tasks that read them with pyarrow)."""
         if not self._store.is_local:
             raise ConfigurationError(f"the row index of {self.state.table} is not on a local file system")
-        return {b: self._store.path(name) for b, name in enumerate(self.state.buckets) if name is not None}
+        return {b: tuple(self._store.path(name) for name in names) for b in range(self.state.num_buckets)
+                if (names := self.state.bucket_files(b))}
 
     def new_scratch_dir(self) -> str:
         """A new, empty local folder inside the index folder for one write's intermediate files.
@@ -489,7 +491,7 @@ class RowIndex(_DriverSide):
             drop_ids = [f.file_id for f in drop]
             parts: list[DataFrame] = []
             old_buckets = range(base.num_buckets) if relayout else affected_list
-            old_names = [bucket_file for b in old_buckets if (bucket_file := base.buckets[b]) is not None]
+            old_names = [name for b in old_buckets for name in base.bucket_files(b)]
             if old_names and not full:
                 old = self._read_index(old_names)
                 if drop_ids:
@@ -497,12 +499,12 @@ class RowIndex(_DriverSide):
                 parts.append(old.withColumn(BUCKET, _bucket_expr(self.key_columns, n)))
             if rows is not None:
                 parts.append(rows)
-            changes: dict[int, str | None] = {b: None for b in affected_list}
+            changes: dict[int, list[str]] = {b: [] for b in affected_list}
             if parts:
                 merged = parts[0]
                 for p in parts[1:]:
                     merged = merged.unionByName(p)
-                changes.update(self._write_buckets(merged, affected_list))
+                changes.update({b: [name] for b, name in self._write_buckets(merged, affected_list).items()})
         finally:
             if persisted is not None:
                 persisted.unpersist()
@@ -519,13 +521,12 @@ class RowIndex(_DriverSide):
                     file_id, path, count if count >= 0 else indexed, indexed, live_by_path[path].deletes, buckets
                 )
             )
+        laid_out = replace(base, num_buckets=n, buckets=(None,) * n, deltas=()) if relayout else base
         state = replace(
-            base,
+            laid_out.with_bucket_files(changes),
             key_types=key_types,
             table_version=version,
             files=tuple(files),
-            num_buckets=n,
-            buckets=replace_buckets((None,) * n if relayout else base.buckets, changes),
             next_file_id=next_id,
             state_version=self.state.state_version + 1,
         )

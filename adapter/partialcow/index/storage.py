@@ -4,8 +4,13 @@ Layout::
 
     _partialcow_index/
         _state/v00000001.json     one immutable state file per index version; the highest number is current
-        data/b00003-<uuid>.parquet  immutable bucket files (key columns, _file_id, _pos), sorted by key
+        data/b00003-<uuid>.parquet  immutable bucket files (key columns, _file_id, _pos), each sorted by key
         _tmp/<uuid>/               Spark's output before its files are moved into data/
+
+A bucket's entries are the union of its files: a base file, and delta files holding entries a commit added since
+the base was written. A commit that only adds a few entries to a bucket writes them as a delta file instead of
+rewriting the bucket; any other change to the bucket, or too many deltas, merges its files into a new base
+(``partialcow.index.local``).
 
 A new index version is written to a temporary name and moved to ``_state/v<n+1>.json`` without overwriting: on a
 local file system the move is an ``os.link`` (fails if the name exists), so two maintainers racing for the same
@@ -24,7 +29,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -41,7 +46,8 @@ __all__ = [
 ]
 
 INDEX_DIR = "_partialcow_index"
-STATE_FORMAT_VERSION = 1
+STATE_FORMAT_VERSION = 2
+_READABLE_FORMATS = (1, 2)  # 1: before delta files
 _STATE_NAME = re.compile(r"^v(\d{8})\.json$")
 # How every bucket file is written (pyarrow.parquet.write_table options). Keys are nearly all distinct, so a
 # dictionary would be built and then abandoned for each column: writing PLAIN halves the write (bench/README.md).
@@ -77,12 +83,45 @@ class IndexState:
     num_buckets: int
     table_version: int
     files: tuple[IndexedFile, ...]
-    buckets: tuple[str | None, ...]  # bucket -> data file name relative to the index folder (None: empty bucket)
+    buckets: tuple[str | None, ...]  # bucket -> base file name relative to the index folder (None: empty bucket)
     next_file_id: int
     state_version: int = 0
     hash: str = "spark-xxhash64(seed=42), pmod num_buckets"
     created_by: str = "partialcow.index"
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # bucket -> its delta files, oldest first (only a bucket with a base file has any); () when no bucket has one
+    deltas: tuple[tuple[str, ...], ...] = ()
+
+    def bucket_files(self, bucket: int) -> tuple[str, ...]:
+        """Every file holding entries of ``bucket``: its base file, then its delta files.
+
+        >>> state = IndexState("t", "iceberg", "/t", ("k",), ("bigint",), 2, 1, (), ("b0", None), 0,
+        ...                    deltas=(("d0",), ()))
+        >>> state.bucket_files(0), state.bucket_files(1), state.all_bucket_files()
+        (('b0', 'd0'), (), ['b0', 'd0'])
+        """
+        base = self.buckets[bucket]
+        return ((base,) if base is not None else ()) + (self.deltas[bucket] if self.deltas else ())
+
+    def all_bucket_files(self) -> list[str]:
+        return [name for b in range(len(self.buckets)) for name in self.bucket_files(b)]
+
+    def with_bucket_files(self, changes: Mapping[int, Sequence[str]]) -> IndexState:
+        """This state with the files of the buckets in ``changes`` replaced: the first named file becomes the base,
+        the others its deltas; no file leaves the bucket empty.
+
+        >>> state = IndexState("t", "iceberg", "/t", ("k",), ("bigint",), 2, 1, (), ("b0", "b1"), 0)
+        >>> changed = state.with_bucket_files({1: ["b1", "d1"]})
+        >>> changed.buckets, changed.deltas, changed.with_bucket_files({1: []}).deltas
+        (('b0', 'b1'), ((), ('d1',)), ())
+        """
+        buckets = list(self.buckets)
+        deltas = [list(d) for d in self.deltas] if self.deltas else [[] for _ in buckets]
+        for bucket, names in changes.items():
+            buckets[bucket] = names[0] if names else None
+            deltas[bucket] = list(names[1:])
+        kept = tuple(tuple(d) for d in deltas) if any(deltas) else ()
+        return replace(self, buckets=tuple(buckets), deltas=kept)
 
     def to_json(self) -> str:
         body = asdict(self)
@@ -92,7 +131,7 @@ class IndexState:
     @classmethod
     def from_json(cls, text: str, *, source: str) -> IndexState:
         body = json.loads(text)
-        if body.pop("format_version", None) != STATE_FORMAT_VERSION:
+        if body.pop("format_version", None) not in _READABLE_FORMATS:
             raise IndexError_(
                 f"index state {source} has an unknown format; rebuild the index with `partialcow index rebuild`"
             )
@@ -102,6 +141,7 @@ class IndexState:
         )
         for name in ("key_columns", "key_types", "buckets"):
             body[name] = tuple(body[name])
+        body["deltas"] = tuple(tuple(names) for names in body.get("deltas", ()))
         return cls(**body)
 
     def by_path(self) -> dict[str, IndexedFile]:
@@ -222,7 +262,7 @@ class IndexStore:
         for v in kept:
             state = self.read_state(v)
             assert state is not None
-            referenced.update(b for b in state.buckets if b is not None)
+            referenced.update(state.all_bucket_files())
         cutoff = time.time() - min_age_seconds
         deleted: list[str] = []
         for v in versions[: len(versions) - len(kept)]:
@@ -248,7 +288,3 @@ def unique_names(prefix: str, buckets: Iterable[int]) -> dict[int, str]:
     """A fresh data-file name per bucket (never reused, so files stay immutable)."""
     tag = uuid.uuid4().hex[:12]
     return {b: f"data/{prefix}{b:05d}-{tag}.parquet" for b in buckets}
-
-
-def replace_buckets(current: Sequence[str | None], changes: Mapping[int, str | None]) -> tuple[str | None, ...]:
-    return tuple(changes.get(i, name) for i, name in enumerate(current))

@@ -34,7 +34,7 @@ def verify(index: RowIndex) -> VerifyReport:
         )
     else:
         scan = index._empty_rows()
-    names = [b for b in state.buckets if b is not None]
+    names = state.all_bucket_files()
     index_rows = index._read_index(names, with_bucket=True)
     scan = scan.select(*cols).persist()
     try:

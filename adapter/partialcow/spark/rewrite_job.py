@@ -217,7 +217,7 @@ def locate_partition(
     batches: Iterator[pa.RecordBatch],
     *,
     key_columns: Sequence[str],
-    bucket_paths: Mapping[int, str],
+    bucket_paths: Mapping[int, Sequence[str]],
     carried: Sequence[str],
     insert_columns: Sequence[str],
     scratch: str,
@@ -227,7 +227,7 @@ def locate_partition(
     """Locate this partition's changes in the index and leave them in ``scratch``, per touched data file.
 
     The rows are staged changes (keys, values, ``_pcow_delete``) with their key's index bucket (``_pcow_bucket``);
-    only those buckets' files are read (``bucket_paths``: bucket -> local path; empty when the table has no rows).
+    only those buckets' files are read (``bucket_paths``: bucket -> local paths; empty when the table has no rows).
     Located rows go to ``f<file id>-<task>.arrow`` (``_pcow_pos``, ``_pcow_delete``, ``carried``), the changes of
     keys not in the table to ``ins-<task>.arrow`` (``insert_columns``, ``_pcow_delete``: the insert writers drop
     the deletes). The result row lists
@@ -259,8 +259,8 @@ def locate_partition(
         yield _locate_result(rows.num_rows, null_keys=int(null.sum()), repeated_keys=repeated.num_rows, samples=sample)
         return
 
-    entries = read_buckets([bucket_paths[b] for b in pc.unique(rows[BUCKET]).to_pylist() if b in bucket_paths],
-                           key_columns, keys.schema)
+    wanted = [b for b in pc.unique(rows[BUCKET]).to_pylist() if b in bucket_paths]
+    entries = read_buckets([path for b in wanted for path in bucket_paths[b]], key_columns, keys.schema)
     at, file_ids, positions = join_keys(entries, keys)
     is_delete = pc.fill_null(rows.column(DELETE), False).to_numpy(zero_copy_only=False)
     found = np.zeros(rows.num_rows, dtype=bool)
