@@ -52,7 +52,9 @@ def leftovers(spark, name: str) -> list[str]:
     buckets = set()
     for state in states[-2:]:
         with open(os.path.join(index, "_state", state)) as handle:
-            buckets.update(b for b in json.load(handle)["buckets"] if b)
+            body = json.load(handle)
+        buckets.update(b for b in body["buckets"] if b)
+        buckets.update(name for deltas in body.get("deltas", []) for name in deltas)  # a bucket's delta files
     for d, _, names in os.walk(os.path.join(index, "data")):
         found += [os.path.join(d, f) for f in names if os.path.relpath(os.path.join(d, f), index) not in buckets]
     for sub in ("_tmp", "_writes"):
