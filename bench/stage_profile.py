@@ -1,0 +1,59 @@
+"""Where the `stage` phase of a 1% batch goes, in a fresh process: `collect_small_batch` on a kept benchmark table.
+
+Usage (after `PYTHONPATH=adapter python bench/dbt_bench.py --steps build,batch --batches 1 --contenders ours_iceberg
+--check none --keep`):
+
+    PYTHONPATH=adapter python bench/stage_profile.py [default|nowholestage]
+
+Starts the session and the prewarm thread as a dbt process does, waits for the thread, then stages the kept batch
+three times (cold, then warm) and prints the model query's analysis, the whole staging, and the Spark job that
+collects the batch as Arrow. `nowholestage` turns Spark's whole-stage code generation off first.
+"""
+
+import os
+import sys
+import time
+
+WORK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "work", "dbt_sf1")
+variant = sys.argv[1] if len(sys.argv) > 1 else "default"
+
+import pyspark.sql.dataframe as frames  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+from partialcow.spark import small_batch  # noqa: E402
+from partialcow.spark.prewarm import start_prewarm  # noqa: E402
+from partialcow.spark.session import get_or_create_session  # noqa: E402
+from partialcow.spark.spec import ChangeSpec  # noqa: E402
+from partialcow.spark.tables import open_table  # noqa: E402
+
+spark = get_or_create_session(table_format="iceberg", warehouse=os.path.join(WORK, "warehouse_iceberg"))
+thread = start_prewarm(spark, "iceberg")
+if thread is not None:
+    thread.join()
+if variant == "nowholestage":
+    spark.conf.set("spark.sql.codegen.wholeStage", "false")
+table = open_table(spark, "bench.ours_iceberg", table_format="iceberg")
+spec = ChangeSpec(key_columns=("ss_item_sk", "ss_ticket_number"), op_column="_op", model="stage_profile")
+schema = table.spark_schema()
+collect = frames.DataFrame._collect_as_arrow
+seconds: dict[str, float] = {}
+
+
+def timed_collect(self, *args, **kwargs):
+    started = time.perf_counter()
+    try:
+        return collect(self, *args, **kwargs)
+    finally:
+        seconds["collect"] = time.perf_counter() - started
+
+
+frames.DataFrame._collect_as_arrow = timed_collect
+bucket = F.pmod(F.xxhash64(F.col("ss_item_sk").cast("int"), F.col("ss_ticket_number").cast("int")), F.lit(6))
+for run in ("cold", "warm", "warm"):
+    started = time.perf_counter()
+    changes = spark.sql(f"select * from parquet.`{os.path.join(WORK, 'batches', 'batch01.parquet')}`")
+    query = time.perf_counter() - started
+    started = time.perf_counter()
+    batch, rows = small_batch.collect_small_batch(changes, spec, table_schema=schema, bucket=bucket.cast("int"))
+    stage = time.perf_counter() - started
+    print(f"{variant} {run}: query {query:.3f} s, stage {stage:.3f} s (collect {seconds['collect']:.3f} s), {rows} rows")
