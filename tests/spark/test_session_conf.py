@@ -8,7 +8,7 @@ import pytest
 
 from partialcow.exceptions import ConfigurationError, JarNotFoundError
 from partialcow.spark import jars
-from partialcow.spark.session import SessionSettings, get_or_create_session, spark_conf
+from partialcow.spark.session import DRIVER_JIT, SessionSettings, get_or_create_session, spark_conf
 
 
 def _conf(**kwargs: object) -> dict[str, str]:
@@ -68,6 +68,23 @@ def test_no_driver_collector_when_the_environment_chooses_one(variable: str, mon
 def test_no_driver_collector_when_spark_defaults_choose_one() -> None:
     conf = _conf(extra={"spark.driver.defaultJavaOptions": "-XX:+UseZGC"})
     assert "-XX:+UseParallelGC" not in conf["spark.driver.extraJavaOptions"]
+
+
+@pytest.mark.parametrize(("users", "late"), [
+    (None, True),
+    ("-Xss4m -XX:+UseG1GC", True),  # a collector is not a JIT choice
+    ("-XX:TieredStopAtLevel=1", False),  # the user's own JIT choice
+    ("-XX:-TieredCompilation", False),
+    ("-XX:Tier3InvocationThreshold=100", False),
+    ("-Xint", False),
+])
+def test_driver_late_c2_unless_the_user_chooses_a_jit(users: str | None, late: bool,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    extra = {"spark.driver.extraJavaOptions": users} if users else {}
+    options = _conf(extra=extra)["spark.driver.extraJavaOptions"].split()
+    assert all((o in options) is late for o in DRIVER_JIT.split())
+    monkeypatch.setenv("JDK_JAVA_OPTIONS", "-XX:+TieredCompilation")  # the environment's choice counts too
+    assert "-XX:Tier4CompileThreshold=150000" not in _conf()["spark.driver.extraJavaOptions"]
 
 
 def test_user_jars_are_added_to_ours(tmp_path: Path) -> None:

@@ -51,6 +51,19 @@ QUIET_LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 # A dbt process is a short batch job: throughput matters, pauses do not, and G1's barriers also make the JIT compile
 # more code in a JVM that spends much of its CPU compiling (bench/README.md, measurements behind code choices).
 DRIVER_GC = "-XX:+UseParallelGC"
+# The driver JVM's JIT, unless the user's Java options choose one: the optimizing compiler (C2) only for methods ten
+# times hotter than its defaults ask. A fresh process spends most of its JVM's CPU compiling, C2 on a core the model
+# itself needs, for code that mostly does not run long enough in one dbt process to pay that back; truly hot loops
+# (a first build's scan) still get C2. The quick compiler alone slowed first builds down (bench/README.md). In a
+# cluster only the driver gets these; in local mode the driver also runs the tasks.
+DRIVER_JIT = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+              "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
+# option -> the pattern of the user's options that choose the same thing (ours is then left out)
+_DRIVER_DEFAULTS = {
+    DRIVER_GC: re.compile(r"-XX:[+]Use\w*GC\b"),
+    DRIVER_JIT: re.compile(r"-XX:(TieredStopAtLevel=|[+-]TieredCompilation\b|Tier\w*Threshold=|"
+                           r"CompileThresholdScaling=)|-X(int|comp|mixed)\b"),
+}
 # where else a JVM takes options from: Spark's driver defaults and the variables every JVM reads
 _JAVA_OPTION_SOURCES = ("spark.driver.defaultJavaOptions", "spark.driver.extraJavaOptions")
 _JAVA_OPTION_VARIABLES = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
@@ -182,8 +195,9 @@ def _conf(
     user = {str(k): str(v) for k, v in (extra or {}).items()}
     users_java = user.get("spark.driver.extraJavaOptions", "")
     chosen = [user.get(k, "") for k in _JAVA_OPTION_SOURCES] + [os.environ.get(v, "") for v in _JAVA_OPTION_VARIABLES]
-    if not any(re.search(r"-XX:[+]Use\w*GC\b", options) for options in chosen):
-        conf["spark.driver.extraJavaOptions"] += f" {DRIVER_GC}"
+    for option, pattern in _DRIVER_DEFAULTS.items():
+        if not any(pattern.search(options) for options in chosen):
+            conf["spark.driver.extraJavaOptions"] += f" {option}"
     # Java options are appended: the last -D of a property wins, so the user's override ours one by one.
     if users_java:
         user["spark.driver.extraJavaOptions"] = f"{conf['spark.driver.extraJavaOptions']} {users_java}"
