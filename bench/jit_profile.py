@@ -60,7 +60,8 @@ def child(variant: str, kind: str, run: int) -> None:
     cpu, started = jvm_cpu(), time.perf_counter()
     if kind == "batch":
         batch = pq.read_table(WORK / "batches" / "batch01.parquet")
-        moved = pc.add(batch.column("ss_quantity"), 1000 + run)  # a new value each time: every row changes
+        step = 1000 + run * len(VARIANTS) + list(VARIANTS).index(variant)  # new values each time: every row changes
+        moved = pc.add(batch.column("ss_quantity"), step)
         path = WORK / "batches" / f"jit_{variant}_{run}.parquet"
         pq.write_table(batch.set_column(batch.schema.get_field_index("ss_quantity"), "ss_quantity", moved), path)
         changes = spark.sql(f"select * from parquet.`{path}`")
