@@ -7,9 +7,7 @@ rows) to ``partial_cow_apply``; everything typed and testable happens here.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,22 +157,6 @@ def log_phases(name: str, metrics: WriteMetrics) -> None:
     _LOGGER.info(f"partialcow phases: {json.dumps({'model': name, **metrics.phase_ms})}")
 
 
-# ``PARTIALCOW_OPEN_EARLY=0`` opens the table after the model's query, not while Spark analyses it.
-OPEN_EARLY_ENV = "PARTIALCOW_OPEN_EARLY"
-
-
-def _open_early(spark: Any, name: str, file_format: str) -> Future[Any]:
-    """Open the table on a thread of its own while Spark analyses the model's query: both are mostly the driver
-    JVM reading metadata (the table's, the query's files') on one thread each, and a fresh process has two cores."""
-    from partialcow.spark.tables import open_table
-
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="partialcow-open")
-    try:
-        return pool.submit(open_table, spark, name, table_format=file_format)
-    finally:
-        pool.shutdown(wait=False)
-
-
 def _model_rows(spark: Any, model: str, sql: str) -> Any:
     """The model's query as a DataFrame; a query Spark cannot parse or analyse is the model's database error."""
     from pyspark.errors import PySparkException
@@ -215,11 +197,8 @@ class PartialCowMixin(metaclass=AdapterMeta):
         spark.sparkContext.setJobDescription(f"dbt-partialcow {name}: {'create' if create else 'apply changes'}")
         # the model's query analysed and the table opened, before the write's own phases
         clock = PhaseClock()
-        opening: Future[Any] | None = None
         try:
             require_session_format(spark, file_format, what=f"model {model} (file_format={file_format!r})")
-            if not create and os.environ.get(OPEN_EARLY_ENV, "1") != "0":
-                opening = _open_early(spark, name, file_format)
             with clock("query"):
                 changes = _model_rows(spark, model, changes_sql) if changes_sql is not None \
                     else spark.table(f"`{changes_view}`")
@@ -228,16 +207,13 @@ class PartialCowMixin(metaclass=AdapterMeta):
             if create:
                 metrics = create_table(spark, name, changes, spec, table_format=file_format)
             else:
-                with clock("open"):  # what is left of the opening once the query is analysed
-                    table = opening.result() if opening is not None else \
-                        open_table(spark, name, table_format=file_format)
+                with clock("open"):
+                    table = open_table(spark, name, table_format=file_format)
                 metrics = apply_changes(spark, table, changes, spec)
             metrics.phase_ms = {**clock.ms, **metrics.phase_ms}
         except PartialCowError as exc:
             raise DbtRuntimeError(str(exc)) from None
         finally:
-            if opening is not None:
-                wait([opening])  # a failed query or a re-build must not leave it running: its error is not ours
             spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
         log_phases(name, metrics)
         return PartialCowResponse.from_metrics(metrics, created=create)
