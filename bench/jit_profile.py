@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "work" / "dbt_sf1"
@@ -49,7 +50,9 @@ def child(variant: str, kind: str, run: int) -> None:
     if thread is not None:
         thread.join()
     session = time.perf_counter() - started
-    jvm = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
+    gateway = spark.sparkContext._jvm
+    assert gateway is not None
+    jvm = int(gateway.ProcessHandle.current().pid())
     ticks = os.sysconf("SC_CLK_TCK")
 
     def jvm_cpu() -> float:
@@ -94,7 +97,7 @@ def main() -> None:
         return
     if not (WORK / "warehouse_iceberg").is_dir():
         sys.exit(f"no kept benchmark in {WORK}: run dbt_bench.py with --keep first (see the docstring)")
-    results: list[dict] = []
+    results: list[dict[str, Any]] = []
     for run in range(args.rounds):
         for kind in args.kinds.split(","):
             for variant in args.variants.split(","):
