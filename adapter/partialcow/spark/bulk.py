@@ -37,6 +37,7 @@ from partialcow.index.bucket_files import key_hash_expr
 from partialcow.index.hashing import SUPPORTED_KEY_TYPES
 from partialcow.metrics import PhaseClock, WriteMetrics
 from partialcow.parquet.writer import ROW_GROUP_ROWS, open_writer
+from partialcow.spark.decimal_transfer import Decimals, restore_decimals, send_unscaled, unscaled_decimals
 from partialcow.spark.rewrite_job import DELETE
 from partialcow.spark.spec import ChangeSpec
 from partialcow.spark.staging import (
@@ -117,14 +118,15 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
             checkpoint("leased")
             prefix = f"pcow-{lease.write_id}-"
             scratch = lease.scratch_dir()
+            decimals = unscaled_decimals(frame.schema)
             job = partial(_write_partition, key_columns=list(spec.key_columns), values=values,
                           schema=target.file_schema, data_dir=target.data_dir, prefix=prefix, runs_dir=scratch,
-                          spec=spec, emit_deletes=spec.sequence_column is None)
+                          spec=spec, emit_deletes=spec.sequence_column is None, decimals=decimals)
             written: list[str] = []
             try:
                 with clock("write"):
-                    done = frame.withColumn(_KEY_HASH, key_hash_expr(spec.key_columns)) \
-                        .mapInArrow(job, _DONE_DDL).collect()
+                    hashed = frame.withColumn(_KEY_HASH, key_hash_expr(spec.key_columns))
+                    done = send_unscaled(hashed, decimals).mapInArrow(job, _DONE_DDL).collect()
                 checkpoint("rewritten")
                 with clock("index"):
                     store = IndexStore(target.location)
@@ -347,10 +349,11 @@ def _own_files(data_dir: str, prefix: str) -> list[str]:
 
 def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str], values: list[str],
                      schema: pa.Schema, data_dir: str, prefix: str, runs_dir: str, spec: ChangeSpec,
-                     emit_deletes: bool) -> Iterator[pa.RecordBatch]:
+                     emit_deletes: bool, decimals: Decimals) -> Iterator[pa.RecordBatch]:
     """Executor side: validate this task's rows and write the kept ones; each row's key, key hash, file id and
     position go to this task's entry file in ``runs_dir``. Yields one row per data file and one naming the entry
-    file (see ``_DONE_DDL``). A task run again writes the same files under the same names."""
+    file (see ``_DONE_DDL``). A task run again writes the same files under the same names. The columns of
+    ``decimals`` arrive as unscaled integers (see ``partialcow.spark.decimal_transfer``)."""
     import numpy as np
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -395,6 +398,7 @@ def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str
     for batch in batches:
         if not batch.num_rows:
             continue
+        batch = restore_decimals(batch, decimals)
         _check(batch, key_columns, spec)
         deletes = _bit(batch, _DELETE_BIT)
         if emit_deletes and pc.any(deletes).as_py():
