@@ -23,6 +23,7 @@ WITH_EXAMPLES = [
     "partialcow.metrics",
     "partialcow.spark.changes",
     "partialcow.spark.rewrite_job",
+    "partialcow.spark.decimal_transfer",
     "partialcow.spark.tables",
     "partialcow.dbt_adapter.materialization",
     "partialcow.dbt_adapter.python_models",

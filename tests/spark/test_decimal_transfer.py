@@ -1,6 +1,7 @@
 """Decimals handed from Spark to Arrow as unscaled integers (``partialcow.spark.decimal_transfer``): what arrives
 equals what Spark's own Arrow conversion delivers, for every precision it applies to and its edge values, and a
-first build and a batch through the driver store decimal values exactly, as Spark and pyarrow read them."""
+first build (which sends them so) and a batch after it store decimal values exactly, as Spark and pyarrow read
+them."""
 
 from __future__ import annotations
 

@@ -401,10 +401,11 @@ def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str
         batch = restore_decimals(batch, decimals)
         _check(batch, key_columns, spec)
         deletes = _bit(batch, _DELETE_BIT)
-        if emit_deletes and pc.any(deletes).as_py():
+        has_deletes = pc.any(deletes).as_py()
+        if emit_deletes and has_deletes:
             gone = batch.filter(deletes)  # in the index's duplicate check only (file id -1)
             add_entries(gone, np.full(gone.num_rows, -1, np.int32), np.zeros(gone.num_rows, np.int64))
-        kept = batch.filter(pc.invert(deletes))
+        kept = batch.filter(pc.invert(deletes)) if has_deletes else batch  # a filter copies every column
         if not kept.num_rows:
             continue
         pending.append(kept)

@@ -45,6 +45,7 @@ from partialcow.spark.create import (
     create_pending,
     create_table,
 )
+from partialcow.spark.decimal_transfer import send_unscaled, unscaled_decimals
 from partialcow.spark.errors import named_errors
 from partialcow.spark.journal import WriteLease, data_file_prefix
 from partialcow.spark.partitioning import routes
@@ -83,9 +84,9 @@ _INDEX_ROWS_PER_SHUFFLED_ROW = 20
 # what a task locating in place may hold: its changed rows and the index rows of its buckets, as Arrow
 _IN_PLACE_MAX_TASK_ROWS = 1_000_000
 _IN_PLACE_MAX_INDEX_ROWS = 10_000_000
-# Spark hands decimals to Arrow one java.math.BigDecimal at a time; passing their unscaled longs instead costs a
-# fixed plan of five py4j calls per column, which only large batches win back. Smaller batches convert their
-# decimals as they are.
+# Spark hands decimals to Arrow one java.math.BigDecimal at a time; passing their unscaled longs instead
+# (partialcow.spark.decimal_transfer) costs a fixed plan of py4j calls per column, which only large batches win
+# back. Smaller batches convert their decimals as they are.
 _UNSCALED_DECIMALS_MIN_ROWS = 250_000
 
 
@@ -442,7 +443,8 @@ def _locate(
         routed = staged.withColumn(BUCKET, F.lit(0)).repartition(
             tasks, *[F.col(quote_identifier(c)) for c in spec.key_columns]
         )
-    routed, unscaled = _unscaled_decimals(routed) if batch_rows >= _UNSCALED_DECIMALS_MIN_ROWS else (routed, {})
+    unscaled = unscaled_decimals(routed.schema) if batch_rows >= _UNSCALED_DECIMALS_MIN_ROWS else {}
+    routed = send_unscaled(routed, unscaled)
     job = partial(
         locate_partition,
         key_columns=list(spec.key_columns),
@@ -477,29 +479,6 @@ def _locate(
         insert_fragments=tuple(r["inserts_file"] for r in results if r["inserts_file"]),
         conflict_keys=_conflict_keys([r["keys_file"] for r in results], spec),
     )
-
-
-def _unscaled_decimals(frame: DataFrame) -> tuple[DataFrame, dict[str, tuple[int, int]]]:
-    """``frame`` with its decimals of precision <= 18 replaced by their unscaled values (longs), and those columns.
-
-    Spark hands decimals to Arrow one ``java.math.BigDecimal`` at a time: for store_sales' 13 decimal columns that
-    was most of the locate job's input conversion (1.44M rows: 2.1-2.6 s, against 1.4-1.5 s as longs). The locate
-    tasks turn them back into decimals (``decimals_from_unscaled``).
-    """
-    from pyspark.sql import Column
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import DecimalType
-
-    jvm = frame.sparkSession._jvm  # Catalyst's UnscaledValue has no Python or SQL function
-    columns, unscaled = [], {}
-    for f in frame.schema.fields:
-        column = F.col(quote_identifier(f.name))
-        if isinstance(f.dataType, DecimalType) and f.dataType.precision <= 18:
-            expression = jvm.org.apache.spark.sql.catalyst.expressions.UnscaledValue(column._jc.expr())  # type: ignore[union-attr]
-            column = Column(jvm.org.apache.spark.sql.Column(expression))  # type: ignore[union-attr]
-            unscaled[f.name] = (f.dataType.precision, f.dataType.scale)
-        columns.append(column.alias(f.name))
-    return (frame.select(*columns), unscaled) if unscaled else (frame, unscaled)
 
 
 def _locates_in_place(staged: DataFrame, index: RowIndex, spec: ChangeSpec, batch_rows: int, cores: int) -> bool:

@@ -8,6 +8,9 @@ of precision up to 18 is a 64-bit unscaled integer inside Spark already, and rea
 ``UnscaledValue`` expression, which its optimizer uses for decimal sums) costs nothing; Arrow then makes the decimal
 again by a cast to ``decimal128(38, 0)`` viewed with the column's scale, a reinterpretation of the same 16 bytes.
 
+The extra projection has a fixed cost (py4j calls and its analysis, about a tenth of a second), so only the jobs
+that hand many rows over use it: a first build's write job, and the locate job of a large batch.
+
 Only top-level columns are sent this way; a decimal inside a struct, list or map, or wider than 18 digits, travels
 as Spark sends it.
 
@@ -65,12 +68,14 @@ def send_unscaled(frame: DataFrame, decimals: Decimals) -> DataFrame:
     from partialcow.table.java import jvm
 
     java = jvm(frame.sparkSession)
+    # Catalyst's UnscaledValue has no Python or SQL function; each py4j call costs, so the classes are looked up once
     unscaled = java.org.apache.spark.sql.catalyst.expressions.UnscaledValue
+    java_column = java.org.apache.spark.sql.Column
     columns = []
     for name in frame.columns:
         column = F.col(quote_identifier(name))
         if name in decimals:
-            column = Column(java.org.apache.spark.sql.Column(unscaled(column._jc.expr()))).alias(name)
+            column = Column(java_column(unscaled(column._jc.expr()))).alias(name)
         columns.append(column)
     return frame.select(*columns)
 

@@ -33,12 +33,12 @@ import pyarrow.parquet as pq
 from partialcow.exceptions import InvalidChangeError
 from partialcow.index.lookup import join_keys, read_buckets
 from partialcow.parquet import ROW_POSITION, rewrite_file, write_table
+from partialcow.spark.decimal_transfer import restore_decimals
 
 __all__ = [
     "IN_PLACE_RESULT_SCHEMA",
     "LOCATE_RESULT_SCHEMA",
     "FileTask",
-    "decimals_from_unscaled",
     "locate_partition",
     "new_file_name",
     "rewrite_changed_file",
@@ -175,7 +175,12 @@ def write_index_rows(rows: pa.Table, key_columns: Sequence[str], folder: str) ->
 
 def whole_rows(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     """New rows as a data file holds them: ``schema``'s columns in its order and types, null where the batch
-    delivers no value (``on_schema_change='ignore'``/``'append_new_columns'``)."""
+    delivers no value (``on_schema_change='ignore'``/``'append_new_columns'``).
+
+    >>> whole_rows(pa.table({"v": [1, 2], "id": [7, 8]}), pa.schema({"id": pa.int64(), "v": pa.int32(),
+    ...                                                              "added": pa.string()})).to_pylist()
+    [{'id': 7, 'v': 1, 'added': None}, {'id': 8, 'v': 2, 'added': None}]
+    """
     for f in schema:
         if f.name not in rows.column_names:
             rows = rows.append_column(f.name, pa.nulls(rows.num_rows, f.type))
@@ -233,7 +238,8 @@ def locate_partition(
     the deletes). The result row lists
     the fragments written. Up to ``keys_limit`` rows, the keys also go to ``keys-<task>.arrow`` (the commit's conflict
     filter).
-    ``unscaled_decimals``: columns that arrive as their decimals' unscaled int64 values, by name: (precision, scale).
+    ``unscaled_decimals``: columns that arrive as their decimals' unscaled integers, by name: (precision, scale)
+    (see ``partialcow.spark.decimal_transfer``).
 
     Keys given more than once in this task are counted here (and nothing is written). A batch routed by bucket
     brings every change of a key to one task; one located in place does not, and ``run_file_tasks`` checks the rest
@@ -244,9 +250,7 @@ def locate_partition(
     if not batch_list:
         return
     rows = pa.Table.from_batches(batch_list)
-    for name, (precision, scale) in (unscaled_decimals or {}).items():
-        at = rows.schema.get_field_index(name)
-        rows = rows.set_column(at, name, decimals_from_unscaled(rows.column(at), precision, scale))
+    rows = restore_decimals(rows, unscaled_decimals or {})
     task = uuid.uuid4().hex
     keys = rows.select(list(key_columns))
     null = np.zeros(rows.num_rows, dtype=bool)
@@ -299,25 +303,6 @@ def locate_partition(
         inserts=int((unmatched & ~is_delete).sum()),
         inserts_file=inserts_file, keys_file=keys_file,
     )
-
-
-def decimals_from_unscaled(values: pa.ChunkedArray | pa.Array, precision: int, scale: int) -> pa.Array:
-    """Decimals from their unscaled int64 values (Spark hands decimals of precision <= 18 to Arrow much faster so).
-
-    >>> decimals_from_unscaled(pa.array([1234, -5, None], pa.int64()), 7, 2).to_pylist()
-    [Decimal('12.34'), Decimal('-0.05'), None]
-    """
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    decimal = pa.decimal128(precision, scale)
-    # decimal128 is 16-byte little-endian two's complement: the int64, then its sign extended
-    lanes = np.empty((len(values), 2), dtype=np.int64)
-    lanes[:, 0] = values.fill_null(0).to_numpy()
-    lanes[:, 1] = lanes[:, 0] >> 63
-    result = pa.Array.from_buffers(decimal, len(values), [None, pa.py_buffer(lanes)])
-    if values.null_count:
-        result = pc.if_else(pc.is_valid(values), result, pa.scalar(None, decimal))
-    return result
 
 
 def _locate_result(rows: int, **fields: object) -> pa.RecordBatch:

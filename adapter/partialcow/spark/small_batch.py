@@ -21,7 +21,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partialcow.spark.casting import lossy_value
-from partialcow.spark.decimal_transfer import restore_decimals, send_unscaled, unscaled_decimals
 from partialcow.spark.rewrite_job import BUCKET, DELETE
 from partialcow.spark.spec import ChangeSpec
 from partialcow.spark.staging import (
@@ -142,11 +141,8 @@ def collect_small_batch(changes: DataFrame, spec: ChangeSpec, *, table_schema: S
     if bucket is not None:
         projection.append(bucket.alias(BUCKET))
     frame = changes.select(*projection)
-    decimals = unscaled_decimals(frame.schema)
-    frame = send_unscaled(frame, decimals)
     batches = frame.limit(max_rows + 1)._collect_as_arrow()
     batch = pa.Table.from_batches(batches) if batches else to_arrow_schema(frame.schema).empty_table()
-    batch = restore_decimals(batch, decimals)
     if batch.num_rows > max_rows:
         return None
     rows = batch.num_rows
