@@ -3,11 +3,13 @@
 Usage (after `PYTHONPATH=adapter python bench/dbt_bench.py --steps build,batch --batches 1 --contenders ours_iceberg
 --check none --keep`):
 
-    PYTHONPATH=adapter python bench/stage_profile.py [default|nowholestage]
+    PYTHONPATH=adapter python bench/stage_profile.py [default|nowholestage|unscaled]
 
 Starts the session and the prewarm thread as a dbt process does, waits for the thread, then stages the kept batch
 three times (cold, then warm) and prints the model query's analysis, the whole staging, and the Spark job that
-collects the batch as Arrow. `nowholestage` turns Spark's whole-stage code generation off first.
+collects the batch as Arrow. `nowholestage` turns Spark's whole-stage code generation off first; `unscaled` collects
+the decimals as unscaled integers (`partialcow.spark.decimal_transfer`, which only first builds and large batches
+use) and turns them back.
 """
 
 import os
@@ -42,7 +44,12 @@ seconds: dict[str, float] = {}
 def timed_collect(self, *args, **kwargs):
     started = time.perf_counter()
     try:
-        return collect(self, *args, **kwargs)
+        if variant != "unscaled":
+            return collect(self, *args, **kwargs)
+        from partialcow.spark.decimal_transfer import restore_decimals, send_unscaled, unscaled_decimals
+
+        decimals = unscaled_decimals(self.schema)
+        return [restore_decimals(b, decimals) for b in collect(send_unscaled(self, decimals), *args, **kwargs)]
     finally:
         seconds["collect"] = time.perf_counter() - started
 
