@@ -21,61 +21,28 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-KEYS = ["ss_item_sk", "ss_ticket_number"]
-
-
-def _cpu(pid: int) -> tuple[int, float]:
-    """(parent pid, user + system CPU seconds) of process ``pid``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _descendants_cpu(root: int) -> float:
-    processes = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                processes[int(entry)] = _cpu(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-
-    def below(pid: int) -> bool:
-        while pid in processes and pid > 1:
-            pid = processes[pid][0]
-            if pid == root:
-                return True
-        return False
-
-    return sum(cpu for pid, (_, cpu) in processes.items() if below(pid))
+from fresh_process import HERE, KEYS, cpu_seconds, dbt_session, descendants_cpu, jvm_pid
 
 
 def child(what: str, data: str, work: str) -> None:
     """One fresh process: start the session as dbt does, build, print one JSON line."""
     from partialcow.spark.changes import ChangeSpec, create_table
-    from partialcow.spark.prewarm import start_prewarm
-    from partialcow.spark.session import get_or_create_session
 
     shutil.rmtree(work, ignore_errors=True)
-    spark = get_or_create_session(table_format="iceberg", warehouse=os.path.join(work, "warehouse"), master="local[2]")
-    thread = start_prewarm(spark, "iceberg")
-    if thread is not None:
-        thread.join()
+    spark = dbt_session(os.path.join(work, "warehouse"), master="local[2]")
     spark.sql("CREATE SCHEMA IF NOT EXISTS bench")
-    gateway = spark.sparkContext._jvm
-    assert gateway is not None
-    jvm = int(gateway.ProcessHandle.current().pid())
-    before = (_cpu(jvm)[1], _descendants_cpu(jvm), _cpu(os.getpid())[1])
+    jvm = jvm_pid(spark)
+    before = (cpu_seconds(jvm), descendants_cpu(jvm), cpu_seconds(os.getpid()))
     started = time.perf_counter()
     phases: dict[str, int] = {}
     if what == "build":
-        phases = create_table(spark, "bench.ours", spark.read.parquet(data), ChangeSpec(key_columns=KEYS)).phase_ms
+        rows = spark.read.parquet(data)
+        phases = create_table(spark, "bench.ours", rows, ChangeSpec(key_columns=list(KEYS))).phase_ms
     else:
         spark.sql(f"CREATE OR REPLACE TABLE bench.ctas USING iceberg AS SELECT * FROM parquet.`{data}`")
     wall = time.perf_counter() - started
-    after = (_cpu(jvm)[1], _descendants_cpu(jvm), _cpu(os.getpid())[1])
+    after = (cpu_seconds(jvm), descendants_cpu(jvm), cpu_seconds(os.getpid()))
     print("RESULT " + json.dumps({"wall": wall, "phases": phases, "jvm_cpu": after[0] - before[0],
                                   "workers_cpu": after[1] - before[1], "driver_python_cpu": after[2] - before[2]}))
 

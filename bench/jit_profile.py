@@ -19,54 +19,31 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-WORK = HERE / "work" / "dbt_sf1"
-KEYS = ("ss_item_sk", "ss_ticket_number")
+from fresh_process import KEPT as WORK
+from fresh_process import KEYS, cpu_seconds, dbt_session, jvm_pid, moved_batch
+
 VARIANTS = {"jvm": "-XX:+TieredCompilation", "late_c2": "", "c1": "-XX:TieredStopAtLevel=1"}
 
 
 def child(variant: str, kind: str, run: int) -> None:
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
     from partialcow.spark.changes import apply_changes, create_table
-    from partialcow.spark.prewarm import start_prewarm
-    from partialcow.spark.session import get_or_create_session
     from partialcow.spark.spec import ChangeSpec
     from partialcow.spark.tables import open_table
 
     started = time.perf_counter()
-    options = VARIANTS[variant]
-    spark = get_or_create_session(table_format="iceberg", warehouse=str(WORK / "warehouse_iceberg"),
-                                  extra={"spark.driver.extraJavaOptions": options} if options else None)
-    thread = start_prewarm(spark, "iceberg")
-    if thread is not None:
-        thread.join()
+    spark = dbt_session(WORK / "warehouse_iceberg", java_options=VARIANTS[variant])
     session = time.perf_counter() - started
-    gateway = spark.sparkContext._jvm
-    assert gateway is not None
-    jvm = int(gateway.ProcessHandle.current().pid())
-    ticks = os.sysconf("SC_CLK_TCK")
-
-    def jvm_cpu() -> float:
-        fields = Path(f"/proc/{jvm}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / ticks
-
+    jvm = jvm_pid(spark)
     phases: dict[str, int] = {}
-    cpu, started = jvm_cpu(), time.perf_counter()
+    cpu, started = cpu_seconds(jvm), time.perf_counter()
     if kind == "batch":
-        batch = pq.read_table(WORK / "batches" / "batch01.parquet")
-        step = 1000 + run * len(VARIANTS) + list(VARIANTS).index(variant)  # new values each time: every row changes
-        moved = pc.add(batch.column("ss_quantity"), step)
-        path = WORK / "batches" / f"jit_{variant}_{run}.parquet"
-        pq.write_table(batch.set_column(batch.schema.get_field_index("ss_quantity"), "ss_quantity", moved), path)
+        path = moved_batch(f"jit_{variant}_{run}", 1000 + run * len(VARIANTS) + list(VARIANTS).index(variant))
         changes = spark.sql(f"select * from parquet.`{path}`")
         table = open_table(spark, "bench.ours_iceberg", table_format="iceberg")
         phases = apply_changes(spark, table, changes, ChangeSpec(key_columns=KEYS, op_column="_op")).phase_ms
@@ -80,7 +57,7 @@ def child(variant: str, kind: str, run: int) -> None:
         spark.sql(f"CREATE TABLE {name} USING iceberg AS SELECT * FROM parquet.`{WORK / 'batches' / 'build.parquet'}`")
     seconds = time.perf_counter() - started
     print(json.dumps({"variant": variant, "kind": kind, "session": round(session, 2), "work": round(seconds, 2),
-                      "jvm_cpu": round(jvm_cpu() - cpu, 2), "phases": phases}), flush=True)
+                      "jvm_cpu": round(cpu_seconds(jvm) - cpu, 2), "phases": phases}), flush=True)
     if kind != "batch":
         spark.sql(f"DROP TABLE {name} PURGE")
 

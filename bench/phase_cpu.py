@@ -19,11 +19,9 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-WORK = HERE / "work" / "dbt_sf1"
-KEYS = ("ss_item_sk", "ss_ticket_number")
+from fresh_process import KEPT as WORK
+from fresh_process import KEYS, cpu_seconds, dbt_session, jvm_pid, moved_batch
 
 
 def main() -> None:
@@ -32,43 +30,25 @@ def main() -> None:
     args = parser.parse_args()
 
     import partialcow.metrics as metrics
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
     from partialcow.spark.changes import apply_changes
-    from partialcow.spark.prewarm import start_prewarm
-    from partialcow.spark.session import get_or_create_session
     from partialcow.spark.spec import ChangeSpec
     from partialcow.spark.tables import open_table
 
-    extra = {"spark.driver.extraJavaOptions": args.java_options} if args.java_options else None
-    spark = get_or_create_session(table_format="iceberg", warehouse=str(WORK / "warehouse_iceberg"), extra=extra)
-    thread = start_prewarm(spark, "iceberg")
-    if thread is not None:
-        thread.join()
-    gateway = spark.sparkContext._jvm
-    assert gateway is not None
-    jvm = int(gateway.ProcessHandle.current().pid())
-    ticks = os.sysconf("SC_CLK_TCK")
-
-    def cpu(pid: int) -> float:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / ticks
+    spark = dbt_session(WORK / "warehouse_iceberg", java_options=args.java_options)
+    jvm = jvm_pid(spark)
 
     rows: list[tuple[str, float, float, float]] = []
     timed = metrics.PhaseClock.__call__
 
     @contextlib.contextmanager
     def phase(clock: object, name: str) -> Iterator[None]:
-        wall, jvm_cpu, py_cpu = time.perf_counter(), cpu(jvm), cpu(os.getpid())
+        wall, jvm_cpu, py_cpu = time.perf_counter(), cpu_seconds(jvm), cpu_seconds(os.getpid())
         with timed(clock, name):  # type: ignore[arg-type]
             yield
-        rows.append((name, time.perf_counter() - wall, cpu(jvm) - jvm_cpu, cpu(os.getpid()) - py_cpu))
+        rows.append((name, time.perf_counter() - wall, cpu_seconds(jvm) - jvm_cpu, cpu_seconds(os.getpid()) - py_cpu))
 
     metrics.PhaseClock.__call__ = phase  # type: ignore[assignment,method-assign]
-    batch = pq.read_table(WORK / "batches" / "batch01.parquet")
-    path = WORK / "batches" / f"phase_cpu_{time.time_ns()}.parquet"
-    moved = pc.add(batch.column("ss_quantity"), time.time_ns() % 100_000 + 1)
-    pq.write_table(batch.set_column(batch.schema.get_field_index("ss_quantity"), "ss_quantity", moved), path)
+    path = moved_batch(f"phase_cpu_{time.time_ns()}", time.time_ns() % 100_000 + 1)
     clock = metrics.PhaseClock()
     with clock("query"):
         changes = spark.sql(f"select * from parquet.`{path}`")

@@ -16,26 +16,21 @@ import os
 import sys
 import time
 
-WORK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "work", "dbt_sf1")
+import pyspark.sql.dataframe as frames
+from fresh_process import KEPT, KEYS, dbt_session
+from pyspark.sql import functions as F
+
+from partialcow.spark import small_batch
+from partialcow.spark.spec import ChangeSpec
+from partialcow.spark.tables import open_table
+
+WORK = str(KEPT)
 variant = sys.argv[1] if len(sys.argv) > 1 else "default"
-
-import pyspark.sql.dataframe as frames  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-
-from partialcow.spark import small_batch  # noqa: E402
-from partialcow.spark.prewarm import start_prewarm  # noqa: E402
-from partialcow.spark.session import get_or_create_session  # noqa: E402
-from partialcow.spark.spec import ChangeSpec  # noqa: E402
-from partialcow.spark.tables import open_table  # noqa: E402
-
-spark = get_or_create_session(table_format="iceberg", warehouse=os.path.join(WORK, "warehouse_iceberg"))
-thread = start_prewarm(spark, "iceberg")
-if thread is not None:
-    thread.join()
+spark = dbt_session(os.path.join(WORK, "warehouse_iceberg"))
 if variant == "nowholestage":
     spark.conf.set("spark.sql.codegen.wholeStage", "false")
 table = open_table(spark, "bench.ours_iceberg", table_format="iceberg")
-spec = ChangeSpec(key_columns=("ss_item_sk", "ss_ticket_number"), op_column="_op", model="stage_profile")
+spec = ChangeSpec(key_columns=KEYS, op_column="_op", model="stage_profile")
 schema = table.spark_schema()
 collect = frames.DataFrame._collect_as_arrow
 seconds: dict[str, float] = {}
@@ -63,4 +58,5 @@ for run in ("cold", "warm", "warm"):
     started = time.perf_counter()
     batch, rows = small_batch.collect_small_batch(changes, spec, table_schema=schema, bucket=bucket.cast("int"))
     stage = time.perf_counter() - started
-    print(f"{variant} {run}: query {query:.3f} s, stage {stage:.3f} s (collect {seconds['collect']:.3f} s), {rows} rows")
+    print(f"{variant} {run}: query {query:.3f} s, stage {stage:.3f} s (collect {seconds['collect']:.3f} s), "
+          f"{rows} rows")
