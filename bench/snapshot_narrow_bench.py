@@ -1,22 +1,23 @@
 """The narrowing of a `dbt snapshot` run, and dbt's staging query over what it leaves, in fresh processes, against
 the SF1 snapshot a kept snapshot benchmark left (`PYTHONPATH=adapter python bench/dbt_bench.py --snapshot --steps
-build --contenders snap_iceberg --keep`).
+build --contenders snap_iceberg --keep`; with `--format delta`, `--contenders snap_ours_delta` and delta-spark's
+jars in `PARTIALCOW_DELTA_JARS`).
 
     PYTHONPATH=adapter python bench/snapshot_narrow_bench.py --runs 3 [--variants hash,lazy] [--code old=<adapter>]
 
-Each run is a new Python process with its own Spark session (as a `dbt snapshot` process), which narrows the
-source `snapshot_init.parquet` (1% of the keys away from the snapshot after the benchmark's 1% step) against
-`bench.snap_iceberg` as `partialcow_snapshot_narrow` does: the join of every key, then the candidates' rows of the
-source and of the snapshot, each computed once. Then dbt's own staging query of the kept run (read from its log)
-runs over them, computed once, as `partialcow_snapshot_apply` does. Variants run in turn, so a slow moment of the
-machine falls on all of them: `hash` and `sort` (the join with and without the `SHUFFLE_HASH` hint), `g1` (hashed,
-the driver JVM on G1 rather than our default collector), `lazy` (hashed; the snapshot's rows not computed
-beforehand: dbt's query reads them where it uses them, only the columns it needs), `parquet` (hashed; the snapshot
-read by Spark's own Parquet reader from its current data files, listed through Iceberg's `files` metadata table in
-a phase of its own; right only for a table without delete files, partitions or renamed columns, as the kept
-one). `--code name=<adapter folder>` (repeatable) runs every variant with each checkout's code, for two commits on
-the same data. `--stages` also prints each Spark stage's times and sizes (from Spark's REST
-API; the UI is on in those processes). Prints seconds per phase and the JVM's CPU time; no files written.
+Each run is a new Python process with its own Spark session (as a `dbt snapshot` process), which narrows the source
+`snapshot_init.parquet` (1% of the keys away from the snapshot after the benchmark's 1% step) against
+`bench.snap_iceberg` (`bench.snap_ours_delta`) as `partialcow_snapshot_narrow` does: the join of every key, then the
+candidates' rows of the source and of the snapshot, each computed once. Then dbt's own staging query of the kept run
+(read from its log) runs over them, computed once, as `partialcow_snapshot_apply` does. Variants run in turn, so a
+slow moment of the machine falls on all of them: `hash` and `sort` (the join with and without the `SHUFFLE_HASH`
+hint), `g1` (hashed, the driver JVM on G1 rather than our default collector), `lazy` (hashed; the snapshot's rows not
+computed beforehand: dbt's query reads them where it uses them, only the columns it needs), `parquet` (hashed; the
+snapshot read by Spark's own Parquet reader from its current data files, listed through Iceberg's `files` metadata
+table or by delta-rs in a phase of its own; right only for a table without delete files, partitions or renamed
+columns, as the kept one). `--code name=<adapter folder>` (repeatable) runs every variant with each checkout's code,
+for two commits on the same data. `--stages` also prints each Spark stage's times and sizes (from Spark's REST API;
+the UI is on in those processes). Prints seconds per phase and the JVM's CPU time; no files written.
 """
 
 from __future__ import annotations
@@ -38,30 +39,37 @@ KEY = "concat(ss_item_sk, '-', ss_ticket_number)"  # the benchmark's snapshot ke
 VARIANTS = {"hash": {}, "sort": {}, "g1": {"spark.driver.extraJavaOptions": "-XX:+UseG1GC"}, "lazy": {},
             "parquet": {}}
 UI = {"spark.ui.enabled": "true", "spark.ui.port": "4077"}  # --stages
-# the names dbt's staging query of the kept run reads (macros/materializations/snapshot.sql)
-VIEWS = {"keys": "bench__snap_iceberg__pcow_snapshot_keys", "source": "bench__snap_iceberg__pcow_snapshot_source",
-         "target": "bench__snap_iceberg__pcow_snapshot_current"}
+SNAPSHOTS = {"iceberg": "snap_iceberg", "delta": "snap_ours_delta"}  # the kept run's snapshot per format
 
 
-def staging_sql() -> str:
+def views(fmt: str) -> dict[str, str]:
+    """The names dbt's staging query of the kept run reads (macros/materializations/snapshot.sql)."""
+    prefix = f"bench__{SNAPSHOTS[fmt]}__pcow_snapshot"
+    return {"keys": f"{prefix}_keys", "source": f"{prefix}_source", "target": f"{prefix}_current"}
+
+
+def staging_sql(fmt: str) -> str:
     """dbt's staging query of the kept run's 1% snapshot, as its log holds it."""
-    log = (WORK / "logs" / "snapshot_1pct" / "snap_iceberg" / "dbt.log").read_text()
+    log = (WORK / "logs" / "snapshot_1pct" / SNAPSHOTS[fmt] / "dbt.log").read_text()
     match = re.search(r"create or replace temporary view \S+ as(.*?)\n\S*\d\d:\d\d:\d\d\.\d+ ", log, re.S)
     if match is None:
         sys.exit("no staging query in the kept run's log")
     return match.group(1)
 
 
-def one(variant: str, stages: bool) -> dict[str, float]:
+def one(variant: str, stages: bool, fmt: str) -> dict[str, float]:
     """One narrowing and staging query in this process (a fresh one: the caller starts it)."""
     os.environ.setdefault("PARTIALCOW_CLASS_CACHE_DIR", str(WORK / "jvm_cache"))
     from partialcow.dbt_adapter import snapshot_narrow as narrow
     from partialcow.spark.session import get_or_create_session
 
-    spark = get_or_create_session(table_format="iceberg", warehouse=str(WORK / "warehouse_iceberg"),
-                                  extra={**VARIANTS[variant], **(UI if stages else {})})
+    jars = [j for j in os.environ.get("PARTIALCOW_DELTA_JARS", "").split(",") if j]
+    spark = get_or_create_session(table_format=fmt, warehouse=str(WORK / f"warehouse_{fmt}"),  # type: ignore[arg-type]
+                                  extra={**VARIANTS[variant], **(UI if stages else {})},
+                                  delta_jars=jars if fmt == "delta" else None)
+    names = views(fmt)
     source_sql = f"select * from parquet.`{WORK / 'batches' / 'snapshot_init.parquet'}`"
-    target = "bench.snap_iceberg"
+    target = f"bench.{SNAPSHOTS[fmt]}"
     target_columns = spark.table(target).columns
     source = spark.sql(source_sql)
     plan, why = narrow.plan_narrowing(
@@ -79,26 +87,34 @@ def one(variant: str, stages: bool) -> dict[str, float]:
         times[name] = now - mark
         mark = now
 
-    if variant == "parquet":
+    if variant == "parquet" and fmt == "delta":
+        from partialcow.spark.tables import delta_root
+        from partialcow.table.delta import DeltaRsTable
+
+        files = [f.path for f in DeltaRsTable(delta_root(spark, target), spark=spark).live_files()]
+        spark.read.schema(spark.table(target).schema).parquet(*files).createOrReplaceTempView("bench_snap_files")
+        target = "bench_snap_files"
+        lap("list_files_s")
+    elif variant == "parquet":
         files = [r[0] for r in spark.sql(f"select file_path from {target}.files").collect()]
         spark.read.schema(spark.table(target).schema).parquet(*files).createOrReplaceTempView("bench_snap_files")
         target = "bench_snap_files"
         lap("list_files_s")
     keys = spark.sql(narrow.candidate_keys_sql(plan, source_sql, target, shuffle_hash=variant != "sort"))
     keys = keys.localCheckpoint(eager=True)
-    keys.createOrReplaceTempView(VIEWS["keys"])
+    keys.createOrReplaceTempView(names["keys"])
     times["candidates"] = keys.count()
     lap("keys_s")
-    spark.sql(narrow.narrowed_source_sql(plan, source_sql, VIEWS["keys"])).localCheckpoint(
-        eager=True).createOrReplaceTempView(VIEWS["source"])
+    spark.sql(narrow.narrowed_source_sql(plan, source_sql, names["keys"])).localCheckpoint(
+        eager=True).createOrReplaceTempView(names["source"])
     lap("source_rows_s")
-    target_rows = spark.sql(narrow.narrowed_target_sql(plan, target, target_columns, VIEWS["keys"]))
+    target_rows = spark.sql(narrow.narrowed_target_sql(plan, target, target_columns, names["keys"]))
     if variant != "lazy":
         target_rows = target_rows.localCheckpoint(eager=True)
-    target_rows.createOrReplaceTempView(VIEWS["target"])
+    target_rows.createOrReplaceTempView(names["target"])
     lap("target_rows_s")
     times["narrowing_s"] = mark - started
-    times["staged"] = spark.sql(staging_sql()).localCheckpoint(eager=True).count()
+    times["staged"] = spark.sql(staging_sql(fmt)).localCheckpoint(eager=True).count()
     lap("dbt_query_s")
     times["total_s"] = mark - started
     pid = spark._jvm.java.lang.ProcessHandle.current().pid()
@@ -143,18 +159,19 @@ def main() -> None:
     parser.add_argument("--code", action="append", default=[],
                         help="name=<adapter folder> of a checkout to run (repeatable; default: this checkout's)")
     parser.add_argument("--stages", action="store_true", help="print each Spark stage's times and sizes")
+    parser.add_argument("--format", choices=sorted(SNAPSHOTS), default="iceberg")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one(args.one, args.stages)))
+        print(json.dumps(one(args.one, args.stages, args.format)))
         return
-    if not (WORK / "warehouse_iceberg").is_dir():
+    if not (WORK / f"warehouse_{args.format}").is_dir():
         sys.exit(f"no kept snapshot benchmark in {WORK}: run bench/dbt_bench.py --snapshot ... --keep first")
     codes = dict(c.split("=", 1) for c in args.code) or {"this": str(REPO / "adapter")}
     for run in range(args.runs):
         for code, path in codes.items():
             for variant in args.variants.split(","):
-                out = subprocess.run([sys.executable, __file__, "--one", variant,
+                out = subprocess.run([sys.executable, __file__, "--one", variant, "--format", args.format,
                                       *(["--stages"] if args.stages else [])], capture_output=True, text=True,
                                      check=True, env={**os.environ, "PYTHONPATH": path})
                 if args.stages:

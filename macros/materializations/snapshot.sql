@@ -78,9 +78,9 @@
     {{ adapter.assert_valid_snapshot_target_given_strategy(target_relation, columns, strategy) }}
     {%- set view_prefix = model.schema ~ '__' ~ target_table ~ '__pcow_snapshot' -%}
     {%- set narrow_views = {'keys': view_prefix ~ '_keys', 'source': view_prefix ~ '_source',
-                            'target': view_prefix ~ '_current'} -%}
+                            'target': view_prefix ~ '_current', 'files': view_prefix ~ '_files'} -%}
     {%- if partial_cow and adapter.partialcow_snapshot_narrow(target_relation, sql, strategy_name, strategy, config,
-                                                              columns, narrow_views) -%}
+                                                              columns, narrow_views, file_format) -%}
       {#-- dbt's staging query over the records that can have changed only (snapshot_narrow.py) --#}
       {%- set staging_sql = snapshot_staging_table(
             strategy, 'select * from ' ~ narrow_views.source,

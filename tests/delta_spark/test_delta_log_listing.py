@@ -92,3 +92,24 @@ def test_a_file_name_the_log_spells_encoded_is_listed_by_delta_spark(spark, tmp_
                                                     removed=(os.path.join(root, "copy 1%.parquet"),)))
     assert sorted(r["id"] for r in spark.read.format("delta").load(root).collect()) == [1]
     assert after.version == result.version + 1
+
+
+def test_the_delta_rs_listing_signs_each_deletion_vector(spark, schema) -> None:
+    """delta-rs' add actions leave deletion vectors out: the listing must still tell a file with one, and a file
+    whose vector deletes more rows from one whose vector deleted fewer."""
+    from partialcow.table.delta import DeltaRsTable
+
+    name = f"{schema}.t_dv_signs"
+    spark.sql(f"CREATE TABLE {name} (id BIGINT) USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    spark.sql(f"INSERT INTO {name} SELECT /*+ COALESCE(1) */ id FROM range(100)")
+    spark.sql(f"INSERT INTO {name} SELECT /*+ COALESCE(1) */ id FROM range(100, 200)")
+    table = DeltaRsTable(delta_root(spark, name))
+    assert [f.deletes for f in table.live_files()] == [None, None]
+    spark.sql(f"DELETE FROM {name} WHERE id = 7")
+    signed = {f.path: f.deletes for f in table.live_files()}
+    assert sorted(s is None for s in signed.values()) == [False, True], signed
+    spark.sql(f"DELETE FROM {name} WHERE id = 8")
+    again = {f.path: f.deletes for f in table.live_files()}
+    assert again.keys() == signed.keys()
+    changed = [p for p in again if again[p] != signed[p]]
+    assert len(changed) == 1 and signed[changed[0]] is not None

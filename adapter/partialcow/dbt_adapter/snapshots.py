@@ -91,18 +91,20 @@ class SnapshotMixin(metaclass=AdapterMeta):
     @available
     def partialcow_snapshot_narrow(self, relation: Any, source_sql: str, strategy_name: str,
                                    strategy: Mapping[str, Any], config: Mapping[str, Any], columns: Mapping[str, str],
-                                   views: Mapping[str, str]) -> bool:
+                                   views: Mapping[str, str], file_format: str = "iceberg") -> bool:
         """Cut a later run's inputs to the records that can have changed (see ``snapshot_narrow``): the temporary
         views ``views['source']`` and ``views['target']`` hold the source's and the snapshot's rows of those records,
-        computed once (``views['keys']``: their keys), and True is returned; or False, logging why, and dbt's query
-        reads everything. ``config``: the snapshot's ``check_cols`` and ``dbt_valid_to_current``."""
+        computed once (``views['keys']``: their keys; ``views['files']``: a Delta snapshot's data files read as plain
+        Parquet, see ``_plain_parquet_files``), and True is returned; or False, logging why, and dbt's query reads
+        everything. ``config``: the snapshot's ``check_cols`` and ``dbt_valid_to_current``."""
         from partialcow.dbt_adapter import snapshot_narrow as narrow
         from partialcow.table.base import quote_identifier
 
         spark = self._snapshot_spark()
         name = f"{relation.schema}.{relation.identifier}"
         source = spark.sql(source_sql)
-        target_columns = spark.table(quote_identifier(name)).columns
+        table_frame = spark.table(quote_identifier(name))
+        target_columns = table_frame.columns
         plan, why = narrow.plan_narrowing(
             strategy_name=strategy_name, unique_key=strategy["unique_key"], check_cols=config.get("check_cols"),
             source_columns=source.columns, source_types=[t for _, t in source.dtypes], target_columns=target_columns,
@@ -113,12 +115,16 @@ class SnapshotMixin(metaclass=AdapterMeta):
             return False
         clock = PhaseClock()
         with clock("narrow"):
+            target = quote_identifier(name)
+            files = _plain_parquet_files(spark, name) if file_format == "delta" and "files" in views else None
+            if files:
+                spark.read.schema(table_frame.schema).parquet(*files).createOrReplaceTempView(views["files"])
+                target = quote_identifier(views["files"])
             # Spark's estimate of the snapshot's side (planning only, no job)
-            side = spark.sql(narrow.current_side_sql(plan, quote_identifier(name)))
+            side = spark.sql(narrow.current_side_sql(plan, target))
             hashed = narrow.join_by_hash(int(str(side._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())),
                                          int(spark.conf.get("spark.sql.shuffle.partitions") or 200))
-            keys = _pinned(spark.sql(narrow.candidate_keys_sql(plan, source_sql, quote_identifier(name),
-                                                               shuffle_hash=hashed)))
+            keys = _pinned(spark.sql(narrow.candidate_keys_sql(plan, source_sql, target, shuffle_hash=hashed)))
             keys.createOrReplaceTempView(views["keys"])
             keys_view = quote_identifier(views["keys"])
             candidates = keys.count()
@@ -126,7 +132,7 @@ class SnapshotMixin(metaclass=AdapterMeta):
             # the candidates' rows, read once: dbt's query reads each side two or three times
             _pinned(spark.sql(narrow.narrowed_source_sql(plan, source_sql, keys_view, broadcast=broadcast))
                     ).createOrReplaceTempView(views["source"])
-            _pinned(spark.sql(narrow.narrowed_target_sql(plan, quote_identifier(name), target_columns, keys_view,
+            _pinned(spark.sql(narrow.narrowed_target_sql(plan, target, target_columns, keys_view,
                                                          broadcast=broadcast))).createOrReplaceTempView(views["target"])
         self._narrowings()[name] = clock.ms
         _LOGGER.info(f"snapshot {name}: {candidates} candidate records for dbt's staging query")
@@ -199,6 +205,21 @@ class SnapshotMixin(metaclass=AdapterMeta):
             spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
         log_phases(name, metrics)
         return metrics
+
+
+def _plain_parquet_files(spark: Any, name: str) -> list[str] | None:
+    """A Delta snapshot's data files, when reading them as plain Parquet reads the table (``DeltaRsTable``'s
+    ``plain_parquet_files``), else None. The narrowing reads the snapshot twice; in a fresh process delta-spark's
+    planning of those reads took seconds more than listing the files with delta-rs (bench/README.md, the snapshot
+    runs). Iceberg's reads are planned as fast as its files are listed, and stay Iceberg's."""
+    from partialcow.spark.tables import delta_root
+    from partialcow.table.delta import DeltaRsTable
+
+    try:
+        return DeltaRsTable(delta_root(spark, name), spark=spark).plain_parquet_files()
+    except Exception as exc:  # noqa: BLE001 - delta-rs cannot open it (a feature it lacks): delta-spark reads it
+        _LOGGER.debug(f"snapshot {name}: read through delta-spark ({exc})")
+        return None
 
 
 def _with_phases(clock: PhaseClock, metrics: WriteMetrics) -> WriteMetrics:
