@@ -17,6 +17,9 @@ CASES = {
         ["INSERT INTO {t} VALUES (1, 'a', timestamp'2026-01-01 10:00:00', 1.50), (2, 'b', null, null)",
          "INSERT INTO {t} VALUES (3, 'c', timestamp'1900-01-01 00:00:00', -3.25)",
          "UPDATE {t} SET v = 'B' WHERE id = 2", "DELETE FROM {t} WHERE id = 1"], True),
+    "timestamp without time zone": (
+        "(id BIGINT, at TIMESTAMP_NTZ, d DATE) USING delta",
+        ["INSERT INTO {t} VALUES (1, timestamp_ntz'2026-03-29 02:30:00', date'2026-03-29'), (2, null, null)"], True),
     "column added later": (
         "(id BIGINT, v STRING) USING delta",
         ["INSERT INTO {t} VALUES (1, 'a')", "ALTER TABLE {t} ADD COLUMNS (w INT)", "INSERT INTO {t} VALUES (2, 'b', 7)"],
