@@ -138,7 +138,8 @@ class DeltaRsTable:
         return f"{_absolute(self.location)}/{unquote(path)}"
 
     def live_files(self, version: int | None = None) -> list[DataFile]:
-        """The data files live at ``version`` (default: latest); ``deletes`` names a file's deletion vector.
+        """The data files live at ``version`` (default: latest); ``deletes`` signs the rows a file's deletion vector
+        deletes (None: it has none).
 
         >>> import tempfile, pyarrow as pa, deltalake
         >>> root = tempfile.mkdtemp(); deltalake.write_deltalake(root, pa.table({"a": [1, 2, 3]}))
