@@ -33,8 +33,9 @@ import sys
 import time
 from pathlib import Path
 
+from fresh_process import KEPT as WORK
+
 REPO = Path(__file__).resolve().parents[1]
-WORK = REPO / "bench" / "work" / "dbt_sf1"
 KEY = "concat(ss_item_sk, '-', ss_ticket_number)"  # the benchmark's snapshot key
 VARIANTS = {"hash": {}, "sort": {}, "g1": {"spark.driver.extraJavaOptions": "-XX:+UseG1GC"}, "lazy": {},
             "parquet": {}}

@@ -146,8 +146,11 @@ class DeltaRsTable:
         >>> [(f.path.startswith(root), f.record_count) for f in DeltaRsTable(root).live_files(0)]
         [(True, 3)]
         """
+        return self._files_of(self._open(version))
+
+    def _files_of(self, table: Any) -> list[DataFile]:
+        """The live files of delta-rs ``table`` (one opened version) as :meth:`live_files` gives them."""
         out = []
-        table = self._open(version)
         vectors = self._deletion_vectors(table)
         for f in self._live(table).values():
             count = f.num_records
@@ -174,11 +177,12 @@ class DeltaRsTable:
         >>> print(DeltaRsTable(root).plain_parquet_files())
         None
         """
-        info = DeltaTableInfo.of_delta_rs(self._open())
+        table = self._open()  # one version for the checks and the listing
+        info = DeltaTableInfo.of_delta_rs(table)
         if (info.partition_columns or info.reader_features - _PLAIN_READER_FEATURES
                 or info.configuration.get("delta.columnMapping.mode", "none") not in ("", "none")):
             return None
-        files = self.live_files()
+        files = self._files_of(table)
         if not files or any(f.deletes is not None or _GLOB.search(f.path) for f in files):
             return None
         return [f.path for f in files]
