@@ -84,3 +84,41 @@ def test_delta_model_through_dbt(tmp_path: Path) -> None:
         (location,) = [p for p in warehouse.rglob("_delta_log") if p.parent.name == "changes"]
         table = DeltaTable(str(location.parent)).to_pyarrow_table()
         assert sorted_rows([tuple(r[c] for c in COLUMNS) for r in table.to_pylist()]) == oracle.rows(), batch
+
+
+SNAPSHOT = """
+{% snapshot items_snapshot %}
+{{ config(target_schema='cdc', unique_key='id', strategy='check', check_cols=['v'], file_format='delta') }}
+select * from values {{ '(1L, "a"), (2L, "b"), (3L, "c")' if var('run') == 1 else '(1L, "a"), (2L, "B"), (4L, "d")' }}
+  as t(id, v)
+{% endsnapshot %}
+"""
+
+
+def test_delta_snapshot_through_fresh_dbt_processes(tmp_path: Path) -> None:
+    """Two `dbt snapshot` processes on Delta: the second is narrowed, reads the snapshot's files as plain Parquet
+    (no fallback to delta-spark in the log), closes the changed version and appends the new ones."""
+    from deltalake import DeltaTable
+
+    project = tmp_path / "proj"
+    (project / "snapshots").mkdir(parents=True)
+    (project / "dbt_project.yml").write_text("name: delta_snap\nversion: '1.0'\nconfig-version: 2\nprofile: p\n")
+    warehouse = tmp_path / "wh"
+    (project / "profiles.yml").write_text(json.dumps({"p": {"target": "t", "outputs": {"t": {
+        "type": "partialcow", "schema": "cdc", "table_format": "delta", "warehouse": str(warehouse),
+        "master": "local[1]", "delta_jars": JARS}}}}))
+    (project / "snapshots" / "items.sql").write_text(SNAPSHOT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DBT_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "adapter"), os.environ.get("PYTHONPATH", "")])
+    for run_number in (1, 2):
+        run = subprocess.run(
+            [sys.executable, "-m", "dbt.cli.main", "snapshot", "--vars", f"run: {run_number}", "--project-dir",
+             str(project), "--profiles-dir", str(project)], capture_output=True, text=True, timeout=900, env=env)
+        assert run.returncode == 0, run.stdout[-4000:]
+    log = (project / "logs" / "dbt.log").read_text()
+    assert "3 candidate records for dbt's staging query" in log  # 2 changed, 3 gone from the source, 4 new
+    assert "read through delta-spark" not in log
+    (location,) = [p for p in warehouse.rglob("_delta_log") if p.parent.name == "items_snapshot"]
+    rows = DeltaTable(str(location.parent)).to_pyarrow_table().to_pylist()
+    assert sorted((r["id"], r["v"], r["dbt_valid_to"] is None) for r in rows) == [
+        (1, "a", True), (2, "B", True), (2, "b", False), (3, "c", True), (4, "d", True)]
