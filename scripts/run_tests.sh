@@ -3,7 +3,11 @@
 set -euo pipefail
 source "$(dirname "$0")/setup_env.sh"
 cd "$ROOT"
+# the driver JVM's class-sharing archive, written beside lint and type check (tests/warm_class_cache.py says why)
+python tests/warm_class_cache.py &
+warm=$!
 # lint and type check first: seconds, and a failure there stops before the slow tests
 ruff check adapter/partialcow
 mypy
+wait "$warm"
 python -m pytest -n 2 --dist loadfile "$@"

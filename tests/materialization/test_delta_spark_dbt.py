@@ -1,8 +1,9 @@
-"""``partial_cow_incremental`` with ``file_format='delta'`` through dbt, where Delta runs inside Spark.
+"""``partial_cow_incremental`` and a snapshot with ``file_format='delta'`` through fresh dbt processes, where Delta
+runs inside Spark.
 
 Needs the delta-spark jars (not on PyPI; Maven is offline here), so it is skipped unless ``PARTIALCOW_DELTA_JARS``
 lists them. dbt runs in a child process: this test process's SparkSession is configured for Iceberg and a JVM cannot
-switch its session catalog. The table is read back with delta-rs and compared with the DuckDB oracle.
+switch its session catalog. The tables are read back with delta-rs; the model's is compared with the DuckDB oracle.
 """
 
 from __future__ import annotations
@@ -58,11 +59,25 @@ select * from values {% for r in rows %}({{ r[0] }}L, cast({{ 'null' if r[1] is 
 """
 
 
-def test_delta_model_through_dbt(tmp_path: Path) -> None:
+SNAPSHOT = """
+{% snapshot items_snapshot %}
+{{ config(target_schema='cdc', unique_key='id', strategy='check', check_cols=['v'], file_format='delta') }}
+select * from values {{ '(1L, "a"), (2L, "b"), (3L, "c")' if var('batch') == 1 else '(1L, "a"), (2L, "B"), (4L, "d")' }}
+  as t(id, v)
+{% endsnapshot %}
+"""
+
+
+def test_delta_model_and_snapshot_through_fresh_dbt_processes(tmp_path: Path) -> None:
+    """Two ``dbt build`` processes on a Delta profile, as a scheduler runs them: each applies a CDC batch to the
+    ``partial_cow_incremental`` model and snapshots a source. The second snapshot is narrowed, reads the snapshot's
+    files as plain Parquet (no fallback to delta-spark in the log), closes the changed version and appends the new
+    ones. One project for both keeps it to two Spark starts."""
     from deltalake import DeltaTable
 
     project = tmp_path / "proj"
     (project / "models").mkdir(parents=True)
+    (project / "snapshots").mkdir()
     (project / "dbt_project.yml").write_text("name: delta_cdc\nversion: '1.0'\nconfig-version: 2\nprofile: p\n")
     warehouse = tmp_path / "wh"
     (project / "profiles.yml").write_text(json.dumps({"p": {"target": "t", "outputs": {"t": {
@@ -72,53 +87,25 @@ def test_delta_model_through_dbt(tmp_path: Path) -> None:
         MODEL.replace("%s", json.dumps([list(r) for r in BATCHES[1]]), 1)
         .replace("%s", json.dumps([list(r) for r in BATCHES[2]]), 1).replace("null,", "none,")
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DBT_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "adapter"), os.environ.get("PYTHONPATH", "")])
-    oracle = CdcOracle(key_columns=("id",), columns=COLUMNS, op_column="_op", sequence_column="_ts")
-    for batch in (1, 2):
-        oracle.apply(pa.Table.from_pylist([dict(zip(("id", "v", "_op", "_ts"), r)) for r in BATCHES[batch]]))
-        run = subprocess.run(
-            [sys.executable, "-m", "dbt.cli.main", "run", "--vars", f"batch: {batch}", "--project-dir", str(project),
-             "--profiles-dir", str(project)], capture_output=True, text=True, timeout=900, env=env)
-        assert run.returncode == 0, run.stdout[-4000:]
-        (location,) = [p for p in warehouse.rglob("_delta_log") if p.parent.name == "changes"]
-        table = DeltaTable(str(location.parent)).to_pyarrow_table()
-        assert sorted_rows([tuple(r[c] for c in COLUMNS) for r in table.to_pylist()]) == oracle.rows(), batch
-
-
-SNAPSHOT = """
-{% snapshot items_snapshot %}
-{{ config(target_schema='cdc', unique_key='id', strategy='check', check_cols=['v'], file_format='delta') }}
-select * from values {{ '(1L, "a"), (2L, "b"), (3L, "c")' if var('run') == 1 else '(1L, "a"), (2L, "B"), (4L, "d")' }}
-  as t(id, v)
-{% endsnapshot %}
-"""
-
-
-def test_delta_snapshot_through_fresh_dbt_processes(tmp_path: Path) -> None:
-    """Two `dbt snapshot` processes on Delta: the second is narrowed, reads the snapshot's files as plain Parquet
-    (no fallback to delta-spark in the log), closes the changed version and appends the new ones."""
-    from deltalake import DeltaTable
-
-    project = tmp_path / "proj"
-    (project / "snapshots").mkdir(parents=True)
-    (project / "dbt_project.yml").write_text("name: delta_snap\nversion: '1.0'\nconfig-version: 2\nprofile: p\n")
-    warehouse = tmp_path / "wh"
-    (project / "profiles.yml").write_text(json.dumps({"p": {"target": "t", "outputs": {"t": {
-        "type": "partialcow", "schema": "cdc", "table_format": "delta", "warehouse": str(warehouse),
-        "master": "local[1]", "delta_jars": JARS}}}}))
     (project / "snapshots" / "items.sql").write_text(SNAPSHOT)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DBT_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "adapter"), os.environ.get("PYTHONPATH", "")])
-    for run_number in (1, 2):
+    oracle = CdcOracle(key_columns=("id",), columns=COLUMNS, op_column="_op", sequence_column="_ts")
+
+    def delta_rows(name: str) -> list[dict]:
+        (location,) = [p for p in warehouse.rglob("_delta_log") if p.parent.name == name]
+        return DeltaTable(str(location.parent)).to_pyarrow_table().to_pylist()
+
+    for batch in (1, 2):
+        oracle.apply(pa.Table.from_pylist([dict(zip(("id", "v", "_op", "_ts"), r)) for r in BATCHES[batch]]))
         run = subprocess.run(
-            [sys.executable, "-m", "dbt.cli.main", "snapshot", "--vars", f"run: {run_number}", "--project-dir",
+            [sys.executable, "-m", "dbt.cli.main", "build", "--vars", f"batch: {batch}", "--project-dir",
              str(project), "--profiles-dir", str(project)], capture_output=True, text=True, timeout=900, env=env)
         assert run.returncode == 0, run.stdout[-4000:]
+        table = delta_rows("changes")
+        assert sorted_rows([tuple(r[c] for c in COLUMNS) for r in table]) == oracle.rows(), batch
     log = (project / "logs" / "dbt.log").read_text()
     assert "3 candidate records for dbt's staging query" in log  # 2 changed, 3 gone from the source, 4 new
     assert "read through delta-spark" not in log
-    (location,) = [p for p in warehouse.rglob("_delta_log") if p.parent.name == "items_snapshot"]
-    rows = DeltaTable(str(location.parent)).to_pyarrow_table().to_pylist()
-    assert sorted((r["id"], r["v"], r["dbt_valid_to"] is None) for r in rows) == [
+    assert sorted((r["id"], r["v"], r["dbt_valid_to"] is None) for r in delta_rows("items_snapshot")) == [
         (1, "a", True), (2, "B", True), (2, "b", False), (3, "c", True), (4, "d", True)]
