@@ -27,6 +27,10 @@ __all__ = ["BranchRecord", "BranchStore"]
 class BranchStore:
     """Reads and writes branch records (one small Iceberg table per target schema).
 
+    A store serves one branch operation: its first read is kept for the operation's later reads (an operation asks
+    for the records, the chain and the children several times, each a Spark query of the table) until the store
+    writes a record itself. So an operation works from one view of the branches.
+
     >>> store = BranchStore(spark, meta_schema="shop")   # doctest: +SKIP
     >>> store.chain("feature")                           # doctest: +SKIP
     ['feature', 'dev', 'main']
@@ -36,6 +40,7 @@ class BranchStore:
         self.spark = spark
         self.meta_schema = meta_schema
         self.table = qualified(meta_schema, METADATA_TABLE)
+        self._records: list[BranchRecord] | None = None
 
     def _exists(self) -> bool:
         return table_exists(self.spark, self.meta_schema, METADATA_TABLE)
@@ -50,6 +55,11 @@ class BranchStore:
             self.spark.sql(f"ALTER TABLE {self.table} ADD COLUMNS (image_mode STRING)")
 
     def all(self) -> list[BranchRecord]:
+        if self._records is None:
+            self._records = self._read()
+        return list(self._records)
+
+    def _read(self) -> list[BranchRecord]:
         if not self._exists():
             return []
         rows = self.spark.sql(f"SELECT * FROM {self.table} ORDER BY name").collect()
@@ -118,11 +128,13 @@ class BranchStore:
 
     def insert(self, record: BranchRecord) -> None:
         """Add the record of a new branch (one Iceberg append; the caller checked the name is free)."""
+        self._records = None
         self._ensure()
         self._frame(record).writeTo(self.table).append()  # an append: no MERGE job, so branch_create stays quick
 
     def put(self, record: BranchRecord) -> None:
         """Insert or replace ``record`` (one Iceberg commit)."""
+        self._records = None
         self._ensure()
         view = f"_pcow_branch_record_{uuid.uuid4().hex}"  # dbt runs models in threads: no shared temp names
         self._frame(record).createOrReplaceTempView(view)
@@ -135,5 +147,6 @@ class BranchStore:
             self.spark.catalog.dropTempView(view)
 
     def delete(self, name: str) -> None:
+        self._records = None
         if self._exists():
             self.spark.sql(f"DELETE FROM {self.table} WHERE name = '{validate_branch_name(name)}'")
