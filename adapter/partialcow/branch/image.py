@@ -13,7 +13,9 @@ published as the read-only Iceberg table ``shop__br_dev.orders`` (:func:`publish
 
    - ``copy-on-write`` (default): each data file they are in is rewritten by the Parquet page engine, as
      ``partial_cow_incremental`` does (only the pages holding changed values re-encoded, every other page copied
-     byte for byte); reads then cost what reading the table costs, and the image stores the touched files' bytes;
+     byte for byte); reads then cost what reading the table costs, and the image stores the touched files' bytes.
+     Changed rows that fit the driver (``PARTIALCOW_DRIVER_MAX_ROWS``, as for a model's batch) are rewritten there,
+     larger sets by a Spark job;
    - ``merge-on-read``: one position-delete file per data file hides them; the image stores only deletes and the
      changed rows, and every read applies the deletes (as Iceberg's own merge-on-read does: +15-20% on a scan);
 
@@ -43,6 +45,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -59,6 +62,7 @@ from partialcow.branch.types import (
 from partialcow.exceptions import BranchError
 from partialcow.parquet import remove_sidecar
 from partialcow.spark.rewrite_job import DELETE, FILE, IN_PLACE_RESULT_SCHEMA, POS, rewrite_files_in_place
+from partialcow.spark.small_batch import driver_max_rows
 from partialcow.table.iceberg_metrics import DataFileBuilder
 from partialcow.table.java import jvm as java_gateway
 
@@ -407,13 +411,32 @@ def _rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: in
                       update_columns: Sequence[str]) -> list[Any]:
     """Rewrite the data files ``changed`` touches (those that can be) and commit them to ``stage``; one result row
     per file (``src``, ``dst``, rows and pages counts)."""
-    touched = {str(r[0]) for r in changed.select(FILE).distinct().collect()}
+    # As for a model's batch (partialcow.spark.small_batch): changed rows that fit the driver are collected as Arrow
+    # and the files rewritten here, without a Python worker (a fresh dbt process has none warm) or a second job.
+    max_rows = driver_max_rows()
+    rows = None
+    if max_rows:
+        batches = changed.limit(max_rows + 1)._collect_as_arrow()
+        if not batches:
+            return []  # no row of the fork changes (the overlay only inserts)
+        rows = pa.Table.from_batches(batches)
+        if rows.num_rows > max_rows:
+            rows = None  # too many for the driver: Spark's job
+    if rows is not None:
+        touched = {str(path) for path in pc.unique(rows[FILE]).to_pylist()}
+    else:
+        touched = {str(r[0]) for r in changed.select(FILE).distinct().collect()}
     files = {p: f for p, (f, has_deletes) in _fork_files(table, fork, touched).items() if not has_deletes}
     if not files:
         return []
     job = partial(rewrite_files_in_place, rewritable=frozenset(files), update_columns=tuple(update_columns))
-    parts = min(len(files), spark.sparkContext.defaultParallelism * 2)
-    results: list[Any] = changed.repartition(parts, FILE).mapInArrow(job, IN_PLACE_RESULT_SCHEMA).collect()
+    results: list[Any]
+    if rows is not None:
+        threads = max(1, spark.sparkContext.defaultParallelism)
+        results = [row for batch in job(iter(rows.to_batches()), threads=threads) for row in batch.to_pylist()]
+    else:
+        parts = min(len(files), spark.sparkContext.defaultParallelism * 2)
+        results = changed.repartition(parts, FILE).mapInArrow(job, IN_PLACE_RESULT_SCHEMA).collect()
     if not results:
         return []
     jvm = java_gateway(spark)

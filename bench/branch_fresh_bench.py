@@ -1,0 +1,148 @@
+"""A `partial_cow_incremental` model on a branch, as users run it: one fresh `dbt run --vars '{branch: dev}'`
+process per batch, the branch's copy-on-write image rewritten on the driver or by a Spark job, in turn.
+
+A throw-away dbt project (`bench/work/branch_fresh/`, deleted unless `--keep`): a table of `--rows` rows built on
+main, branch `dev` created, then `--rounds` rounds of one batch per variant, each 1% of the keys updated (fresh keys
+every batch, one column changed, full row images). Variants: `driver` (the default: changed rows that fit the
+driver are rewritten there) and `spark` (`PARTIALCOW_DRIVER_MAX_ROWS=0`: a Spark job with Python workers). Reported:
+model time (`execution_time` in `run_results.json`) and process wall time of each run.
+
+Run:  PYTHONPATH=adapter python bench/branch_fresh_bench.py [--rows 200000] [--rounds 3]
+Writes bench/results/branch_fresh.{md,json,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+VARIANTS = {"driver": {}, "spark": {"PARTIALCOW_DRIVER_MAX_ROWS": "0"}}
+MODEL = """{{ config(materialized='partial_cow_incremental', unique_key='id', op_column='_op') }}
+select * from parquet.`{{ var('batch') }}`
+"""
+
+
+def _batch(path: Path, ids: list[int], *, generation: int, op: str) -> str:
+    table = pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "v": pa.array([i * 10 + generation for i in ids], pa.int64()),
+        "name": pa.array([f"name-{i}" for i in ids]),
+        "_op": pa.array([op] * len(ids)),
+    })
+    pq.write_table(table, path)
+    return str(path)
+
+
+def _dbt(project: Path, *args: str, env: dict[str, str] | None = None) -> tuple[float, float]:
+    """One dbt command in a fresh process: (model time of its one model, process wall time)."""
+    began = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "dbt.cli.main", *args, "--project-dir", str(project),
+                          "--profiles-dir", str(project)], capture_output=True, text=True, cwd=project,
+                         env={**os.environ, "DBT_USE_COLORS": "false", **(env or {})}, timeout=1800)
+    wall = time.monotonic() - began
+    if run.returncode != 0:
+        raise SystemExit(f"`dbt {' '.join(args)}` failed:\n{run.stdout[-4000:]}")
+    results = json.loads((project / "target" / "run_results.json").read_text())["results"]
+    return (results[0]["execution_time"] if results else 0.0), wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    work = HERE / "work" / "branch_fresh"
+    shutil.rmtree(work, ignore_errors=True)
+    project = work / "proj"
+    (project / "models").mkdir(parents=True)
+    (project / "dbt_project.yml").write_text("name: branch_fresh\nversion: '1.0'\nconfig-version: 2\nprofile: p\n")
+    (project / "profiles.yml").write_text(json.dumps({"p": {"target": "t", "outputs": {"t": {
+        "type": "partialcow", "schema": "shop", "warehouse": str(work / "warehouse")}}}}))
+    (project / "models" / "cdc.sql").write_text(MODEL)
+    batches = work / "batches"
+    batches.mkdir()
+    ids = list(range(args.rows))
+    first = _batch(batches / "b0.parquet", ids, generation=0, op="I")
+    build = _dbt(project, "run", "--vars", json.dumps({"batch": first}))
+    _dbt(project, "run-operation", "branch_create", "--args", "{name: dev}")
+
+    step = max(1, args.rows // 100)
+    runs: list[dict] = []
+    generation = 0
+    for round_number in range(args.rounds):
+        for variant, env in VARIANTS.items():
+            generation += 1
+            keys = ids[(generation - 1) * step:generation * step]  # fresh keys every batch
+            path = _batch(batches / f"b{generation}.parquet", keys, generation=generation, op="U")
+            model, wall = _dbt(project, "run", "--vars", json.dumps({"batch": path, "branch": "dev"}), env=env)
+            runs.append({"round": round_number + 1, "variant": variant, "model_s": round(model, 2),
+                         "process_s": round(wall, 2), "keys": len(keys)})
+            print(f"round {round_number + 1} {variant}: model {model:.2f} s, process {wall:.2f} s", flush=True)
+
+    command = "PYTHONPATH=adapter python bench/branch_fresh_bench.py " + " ".join(
+        a for a in sys.argv[1:] if not a.startswith("--results"))
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    medians = {v: statistics.median(r["model_s"] for r in runs if r["variant"] == v) for v in VARIANTS}
+    lines = [
+        "# A partial_cow_incremental model on a branch, fresh dbt processes: the image rewritten on the driver or "
+        "by a Spark job",
+        "",
+        f"Command: `{command.strip()}`",
+        "",
+        f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end, Python "
+        f"{platform.python_version()}, {when}. Table of {args.rows:,} rows built on main (model {build[0]:.2f} s), "
+        f"branch `dev` created; each run applies {step:,} updated keys on `dev` (1%, fresh keys, full row images). "
+        "Variants alternate.",
+        "",
+        "| round | variant | model (s) | process (s) |",
+        "|---:|---|---:|---:|",
+        *[f"| {r['round']} | {r['variant']} | {r['model_s']:.2f} | {r['process_s']:.2f} |" for r in runs],
+        "",
+        "Median model time: " + ", ".join(f"{v} {m:.2f} s" for v, m in medians.items())
+        + f" ({medians['spark'] / medians['driver']:.2f}x).",
+        "",
+    ]
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "branch_fresh.md").write_text("\n".join(lines))
+    (args.results / "branch_fresh.json").write_text(json.dumps({"command": command, "when": when, "rows": args.rows,
+                                                                "runs": runs}, indent=2))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for variant in VARIANTS:
+        mine = [r for r in runs if r["variant"] == variant]
+        ax.plot([r["round"] for r in mine], [r["model_s"] for r in mine], marker="o", label=variant)
+    ax.set_xlabel("round")
+    ax.set_ylabel("model time (s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"Branch model, fresh dbt run, 1% of {args.rows:,} rows", fontsize=10)
+    ax.legend()
+    fig.text(0.01, 0.01, command.strip(), fontsize=6)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(args.results / "branch_fresh.png", dpi=120)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
