@@ -9,5 +9,5 @@ warm=$!
 # lint and type check first: seconds, and a failure there stops before the slow tests
 ruff check adapter/partialcow
 mypy
-wait "$warm"
+wait "$warm" || echo "class cache: not warmed (the suite runs without the archive)"
 python -m pytest -n 2 --dist loadfile "$@"
