@@ -383,12 +383,16 @@ def _build(spark: SparkSession, table: Any, *, info: OverlayInfo, branch: str, f
         upserts = spark.table(info.table).filter(F.col(OP_COLUMN) == OP_UPSERT)
         if rewritten:
             upserts = upserts.join(changed.filter(in_place & ~F.col(DELETE)).select(*keys), on=keys, how="left_anti")
-        rows = f"_pcow_image_rows_{uuid.uuid4().hex}"  # dbt runs models in threads: no shared temp names
-        upserts.select(*root_columns).createOrReplaceTempView(rows)
-        try:
-            spark.sql(f"INSERT INTO {root}.{quote('branch_' + stage)} SELECT * FROM {rows}")
-        finally:
-            spark.catalog.dropTempView(rows)
+        upserts = upserts.select(*root_columns)
+        # An overlay that only changes rows the fork has (a batch of updates) appends nothing: a quick look for one
+        # row costs less than an INSERT job that writes none.
+        if not upserts.isEmpty():
+            rows = f"_pcow_image_rows_{uuid.uuid4().hex}"  # dbt runs models in threads: no shared temp names
+            upserts.createOrReplaceTempView(rows)
+            try:
+                spark.sql(f"INSERT INTO {root}.{quote('branch_' + stage)} SELECT * FROM {rows}")
+            finally:
+                spark.catalog.dropTempView(rows)
     finally:
         changed.unpersist()
     table.refresh()

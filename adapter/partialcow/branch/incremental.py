@@ -272,10 +272,12 @@ def apply_changes_on_branch(
     schema = overlay_schema(base_schema, branch)
     store = BranchStore(spark, meta_schema=meta_schema)
     levels = store.chain(branch)
-    if not full_refresh:
-        prepare_model(spark, branch=branch, base_schema=base_schema, identifier=identifier, key_columns=keys,
-                      meta_schema=meta_schema)
     info = overlay_info(spark, schema, identifier)
+    if info is None and not full_refresh and prepare_model(
+        spark, branch=branch, base_schema=base_schema, identifier=identifier, key_columns=keys,
+        meta_schema=meta_schema,
+    ):
+        info = overlay_info(spark, schema, identifier)
     parent = resolve_parent(spark, levels[1:], base_schema, identifier)
     if full_refresh or info is None:
         # the batch's upserts are the model's whole content, as a first build without a branch
