@@ -8,6 +8,7 @@ cross-checked, and the files the copy-on-write image wrote are read by pyarrow a
 from __future__ import annotations
 
 import os
+import re
 import uuid
 
 import duckdb
@@ -183,6 +184,12 @@ def test_image_reads_like_the_overlay_and_pins_the_parent(spark, layout, mode):
     assert _rows(spark, view) == dev and _rows(spark, f"{meta}__br_feat.items") == feat
     result = refresh_branch(spark, name="dev", meta_schema=meta)
     assert result.models == ((f"{meta}.items", True),)
+    # the refreshed image was committed to the image table in place (no window without a table): its folder holds
+    # one metadata file, numbered by that commit, not the registered one
+    _check_image_table(spark, view, root, "partialcow_dev")
+    folder = local_path(str(load_iceberg(spark, f"{meta}__br_dev", "items").location())) + "/metadata"
+    image_metadata = [name for name in os.listdir(folder) if not name.startswith(".")]  # Hadoop's .crc files
+    assert len(image_metadata) == 1 and re.match(r"\d{5}-.*\.metadata\.json$", image_metadata[0]), image_metadata
     dev_now = {k: v for k, v in theirs.items() if k not in {1, 5, 7, 8, 100}} | {k: dev[k] for k in (1, 5, 100)}
     assert _rows(spark, view) == dev_now == _live_rows(spark, meta, "dev", ["main"])
     feat_now = {k: v for k, v in dev_now.items() if k not in {2, 3, 100}} | {2: feat[2]}

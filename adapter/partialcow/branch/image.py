@@ -24,7 +24,8 @@ published as the read-only Iceberg table ``shop__br_dev.orders`` (:func:`publish
 3. the overlay's upserted rows not written in place are appended to the staging ref;
 4. one metadata commit points the image ref at the staging ref's snapshot and removes the staging ref, so readers
    see the old image or the new one, never a half-built one. ``main`` is never written;
-5. the image table is registered anew over the new snapshot (readers in between get "table not found").
+5. the image table's metadata is pointed at the new snapshot in one metastore commit (readers see the old image or
+   the new one); the first build registers the table.
 
 An image pins the parent as of its build: rows the parent changes later show up on the branch at the next build or
 ``branch_refresh``. The image's snapshots keep the parent's data files they share alive until the branch is dropped.
@@ -174,6 +175,10 @@ def publish_image_table(spark: SparkSession, *, schema: str, base_schema: str, i
     shares the root's data, delete and manifest files, which the root's image ref keeps alive; ``gc.enabled=false``
     makes Iceberg refuse to expire its snapshots or purge it (that would delete the root's files), and it is only ever
     unregistered (:func:`drop_reader_relation`). Its own folder holds one metadata file.
+
+    When the image table is already there, the new metadata is committed to it (one metastore update): readers see
+    the old image or the new one, never a missing table, and the previous metadata file is deleted. Otherwise the
+    relation in its place (a view, an image table of another layout) is dropped and the table registered.
     """
     jvm = java_gateway(spark)
     root = load_iceberg(spark, base_schema, identifier)
@@ -194,6 +199,8 @@ def publish_image_table(spark: SparkSession, *, schema: str, base_schema: str, i
     }.items():
         properties.put(key, value)
     metadata = builder.setBranchSnapshot(snapshot, MAIN).setLocation(location).setProperties(properties).build()
+    if _swap_image_metadata(spark, schema, identifier, metadata, location):
+        return
     path = f"{location}/metadata/{uuid.uuid4()}.metadata.json"
     jvm.org.apache.iceberg.TableMetadataParser.write(metadata, root.io().newOutputFile(path))
     drop_reader_relation(spark, schema, identifier)
@@ -201,6 +208,25 @@ def publish_image_table(spark: SparkSession, *, schema: str, base_schema: str, i
         f"CALL spark_catalog.system.register_table(table => '{qualified(schema, identifier)}', "
         f"metadata_file => '{path}')"
     )
+
+
+def _swap_image_metadata(spark: SparkSession, schema: str, identifier: str, metadata: Any, location: str) -> bool:
+    """Commit ``metadata`` to the image table ``schema.identifier`` if it is one of the same root and ref at
+    ``location``, delete the metadata file it replaced, and say whether it did."""
+    loaded = load_iceberg(spark, schema, identifier)
+    if loaded is None:
+        return False
+    current = loaded.operations().current()
+    wanted = metadata.properties().get(IMAGE_OF_PROPERTY)
+    if current.properties().get(IMAGE_OF_PROPERTY) != wanted or str(loaded.location()).rstrip("/") != location:
+        return False
+    old_file = str(current.metadataFileLocation())
+    loaded.operations().commit(current, metadata)
+    spark.catalog.refreshTable(qualified(schema, identifier))
+    if old_file.startswith(location + "/metadata/"):
+        with contextlib.suppress(Exception):  # a file left behind costs bytes, not correctness
+            loaded.io().deleteFile(old_file)
+    return True
 
 
 def drop_reader_relation(spark: SparkSession, schema: str, identifier: str) -> None:
