@@ -1,13 +1,17 @@
 """A `partial_cow_incremental` model on a branch, as users run it: one fresh `dbt run --vars '{branch: dev}'`
-process per batch, the branch's copy-on-write image rewritten on the driver or by a Spark job, in turn.
+process per batch, against the same batch on main.
 
-A throw-away dbt project (`bench/work/branch_fresh/`, deleted unless `--keep`): a table of `--rows` rows built on
-main, branch `dev` created, then `--rounds` rounds of one batch per variant, each 1% of the keys updated (fresh keys
-every batch, one column changed, full row images). Variants: `driver` (the default: changed rows that fit the
-driver are rewritten there) and `spark` (`PARTIALCOW_DRIVER_MAX_ROWS=0`: a Spark job with Python workers). Reported:
-model time (`execution_time` in `run_results.json`) and process wall time of each run.
+A throw-away dbt project (`bench/work/branch_fresh/`, deleted unless `--keep`): two identical models of `--rows`
+rows built on main (`cdc`, `cdc_main`), branch `dev` created, then `--rounds` rounds of one batch per variant, each
+1% of the keys updated (fresh keys every batch, one column changed, full row images). Variants (`--variants`):
 
-Run:  PYTHONPATH=adapter python bench/branch_fresh_bench.py [--rows 200000] [--rounds 3]
+- `driver`: `cdc` on branch `dev`, its copy-on-write image rewritten on the driver (the default);
+- `spark`: the same with `PARTIALCOW_DRIVER_MAX_ROWS=0` (the image, and the staging, by Spark jobs);
+- `main`: `cdc_main` without a branch, the same batch applied to the table itself.
+
+Reported: model time (`execution_time` in `run_results.json`) and process wall time of each run.
+
+Run:  PYTHONPATH=adapter python bench/branch_fresh_bench.py [--rows 200000] [--rounds 3] [--variants driver,main]
 Writes bench/results/branch_fresh.{md,json,png}.
 """
 
@@ -30,7 +34,9 @@ import pyarrow.parquet as pq
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-VARIANTS = {"driver": {}, "spark": {"PARTIALCOW_DRIVER_MAX_ROWS": "0"}}
+# variant -> (model, on the branch, environment)
+VARIANTS = {"driver": ("cdc", True, {}), "spark": ("cdc", True, {"PARTIALCOW_DRIVER_MAX_ROWS": "0"}),
+            "main": ("cdc_main", False, {})}
 MODEL = """{{ config(materialized='partial_cow_incremental', unique_key='id', op_column='_op') }}
 select * from parquet.`{{ var('batch') }}`
 """
@@ -64,9 +70,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", default="driver,main", help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        parser.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
 
     work = HERE / "work" / "branch_fresh"
     shutil.rmtree(work, ignore_errors=True)
@@ -75,23 +86,28 @@ def main() -> None:
     (project / "dbt_project.yml").write_text("name: branch_fresh\nversion: '1.0'\nconfig-version: 2\nprofile: p\n")
     (project / "profiles.yml").write_text(json.dumps({"p": {"target": "t", "outputs": {"t": {
         "type": "partialcow", "schema": "shop", "warehouse": str(work / "warehouse")}}}}))
-    (project / "models" / "cdc.sql").write_text(MODEL)
+    for model in ("cdc", "cdc_main"):
+        (project / "models" / f"{model}.sql").write_text(MODEL)
     batches = work / "batches"
     batches.mkdir()
     ids = list(range(args.rows))
     first = _batch(batches / "b0.parquet", ids, generation=0, op="I")
-    build = _dbt(project, "run", "--vars", json.dumps({"batch": first}))
+    build = _dbt(project, "run", "-s", "cdc", "--vars", json.dumps({"batch": first}))
+    if "main" in variants:
+        _dbt(project, "run", "-s", "cdc_main", "--vars", json.dumps({"batch": first}))
     _dbt(project, "run-operation", "branch_create", "--args", "{name: dev}")
 
     step = max(1, args.rows // 100)
     runs: list[dict] = []
     generation = 0
     for round_number in range(args.rounds):
-        for variant, env in VARIANTS.items():
+        for variant in variants:
+            model_name, on_branch, env = VARIANTS[variant]
             generation += 1
             keys = ids[(generation - 1) * step:generation * step]  # fresh keys every batch
             path = _batch(batches / f"b{generation}.parquet", keys, generation=generation, op="U")
-            model, wall = _dbt(project, "run", "--vars", json.dumps({"batch": path, "branch": "dev"}), env=env)
+            run_vars = {"batch": path, **({"branch": "dev"} if on_branch else {})}
+            model, wall = _dbt(project, "run", "-s", model_name, "--vars", json.dumps(run_vars), env=env)
             runs.append({"round": round_number + 1, "variant": variant, "model_s": round(model, 2),
                          "process_s": round(wall, 2), "keys": len(keys)})
             print(f"round {round_number + 1} {variant}: model {model:.2f} s, process {wall:.2f} s", flush=True)
@@ -99,43 +115,46 @@ def main() -> None:
     command = "PYTHONPATH=adapter python bench/branch_fresh_bench.py " + " ".join(
         a for a in sys.argv[1:] if not a.startswith("--results"))
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    medians = {v: statistics.median(r["model_s"] for r in runs if r["variant"] == v) for v in VARIANTS}
+    medians = {v: statistics.median(r["model_s"] for r in runs if r["variant"] == v) for v in variants}
+    processes = {v: statistics.median(r["process_s"] for r in runs if r["variant"] == v) for v in variants}
     lines = [
-        "# A partial_cow_incremental model on a branch, fresh dbt processes: the image rewritten on the driver or "
-        "by a Spark job",
+        "# A partial_cow_incremental model on a branch, fresh dbt processes (variants: "
+        + ", ".join(f"`{v}`" for v in variants) + ")",
         "",
         f"Command: `{command.strip()}`",
         "",
         f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end, Python "
         f"{platform.python_version()}, {when}. Table of {args.rows:,} rows built on main (model {build[0]:.2f} s), "
-        f"branch `dev` created; each run applies {step:,} updated keys on `dev` (1%, fresh keys, full row images). "
-        "Variants alternate.",
+        f"branch `dev` created; each run applies {step:,} updated keys (1%, fresh keys, full row images). Variants "
+        "alternate: `driver` = on branch `dev`, image rewritten on the driver (the default); `spark` = on the branch "
+        "with `PARTIALCOW_DRIVER_MAX_ROWS=0`; `main` = the same batch on an identical model without a branch.",
         "",
         "| round | variant | model (s) | process (s) |",
         "|---:|---|---:|---:|",
         *[f"| {r['round']} | {r['variant']} | {r['model_s']:.2f} | {r['process_s']:.2f} |" for r in runs],
         "",
-        "Median model time: " + ", ".join(f"{v} {m:.2f} s" for v, m in medians.items())
-        + f" ({medians['spark'] / medians['driver']:.2f}x).",
+        "Medians, model / process: " + ", ".join(f"{v} {medians[v]:.2f} / {processes[v]:.2f} s" for v in variants)
+        + ".",
         "",
     ]
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "branch_fresh.md").write_text("\n".join(lines))
     (args.results / "branch_fresh.json").write_text(json.dumps({"command": command, "when": when, "rows": args.rows,
-                                                                "runs": runs}, indent=2))
+                                                                "variants": variants, "runs": runs}, indent=2))
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for variant in VARIANTS:
+    for variant in variants:
         mine = [r for r in runs if r["variant"] == variant]
         ax.plot([r["round"] for r in mine], [r["model_s"] for r in mine], marker="o", label=variant)
     ax.set_xlabel("round")
     ax.set_ylabel("model time (s)")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"Branch model, fresh dbt run, 1% of {args.rows:,} rows", fontsize=10)
+    ax.set_title(f"partial_cow_incremental, fresh dbt run, 1% of {args.rows:,} rows: on a branch and on main",
+                 fontsize=10)
     ax.legend()
     fig.text(0.01, 0.01, command.strip(), fontsize=6)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
