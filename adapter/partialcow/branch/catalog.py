@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from partialcow.branch.naming import quote
+from partialcow.branch.naming import qualified, quote
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["iceberg_snapshot", "iceberg_total_records", "list_tables", "load_iceberg", "schema_exists", "table_exists"]
+__all__ = ["holds_no_rows", "iceberg_snapshot", "iceberg_total_records", "list_tables", "load_iceberg", "schema_exists",
+           "table_exists"]
 
 
 def table_exists(spark: SparkSession, schema: str, table: str) -> bool:
@@ -61,3 +62,19 @@ def iceberg_total_records(spark: SparkSession, schema: str, table: str) -> int |
         return None if loaded is None else 0
     value = snapshot.summary().get("total-records")
     return None if value is None else int(value)
+
+
+def holds_no_rows(spark: SparkSession, schema: str, table: str) -> bool:
+    """Whether the Iceberg table ``schema.table`` holds no rows. Its snapshot's summary answers when it counts no
+    records, or some and no deletes (no Spark job); a table with delete files is scanned for one row."""
+    loaded = load_iceberg(spark, schema, table)
+    snapshot = None if loaded is None else loaded.currentSnapshot()
+    if loaded is not None and snapshot is None:
+        return True
+    summary = {} if snapshot is None else dict(snapshot.summary())
+    if summary.get("total-records") == "0":
+        return True
+    if summary.get("total-records") and all(summary.get(k) == "0" for k in ("total-position-deletes",
+                                                                            "total-equality-deletes")):
+        return False
+    return bool(spark.table(qualified(schema, table)).isEmpty())

@@ -50,8 +50,17 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from partialcow.branch.catalog import load_iceberg
-from partialcow.branch.naming import IMAGE_OF_PROPERTY, MAIN, OP_COLUMN, OP_DELETE, OP_UPSERT, qualified, quote
+from partialcow.branch.catalog import holds_no_rows, load_iceberg
+from partialcow.branch.naming import (
+    IMAGE_OF_PROPERTY,
+    MAIN,
+    OP_COLUMN,
+    OP_DELETE,
+    OP_UPSERT,
+    overlay_table,
+    qualified,
+    quote,
+)
 from partialcow.branch.types import (
     COPY_ON_WRITE,
     IMAGE_MODES,
@@ -344,7 +353,7 @@ def refresh_image(
         or int(table.operations().current().formatVersion()) >= 3
         or fork is None
         or root_types != overlay_types
-        or spark.table(info.table).isEmpty()
+        or holds_no_rows(spark, info.schema, overlay_table(info.identifier))
     ):
         drop_image(spark, base_schema, identifier, branch)
         return None

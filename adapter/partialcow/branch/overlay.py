@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from partialcow.branch.base import capture_base
-from partialcow.branch.catalog import table_exists
+from partialcow.branch.catalog import holds_no_rows, table_exists
 from partialcow.branch.frames import all_of
 from partialcow.branch.image import (
     ImageReport,
@@ -268,7 +268,7 @@ def create_branch_view(spark: SparkSession, *, store: BranchStore, branch: str, 
                                     branch=branch)
                 return image
             source = image_relation(base_schema, identifier, branch)  # same columns, another order: a view
-        elif info.mode == "delta" and spark.table(info.table).isEmpty():
+        elif info.mode == "delta" and holds_no_rows(spark, schema, overlay_table(identifier)):
             source = qualified(*parent)  # nothing changed on the branch: the parent as it is, no join
     # Not CREATE OR REPLACE: through Iceberg's SparkSessionCatalog on a Hive metastore, replacing an Iceberg
     # view keeps the old SQL text in the metastore, which is what reads use (Iceberg 1.10, apache/iceberg#15490).
