@@ -2,8 +2,9 @@
 
 Without a branch the batch rewrites the table's Parquet pages in place. On a branch the table is never written:
 
-1. the batch is staged as on ``main`` (op codes checked, the latest change per key wins, keys never null) and cast
-   to the model's column types;
+1. the batch is staged as on ``main`` (op codes checked, the latest change per key wins, keys never null) and
+   converted to the model's column types as on ``main`` (lossless conversions only; a value a type cannot hold
+   exactly stops the batch);
 2. the branch's current rows for the batch's keys are read from what the branch shows (its image table or view;
    the parent's relation when the model was not built on the branch yet) and the batch applied to them: an
    upsert of a key the branch has updates it (only ``merge_update_columns`` when set), of a key it lacks inserts
@@ -54,14 +55,12 @@ from partialcow.spark.rewrite_job import DELETE
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
     from partialcow.branch.image import ImageReport
     from partialcow.spark.changes import ChangeSpec
 
 __all__ = ["BranchChanges", "apply_changes_on_branch", "prepare_model"]
 
-_SAMPLE = 5
 _ACTION = "_pcow_action"  # per changed key: 'U' / 'D' (the overlay row to hold) or 'X' (leave the overlay)
 _LEAVE = "X"
 _KIND = "_pcow_kind"  # per batch row: inserted / updated / deleted / none (a delete of a key the branch lacks)
@@ -128,36 +127,15 @@ def _match(model: str, columns: Sequence[str], wanted: Sequence[str], what: str)
     return tuple(by_lower[c.lower()] for c in wanted)
 
 
-def _cast_like(model: str, staged: DataFrame, schema: StructType, keys: Sequence[str]) -> DataFrame:
-    """Cast the batch's columns to the model's types; a value that does not fit stops the build, naming the
-    column, the values and their keys."""
-    from pyspark.sql import functions as F
-
-    types = {f.name: f.dataType for f in schema.fields}
-    out = []
-    for name in staged.columns:
-        column = F.col(quote(name))
-        if name not in types or staged.schema[name].dataType == types[name]:
-            out.append(column)
-            continue
-        lost = column.isNotNull() & column.cast(types[name]).isNull()
-        bad = staged.where(lost).select(*[quote(k) for k in keys], quote(name)).limit(_SAMPLE).collect()
-        if bad:
-            raise BranchError(
-                f"model {model}: column {name!r} has value(s) {[r[name] for r in bad]} that cannot be cast to the "
-                f"model's type {types[name].simpleString()} (keys {[tuple(r[k] for k in keys) for r in bad]})"
-            )
-        out.append(column.cast(types[name]).alias(name))
-    return staged.select(*out)
-
-
 def _stage(changes: DataFrame, spec: ChangeSpec, current: DataFrame) -> tuple[DataFrame, list[str]]:
-    """The batch collapsed to one change per key, in the model's columns and types, and its value columns."""
+    """The batch collapsed to one change per key, in the model's columns and types (converted and checked as on
+    main: README, casting rules), and its value columns."""
     from partialcow.spark.changes import stage_changes
 
     model = spec.model
     columns = current.columns
-    staged = stage_changes(changes, spec, table_columns=columns)
+    # the model's column types, as on main: lossless conversions only, a value a type cannot hold stops the batch
+    staged = stage_changes(changes, spec, table_schema=current.schema)
     extra = [c for c in staged.columns if c not in columns and c != DELETE]
     missing = [c for c in columns if c not in staged.columns]
     if extra or (missing and spec.on_schema_change == "sync_all_columns"):
@@ -167,7 +145,6 @@ def _stage(changes: DataFrame, spec: ChangeSpec, current: DataFrame) -> tuple[Da
             "does not do to its parent's table: change the schema without a branch, or build the model on the "
             "branch with --full-refresh"
         )
-    staged = _cast_like(model, staged, current.schema, spec.key_columns)
     values = [c for c in columns if c not in spec.key_columns and c in staged.columns]
     if spec.update_columns is not None:
         unknown = [c for c in spec.update_columns if c not in columns]
