@@ -27,6 +27,13 @@ published as the read-only Iceberg table ``shop__br_dev.orders`` (:func:`publish
 5. the image table's metadata is pointed at the new snapshot in one metastore commit (readers see the old image or
    the new one); the first build registers the table.
 
+A batch of ``partial_cow_incremental`` on the branch changes the overlay at its keys only, so it *extends* the image
+instead (:func:`extend_image`): the staging ref is forked from the image itself, the image's rows of the batch's keys
+(their positions read with the branch's current rows, no join of the whole table) are changed as in step 2 and the
+batch's new rows appended. That is done only while the image's snapshot records the parent level's current snapshot,
+the overlay's snapshot before the batch and the image mode (summary properties ``partialcow.image-*`` on every
+snapshot a build commits); otherwise (the parent moved, a crash left the overlay ahead of the image) it is rebuilt.
+
 An image pins the parent as of its build: rows the parent changes later show up on the branch at the next build or
 ``branch_refresh``. The image's snapshots keep the parent's data files they share alive until the branch is dropped.
 No image (the view joins the overlay to the parent at read time instead) for detached or materialized models, a root
@@ -50,7 +57,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from partialcow.branch.catalog import holds_no_rows, load_iceberg
+from partialcow.branch.catalog import holds_no_rows, iceberg_snapshot, load_iceberg
 from partialcow.branch.naming import (
     IMAGE_OF_PROPERTY,
     MAIN,
@@ -77,7 +84,7 @@ from partialcow.table.iceberg_metrics import DataFileBuilder
 from partialcow.table.java import jvm as java_gateway
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "COPY_ON_WRITE",
@@ -87,6 +94,8 @@ __all__ = [
     "ImageReport",
     "drop_image",
     "drop_reader_relation",
+    "extend_image",
+    "extendable_image",
     "has_image",
     "image_ref",
     "image_relation",
@@ -97,6 +106,15 @@ __all__ = [
 
 _REF_PREFIX = "partialcow_"
 _STAGE_SUFFIX = "__staging"
+
+# Summary properties of every snapshot an image build commits: what the image reflects (the parent level's snapshot
+# it forked from, the overlay's snapshot, the image mode), so that the next batch on the branch can tell whether it
+# may extend the image (:func:`extendable_image`) rather than rebuild it.
+_FORK_MARK = "partialcow.image-fork"
+_OVERLAY_MARK = "partialcow.image-overlay"
+_MODE_MARK = "partialcow.image-mode"
+_SPEC = "_pcow_spec"
+ALIVE = "_pcow_alive"  # per key of a batch given to extend_image: false when the batch deletes it from the branch
 
 # Iceberg's reserved field ids of a position-delete file's columns (spec: "Position Delete Files").
 _DELETE_SCHEMA = pa.schema(
@@ -110,7 +128,8 @@ _DELETE_SCHEMA = pa.schema(
 @dataclass(frozen=True)
 class ImageReport:
     """What building an image wrote: data files rewritten in place (their pages re-encoded or copied) and rows
-    hidden by position deletes (in how many data files).
+    hidden by position deletes (in how many data files); ``extended`` when one batch's changes were applied to the
+    image as it was, rather than the image rebuilt from the parent.
 
     >>> ImageReport(COPY_ON_WRITE, files_rewritten=2, pages_rewritten=50, pages_copied=200, files_with_deletes=1,
     ...             rows_hidden_by_deletes=7).describe()
@@ -123,10 +142,12 @@ class ImageReport:
     pages_copied: int
     files_with_deletes: int
     rows_hidden_by_deletes: int
+    extended: bool = False
 
     def describe(self) -> str:
         return (
-            f"{self.mode} image: {self.files_rewritten} data files rewritten ({self.pages_rewritten} pages re-encoded, "
+            f"{self.mode} image{' (extended)' if self.extended else ''}: {self.files_rewritten} data files "
+            f"rewritten ({self.pages_rewritten} pages re-encoded, "
             f"{self.pages_copied} copied), {self.rows_hidden_by_deletes} rows hidden by position deletes in "
             f"{self.files_with_deletes} data files"
         )
@@ -323,6 +344,18 @@ def _write_position_deletes(spark: SparkSession, table: Any, positions: Sequence
     return delete_files
 
 
+def _image_fork(spark: SparkSession, table: Any, *, info: OverlayInfo, parent_level: str, root: str) -> int | None:
+    """The snapshot an image of the model forks from, or None when the model cannot have an image (see the module
+    docstring; an empty overlay is tested apart, since that check may cost a scan)."""
+    if table is None or info.mode != "delta" or int(table.operations().current().formatVersion()) >= 3:
+        return None
+    fork = _fork_snapshot(table, parent_level)
+    root_types = {f.name.lower(): f.dataType for f in spark.table(root).schema}
+    columns = {c.lower() for c in info.columns}
+    overlay_types = {f.name.lower(): f.dataType for f in spark.table(info.table).schema if f.name.lower() in columns}
+    return fork if root_types == overlay_types else None
+
+
 def refresh_image(
     spark: SparkSession,
     *,
@@ -344,47 +377,12 @@ def refresh_image(
     table = load_iceberg(spark, base_schema, identifier)
     if table is None:
         return None
-    fork = _fork_snapshot(table, parent_level)
-    root_types = {f.name.lower(): f.dataType for f in spark.table(root).schema}
-    columns = {c.lower() for c in info.columns}
-    overlay_types = {f.name.lower(): f.dataType for f in spark.table(info.table).schema if f.name.lower() in columns}
-    if (
-        info.mode != "delta"
-        or int(table.operations().current().formatVersion()) >= 3
-        or fork is None
-        or root_types != overlay_types
-        or holds_no_rows(spark, info.schema, overlay_table(info.identifier))
-    ):
+    fork = _image_fork(spark, table, info=info, parent_level=parent_level, root=root)
+    if fork is None or holds_no_rows(spark, info.schema, overlay_table(info.identifier)):
         drop_image(spark, base_schema, identifier, branch)
         return None
-
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors.exceptions.captured import CapturedException
-
-    try:
-        return _build(spark, table, info=info, branch=branch, fork=fork, root=root, mode=mode)
-    except (Py4JJavaError, CapturedException) as exc:
-        message = str(exc).strip().splitlines()[0]
-        raise BranchError(
-            f"model {root}: building its image on branch {branch} failed ({message}); the branch's model still "
-            "reads what it read before, and the next build retries"
-        ) from exc
-
-
-_SPEC = "_pcow_spec"
-
-
-def _build(spark: SparkSession, table: Any, *, info: OverlayInfo, branch: str, fork: int, root: str,
-           mode: ImageMode) -> ImageReport:
-    """The image's steps (see the module docstring): staging ref, changed rows, appended rows, one switch of the ref."""
-    from pyspark.sql import functions as F
-
-    ref, stage = image_ref(branch), image_ref(branch) + _STAGE_SUFFIX
-    manage = table.manageSnapshots()
-    if table.refs().containsKey(stage):  # left by a build that crashed
-        manage = manage.removeBranch(stage)
-    manage.createBranch(stage, fork).commit()
-
+    overlay = iceberg_snapshot(spark, info.schema, overlay_table(info.identifier))
+    pinned = info.table + (f" VERSION AS OF {overlay}" if overlay is not None and overlay >= 0 else "")
     root_columns = spark.table(root).columns
     keys = list(info.key_columns)
     on = " AND ".join(f"p.{quote(k)} = o.{quote(k)}" for k in keys)  # overlay keys are never null
@@ -395,13 +393,137 @@ def _build(spark: SparkSession, table: Any, *, info: OverlayInfo, branch: str, f
     changed = spark.sql(
         f"SELECT p._spec_id AS {_SPEC}, p._file AS {FILE}, p._pos AS {POS}, "
         f"o.{OP_COLUMN} = '{OP_DELETE}' OR count(*) OVER (PARTITION BY {partition_by}) > 1 AS {DELETE}, {values} "
-        f"FROM {root} VERSION AS OF {fork} p JOIN {info.table} o ON {on}"
-    ).persist()
+        f"FROM {root} VERSION AS OF {fork} p JOIN {pinned} o ON {on}"
+    )
+    upserts = spark.sql(f"SELECT {', '.join(quote(c) for c in root_columns)} FROM {pinned} "
+                        f"WHERE {OP_COLUMN} = '{OP_UPSERT}'")
+    return _guarded(spark, root, branch, partial(
+        _build, spark, table, branch=branch, start=fork, changed=changed, upserts=upserts, keys=keys, root=root,
+        mode=mode, marks=_marks(fork, overlay, mode), extended=False))
+
+
+def extendable_image(
+    spark: SparkSession, *, info: OverlayInfo, branch: str, parent_level: str, base_schema: str, identifier: str,
+    mode: ImageMode,
+) -> int | None:
+    """The overlay's current snapshot when the next change of the overlay (one batch of ``partial_cow_incremental``)
+    can extend the model's image on ``branch`` (:func:`extend_image`) instead of rebuilding it, else None. It can
+    when the image ref's snapshot records the parent level's current snapshot, the overlay's current snapshot and
+    ``mode``, and what readers of the model on the branch query is the image table at that snapshot (so the rows
+    read from it carry the image's row positions).
+
+    Anything else (the parent moved, the overlay changed without the image, as after a crash between the two, the
+    image mode changed, the table's columns changed) takes the rebuild.
+    """
+    root = qualified(base_schema, identifier)
+    table = load_iceberg(spark, base_schema, identifier)
+    if table is None:
+        return None
+    image = _ref_snapshot(table, image_ref(branch))
+    fork = _image_fork(spark, table, info=info, parent_level=parent_level, root=root)
+    if image is None or fork is None:
+        return None
+    if [c.lower() for c in spark.table(root).columns] != [c.lower() for c in info.columns]:
+        return None  # the branch shows a view over the image, not the image table
+    summary = table.snapshot(image).summary()
+    overlay = iceberg_snapshot(spark, info.schema, overlay_table(info.identifier))
+    if overlay is None or dict(summary) | _marks(fork, overlay, mode) != dict(summary):
+        return None
+    readers = load_iceberg(spark, info.schema, info.identifier)
+    current = None if readers is None else readers.currentSnapshot()
+    if (
+        current is None
+        or int(current.snapshotId()) != image
+        or readers.properties().get(IMAGE_OF_PROPERTY) != f"{base_schema}.{identifier}@{image_ref(branch)}"
+    ):
+        return None
+    return overlay
+
+
+def extend_image(
+    spark: SparkSession, *, info: OverlayInfo, branch: str, parent_level: str, base_schema: str, identifier: str,
+    mode: ImageMode, located: DataFrame, states: DataFrame, keys: Sequence[str], overlay: int,
+) -> ImageReport:
+    """Apply one batch to the model's image on ``branch`` (when :func:`extendable_image` said it can) and publish it.
+
+    ``located``: the image's rows of the batch's keys with their row positions (``_spec_id``, ``_file``, ``_pos``,
+    read from the image table); ``states``: per key of the batch that changes the branch, its new row (the model's
+    columns) and whether it is alive (``alive``: false for a delete); ``overlay``: the overlay's snapshot after the
+    batch. Only the data files holding those keys are rewritten (or take deletes), and only the batch's new rows
+    appended: the image is ``fork + overlay`` before the batch, and the batch changes the overlay at its keys only.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    root = qualified(base_schema, identifier)
+    table = load_iceberg(spark, base_schema, identifier)
+    fork = _fork_snapshot(table, parent_level)
+    start = _ref_snapshot(table, image_ref(branch))
+    if fork is None or start is None:
+        raise BranchError(f"model {root} has no image on branch {branch} to extend")
+    root_columns = spark.table(root).columns
+    alive = F.col(ALIVE)
+    copies = F.count(F.lit(1)).over(Window.partitionBy(*[quote(k) for k in keys]))
+    changed = located.select(
+        *[quote(k) for k in keys], F.col("_spec_id").alias(_SPEC), F.col("_file").alias(FILE),
+        F.col("_pos").alias(POS)
+    ).join(states, list(keys)).select(
+        _SPEC, FILE, POS, (~alive | (copies > 1)).alias(DELETE), *[quote(c) for c in root_columns]
+    )
+    upserts = states.where(alive).select(*[quote(c) for c in root_columns])
+    report = _guarded(spark, root, branch, partial(
+        _build, spark, table, branch=branch, start=start, changed=changed, upserts=upserts, keys=list(keys),
+        root=root, mode=mode, marks=_marks(fork, overlay, mode), extended=True))
+    publish_image_table(spark, schema=info.schema, base_schema=base_schema, identifier=identifier, branch=branch)
+    return report
+
+
+def _marks(fork: int, overlay: int | None, mode: ImageMode) -> dict[str, str]:
+    """The summary properties of an image's snapshots: what the image reflects.
+
+    >>> _marks(7, 9, "copy-on-write")
+    {'partialcow.image-fork': '7', 'partialcow.image-overlay': '9', 'partialcow.image-mode': 'copy-on-write'}
+    """
+    return {_FORK_MARK: str(fork), _OVERLAY_MARK: str(overlay), _MODE_MARK: mode}
+
+
+def _guarded(spark: SparkSession, root: str, branch: str, build: Any) -> ImageReport:
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    try:
+        report: ImageReport = build()
+    except (Py4JJavaError, CapturedException) as exc:
+        message = str(exc).strip().splitlines()[0]
+        raise BranchError(
+            f"model {root}: building its image on branch {branch} failed ({message}); the branch's model still "
+            "reads what it read before, and the next build retries"
+        ) from exc
+    return report
+
+
+
+def _build(spark: SparkSession, table: Any, *, branch: str, start: int, changed: DataFrame, upserts: DataFrame,
+           keys: Sequence[str], root: str, mode: ImageMode, marks: dict[str, str], extended: bool) -> ImageReport:
+    """The image's steps (see the module docstring) from snapshot ``start``: staging ref, ``changed`` rows (the
+    positions to change: ``_pcow_spec``, file, position, delete flag, new values), ``upserts`` appended (those not
+    written in place), one switch of the ref. Every snapshot committed carries ``marks`` in its summary."""
+    from pyspark.sql import functions as F
+
+    ref, stage = image_ref(branch), image_ref(branch) + _STAGE_SUFFIX
+    manage = table.manageSnapshots()
+    if table.refs().containsKey(stage):  # left by a build that crashed
+        manage = manage.removeBranch(stage)
+    manage.createBranch(stage, start).commit()
+
+    root_columns = spark.table(root).columns
+    changed = changed.persist()
+    appended = False
     try:
         results = []
         if mode == COPY_ON_WRITE:
             key_names = {k.lower() for k in keys}
-            results = _rewrite_in_place(spark, table, changed, fork=fork, stage=stage,
+            results = _rewrite_in_place(spark, table, changed, fork=start, stage=stage, marks=marks,
                                         update_columns=[c for c in root_columns if c.lower() not in key_names])
         rewritten = [r["src"] for r in results]
         in_place = F.col(FILE).isin(rewritten) if rewritten else F.lit(False)
@@ -411,26 +533,28 @@ def _build(spark: SparkSession, table: Any, *, info: OverlayInfo, branch: str, f
         ]
         if positions:
             delta = table.newRowDelta().toBranch(stage)
-            for delete_file in _write_position_deletes(spark, table, positions, fork):
+            for delete_file in _write_position_deletes(spark, table, positions, start):
                 delta = delta.addDeletes(delete_file)
-            delta.commit()
+            _marked(delta, marks).commit()
         spark.catalog.refreshTable(root)
-        upserts = spark.table(info.table).filter(F.col(OP_COLUMN) == OP_UPSERT)
         if rewritten:
-            upserts = upserts.join(changed.filter(in_place & ~F.col(DELETE)).select(*keys), on=keys, how="left_anti")
+            upserts = upserts.join(changed.filter(in_place & ~F.col(DELETE)).select(*keys), on=list(keys),
+                                   how="left_anti")
         upserts = upserts.select(*root_columns)
         # An overlay that only changes rows the fork has (a batch of updates) appends nothing: a quick look for one
         # row costs less than an INSERT job that writes none.
         if not upserts.isEmpty():
-            rows = f"_pcow_image_rows_{uuid.uuid4().hex}"  # dbt runs models in threads: no shared temp names
-            upserts.createOrReplaceTempView(rows)
-            try:
-                spark.sql(f"INSERT INTO {root}.{quote('branch_' + stage)} SELECT * FROM {rows}")
-            finally:
-                spark.catalog.dropTempView(rows)
+            writer = upserts.writeTo(f"{root}.{quote('branch_' + stage)}")
+            for key, value in marks.items():
+                writer = writer.option(f"snapshot-property.{key}", value)
+            writer.append()
+            appended = True
     finally:
         changed.unpersist()
     table.refresh()
+    if not (results or positions or appended):
+        _marked(table.newAppend().toBranch(stage), marks).commit()  # nothing written: record what it reflects
+        table.refresh()
     staged = _ref_snapshot(table, stage)
     manage = table.manageSnapshots()
     manage = manage.replaceBranch(ref, staged) if table.refs().containsKey(ref) else manage.createBranch(ref, staged)
@@ -443,11 +567,19 @@ def _build(spark: SparkSession, table: Any, *, info: OverlayInfo, branch: str, f
         pages_copied=sum(r["pages_copied"] for r in results),
         files_with_deletes=len({path for _, path, _ in positions}),
         rows_hidden_by_deletes=len(positions),
+        extended=extended,
     )
 
 
+def _marked(update: Any, marks: dict[str, str]) -> Any:
+    """An Iceberg snapshot update with ``marks`` set as summary properties."""
+    for key, value in marks.items():
+        update = update.set(key, value)
+    return update
+
+
 def _rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: int, stage: str,
-                      update_columns: Sequence[str]) -> list[Any]:
+                      marks: dict[str, str], update_columns: Sequence[str]) -> list[Any]:
     """Rewrite the data files ``changed`` touches (those that can be) and commit them to ``stage``; one result row
     per file (``src``, ``dst``, rows and pages counts)."""
     # As for a model's batch (partialcow.spark.small_batch): changed rows that fit the driver are collected as Arrow
@@ -490,7 +622,7 @@ def _rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: in
                 if spec_id not in builders:
                     builders[spec_id] = DataFileBuilder(jvm, table, table.specs().get(spec_id))
                 rewrite = rewrite.addFile(_data_file(builders[spec_id], old, result["dst"]))
-        rewrite.commit()
+        _marked(rewrite, marks).commit()
     except BaseException:
         for result in results:  # not referenced by any snapshot
             with contextlib.suppress(FileNotFoundError):

@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from partialcow.branch.base import capture_base
-from partialcow.branch.catalog import table_exists
+from partialcow.branch.catalog import load_iceberg, table_exists
 from partialcow.branch.frames import all_of
-from partialcow.branch.levels import overlay_info, resolve_parent, write_overlay
+from partialcow.branch.image import ALIVE, extend_image, extendable_image
+from partialcow.branch.levels import overlay_info, parent_level, resolve_parent, write_overlay
 from partialcow.branch.naming import (
     OP_COLUMN,
     OP_DELETE,
@@ -37,6 +38,7 @@ from partialcow.branch.naming import (
     SEQ_COLUMN,
     full_table,
     overlay_schema,
+    overlay_table,
     qualified,
     quote,
 )
@@ -154,19 +156,24 @@ def _stage(changes: DataFrame, spec: ChangeSpec, current: DataFrame) -> tuple[Da
     return staged, [c for c in values if c not in spec.exclude_columns]
 
 
-def _changed_keys(
-    staged: DataFrame, current: DataFrame, parent: DataFrame, *, keys: Sequence[str],
-    values: Sequence[str], seq: int,
-) -> DataFrame:
-    """One row per key of the batch: its new state on the branch (data columns), what the batch did to it
-    (``_pcow_kind``) and what the overlay must hold for it (``_pcow_action``)."""
+def _batch_keys(staged: DataFrame, keys: Sequence[str]) -> DataFrame:
     from pyspark.sql import functions as F
 
-    columns = current.columns
-    key_frame = F.broadcast(staged.select(*[quote(k) for k in keys]))
-    ours = current.join(key_frame, list(keys), "left_semi").dropDuplicates(list(keys))
+    return F.broadcast(staged.select(*[quote(k) for k in keys]))
+
+
+def _changed_keys(
+    staged: DataFrame, ours: DataFrame, parent: DataFrame, *, keys: Sequence[str], values: Sequence[str], seq: int,
+) -> DataFrame:
+    """One row per key of the batch: its new state on the branch (data columns), what the batch did to it
+    (``_pcow_kind``) and what the overlay must hold for it (``_pcow_action``). ``ours``: the branch's current rows of
+    the batch's keys (the model's columns)."""
+    from pyspark.sql import functions as F
+
+    columns, ours_schema = ours.columns, ours.schema
+    ours = ours.dropDuplicates(list(keys))
     ours = ours.select(*[F.col(quote(c)).alias(f"c{i}") for i, c in enumerate(columns)], F.lit(True).alias("_c"))
-    theirs = parent.join(key_frame, list(keys), "left_semi").dropDuplicates(list(keys))
+    theirs = parent.join(_batch_keys(staged, keys), list(keys), "left_semi").dropDuplicates(list(keys))
     theirs = theirs.select(*[F.col(quote(c)).alias(f"p{i}") for i, c in enumerate(columns)], F.lit(True).alias("_p"))
     s = staged.alias("s")
     position = {c: i for i, c in enumerate(columns)}
@@ -180,7 +187,8 @@ def _changed_keys(
             return batch
         return F.when(present, F.col(f"c{position[column]}")).otherwise(batch)  # kept by an update
 
-    state = [F.when(~delete, new_value(c)).cast(current.schema[c].dataType) if c not in keys
+    types = {f.name: f.dataType for f in ours_schema.fields}
+    state = [F.when(~delete, new_value(c)).cast(types[c]) if c not in keys
              else F.col(f"s.{quote(c)}") for c in columns]
     same_as_parent = all_of([F.col(f"p{position[c]}").eqNullSafe(v) for c, v in zip(columns, state) if c not in keys])
     kind = (F.when(delete & present, "deleted").when(delete, "none").when(present, "updated").otherwise("inserted"))
@@ -255,7 +263,8 @@ def apply_changes_on_branch(
         meta_schema=meta_schema,
     ):
         info = overlay_info(spark, schema, identifier)
-    parent = resolve_parent(spark, levels[1:], base_schema, identifier)
+    above = parent_level(spark, levels[1:], base_schema, identifier)
+    parent = None if above is None else (overlay_schema(base_schema, above), identifier)
     if full_refresh or info is None:
         # the batch's upserts are the model's whole content, as a first build without a branch
         staged = stage_changes(changes, spec)
@@ -266,8 +275,22 @@ def apply_changes_on_branch(
     _match(model, current.columns, keys, "unique_key")
     staged, values = _stage(changes, spec, current)
     seq = time.time_ns() // 1_000_000
+    materialized = table_exists(spark, schema, full_table(identifier))
+    image_mode = store.require(branch).image_mode
+    # the overlay's snapshot the image reflects, when the image can take the batch's changes (not rebuilt)
+    extend_from = None
+    if info.mode == "delta" and above is not None and not materialized:
+        extend_from = extendable_image(spark, info=info, branch=branch, parent_level=above, base_schema=base_schema,
+                                       identifier=identifier, mode=image_mode)
+    located = None
+    ours = current.join(_batch_keys(staged, keys), list(keys), "left_semi")
+    if extend_from is not None:
+        # the image's rows of the batch's keys with their positions, read once: the image is then changed there
+        located = current.select(*[quote(c) for c in current.columns], "_spec_id", "_file", "_pos").join(
+            _batch_keys(staged, keys), list(keys), "left_semi").localCheckpoint()
+        ours = located.select(*[quote(c) for c in current.columns])
     parent_rows = spark.table(qualified(*parent)) if parent is not None else current.limit(0)
-    changed = _changed_keys(staged, current, parent_rows, keys=keys, values=values, seq=seq)
+    changed = _changed_keys(staged, ours, parent_rows, keys=keys, values=values, seq=seq)
     # materialized once: the overlay MERGE below must not re-read what the branch shows while it changes it
     changed = changed.localCheckpoint()
     counts = {r[_KIND]: r["n"] for r in changed.groupBy(_KIND).agg(F.count(F.lit(1)).alias("n")).collect()}
@@ -282,15 +305,37 @@ def apply_changes_on_branch(
     _apply_to_overlay(spark, changed, info=info, keys=keys, columns=current.columns)
     capture_base(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier,
                  columns=info.columns, key_columns=info.key_columns, keys_frame=spark.table(info.table))
-    if table_exists(spark, schema, full_table(identifier)):
+    if materialized:
         # a materialized model keeps its collapsed table in step with the newest build
         spark.sql(view_sql(info, parent, materialized=False)).writeTo(
             f"{schema}.{full_table(identifier)}").using("iceberg").createOrReplace()
     upserts, tombstones = count_ops(spark, info.table)
-    image = create_branch_view(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
+    overlay = None if extend_from is None else _overlay_after(spark, info, extend_from)
+    if located is not None and above is not None and overlay is not None:
+        states = changed.where(F.col(_KIND).isin("inserted", "updated", "deleted")).select(
+            *[quote(c) for c in current.columns], (F.col(_KIND) != "deleted").alias(ALIVE))
+        image: ImageReport | None = extend_image(
+            spark, info=info, branch=branch, parent_level=above, base_schema=base_schema, identifier=identifier,
+            mode=image_mode, located=located, states=states, keys=keys, overlay=overlay)
+    else:
+        image = create_branch_view(spark, store=store, branch=branch, base_schema=base_schema,
+                                   identifier=identifier)
     refresh_descendant_views(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
     return BranchChanges(branch=branch, model=model, inserted=inserted, updated=updated, deleted=deleted,
                          upserts=upserts, tombstones=tombstones, image=image)
+
+
+def _overlay_after(spark: SparkSession, info: OverlayInfo, before: int) -> int | None:
+    """The overlay's snapshot after this batch's ``MERGE`` when it is the batch's own change of snapshot ``before``
+    (or ``before`` itself: nothing to change); None when another writer committed to it in between."""
+    table = load_iceberg(spark, info.schema, overlay_table(info.identifier))
+    snapshot = None if table is None else table.currentSnapshot()
+    if snapshot is None:
+        return None
+    if int(snapshot.snapshotId()) == before:
+        return before
+    parent = snapshot.parentId()
+    return int(snapshot.snapshotId()) if parent is not None and int(parent) == before else None
 
 
 def _apply_to_overlay(spark: SparkSession, changed: DataFrame, *, info: OverlayInfo, keys: Sequence[str],
