@@ -7,11 +7,15 @@ rows built on main (`cdc`, `cdc_main`), branch `dev` created, then `--rounds` ro
 
 - `driver`: `cdc` on branch `dev`, its copy-on-write image rewritten on the driver (the default);
 - `spark`: the same with `PARTIALCOW_DRIVER_MAX_ROWS=0` (the image, and the staging, by Spark jobs);
-- `main`: `cdc_main` without a branch, the same batch applied to the table itself.
+- `main`: `cdc_main` without a branch, the same batch applied to the table itself;
+- `branch@NAME` (one per `--code NAME=PATH`): a model of its own on branch `dev`, built and changed by the package
+  found in folder PATH (e.g. `/tmp/wt_old/adapter` of `git worktree add /tmp/wt_old <commit>`), so that two
+  versions of the code are timed in one run, each on a model only it writes.
 
 Reported: model time (`execution_time` in `run_results.json`) and process wall time of each run.
 
 Run:  PYTHONPATH=adapter python bench/branch_fresh_bench.py [--rows 200000] [--rounds 3] [--variants driver,main]
+          [--code old=/tmp/wt_old/adapter --code new=adapter --variants branch@old,branch@new]
 Writes bench/results/branch_fresh.{md,json,png}.
 """
 
@@ -37,6 +41,7 @@ RESULTS = HERE / "results"
 # variant -> (model, on the branch, environment)
 VARIANTS = {"driver": ("cdc", True, {}), "spark": ("cdc", True, {"PARTIALCOW_DRIVER_MAX_ROWS": "0"}),
             "main": ("cdc_main", False, {})}
+LABELS = {"driver": "on branch dev", "spark": "on branch dev, Spark jobs", "main": "on main"}
 MODEL = """{{ config(materialized='partial_cow_incremental', unique_key='id', op_column='_op') }}
 select * from parquet.`{{ var('batch') }}`
 """
@@ -73,7 +78,15 @@ def main() -> None:
     parser.add_argument("--variants", default="driver,main", help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--code", action="append", default=[], metavar="NAME=PATH",
+                        help="adds variant branch@NAME: the package in folder PATH on a model of its own")
     args = parser.parse_args()
+    for code in args.code:
+        name, _, path = code.partition("=")
+        if not name or not path or not (Path(path) / "partialcow").is_dir():
+            parser.error(f"--code {code!r}: expected NAME=PATH with PATH a folder holding the partialcow package")
+        VARIANTS[f"branch@{name}"] = (f"cdc_{name}", True, {"PYTHONPATH": str(Path(path).resolve())})
+        LABELS[f"branch@{name}"] = f"on branch dev, code {name}"
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown or not variants:
@@ -86,15 +99,17 @@ def main() -> None:
     (project / "dbt_project.yml").write_text("name: branch_fresh\nversion: '1.0'\nconfig-version: 2\nprofile: p\n")
     (project / "profiles.yml").write_text(json.dumps({"p": {"target": "t", "outputs": {"t": {
         "type": "partialcow", "schema": "shop", "warehouse": str(work / "warehouse")}}}}))
-    for model in ("cdc", "cdc_main"):
+    for model in {"cdc", "cdc_main", *(VARIANTS[v][0] for v in variants)}:
         (project / "models" / f"{model}.sql").write_text(MODEL)
     batches = work / "batches"
     batches.mkdir()
     ids = list(range(args.rows))
     first = _batch(batches / "b0.parquet", ids, generation=0, op="I")
     build = _dbt(project, "run", "-s", "cdc", "--vars", json.dumps({"batch": first}))
-    if "main" in variants:
-        _dbt(project, "run", "-s", "cdc_main", "--vars", json.dumps({"batch": first}))
+    for variant in variants:
+        model_name, on_branch, env = VARIANTS[variant]
+        if model_name != "cdc":
+            _dbt(project, "run", "-s", model_name, "--vars", json.dumps({"batch": first}), env=env)
     _dbt(project, "run-operation", "branch_create", "--args", "{name: dev}")
 
     step = max(1, args.rows // 100)
@@ -127,7 +142,9 @@ def main() -> None:
         f"{platform.python_version()}, {when}. Table of {args.rows:,} rows built on main (model {build[0]:.2f} s), "
         f"branch `dev` created; each run applies {step:,} updated keys (1%, fresh keys, full row images). Variants "
         "alternate: `driver` = on branch `dev`, image rewritten on the driver (the default); `spark` = on the branch "
-        "with `PARTIALCOW_DRIVER_MAX_ROWS=0`; `main` = the same batch on an identical model without a branch.",
+        "with `PARTIALCOW_DRIVER_MAX_ROWS=0`; `main` = the same batch on an identical model without a branch"
+        + "".join(f"; `{v}` = on the branch, a model of its own, package from `{VARIANTS[v][2]['PYTHONPATH']}`"
+                  for v in variants if v.startswith("branch@")) + ".",
         "",
         "| round | variant | model (s) | process (s) |",
         "|---:|---|---:|---:|",
@@ -149,7 +166,7 @@ def main() -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for variant in variants:
         mine = [r for r in runs if r["variant"] == variant]
-        ax.plot([r["round"] for r in mine], [r["model_s"] for r in mine], marker="o", label=variant)
+        ax.plot([r["round"] for r in mine], [r["model_s"] for r in mine], marker="o", label=LABELS[variant])
     ax.set_xlabel("round")
     ax.set_ylabel("model time (s)")
     ax.set_ylim(bottom=0)

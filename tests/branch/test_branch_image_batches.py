@@ -80,9 +80,10 @@ def branch_model(spark):
     spark.sql(f"DROP SCHEMA {meta} CASCADE")
 
 
-# copy-on-write through the driver's rewrite and Spark's (PARTIALCOW_DRIVER_MAX_ROWS=0); merge-on-read rewrites no file
-@pytest.mark.parametrize(("mode", "driver_rows"), [(COPY_ON_WRITE, None), (COPY_ON_WRITE, "0"), (MERGE_ON_READ, None)],
-                         ids=["copy-on-write-driver", "copy-on-write-spark", "merge-on-read"])
+# copy-on-write through the driver's rewrite, merge-on-read (no file rewritten) with Spark's jobs
+# (PARTIALCOW_DRIVER_MAX_ROWS=0); Spark's rewrite job is the image build's (tests/branch/test_branch_images.py)
+@pytest.mark.parametrize(("mode", "driver_rows"), [(COPY_ON_WRITE, None), (MERGE_ON_READ, "0")],
+                         ids=["copy-on-write-driver", "merge-on-read-spark"])
 def test_batches_extend_the_image(spark, branch_model, mode, driver_rows, monkeypatch):
     if driver_rows is None:
         monkeypatch.delenv(DRIVER_ROWS_ENV, raising=False)
