@@ -67,6 +67,46 @@ def test_a_feature_we_cannot_honour_is_refused_by_name(spark, schema, case, ddl,
     assert table_state(spark, name) == before  # refused before anything was written, the index included
 
 
+def test_a_partitioned_table_is_refused_before_anything_is_written(spark, schema, pipeline_path):
+    """Regression: a new file takes the partition values of the files it replaces, so a row a batch inserted into
+    another partition (10 -> 'B') or moved to one (1: 'A' -> 'B') was committed and read back in partition 'A'."""
+    name = f"{schema}.parted"
+    spark.sql(f"CREATE TABLE {name} (k BIGINT, v BIGINT, p STRING) USING delta PARTITIONED BY (p)")
+    spark.sql(f"INSERT INTO {name} VALUES (1, 1, 'A'), (2, 2, 'A'), (3, 3, 'B')")
+    before = table_state(spark, name)
+    for rows in ([(1, 10, "A", "U"), (10, 10, "B", "I")], [(1, 1, "B", "U")]):
+        with pytest.raises(UnsupportedTableFeatureError) as info:
+            apply_changes(spark, open_table(spark, name, table_format="delta"),
+                          spark.createDataFrame(rows, "k bigint, v bigint, p string, _op string"), SPEC)
+        assert "partitioning by ['p']" in str(info.value) and name in str(info.value), str(info.value)
+        assert table_state(spark, name) == before
+
+
+# (case, table properties) where Delta's log stats, whose NOT NULL check used to be the only one, miss the column
+NOT_NULL_TABLES = [("no stats columns", "'delta.dataSkippingNumIndexedCols' = '0'"),
+                   ("stats on the first column only", "'delta.dataSkippingNumIndexedCols' = '1'")]
+
+
+@pytest.mark.parametrize("case, properties", NOT_NULL_TABLES, ids=[c[0] for c in NOT_NULL_TABLES])
+def test_a_null_in_a_not_null_column_is_refused(spark, schema, pipeline_path, case, properties):
+    """Regression: an update setting a NOT NULL column to null was committed when the column had no stats, and
+    delta-spark then failed to read the table. Deletes, whose value columns are null, still apply."""
+    name = f"{schema}.required"
+    spark.sql(f"CREATE TABLE {name} (k BIGINT, v BIGINT NOT NULL) USING delta TBLPROPERTIES ({properties})")
+    spark.sql(f"INSERT INTO {name} VALUES (1, 1), (2, 2)")
+    _apply(spark, name, [(3, 3, "I")])  # the first batch builds the row index: state to compare from here
+    before = table_state(spark, name)
+    for rows in ([(1, None, "U"), (2, 20, "U")], [(4, None, "I")]):
+        with pytest.raises(ChangeFeedError) as info:
+            _apply(spark, name, rows)
+        message = str(info.value)
+        assert "racer" in message and "'v'" in message and "NOT NULL" in message, message
+        assert f"(k={rows[0][0]})" in message, message
+        assert table_state(spark, name) == before
+    _apply(spark, name, [(3, None, "D"), (2, 20, "U")])
+    assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 1), (2, 20)]
+
+
 def test_identity_columns_are_refused(spark, schema, delta_tables):
     name = f"{schema}.ident"
     delta_tables.DeltaTable.create(spark).tableName(name).addColumn("k", "BIGINT").addColumn("v", "BIGINT") \

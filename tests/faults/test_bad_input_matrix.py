@@ -150,3 +150,29 @@ def test_a_table_name_the_metastore_refuses_is_a_named_error(spark, base_table, 
         create_table(spark, f"{schema}.{name}", spark.sql(row()), SPEC)
     assert name in str(info.value) and "bad_feed" in str(info.value)
     assert name not in [t.name for t in spark.catalog.listTables(schema)]
+
+
+def test_a_null_in_a_not_null_column_is_refused(spark, pipeline_path):
+    """An Iceberg table's required column: a change that inserts or updates a row with null in it is refused (the
+    Parquet page engine would write the null as it is); deletes, whose value columns are null, still apply."""
+    schema = f"pcow_req_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    name = f"{schema}.t"
+    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="required")
+    try:
+        spark.sql(f"create table {name} (k bigint, v bigint not null) using iceberg")
+        spark.sql(f"insert into {name} values (1, 1), (2, 2)")
+        table = open_table(spark, name, table_format="iceberg")
+        batch = "k bigint, v bigint, _op string"
+        apply_changes(spark, table, spark.createDataFrame([(3, 3, "I")], batch), spec)  # builds the index
+        before = table_state(spark, name)
+        for changes in ([(1, None, "U"), (2, 20, "U")], [(4, None, "I")]):
+            with pytest.raises(ChangeFeedError) as info:
+                apply_changes(spark, table, spark.createDataFrame(changes, batch), spec)
+            message = str(info.value)
+            assert "required" in message and "'v'" in message and f"(k={changes[0][0]})" in message, message
+            assert table_state(spark, name) == before
+        apply_changes(spark, table, spark.createDataFrame([(3, None, "D"), (2, 20, "U")], batch), spec)
+        assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 1), (2, 20)]
+    finally:
+        spark.sql(f"drop schema {schema} cascade")

@@ -172,7 +172,8 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
         with clock("lease"):
             lease = stack.enter_context(table.write_lease())
         checkpoint("leased")
-        table.check_supported(removing=False)  # refused before any Spark job; the commit checks again
+        # refused before any Spark job; the commit checks again
+        table.check_supported(removing=False, partitioned_ok=False)
         with clock("schema"):
             table_schema = table.spark_schema()
         with clock("index_open"):

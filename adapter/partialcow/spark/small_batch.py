@@ -34,6 +34,8 @@ from partialcow.spark.staging import (
     conform_schema_names,
     keys_text,
     lossy_error,
+    not_null_columns,
+    null_value_error,
     problem_error,
     problem_flags,
     repeated_keys_error,
@@ -149,6 +151,11 @@ def collect_small_batch(changes: DataFrame, spec: ChangeSpec, *, table_schema: S
         return None
     rows = batch.num_rows
     _raise_problems(batch, spec, checked, plan)
+    for name in not_null_columns(columns, spec, table_schema):
+        mask = ~_flag(batch, DELETE) & batch.column(name).is_null().to_numpy(zero_copy_only=False)
+        if mask.any():
+            bad = batch.select(list(spec.key_columns)).filter(pa.array(mask)).slice(0, SAMPLE).to_pylist()
+            raise null_value_error(spec, name, int(mask.sum()), bad)
     batch = batch.drop_columns([c for c in batch.column_names if c.startswith(("_pcow_f_", "_pcow_lossy",
                                                                               "_pcow_orig", "_pcow_op"))])
     batch = _latest_per_key(batch, spec)

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
-__all__ = ["BAD_OP", "NAN_KEY", "NULL_KEY", "NULL_SEQUENCE", "SAMPLE", "keys_text", "lossy_error", "problem_error",
-           "problem_flags", "repeated_keys_error", "require_columns", "stage", "stage_changes"]
+__all__ = ["BAD_OP", "NAN_KEY", "NULL_KEY", "NULL_SEQUENCE", "SAMPLE", "keys_text", "lossy_error", "not_null_columns",
+           "null_value_error", "problem_error", "problem_flags", "repeated_keys_error", "require_columns", "stage",
+           "stage_changes"]
 
 SAMPLE = 5
 
@@ -86,6 +87,29 @@ def lossy_error(spec: ChangeSpec, name: str, count: int, source: DataType, targe
     )
 
 
+def not_null_columns(columns: Sequence[str], spec: ChangeSpec, table_schema: StructType | None) -> list[str]:
+    """The batch's value columns (of ``columns``) that the table declares NOT NULL (keys are checked apart). Only
+    top-level columns: a NOT NULL field inside a struct is not checked."""
+    if table_schema is None:
+        return []
+    return [f.name for f in table_schema.fields
+            if not f.nullable and f.name in columns and f.name not in spec.key_columns]
+
+
+def null_value_error(spec: ChangeSpec, name: str, count: int, rows: Sequence[Any]) -> ChangeFeedError:
+    """The error for ``count`` rows that insert or update a row with null in the NOT NULL column ``name``.
+
+    >>> spec = ChangeSpec(key_columns=("id",), model="orders")
+    >>> print(null_value_error(spec, "qty", 2, [{"id": 3}, {"id": 4}]))
+    model orders: column 'qty' is NOT NULL in the table, but 2 change(s) of the batch that insert or update a row hold null in it, for key(s) (id=3), (id=4); deliver a value, or drop the column's NOT NULL constraint
+    """  # noqa: E501 - a doctest output line cannot wrap
+    return ChangeFeedError(
+        f"model {spec.model}: column {name!r} is NOT NULL in the table, but {count} change(s) of the batch that insert "
+        f"or update a row hold null in it, for key(s) {keys_text(rows, spec.key_columns)}; deliver a value, or drop "
+        "the column's NOT NULL constraint"
+    )
+
+
 def stage_changes(
     changes: DataFrame, spec: ChangeSpec, *, table_columns: Sequence[str] | None = None,
     table_schema: StructType | None = None,
@@ -132,14 +156,19 @@ def stage(
     null_key, nan_key, bad_op, null_seq, is_delete = problem_flags(changes, spec)
     lossy = {name: lossy_value(quote_identifier(name), source, target, exact=name in spec.key_columns)
              for name, (kind, source, target) in plan.items() if kind == "checked"}
+    # a null in a NOT NULL column would be committed as it is (Delta's log stats cover only some columns)
+    nulls = {name: ~is_delete & F.col(quote_identifier(name)).isNull()
+             for name in not_null_columns(columns, spec, table_schema)}
 
     # One job counts every problem (when it checks uniqueness without a sequence column, per key, so repeated keys
     # are counted too); the samples for the message are only fetched when there is a problem. collect(), not
     # first(): first() may run one job per partition it scans.
     flags = [bad_op.cast("int").alias("_bad"), null_seq.cast("int").alias("_null_seq"),
              nan_key.cast("int").alias("_nan"),
-             *[flag.cast("int").alias(f"_lossy{i}") for i, flag in enumerate(lossy.values())]]
-    flag_names = ["_bad", "_null_seq", "_nan", *[f"_lossy{i}" for i in range(len(lossy))]]
+             *[flag.cast("int").alias(f"_lossy{i}") for i, flag in enumerate(lossy.values())],
+             *[flag.cast("int").alias(f"_nulls{i}") for i, flag in enumerate(nulls.values())]]
+    flag_names = ["_bad", "_null_seq", "_nan", *[f"_lossy{i}" for i in range(len(lossy))],
+                  *[f"_nulls{i}" for i in range(len(nulls))]]
     if spec.sequence_column or not check_unique:
         counted = changes.select(*keys, F.lit(1).alias("_n"), *flags)
         repeated = F.lit(0)
@@ -164,6 +193,10 @@ def stage(
             _, source, target = plan[name]
             bad = changes.where(flag).select(*dict.fromkeys([*spec.key_columns, name])).limit(SAMPLE).collect()
             raise lossy_error(spec, name, counts[f"_lossy{i}"], source, target, [r[name] for r in bad], bad)
+    for i, (name, flag) in enumerate(nulls.items()):
+        if counts[f"_nulls{i}"]:
+            bad = changes.where(flag).select(*spec.key_columns).limit(SAMPLE).collect()
+            raise null_value_error(spec, name, counts[f"_nulls{i}"], bad)
 
     frame = changes.select(*[assigned(name, plan, spec, changes.schema[name].dataType) for name in columns])
     if spec.sequence_column:

@@ -91,12 +91,12 @@ class LakehouseTable:
 
         return delta_spark_schema(DeltaTable(self.format_table.location).schema().to_json(), table=self.name)
 
-    def check_supported(self, *, removing: bool = True) -> None:
+    def check_supported(self, *, removing: bool = True, partitioned_ok: bool = True) -> None:
         """Refuse, before anything is written, a table whose features this write path cannot honour (the commit
-        checks again)."""
+        checks again); ``partitioned_ok=False`` for a batch of changes (Delta: see ``unsupported_features``)."""
         check = getattr(self.format_table, "check_supported", None)
         if check is not None:
-            check(removing=removing)
+            check(removing=removing, partitioned_ok=partitioned_ok)
 
     def deletion_vectors(self, version: int) -> dict[str, dict[str, Any]]:
         """Local path -> deletion vector descriptor of the files live at ``version`` that have one (Delta)."""

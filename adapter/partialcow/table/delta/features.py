@@ -69,10 +69,17 @@ class DeltaTableInfo:
         )
 
 
-def unsupported_features(info: DeltaTableInfo, *, removing: bool, enforced: Iterable[str] = ()) -> list[str]:
+def unsupported_features(info: DeltaTableInfo, *, removing: bool, enforced: Iterable[str] = (),
+                         partitioned_ok: bool = True) -> list[str]:
     """Everything about the table this writer cannot honour, each named, in a stable order.
 
     ``enforced``: features the caller enforces itself (``ENFORCED_BY_SPARK``); they are not refused.
+    ``partitioned_ok=False`` (a batch of changes, which may insert rows or change a partition column) refuses a
+    partitioned table: a new file takes the partition values of the files it replaces, so a row a batch inserts or
+    moves into another partition would be read back in the wrong one.
+
+    >>> unsupported_features(DeltaTableInfo(1, 2, partition_columns=("p",)), removing=True, partitioned_ok=False)
+    ["partitioning by ['p'] (a row a batch inserts or moves would take the partition of the file it is written to)"]
     """
     enforced = frozenset(enforced)
     config = {k: (v or "") for k, v in info.configuration.items()}
@@ -94,6 +101,9 @@ def unsupported_features(info: DeltaTableInfo, *, removing: bool, enforced: Iter
     if "checkConstraints" not in enforced:
         problems += [f"check constraint {k}" for k in sorted(constraints(info))]
     problems += _schema_problems(info.schema, "", generated_ok="generatedColumns" in enforced)
+    if info.partition_columns and not partitioned_ok:
+        problems.append(f"partitioning by {list(info.partition_columns)} (a row a batch inserts or moves would take "
+                        "the partition of the file it is written to)")
     return problems
 
 

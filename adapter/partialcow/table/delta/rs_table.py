@@ -202,7 +202,7 @@ class DeltaRsTable:
             )
         return read_parquet_positions(self.spark, key_columns, files)
 
-    def check_supported(self, *, removing: bool = True) -> None:
+    def check_supported(self, *, removing: bool = True, partitioned_ok: bool = True) -> None:
         """Raise ``UnsupportedTableFeatureError`` if this writer cannot honour the table's features.
 
         Call it before writing any new file; ``replace_files`` checks again before committing.
@@ -216,7 +216,8 @@ class DeltaRsTable:
         ...     print("change data feed" in str(exc))
         True
         """
-        problems = unsupported_features(DeltaTableInfo.of_delta_rs(self._open()), removing=removing)
+        problems = unsupported_features(DeltaTableInfo.of_delta_rs(self._open()), removing=removing,
+                                        partitioned_ok=partitioned_ok)
         if problems:
             raise UnsupportedTableFeatureError(self._refusal_message(problems))
 

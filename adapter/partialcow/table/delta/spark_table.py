@@ -141,11 +141,13 @@ class DeltaSparkTable:
         """Protocol, table properties, schema and partition columns at ``version`` (default: latest)."""
         return spark_log.table_info(self._snapshot(version))
 
-    def check_supported(self, *, removing: bool = True) -> None:
+    def check_supported(self, *, removing: bool = True, partitioned_ok: bool = True) -> None:
         """Raise ``UnsupportedTableFeatureError`` if this writer cannot honour the table's features (deletion
         vectors are honoured: a rewritten file leaves out the rows its vector deletes; check constraints and
-        generated columns are enforced on every new file before the commit)."""
-        problems = unsupported_features(self.table_info(), removing=removing, enforced=ENFORCED_BY_SPARK)
+        generated columns are enforced on every new file before the commit); ``partitioned_ok=False`` for a batch
+        of changes (see ``unsupported_features``)."""
+        problems = unsupported_features(self.table_info(), removing=removing, enforced=ENFORCED_BY_SPARK,
+                                        partitioned_ok=partitioned_ok)
         if problems:
             raise UnsupportedTableFeatureError(self._refusal_message(problems))
 
