@@ -28,14 +28,19 @@ SCHEMA = "id bigint, name string, part int, qty bigint"
 PARENT = [(i, f"name-{i}", i % 3, i * 10) for i in range(40)] + [(5, "name-5-copy", 2, 51)]
 
 # (batch rows (id, name, part, qty, op), what the image must have been: extended or rebuilt)
+# A key whose partition value changes (11, 9, 1) must be read back in its new partition: a rewritten data file keeps
+# the partition of the file it replaces, so such a row is appended instead (regression: the copy-on-write image kept
+# it in its old partition).
 BATCHES = [
-    ([(1, "one", 1, 11, "U"), (2, "two", 2, 22, "U"), (100, "new", 1, 1, "I"), (3, None, None, None, "D")], False),
+    ([(1, "one", 1, 11, "U"), (2, "two", 2, 22, "U"), (100, "new", 1, 1, "I"), (3, None, None, None, "D"),
+      (11, "eleven", 0, 11, "U")], False),
     # the same keys again (their rows now sit in files the image rewrote or appended), a key held twice, a delete
     # of a key the branch lacks, a key updated back to the parent's row (it leaves the overlay)
     ([(1, "one-again", 1, 12, "U"), (100, "new-again", 1, 2, "U"), (5, "five", 2, 5, "U"),
-      (3, None, None, None, "D"), (2, "name-2", 2, 20, "U")], True),
+      (3, None, None, None, "D"), (2, "name-2", 2, 20, "U"), (9, "nine", 1, 9, "U")], True),
     # a deleted key comes back with the parent's row, another with a new one; an appended key is deleted
-    ([(3, "name-3", 0, 30, "I"), (7, None, None, None, "D"), (100, None, None, None, "D")], True),
+    ([(3, "name-3", 0, 30, "I"), (7, None, None, None, "D"), (100, None, None, None, "D"),
+      (1, "one-moved", 2, 13, "U")], True),
     ([(7, "seven", 1, 7, "I"), (8, "eight", 2, 8, "U"), (101, "newer", 2, 3, "I")], True),
 ]
 
@@ -100,6 +105,9 @@ def test_batches_extend_the_image(spark, branch_model, mode, driver_rows, monkey
         assert result.image.extended is extended, f"batch {number}: {result.describe()}"
         assert _seen(spark, f"{meta}__br_dev.items") == content, f"batch {number}"
         assert _live(spark, meta) == content, f"batch {number}"
+        in_part_1 = sorted((tuple(r) for r in spark.sql(f"SELECT * FROM {meta}__br_dev.items WHERE part = 1")
+                            .collect()), key=repr)
+        assert in_part_1 == [r for r in content if r[2] == 1], f"batch {number}"
     assert [r for r in content if r[0] == 5] == [(5, "five", 2, 5)]
     assert _seen(spark, f"{meta}.items") == main_before  # main is never written
 
@@ -110,12 +118,17 @@ def test_the_parent_moving_or_a_crash_rebuilds_the_image(spark, branch_model, mo
     _apply(spark, meta, [(1, "one", 1, 11, "U")])
     assert _apply(spark, meta, [(2, "two", 2, 22, "U")]).image.extended
 
-    # main moves on: the next batch rebuilds from main's new snapshot, so main's change shows on the branch
+    # main moves on: the next batch rebuilds from main's new snapshot, so main's change shows on the branch, and
+    # the batch applies to what the branch shows over main as it is now: it deletes key 200, which main gained
+    # since the image was built (regression: the batch read the pinned image, which lacks 200, so the delete did
+    # nothing and the rebuild then showed 200)
     spark.sql(f"UPDATE {meta}.items SET qty = -1 WHERE id IN (1, 10)")
-    result = _apply(spark, meta, [(4, "four", 1, 44, "U")])
-    assert not result.image.extended
+    spark.sql(f"INSERT INTO {meta}.items VALUES (200, 'main-new', 2, 2), (201, 'main-new', 2, 2)")
+    result = _apply(spark, meta, [(4, "four", 1, 44, "U"), (200, None, None, None, "D")])
+    assert not result.image.extended and result.deleted == 1
     seen = {r[0]: r for r in _seen(spark, f"{meta}__br_dev.items")}
     assert seen[10] == (10, "name-10", 1, -1) and seen[1] == (1, "one", 1, 11) and seen[4] == (4, "four", 1, 44)
+    assert 200 not in seen and seen[201] == (201, "main-new", 2, 2)
     assert _seen(spark, f"{meta}__br_dev.items") == _live(spark, meta)
 
     # a crash after the overlay took a batch and before the image did: the image must not be extended from there

@@ -44,6 +44,8 @@ an image, an overlay whose columns or types differ from the root's, or an empty 
 from __future__ import annotations
 
 import contextlib
+import functools
+import operator
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -306,12 +308,14 @@ def refresh_image(
     on = " AND ".join(f"p.{quote(k)} = o.{quote(k)}" for k in keys)  # overlay keys are never null
     partition_by = ", ".join(f"o.{quote(k)}" for k in keys)
     values = ", ".join(f"o.{quote(c)}" for c in root_columns)
+    moved = "".join(f" OR NOT (p.{quote(c)} <=> o.{quote(c)})" for c in _partition_sources(table, root_columns))
     # The fork's rows the overlay changes. A key the parent holds more than once is deleted wherever it is and the
-    # overlay's rows for it appended, as the live view form shows them.
+    # overlay's rows for it appended, as the live view form shows them; so is a row whose partition changes (a
+    # rewritten file keeps its partition).
     changed = spark.sql(
         f"SELECT p._spec_id AS {_SPEC}, p._file AS {FILE}, p._pos AS {POS}, "
-        f"o.{OP_COLUMN} = '{OP_DELETE}' OR count(*) OVER (PARTITION BY {partition_by}) > 1 AS {DELETE}, {values} "
-        f"FROM {root} VERSION AS OF {fork} p JOIN {pinned} o ON {on}"
+        f"o.{OP_COLUMN} = '{OP_DELETE}' OR count(*) OVER (PARTITION BY {partition_by}) > 1{moved} AS {DELETE}, "
+        f"{values} FROM {root} VERSION AS OF {fork} p JOIN {pinned} o ON {on}"
     )
     upserts = spark.sql(f"SELECT {', '.join(quote(c) for c in root_columns)} FROM {pinned} "
                         f"WHERE {OP_COLUMN} = '{OP_UPSERT}'")
@@ -382,11 +386,14 @@ def extend_image(
     root_columns = spark.table(root).columns
     alive = F.col(ALIVE)
     copies = F.count(F.lit(1)).over(Window.partitionBy(*[quote(k) for k in keys]))
+    sources = _partition_sources(table, root_columns)
+    moved = [~F.col(f"_pcow_was{i}").eqNullSafe(F.col(quote(c))) for i, c in enumerate(sources)]
     changed = located.select(
         *[quote(k) for k in keys], F.col("_spec_id").alias(_SPEC), F.col("_file").alias(FILE),
-        F.col("_pos").alias(POS)
+        F.col("_pos").alias(POS), *[F.col(quote(c)).alias(f"_pcow_was{i}") for i, c in enumerate(sources)]
     ).join(states, list(keys)).select(
-        _SPEC, FILE, POS, (~alive | (copies > 1)).alias(DELETE), *[quote(c) for c in root_columns]
+        _SPEC, FILE, POS, functools.reduce(operator.or_, moved, ~alive | (copies > 1)).alias(DELETE),
+        *[quote(c) for c in root_columns]
     )
     upserts = states.where(alive).select(*[quote(c) for c in root_columns])
     report = _guarded(spark, root, branch, partial(
@@ -394,6 +401,19 @@ def extend_image(
         root=root, mode=mode, marks=_marks(fork, overlay, mode), extended=True))
     publish_image_table(spark, schema=info.schema, base_schema=base_schema, identifier=identifier, branch=branch)
     return report
+
+
+def _partition_sources(table: Any, columns: Sequence[str]) -> list[str]:
+    """Of ``columns``, those a partition spec of the root table (any, old ones included) derives partitions from:
+    a row whose value of one changes may belong to another partition, so it is appended, not rewritten in place."""
+    schema = table.schema()
+    names = set()
+    for spec in table.specs().values():
+        for field in spec.fields():
+            column = schema.findColumnName(field.sourceId())
+            if column is not None:
+                names.add(str(column).lower())
+    return [c for c in columns if c.lower() in names]
 
 
 def _marks(fork: int, overlay: int | None, mode: ImageMode) -> dict[str, str]:

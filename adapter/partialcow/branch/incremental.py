@@ -5,7 +5,8 @@ Without a branch the batch rewrites the table's Parquet pages in place. On a bra
 1. the batch is staged as on ``main`` (op codes checked, the latest change per key wins, keys never null) and
    converted to the model's column types as on ``main`` (lossless conversions only; a value a type cannot hold
    exactly stops the batch);
-2. the branch's current rows for the batch's keys are read from what the branch shows (its image table or view;
+2. the branch's current rows for the batch's keys are read from what the branch shows over the parent as it is
+   now (its image table while that reflects the parent's current snapshot, else the overlay over the live parent;
    the parent's relation when the model was not built on the branch yet) and the batch applied to them: an
    upsert of a key the branch has updates it (only ``merge_update_columns`` when set), of a key it lacks inserts
    it; a delete removes a key the branch has and does nothing otherwise;
@@ -13,7 +14,8 @@ Without a branch the batch rewrites the table's Parquet pages in place. On a bra
    does: a row that differs (or that the parent lacks) becomes an overlay row ``'U'``, a key the parent has and
    the branch deleted a tombstone ``'D'``, a row equal to the parent's leaves the overlay. Only the batch's keys
    are touched (one ``MERGE INTO`` of the overlay), every other overlay row stays;
-4. the merge base of keys entering the overlay is captured and the image rebuilt, as after any build.
+4. the merge base of keys entering the overlay is captured and the image extended by the batch's keys (rebuilt,
+   as after any build, when it does not reflect the parent's current snapshot and the overlay before the batch).
 
 ``branch_diff``, ``branch_merge`` and conflicts then see the model like any keyed model on the branch. A model the
 parent does not have (or a ``--full-refresh``) takes the batch's upserts as its whole content (:func:`build_model`).
@@ -283,7 +285,12 @@ def apply_changes_on_branch(
         extend_from = extendable_image(spark, info=info, branch=branch, parent_level=above, base_schema=base_schema,
                                        identifier=identifier, mode=image_mode)
     located = None
-    ours = current.join(_batch_keys(staged, keys), list(keys), "left_semi")
+    shown = current
+    if extend_from is None and info.mode == "delta" and parent is not None and not materialized:
+        # The image pins the parent as of its last build and this batch's build re-pins it: the batch applies to
+        # what the branch shows over the parent as it is now (a key the parent gained since is there to delete).
+        shown = spark.sql(view_sql(info, parent, materialized=False)).select(*[quote(c) for c in current.columns])
+    ours = shown.join(_batch_keys(staged, keys), list(keys), "left_semi")
     if extend_from is not None:
         # the image's rows of the batch's keys with their positions, read once: the image is then changed there
         located = current.select(*[quote(c) for c in current.columns], "_spec_id", "_file", "_pos").join(
