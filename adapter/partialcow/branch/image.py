@@ -107,7 +107,8 @@ _FORK_MARK = "partialcow.image-fork"
 _OVERLAY_MARK = "partialcow.image-overlay"
 _MODE_MARK = "partialcow.image-mode"
 _SPEC = "_pcow_spec"
-ALIVE = "_pcow_alive"  # per key of a batch given to extend_image: false when the batch deletes it from the branch
+# per key of a batch given to extend_image: false when the batch deletes it from the branch; where the image holds it
+ALIVE, AT = "_pcow_alive", "_pcow_at"
 
 @dataclass(frozen=True)
 class ImageReport:
@@ -364,17 +365,17 @@ def extendable_image(
 
 def extend_image(
     spark: SparkSession, *, info: OverlayInfo, branch: str, parent_level: str, base_schema: str, identifier: str,
-    mode: ImageMode, located: DataFrame, states: DataFrame, keys: Sequence[str], overlay: int,
+    mode: ImageMode, states: DataFrame, keys: Sequence[str], overlay: int,
 ) -> ImageReport:
     """Apply one batch to the model's image on ``branch`` (when :func:`extendable_image` said it can) and publish it.
 
-    ``located``: the image's rows of the batch's keys with their row positions (``_spec_id``, ``_file``, ``_pos``,
-    read from the image table); ``states``: per key of the batch that changes the branch, its new row (the model's
-    columns) and whether it is alive (``alive``: false for a delete); ``overlay``: the overlay's snapshot after the
-    batch. Only the data files holding those keys are rewritten (or take deletes), and only the batch's new rows
-    appended: the image is ``fork + overlay`` before the batch, and the batch changes the overlay at its keys only.
+    ``states``: per key of the batch that changes the branch, its new row (the model's columns), whether it is
+    alive (``ALIVE``: false for a delete) and where the image holds it (``AT``: per copy, ``_spec_id``, ``_file``,
+    ``_pos`` and the row there, as read from the image table; empty or null when it lacks the key); ``overlay``: the
+    overlay's snapshot after the batch. Only the data files holding those keys are rewritten (or take deletes), and
+    only the batch's new rows appended: the image is ``fork + overlay`` before the batch, and the batch changes the
+    overlay at its keys only.
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     root = qualified(base_schema, identifier)
@@ -384,15 +385,11 @@ def extend_image(
     if fork is None or start is None:
         raise BranchError(f"model {root} has no image on branch {branch} to extend")
     root_columns = spark.table(root).columns
-    alive = F.col(ALIVE)
-    copies = F.count(F.lit(1)).over(Window.partitionBy(*[quote(k) for k in keys]))
-    sources = _partition_sources(table, root_columns)
-    moved = [~F.col(f"_pcow_was{i}").eqNullSafe(F.col(quote(c))) for i, c in enumerate(sources)]
-    changed = located.select(
-        *[quote(k) for k in keys], F.col("_spec_id").alias(_SPEC), F.col("_file").alias(FILE),
-        F.col("_pos").alias(POS), *[F.col(quote(c)).alias(f"_pcow_was{i}") for i, c in enumerate(sources)]
-    ).join(states, list(keys)).select(
-        _SPEC, FILE, POS, functools.reduce(operator.or_, moved, ~alive | (copies > 1)).alias(DELETE),
+    alive, was = F.col(ALIVE), F.col("_pcow_was")
+    moved = [~was.getField(c).eqNullSafe(F.col(quote(c))) for c in _partition_sources(table, root_columns)]
+    changed = states.select("*", (F.size(AT) > 1).alias("_pcow_copies"), F.explode(AT).alias("_pcow_was")).select(
+        was.getField("_spec_id").alias(_SPEC), was.getField("_file").alias(FILE), was.getField("_pos").alias(POS),
+        functools.reduce(operator.or_, moved, ~alive | F.col("_pcow_copies")).alias(DELETE),
         *[quote(c) for c in root_columns]
     )
     upserts = states.where(alive).select(*[quote(c) for c in root_columns])

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from partialcow.branch.base import capture_base
 from partialcow.branch.catalog import load_iceberg, table_exists
 from partialcow.branch.frames import all_of
-from partialcow.branch.image import ALIVE, extend_image, extendable_image
+from partialcow.branch.image import ALIVE, AT, extend_image, extendable_image
 from partialcow.branch.levels import overlay_info, parent_level, resolve_parent, write_overlay
 from partialcow.branch.naming import (
     OP_COLUMN,
@@ -166,15 +166,19 @@ def _batch_keys(staged: DataFrame, keys: Sequence[str]) -> DataFrame:
 
 def _changed_keys(
     staged: DataFrame, ours: DataFrame, parent: DataFrame, *, keys: Sequence[str], values: Sequence[str], seq: int,
+    carry: Sequence[str] = (),
 ) -> DataFrame:
     """One row per key of the batch: its new state on the branch (data columns), what the batch did to it
     (``_pcow_kind``) and what the overlay must hold for it (``_pcow_action``). ``ours``: the branch's current rows of
-    the batch's keys (the model's columns)."""
+    the batch's keys (the model's columns, and the ``carry`` columns passed through: null for a key the branch
+    lacks)."""
     from pyspark.sql import functions as F
 
-    columns, ours_schema = ours.columns, ours.schema
+    columns = [c for c in ours.columns if c not in carry]
+    ours_schema = ours.schema
     ours = ours.dropDuplicates(list(keys))
-    ours = ours.select(*[F.col(quote(c)).alias(f"c{i}") for i, c in enumerate(columns)], F.lit(True).alias("_c"))
+    ours = ours.select(*[F.col(quote(c)).alias(f"c{i}") for i, c in enumerate(columns)], F.lit(True).alias("_c"),
+                       *[quote(c) for c in carry])
     theirs = parent.join(_batch_keys(staged, keys), list(keys), "left_semi").dropDuplicates(list(keys))
     theirs = theirs.select(*[F.col(quote(c)).alias(f"p{i}") for i, c in enumerate(columns)], F.lit(True).alias("_p"))
     s = staged.alias("s")
@@ -201,7 +205,7 @@ def _changed_keys(
         .otherwise(F.lit(OP_UPSERT))
     )
     return joined.select(*[v.alias(c) for c, v in zip(columns, state)], kind.alias(_KIND), action.alias(_ACTION),
-                         F.lit(seq).cast("bigint").alias(SEQ_COLUMN))
+                         F.lit(seq).cast("bigint").alias(SEQ_COLUMN), *[quote(c) for c in carry])
 
 
 def _merge_overlay_sql(target: str, source: str, keys: Sequence[str], columns: Sequence[str]) -> str:
@@ -284,20 +288,25 @@ def apply_changes_on_branch(
     if info.mode == "delta" and above is not None and not materialized:
         extend_from = extendable_image(spark, info=info, branch=branch, parent_level=above, base_schema=base_schema,
                                        identifier=identifier, mode=image_mode)
-    located = None
     shown = current
     if extend_from is None and info.mode == "delta" and parent is not None and not materialized:
         # The image pins the parent as of its last build and this batch's build re-pins it: the batch applies to
         # what the branch shows over the parent as it is now (a key the parent gained since is there to delete).
         shown = spark.sql(view_sql(info, parent, materialized=False)).select(*[quote(c) for c in current.columns])
     ours = shown.join(_batch_keys(staged, keys), list(keys), "left_semi")
+    carry: list[str] = []
     if extend_from is not None:
-        # the image's rows of the batch's keys with their positions, read once: the image is then changed there
-        located = current.select(*[quote(c) for c in current.columns], "_spec_id", "_file", "_pos").join(
-            _batch_keys(staged, keys), list(keys), "left_semi").localCheckpoint()
-        ours = located.select(*[quote(c) for c in current.columns])
+        # the image's rows of the batch's keys carry where they are (every copy of a key the parent holds more than
+        # once, and what it held there), read in the same job: the image is then changed at those positions
+        located = current.select("*", "_spec_id", "_file", "_pos").join(_batch_keys(staged, keys), list(keys),
+                                                                        "left_semi")
+        ours = located.groupBy(*[quote(k) for k in keys]).agg(
+            *[F.first(quote(c)).alias(c) for c in current.columns if c not in keys],
+            F.collect_list(F.struct("_spec_id", "_file", "_pos", *[quote(c) for c in current.columns])).alias(AT),
+        ).select(*[quote(c) for c in current.columns], AT)
+        carry = [AT]
     parent_rows = spark.table(qualified(*parent)) if parent is not None else current.limit(0)
-    changed = _changed_keys(staged, ours, parent_rows, keys=keys, values=values, seq=seq)
+    changed = _changed_keys(staged, ours, parent_rows, keys=keys, values=values, seq=seq, carry=carry)
     # materialized once: the overlay MERGE below must not re-read what the branch shows while it changes it
     changed = changed.localCheckpoint()
     counts = {r[_KIND]: r["n"] for r in changed.groupBy(_KIND).agg(F.count(F.lit(1)).alias("n")).collect()}
@@ -318,12 +327,12 @@ def apply_changes_on_branch(
             f"{schema}.{full_table(identifier)}").using("iceberg").createOrReplace()
     upserts, tombstones = count_ops(spark, info.table)
     overlay = None if extend_from is None else _overlay_after(spark, info, extend_from)
-    if located is not None and above is not None and overlay is not None:
+    if carry and above is not None and overlay is not None:
         states = changed.where(F.col(_KIND).isin("inserted", "updated", "deleted")).select(
-            *[quote(c) for c in current.columns], (F.col(_KIND) != "deleted").alias(ALIVE))
+            *[quote(c) for c in current.columns], (F.col(_KIND) != "deleted").alias(ALIVE), AT)
         image: ImageReport | None = extend_image(
             spark, info=info, branch=branch, parent_level=above, base_schema=base_schema, identifier=identifier,
-            mode=image_mode, located=located, states=states, keys=keys, overlay=overlay)
+            mode=image_mode, states=states, keys=keys, overlay=overlay)
     else:
         image = create_branch_view(spark, store=store, branch=branch, base_schema=base_schema,
                                    identifier=identifier)
