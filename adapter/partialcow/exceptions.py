@@ -20,6 +20,7 @@ __all__ = [
     "LostCommitError",
     "ParquetRewriteError",
     "PartialCowError",
+    "RepeatedKeysError",
     "SparkJobError",
     "StaleIndexError",
     "UnsupportedFileError",
@@ -86,6 +87,15 @@ class DuplicateKeyError(IndexError_):
 
 class ChangeFeedError(PartialCowError):
     """A batch of model changes is invalid (null keys, duplicate keys, unknown op codes, ...)."""
+
+
+class RepeatedKeysError(ChangeFeedError):
+    """A batch changes the same key more than once and nothing says which change wins; the message names the keys,
+    as does ``keys`` (text, empty when unknown)."""
+
+    def __init__(self, message: str, keys: str = "") -> None:
+        super().__init__(message)
+        self.keys = keys
 
 
 class BranchError(PartialCowError):

@@ -65,7 +65,8 @@
     {%- set build_sql = build_snapshot_table(strategy, model['compiled_code']) -%}
     {{ check_time_data_types(build_sql) }}
     {%- if partial_cow -%}
-      {%- set response = adapter.partialcow_snapshot_create(target_relation, build_sql, columns, file_format) -%}
+      {%- set response = adapter.partialcow_snapshot_create(target_relation, build_sql, columns, file_format,
+                                                                  strategy=strategy, source_sql=sql) -%}
       {%- do store_result('main', response=response) -%}
     {%- else -%}
       {%- call statement('main') -%}
@@ -108,7 +109,9 @@
     {%- do create_columns(target_relation, missing_columns) -%}
 
     {%- if partial_cow -%}
-      {%- set response = adapter.partialcow_snapshot_apply(target_relation, staging_table.identifier, columns, file_format) -%}
+      {%- set response = adapter.partialcow_snapshot_apply(
+            target_relation, staging_table.identifier, columns, file_format, strategy=strategy,
+            versions_view=narrow_views.get('target'), source_sql=sql) -%}
       {%- do store_result('main', response=response) -%}
     {%- else -%}
       {%- set source_columns = adapter.get_columns_in_relation(staging_table)

@@ -140,3 +140,39 @@ def test_runs_dbt_reads_whole(change, reason):
             "valid_to_current": None}
     plan, why = plan_narrowing(**{**args, **change})
     assert plan is None and why == reason
+
+
+# (case, source (arr, st), snapshot's current (arr, st), candidate): Spark's hashes skip NULL elements and fields and
+# leave an array's length out, so a fingerprint of these values would call the first three unchanged
+NESTED_CASES = [
+    ("NULL element moved", ("array(1, null)", "named_struct('a', 1, 'b', 1)"),
+     ("array(null, 1)", "named_struct('a', 1, 'b', 1)"), True),
+    ("NULL element appended", ("array(1, null)", "named_struct('a', 1, 'b', 1)"),
+     ("array(1)", "named_struct('a', 1, 'b', 1)"), True),
+    ("NULL field moved", ("array(1)", "named_struct('a', 1, 'b', null)"),
+     ("array(1)", "named_struct('a', null, 'b', 1)"), True),
+    ("unchanged, with NULLs inside", ("array(null, 1)", "named_struct('a', null, 'b', 1)"),
+     ("array(null, 1)", "named_struct('a', null, 'b', 1)"), False),
+]
+
+
+def test_nested_values_are_compared_whole(spark, schema):
+    """Regression (reviewer's defect 3): check_cols='all' fingerprinted arrays and structs with Spark's hashes, and
+    changes that only move or add NULLs inside them gave no candidate."""
+    def rows(side: int) -> str:
+        return " union all ".join(
+            f"select {key}L as id, cast({case[side][0]} as array<int>) as arr, "
+            f"cast({case[side][1]} as struct<a:int,b:int>) as st, 1L as v" for key, case in enumerate(NESTED_CASES))
+
+    source_sql = rows(1)
+    spark.sql(f"create or replace table {schema}.narrow_nested using iceberg as "
+              f"select *, cast(null as timestamp) as dbt_valid_to from ({rows(2)})")
+    source = spark.sql(source_sql)
+    for check_cols in ("all", ["arr", "st"]):
+        plan, why = plan_narrowing(strategy_name="check", unique_key="id", check_cols=check_cols,
+                                   source_columns=source.columns, source_types=[t for _, t in source.dtypes],
+                                   target_columns=[*source.columns, "dbt_valid_to"], meta_columns=META,
+                                   updated_at=None, valid_to_current=None)
+        assert plan is not None, why
+        got = {r[0] for r in spark.sql(candidate_keys_sql(plan, source_sql, f"{schema}.narrow_nested")).collect()}
+        assert got == {key for key, case in enumerate(NESTED_CASES) if case[3]}, check_cols

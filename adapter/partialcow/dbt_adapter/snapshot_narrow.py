@@ -1,14 +1,15 @@
 """Narrow a snapshot run to the records that can have changed, before dbt's staging query sees them.
 
-dbt's ``check`` and ``timestamp`` staging query joins the whole source with every current version of the snapshot,
-twice (insertions, updates) or three times (hard deletes), carrying every column through each join. Most records did
-not change. So one narrow join runs first, each side contributing its key and only what dbt's ``row_changed`` looks
-at: ``check`` with named ``check_cols`` those columns, ``check_cols='all'`` a 96-bit fingerprint of every column,
-``timestamp`` the source's ``updated_at`` and the snapshot's ``dbt_valid_from`` (plus the deletion flag of
-``hard_deletes='new_record'``). A record is a *candidate* when it is on one side only, when its checked values differ
-(NULL against NULL is no change, as in dbt's test), when dbt's ``timestamp`` test says it changed, or when its current
-version is a deletion record. The candidates' rows are read once into memory, and dbt's own staging query then runs
-unchanged over them.
+dbt's ``check`` and ``timestamp`` staging query joins the whole source with every current version of the snapshot, twice
+(insertions, updates) or three times (hard deletes), carrying every column through each join. Most records did not
+change. So one narrow join runs first, each side contributing its key and only what dbt's ``row_changed`` looks at:
+``check`` with named ``check_cols`` those columns, ``check_cols='all'`` a 96-bit fingerprint of every primitive column
+and the array and struct columns themselves (Spark's hashes skip NULL elements and fields and leave an array's length
+out: ``[1, NULL]``, ``[NULL, 1]`` and ``[1]`` hash alike), ``timestamp`` the source's ``updated_at`` and the snapshot's
+``dbt_valid_from`` (plus the deletion flag of ``hard_deletes='new_record'``). A record is a *candidate* when it is on
+one side only, when its checked values differ (NULL against NULL is no change, as in dbt's test), when dbt's
+``timestamp`` test says it changed, or when its current version is a deletion record. The candidates' rows are read once
+into memory, and dbt's own staging query then runs unchanged over them.
 
 Why that gives dbt's answer: for a record outside the candidates, ``row_changed`` is false (it tests nothing else),
 the record is on both sides (no insertion, no hard delete), and it is no deletion record: dbt's query yields nothing
@@ -48,7 +49,8 @@ class NarrowPlan:
     key_exprs: tuple[str, ...]
     source_columns: tuple[str, ...]
     current_filter: str
-    # check: the columns compared value by value (named check_cols) or by fingerprint (check_cols='all')
+    # check: the columns compared value by value (named check_cols; with check_cols='all' the arrays and structs) or
+    # by fingerprint (check_cols='all': the other columns)
     compared: tuple[str, ...] = ()
     fingerprinted: tuple[str, ...] = ()
     # timestamp: the source's updated_at expression and the snapshot's dbt_valid_from column
@@ -86,13 +88,16 @@ def plan_narrowing(*, strategy_name: str, unique_key: str | Sequence[str], check
         return None, "the source has columns the snapshot lacks: " + ", ".join(missing)
     compared: tuple[str, ...] = ()
     fingerprinted: tuple[str, ...] = ()
+    types = dict(zip(source_columns, source_types, strict=True))
     if strategy_name == "check":
         named = [check_cols] if isinstance(check_cols, str) and check_cols != "all" else check_cols
         if isinstance(named, str) or not named or any(c not in source_columns for c in named):
-            fingerprinted = tuple(source_columns)  # 'all', or names that are not plain source columns: all of them
+            # 'all', or names that are not plain source columns: all of them; nested values by value, since a hash
+            # that skips NULLs inside them would hide a change
+            compared = tuple(c for c in source_columns if _nested(types[c]))
+            fingerprinted = tuple(c for c in source_columns if not _nested(types[c]))
         else:
             compared = tuple(named)
-    types = dict(zip(source_columns, source_types, strict=True))
     maps = [c for c in compared + fingerprinted if "map<" in types[c].lower()]
     if maps:
         return None, "map columns cannot be compared: " + ", ".join(maps)
@@ -115,12 +120,22 @@ def plan_narrowing(*, strategy_name: str, unique_key: str | Sequence[str], check
     ), ""
 
 
+def _nested(spark_type: str) -> bool:
+    """Whether a column of this Spark type (``DataFrame.dtypes``'s spelling) holds arrays or structs.
+
+    >>> _nested("array<int>"), _nested("struct<a:int,b:string>"), _nested("decimal(10,2)"), _nested("string")
+    (True, True, False, False)
+    """
+    return spark_type.lower().startswith(("array<", "struct<"))
+
+
 def _side(plan: NarrowPlan) -> str:
     """What both sides contribute besides the key: the compared columns, the fingerprints."""
     parts = [f"{quote_identifier(c)} as __pcow_c{i}" for i, c in enumerate(plan.compared)]
     if plan.fingerprinted:
         # a NULL argument is skipped by Spark's hashes: each value travels with its null flag, so (NULL, 1) and
-        # (1, NULL) differ
+        # (1, NULL) differ. Only primitive columns are hashed: the same skipping inside an array or a struct cannot
+        # be flagged from here (plan_narrowing compares those by value)
         args = ", ".join(f"{quote_identifier(c)}, isnull({quote_identifier(c)})" for c in plan.fingerprinted)
         parts += [f"xxhash64({args}) as __pcow_h1", f"hash({args}) as __pcow_h2"]
     return "".join(f", {p}" for p in parts)

@@ -19,7 +19,7 @@ from dbt.adapters.base.meta import AdapterMeta
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 
-from partialcow.exceptions import PartialCowError
+from partialcow.exceptions import PartialCowError, RepeatedKeysError
 from partialcow.metrics import PhaseClock, WriteMetrics
 
 __all__ = ["CHANGE_TYPE", "SnapshotMixin", "snapshot_spec"]
@@ -140,9 +140,11 @@ class SnapshotMixin(metaclass=AdapterMeta):
 
     @available
     def partialcow_snapshot_create(self, relation: Any, build_sql: str, columns: Mapping[str, str],
-                                   file_format: str = "iceberg") -> Any:
+                                   file_format: str = "iceberg", strategy: Mapping[str, Any] | None = None,
+                                   source_sql: str | None = None) -> Any:
         """First run of a snapshot: its versions become a table (``file_format``: iceberg or delta) with our layout
-        and row index."""
+        and row index. ``strategy`` and ``source_sql`` (the snapshot's query) name the rows at fault when the
+        versions repeat a dbt_scd_id (see ``_snapshot_write``)."""
         from partialcow.spark.changes import create_table
 
         spec = snapshot_spec(columns, model=str(relation.identifier), staged=False)
@@ -151,15 +153,19 @@ class SnapshotMixin(metaclass=AdapterMeta):
             # not pinned: the first build reads its rows in one query, whose current_timestamp() is one value
             return create_table(spark, name, spark.sql(build_sql), spec, table_format=file_format)
 
-        metrics = self._snapshot_write(relation, file_format, "create", create)
+        metrics = self._snapshot_write(relation, file_format, "create", create, _source_keys(strategy, source_sql))
         response = _response(metrics, created=True)
         response._message = f"SNAPSHOT {metrics.rows_inserted}"
         return response
 
     @available
     def partialcow_snapshot_apply(self, relation: Any, staging_view: str, columns: Mapping[str, str],
-                                  file_format: str = "iceberg") -> Any:
-        """A later run: close the changed versions and insert the new ones (``staging_view``: dbt's staged rows)."""
+                                  file_format: str = "iceberg", strategy: Mapping[str, Any] | None = None,
+                                  versions_view: str | None = None, source_sql: str | None = None) -> Any:
+        """A later run: close the changed versions and insert the new ones (``staging_view``: dbt's staged rows).
+        ``strategy``: dbt's strategy of the snapshot; ``versions_view``: the narrowing's view of every version of the
+        records that can have changed (see ``partialcow_snapshot_narrow``), None when the run was not narrowed;
+        ``source_sql``: the snapshot's query."""
         from partialcow.spark.changes import apply_changes
         from partialcow.spark.tables import open_table
         from partialcow.table.base import quote_identifier
@@ -171,6 +177,9 @@ class SnapshotMixin(metaclass=AdapterMeta):
             table_columns = spark.table(quote_identifier(name)).columns
             batch = staged.select(*[quote_identifier(c) for c in table_columns if c in staged.columns],
                                   quote_identifier(CHANGE_TYPE))
+            if not _scd_ids_are_new(strategy):
+                batch = _without_existing_versions(batch, spark.table(quote_identifier(versions_view or name)),
+                                                   str(columns["dbt_scd_id"]))
             clock = PhaseClock()
             clock.ms.update(self._narrowings().pop(name, {}))
             with clock("dbt_query"):
@@ -178,7 +187,8 @@ class SnapshotMixin(metaclass=AdapterMeta):
             return _with_phases(clock, apply_changes(spark, open_table(spark, name, table_format=file_format), rows,
                                                      spec))
 
-        metrics = self._snapshot_write(relation, file_format, "apply changes", apply)
+        metrics = self._snapshot_write(relation, file_format, "apply changes", apply,
+                                       _source_keys(strategy, source_sql))
         response = _response(metrics, created=False)
         response._message = (
             f"SNAPSHOT {metrics.rows_updated} closed, {metrics.rows_inserted} inserted; "
@@ -186,9 +196,11 @@ class SnapshotMixin(metaclass=AdapterMeta):
         )
         return response
 
-    def _snapshot_write(self, relation: Any, file_format: str, what: str, write: Any) -> Any:
+    def _snapshot_write(self, relation: Any, file_format: str, what: str, write: Any,
+                        source_keys: tuple[str, tuple[str, ...]] | None = None) -> Any:
         """Run ``write(spark, name)`` with the snapshot's job description; our errors become dbt's, and the phases
-        go to the log as a model's do (``partialcow phases:``, read by the dbt-level benchmark)."""
+        go to the log as a model's do (``partialcow phases:``, read by the dbt-level benchmark). ``source_keys``:
+        the snapshot's query and unique_key expressions, to say when repeated dbt_scd_ids come from NULL keys."""
         from partialcow.dbt_adapter.materialization import log_phases
         from partialcow.spark.tables import require_session_format
 
@@ -199,12 +211,81 @@ class SnapshotMixin(metaclass=AdapterMeta):
             what_format = f"snapshot {relation.identifier} (file_format={file_format!r})"
             require_session_format(spark, file_format, what=what_format)
             metrics = write(spark, name)
+        except RepeatedKeysError as exc:
+            raise DbtRuntimeError(_null_keys_message(spark, str(relation.identifier), source_keys, exc)
+                                  or str(exc)) from None
         except PartialCowError as exc:
             raise DbtRuntimeError(str(exc)) from None
         finally:
             spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
         log_phases(name, metrics)
         return metrics
+
+
+def _source_keys(strategy: Mapping[str, Any] | None, source_sql: str | None) -> tuple[str, tuple[str, ...]] | None:
+    """The snapshot's query and its unique_key expressions (one, or a list's), when both are known."""
+    if not strategy or not source_sql or not strategy.get("unique_key"):
+        return None
+    key = strategy["unique_key"]
+    return source_sql, (str(key),) if isinstance(key, str) else tuple(str(k) for k in key)
+
+
+def _null_keys_message(spark: Any, model: str, source_keys: tuple[str, tuple[str, ...]] | None,
+                       exc: RepeatedKeysError) -> str | None:
+    """Why a snapshot's staged versions repeat a dbt_scd_id, when the snapshot's query has rows with a NULL
+    unique_key (part): dbt's hash of a NULL key part is the empty string's, so those rows get one id (a check run's,
+    or a timestamp run's with the same updated_at). dbt-spark's MERGE inserts them all, again in every run; a
+    table keyed by dbt_scd_id cannot hold them. None when fewer than two rows have one (another cause)."""
+    if source_keys is None:
+        return None
+    source_sql, keys = source_keys
+    null = " or ".join(f"({k}) is null" for k in keys)
+    count = spark.sql(f"select count(*) from (\n{source_sql}\n) __pcow_src where {null}").collect()[0][0]
+    if count < 2:
+        return None
+    shown = keys[0] if len(keys) == 1 else list(keys)
+    return (
+        f"snapshot {model}: unique_key {shown!r} is null in {count} source rows, which dbt gives the same dbt_scd_id "
+        f"({exc.keys or exc}); partial_cow keys a snapshot's versions by dbt_scd_id and cannot hold one twice. "
+        f"Filter those rows out of the snapshot's query (where {' and '.join(f'({k}) is not null' for k in keys)}), "
+        "or set snapshot_write='merge' (dbt-spark's MERGE, which inserts them again in every run)"
+    )
+
+
+# dbt-spark's snapshot_get_time(), the check strategy's updated_at unless the snapshot configures one
+_RUN_TIME = "current_timestamp()"
+
+
+def _scd_ids_are_new(strategy: Mapping[str, Any] | None) -> bool:
+    """Whether no version the run inserts can have the dbt_scd_id of a version the snapshot holds: dbt hashes
+    the run's time into them (``check`` without ``updated_at``: the ids of new versions and of deletion records).
+
+    >>> _scd_ids_are_new({"updated_at": "current_timestamp()"}), _scd_ids_are_new({"updated_at": "updated_at"})
+    (True, False)
+    """
+    return strategy is not None and str(strategy.get("updated_at", "")).strip().lower() == _RUN_TIME
+
+
+def _without_existing_versions(batch: Any, versions: Any, scd_id: str) -> Any:
+    """``batch`` without its ``insert`` rows whose ``scd_id`` a version in ``versions`` already has.
+
+    dbt-spark's MERGE inserts a staged row only when no version has its dbt_scd_id ("when not matched"), and one
+    that matches a version changes nothing (only update and delete rows close versions). The change pipeline would
+    treat such a row as an update of that version's dbt_valid_to instead: with the timestamp strategy, a record
+    deleted (hard_deletes invalidate or new_record) that comes back with the same updated_at is staged as an insert
+    with its closed version's id, which the update re-opened, erasing the deletion.
+
+    ``versions`` is the table, or the narrowing's rows of the records that can have changed: every version of the
+    records whose rows dbt staged, since a dbt_scd_id hashes the record's key (only keys whose text dbt's hash input
+    cannot tell apart, a NULL key part and an empty string, share ids across records)."""
+    from pyspark.sql import functions as F
+
+    from partialcow.table.base import quote_identifier
+
+    ids = versions.select(F.col(quote_identifier(scd_id)).alias("__pcow_existing_id"))
+    matches = (F.col(quote_identifier(CHANGE_TYPE)) == F.lit("insert")) & (
+        batch[quote_identifier(scd_id)] == F.col("__pcow_existing_id"))
+    return batch.join(ids, matches, "left_anti")
 
 
 def _plain_parquet_files(spark: Any, name: str) -> list[str] | None:

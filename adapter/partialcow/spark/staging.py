@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from partialcow.exceptions import ChangeFeedError
+from partialcow.exceptions import ChangeFeedError, RepeatedKeysError
 from partialcow.spark.casting import conversion, is_orderable_sequence, lossy_value
 from partialcow.spark.rewrite_job import DELETE
 from partialcow.spark.spec import ChangeSpec
@@ -221,15 +221,17 @@ def stage(
     return staged, counts["rows"]
 
 
-def repeated_keys_error(spec: ChangeSpec, keys: str) -> ChangeFeedError:
+def repeated_keys_error(spec: ChangeSpec, keys: str) -> RepeatedKeysError:
     if spec.sequence_column:
-        return ChangeFeedError(
+        return RepeatedKeysError(
             f"model {spec.model}: several changes share the latest {spec.sequence_column!r} for key(s) {keys}; "
-            "make the sequence unique per key"
+            "make the sequence unique per key",
+            keys,
         )
-    return ChangeFeedError(
+    return RepeatedKeysError(
         f"model {spec.model}: key(s) {keys} appear more than once in one batch; set sequence_column so the latest "
-        "change wins"
+        "change wins",
+        keys,
     )
 
 
