@@ -129,10 +129,14 @@ def test_key_types_and_null_keys(spark, key_type, keys):
     spark.sql(f"DROP SCHEMA {meta} CASCADE")
 
 
-def test_regression_merge_keeps_the_image_mode_and_fail_policy(spark):
+def test_regression_merge_keeps_the_image_mode_fail_policy_and_fast_forward_inserts(spark):
     """Regression case (issue 28): ``merge_branch`` rebuilt the branch record without ``image_mode``, so a
     merge-on-read branch became copy-on-write after its first merge. Also: ``on_conflict: fail`` is accepted and
-    behaves as the default (nothing applied), and a bad policy names the accepted ones and the sides."""
+    behaves as the default (nothing applied), and a bad policy names the accepted ones and the sides.
+
+    Regression case (fast-forward insert): on a fast-forward the merge took every key the branch inserted for a
+    key of unknown base, so a conflict: the default policy refused the merge, ``theirs`` dropped the insert from
+    main and from the branch."""
     from partialcow.branch import BranchStore
     from partialcow.branch.types import MERGE_ON_READ
 
@@ -159,10 +163,20 @@ def test_regression_merge_keeps_the_image_mode_and_fail_policy(spark):
     assert BranchStore(spark, meta_schema=meta).require("mor").image_mode == MERGE_ON_READ
     again = dict(ours)
     again[(3, "c")] = (3, "c", 33, "z")
+    again[(7, "g")] = (7, "g", 70, "new")  # a key main never had
     summary = build_model(spark, _frame(spark, again), branch="mor", base_schema=meta, identifier="items",
                           key_columns=["k1", "k2"], meta_schema=meta)
     assert summary.image is not None and summary.image.mode == MERGE_ON_READ
     assert _rows(spark, f"{meta}__br_mor.items") == again
+
+    # main unchanged since the last merge: a fast-forward, in which "theirs" has no change of its own to keep
+    expected, conflict_keys = three_way(ours, again, ours, policy="theirs")
+    assert expected == again and not conflict_keys
+    result = merge_branch(spark, name="mor", meta_schema=meta, on_conflict="theirs")
+    (merged,) = result.models
+    assert (merged.fast_forward, merged.conflicts, merged.inserted, merged.updated) == (True, 0, 1, 1)
+    assert _rows(spark, table) == expected
+    assert _rows(spark, f"{meta}__br_mor.items") == expected
     drop_branch(spark, name="mor", meta_schema=meta)
     spark.sql(f"DROP SCHEMA {meta} CASCADE")
 

@@ -158,9 +158,13 @@ def _stage_delta(
     theirs_frame = None if plan.parent is None else spark.table(qualified(*plan.parent))
     theirs = side(theirs_frame, "_t")
     image = qualified(info.schema, base_image_table(info.identifier))
+    # On a fast-forward the base is the parent as it is now (and without an image, nothing): a key it lacks was
+    # absent at the base (the branch inserted it). Only the base image can hold keys of unknown base (``_bk``).
+    from_image = False
     if plan.merge.fast_forward:
-        base = side(theirs_frame, "_b").withColumn("_bk", F.lit(True))
+        base = side(theirs_frame, "_b")
     elif table_exists(spark, info.schema, base_image_table(info.identifier)):
+        from_image = True
         # the parent's rows at the merge base, captured when each key entered the overlay
         stored = spark.table(image)
         base = stored.select(
@@ -170,7 +174,7 @@ def _stage_delta(
             F.col(PRESENT_COLUMN).isNotNull().alias("_bk"),
         )
     else:
-        base = side(None, "_b").withColumn("_bk", F.lit(True))
+        base = side(None, "_b")
     key_pos = [cols.index(k) for k in keys]
     joined = overlay.join(
         theirs, all_of([overlay[quote(k)] == theirs[f"_t{i}"] for k, i in zip(keys, key_pos)]), "left"
@@ -180,7 +184,7 @@ def _stage_delta(
     ours_x = F.col(OP_COLUMN) == OP_UPSERT
     theirs_x, base_x = F.col("_tx").isNotNull(), F.col("_bx").isNotNull()
     # a key missing from the base image, or stored as unknown, matches neither side: only ours == theirs merges
-    base_known = F.coalesce(F.col("_bk"), F.lit(False))
+    base_known = F.coalesce(F.col("_bk"), F.lit(False)) if from_image else F.lit(True)
 
     def equal(a_x: Column, a: Sequence[Column], b_x: Column, b: Sequence[Column]) -> Column:
         same_values = all_of([x.eqNullSafe(y) for x, y in zip(a, b)])
