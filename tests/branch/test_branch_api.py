@@ -13,7 +13,9 @@ from partialcow.exceptions import BranchError
 
 pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.slow]
 
-COLUMNS = "k1 int, k2 string, v int, w string"
+# Regression case (staging column names): value columns named like the merge's staging columns once were, which
+# overwrote them (main received _status = 'ours'). Every merge below runs with them.
+COLUMNS = "k1 int, k2 string, _take int, _status string"
 PARENT = {(1, "a"): (1, "a", 10, "x"), (2, "b"): (2, "b", 20, "y"), (3, "c"): (3, "c", 30, "z"),
           (4, "d"): (4, "d", 40, "q")}
 
@@ -40,7 +42,7 @@ def test_composite_keys_replaced_parent_and_policies(spark):
 
     create_branch(spark, name="b1", meta_schema=meta, models=[(meta, "items")])
     ours = dict(PARENT)
-    ours[(1, "a")] = (1, "a", 11, "x")  # v changed
+    ours[(1, "a")] = (1, "a", 11, "x")  # _take changed
     del ours[(2, "b")]
     ours[(9, "z")] = (9, "z", 90, "n")
     summary = build_model(spark, _frame(spark, ours), branch="b1", base_schema=meta, identifier="items",
@@ -52,7 +54,7 @@ def test_composite_keys_replaced_parent_and_policies(spark):
     assert (stats.parent, stats.image_mode) == ("main", "copy-on-write")
     assert [(m.upserts, m.tombstones, m.ratio) for m in stats.models] == [(2, 1, 3 / len(PARENT))]
 
-    # the parent is rebuilt from scratch meanwhile (history lost): w of (1, a) and v of (3, c) change
+    # the parent is rebuilt from scratch meanwhile (history lost): _status of (1, a) and _take of (3, c) change
     theirs = dict(PARENT)
     theirs[(1, "a")] = (1, "a", 10, "changed")
     theirs[(3, "c")] = (3, "c", 31, "z")
@@ -63,8 +65,8 @@ def test_composite_keys_replaced_parent_and_policies(spark):
     assert _rows(spark, table) == theirs
     conflicts = spark.table(f"{meta}__br_b1.partialcow_merge_conflicts").collect()
     assert {(r["key"], r["column_name"], r["base_value"], r["ours_value"], r["theirs_value"]) for r in conflicts} == {
-        ('{"k1":1,"k2":"a"}', "v", "10", "11", "10"),
-        ('{"k1":1,"k2":"a"}', "w", "x", "x", "changed"),
+        ('{"k1":1,"k2":"a"}', "_take", "10", "11", "10"),
+        ('{"k1":1,"k2":"a"}', "_status", "x", "x", "changed"),
     }
 
     result = merge_branch(spark, name="b1", meta_schema=meta, on_conflict="theirs")
@@ -151,7 +153,7 @@ def test_regression_merge_keeps_the_image_mode_fail_policy_and_fast_forward_inse
                 key_columns=["k1", "k2"], meta_schema=meta)
     theirs = dict(PARENT)
     theirs[(2, "b")] = (2, "b", 22, "y")  # the same key changed on main: a conflict
-    spark.sql(f"UPDATE {table} SET v = 22 WHERE k1 = 2")
+    spark.sql(f"UPDATE {table} SET _take = 22 WHERE k1 = 2")
     with pytest.raises(BranchError, match="on_conflict 'mine' is not one of: fail, ours, theirs .ours = the branch"):
         merge_branch(spark, name="mor", meta_schema=meta, on_conflict="mine")
     with pytest.raises(BranchError, match="nothing was applied"):
