@@ -183,9 +183,13 @@ def test_regression_merge_keeps_the_image_mode_fail_policy_and_fast_forward_inse
     spark.sql(f"DROP SCHEMA {meta} CASCADE")
 
 
-def test_diff_of_a_detached_model_reports_the_replaced_rows(spark):
+def test_diff_of_a_detached_model_reports_the_replaced_rows_and_theirs_keeps_the_parents(spark):
     """Regression case (issue 24): a model without a key differs from its parent by whole rows; branch_diff said
-    "0 inserted, 0 updated, 0 deleted". Expected counts come from plain Python multisets."""
+    "0 inserted, 0 updated, 0 deleted". Expected counts come from plain Python multisets.
+
+    Regression case (detached theirs): merged with ``on_conflict: theirs``, a detached model both sides changed
+    kept the branch's result on the branch while the merge base moved on, so the next merge took it for a
+    fast-forward and replaced the parent's rows with it."""
     from collections import Counter
 
     from partialcow.branch import diff_branch
@@ -212,5 +216,18 @@ def test_diff_of_a_detached_model_reports_the_replaced_rows(spark):
     assert [(r["model"], r["change"], r["old_value"], r["new_value"]) for r in written] == [
         (f"{meta}.agg", "replace", str(len(parent)), str(len(ours)))
     ]
+
+    def rows(relation: str) -> Counter:
+        return Counter(tuple(r) for r in spark.table(relation).collect())
+
+    theirs = [*parent, (5, "e", 50, "m")]
+    spark.sql(f"INSERT INTO {meta}.agg VALUES (5, 'e', 50, 'm')")  # main changes agg too: a conflict as a whole
+    merged = {m.model: m for m in merge_branch(spark, name="d", meta_schema=meta, on_conflict="theirs").models}
+    assert (merged[f"{meta}.agg"].conflicts, merged[f"{meta}.agg"].replaced) == (1, False)
+    assert rows(f"{meta}.agg") == Counter(theirs)
+    assert rows(f"{meta}__br_d.agg") == Counter(theirs)  # the branch continues from the merge result
+    again = {m.model: m for m in merge_branch(spark, name="d", meta_schema=meta).models}
+    assert again[f"{meta}.agg"].fast_forward and not again[f"{meta}.agg"].conflicts
+    assert rows(f"{meta}.agg") == Counter(theirs)
     drop_branch(spark, name="d", meta_schema=meta)
     spark.sql(f"DROP SCHEMA {meta} CASCADE")

@@ -462,9 +462,8 @@ def merge_branch(
                 f"parent's rows stay)\n{result.describe()}"
             )
         for plan in plans:
-            if plan.merge.detached and plan.merge.conflicts and policy == "theirs":
-                continue
-            _apply(spark, plan, store=store, parent_levels=parent_levels)
+            if not (plan.merge.detached and plan.merge.conflicts and policy == "theirs"):
+                _apply(spark, plan, store=store, parent_levels=parent_levels)
             _reset_branch_model(spark, plan, store=store, branch=name)
         result.applied = True
         wanted = distinct_models([*models, *[(p.base_schema, p.info.identifier) for p in plans]])
@@ -501,9 +500,12 @@ def _write_conflicts(spark: SparkSession, plans: Sequence[_Plan], *, branch: str
 
 
 def _reset_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore, branch: str) -> None:
-    """After a merge the branch shows the merge result: its delta overlay empties (history kept for children)."""
+    """After a merge the branch shows the merge result: its delta overlay empties (history kept for children), a
+    detached overlay holds the parent's rows."""
     if plan.merge.detached:
-        return  # the detached overlay now equals the parent's rows
+        if not plan.merge.replaced:
+            _take_parent_rows(spark, plan, store=store, branch=branch)
+        return  # replaced: the detached overlay now equals the parent's rows
     spark.sql(f"DELETE FROM {plan.info.table}")
     spark.sql(f"DROP TABLE IF EXISTS {qualified(plan.info.schema, base_image_table(plan.info.identifier))} PURGE")
     _unmaterialize(spark, plan.info.schema, plan.info.identifier)
@@ -511,3 +513,21 @@ def _reset_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore,
                        identifier=plan.info.identifier)
 
 
+def _take_parent_rows(spark: SparkSession, plan: _Plan, *, store: BranchStore, branch: str) -> None:
+    """A detached model merged with ``on_conflict: theirs``: the parent's rows stayed, and the branch continues from
+    them. Left as it was, the overlay would still show the branch's result, and as the merge base moves on, the next
+    merge would take it for a change made after the base and copy it over the parent as a fast-forward."""
+    from pyspark.sql import functions as F
+
+    info = plan.info
+    if plan.parent is None:  # the parent dropped the model since the base: it has no rows
+        rows = spark.table(info.table).select(*[quote(c) for c in info.columns]).limit(0)
+    else:
+        rows = spark.table(qualified(*plan.parent))
+    seq = time.time_ns() // 1_000_000
+    frame = rows.select(*[quote(c) for c in rows.columns], F.lit(OP_UPSERT).alias(OP_COLUMN),
+                        F.lit(seq).cast("bigint").alias(SEQ_COLUMN))
+    keys = [k for k in info.key_columns if k in rows.columns]  # the parent's columns may differ from the branch's
+    write_overlay(spark, frame, schema=info.schema, identifier=info.identifier, key_columns=keys, mode="detached")
+    _unmaterialize(spark, info.schema, info.identifier)  # the collapsed copy held the branch's result
+    create_branch_view(spark, store=store, branch=branch, base_schema=plan.base_schema, identifier=info.identifier)
