@@ -13,7 +13,9 @@ from partialcow.exceptions import BranchError
 
 pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.slow]
 
-COLUMNS = "k1 int, k2 string, v int, w string"
+# Regression case (staging column names): value columns named like the merge's staging columns once were, which
+# overwrote them (main received _status = 'ours'). Every merge below runs with them.
+COLUMNS = "k1 int, k2 string, _take int, _status string"
 PARENT = {(1, "a"): (1, "a", 10, "x"), (2, "b"): (2, "b", 20, "y"), (3, "c"): (3, "c", 30, "z"),
           (4, "d"): (4, "d", 40, "q")}
 
@@ -40,7 +42,7 @@ def test_composite_keys_replaced_parent_and_policies(spark):
 
     create_branch(spark, name="b1", meta_schema=meta, models=[(meta, "items")])
     ours = dict(PARENT)
-    ours[(1, "a")] = (1, "a", 11, "x")  # v changed
+    ours[(1, "a")] = (1, "a", 11, "x")  # _take changed
     del ours[(2, "b")]
     ours[(9, "z")] = (9, "z", 90, "n")
     summary = build_model(spark, _frame(spark, ours), branch="b1", base_schema=meta, identifier="items",
@@ -52,7 +54,7 @@ def test_composite_keys_replaced_parent_and_policies(spark):
     assert (stats.parent, stats.image_mode) == ("main", "copy-on-write")
     assert [(m.upserts, m.tombstones, m.ratio) for m in stats.models] == [(2, 1, 3 / len(PARENT))]
 
-    # the parent is rebuilt from scratch meanwhile (history lost): w of (1, a) and v of (3, c) change
+    # the parent is rebuilt from scratch meanwhile (history lost): _status of (1, a) and _take of (3, c) change
     theirs = dict(PARENT)
     theirs[(1, "a")] = (1, "a", 10, "changed")
     theirs[(3, "c")] = (3, "c", 31, "z")
@@ -63,8 +65,8 @@ def test_composite_keys_replaced_parent_and_policies(spark):
     assert _rows(spark, table) == theirs
     conflicts = spark.table(f"{meta}__br_b1.partialcow_merge_conflicts").collect()
     assert {(r["key"], r["column_name"], r["base_value"], r["ours_value"], r["theirs_value"]) for r in conflicts} == {
-        ('{"k1":1,"k2":"a"}', "v", "10", "11", "10"),
-        ('{"k1":1,"k2":"a"}', "w", "x", "x", "changed"),
+        ('{"k1":1,"k2":"a"}', "_take", "10", "11", "10"),
+        ('{"k1":1,"k2":"a"}', "_status", "x", "x", "changed"),
     }
 
     result = merge_branch(spark, name="b1", meta_schema=meta, on_conflict="theirs")
@@ -129,10 +131,14 @@ def test_key_types_and_null_keys(spark, key_type, keys):
     spark.sql(f"DROP SCHEMA {meta} CASCADE")
 
 
-def test_regression_merge_keeps_the_image_mode_and_fail_policy(spark):
+def test_regression_merge_keeps_the_image_mode_fail_policy_and_fast_forward_inserts(spark):
     """Regression case (issue 28): ``merge_branch`` rebuilt the branch record without ``image_mode``, so a
     merge-on-read branch became copy-on-write after its first merge. Also: ``on_conflict: fail`` is accepted and
-    behaves as the default (nothing applied), and a bad policy names the accepted ones and the sides."""
+    behaves as the default (nothing applied), and a bad policy names the accepted ones and the sides.
+
+    Regression case (fast-forward insert): on a fast-forward the merge took every key the branch inserted for a
+    key of unknown base, so a conflict: the default policy refused the merge, ``theirs`` dropped the insert from
+    main and from the branch."""
     from partialcow.branch import BranchStore
     from partialcow.branch.types import MERGE_ON_READ
 
@@ -147,7 +153,7 @@ def test_regression_merge_keeps_the_image_mode_and_fail_policy(spark):
                 key_columns=["k1", "k2"], meta_schema=meta)
     theirs = dict(PARENT)
     theirs[(2, "b")] = (2, "b", 22, "y")  # the same key changed on main: a conflict
-    spark.sql(f"UPDATE {table} SET v = 22 WHERE k1 = 2")
+    spark.sql(f"UPDATE {table} SET _take = 22 WHERE k1 = 2")
     with pytest.raises(BranchError, match="on_conflict 'mine' is not one of: fail, ours, theirs .ours = the branch"):
         merge_branch(spark, name="mor", meta_schema=meta, on_conflict="mine")
     with pytest.raises(BranchError, match="nothing was applied"):
@@ -159,17 +165,31 @@ def test_regression_merge_keeps_the_image_mode_and_fail_policy(spark):
     assert BranchStore(spark, meta_schema=meta).require("mor").image_mode == MERGE_ON_READ
     again = dict(ours)
     again[(3, "c")] = (3, "c", 33, "z")
+    again[(7, "g")] = (7, "g", 70, "new")  # a key main never had
     summary = build_model(spark, _frame(spark, again), branch="mor", base_schema=meta, identifier="items",
                           key_columns=["k1", "k2"], meta_schema=meta)
     assert summary.image is not None and summary.image.mode == MERGE_ON_READ
     assert _rows(spark, f"{meta}__br_mor.items") == again
+
+    # main unchanged since the last merge: a fast-forward, in which "theirs" has no change of its own to keep
+    expected, conflict_keys = three_way(ours, again, ours, policy="theirs")
+    assert expected == again and not conflict_keys
+    result = merge_branch(spark, name="mor", meta_schema=meta, on_conflict="theirs")
+    (merged,) = result.models
+    assert (merged.fast_forward, merged.conflicts, merged.inserted, merged.updated) == (True, 0, 1, 1)
+    assert _rows(spark, table) == expected
+    assert _rows(spark, f"{meta}__br_mor.items") == expected
     drop_branch(spark, name="mor", meta_schema=meta)
     spark.sql(f"DROP SCHEMA {meta} CASCADE")
 
 
-def test_diff_of_a_detached_model_reports_the_replaced_rows(spark):
+def test_diff_of_a_detached_model_reports_the_replaced_rows_and_theirs_keeps_the_parents(spark):
     """Regression case (issue 24): a model without a key differs from its parent by whole rows; branch_diff said
-    "0 inserted, 0 updated, 0 deleted". Expected counts come from plain Python multisets."""
+    "0 inserted, 0 updated, 0 deleted". Expected counts come from plain Python multisets.
+
+    Regression case (detached theirs): merged with ``on_conflict: theirs``, a detached model both sides changed
+    kept the branch's result on the branch while the merge base moved on, so the next merge took it for a
+    fast-forward and replaced the parent's rows with it."""
     from collections import Counter
 
     from partialcow.branch import diff_branch
@@ -196,5 +216,18 @@ def test_diff_of_a_detached_model_reports_the_replaced_rows(spark):
     assert [(r["model"], r["change"], r["old_value"], r["new_value"]) for r in written] == [
         (f"{meta}.agg", "replace", str(len(parent)), str(len(ours)))
     ]
+
+    def rows(relation: str) -> Counter:
+        return Counter(tuple(r) for r in spark.table(relation).collect())
+
+    theirs = [*parent, (5, "e", 50, "m")]
+    spark.sql(f"INSERT INTO {meta}.agg VALUES (5, 'e', 50, 'm')")  # main changes agg too: a conflict as a whole
+    merged = {m.model: m for m in merge_branch(spark, name="d", meta_schema=meta, on_conflict="theirs").models}
+    assert (merged[f"{meta}.agg"].conflicts, merged[f"{meta}.agg"].replaced) == (1, False)
+    assert rows(f"{meta}.agg") == Counter(theirs)
+    assert rows(f"{meta}__br_d.agg") == Counter(theirs)  # the branch continues from the merge result
+    again = {m.model: m for m in merge_branch(spark, name="d", meta_schema=meta).models}
+    assert again[f"{meta}.agg"].fast_forward and not again[f"{meta}.agg"].conflicts
+    assert rows(f"{meta}.agg") == Counter(theirs)
     drop_branch(spark, name="d", meta_schema=meta)
     spark.sql(f"DROP SCHEMA {meta} CASCADE")

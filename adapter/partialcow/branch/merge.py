@@ -52,6 +52,12 @@ __all__ = ["CONFLICT_TABLE", "MergeResult", "ModelMerge", "merge_branch"]
 #: Written to ``<target schema>__br_<branch>`` by branch_merge.
 CONFLICT_TABLE = "partialcow_merge_conflicts"
 _PAST = {"insert": "inserted", "update": "updated", "delete": "deleted"}
+# The merge's staging columns sit next to the model's own (the overlay's rows): ``_pcow_`` names, which no model
+# column takes (the overlay's op and sequence columns have them too), so a model column named _status or _t0 is
+# neither overwritten nor ambiguous. _THEIRS/_BASE + position: the parent's row now / at the merge base, + "x":
+# whether it has one.
+_STATUS, _TAKE, _ACTION = "_pcow_status", "_pcow_take", "_pcow_action"
+_THEIRS, _BASE, _BASE_KNOWN = "_pcow_t", "_pcow_b", "_pcow_bk"
 
 
 @dataclass
@@ -156,31 +162,35 @@ def _stage_delta(
         )
 
     theirs_frame = None if plan.parent is None else spark.table(qualified(*plan.parent))
-    theirs = side(theirs_frame, "_t")
+    theirs = side(theirs_frame, _THEIRS)
     image = qualified(info.schema, base_image_table(info.identifier))
+    # On a fast-forward the base is the parent as it is now (and without an image, nothing): a key it lacks was
+    # absent at the base (the branch inserted it). Only the base image can hold keys of unknown base.
+    from_image = False
     if plan.merge.fast_forward:
-        base = side(theirs_frame, "_b").withColumn("_bk", F.lit(True))
+        base = side(theirs_frame, _BASE)
     elif table_exists(spark, info.schema, base_image_table(info.identifier)):
+        from_image = True
         # the parent's rows at the merge base, captured when each key entered the overlay
         stored = spark.table(image)
         base = stored.select(
-            *[F.when(F.col(PRESENT_COLUMN), F.col(quote(c))).alias(f"_b{i}") if c not in keys else
-              F.col(quote(c)).alias(f"_b{i}") for i, c in enumerate(cols)],
-            F.when(F.col(PRESENT_COLUMN), F.lit(True)).alias("_bx"),
-            F.col(PRESENT_COLUMN).isNotNull().alias("_bk"),
+            *[F.when(F.col(PRESENT_COLUMN), F.col(quote(c))).alias(f"{_BASE}{i}") if c not in keys else
+              F.col(quote(c)).alias(f"{_BASE}{i}") for i, c in enumerate(cols)],
+            F.when(F.col(PRESENT_COLUMN), F.lit(True)).alias(f"{_BASE}x"),
+            F.col(PRESENT_COLUMN).isNotNull().alias(_BASE_KNOWN),
         )
     else:
-        base = side(None, "_b").withColumn("_bk", F.lit(True))
+        base = side(None, _BASE)
     key_pos = [cols.index(k) for k in keys]
     joined = overlay.join(
-        theirs, all_of([overlay[quote(k)] == theirs[f"_t{i}"] for k, i in zip(keys, key_pos)]), "left"
+        theirs, all_of([overlay[quote(k)] == theirs[f"{_THEIRS}{i}"] for k, i in zip(keys, key_pos)]), "left"
     )
-    joined = joined.join(base, all_of([joined[quote(k)] == base[f"_b{i}"] for k, i in zip(keys, key_pos)]), "left")
+    joined = joined.join(base, all_of([joined[quote(k)] == base[f"{_BASE}{i}"] for k, i in zip(keys, key_pos)]), "left")
 
     ours_x = F.col(OP_COLUMN) == OP_UPSERT
-    theirs_x, base_x = F.col("_tx").isNotNull(), F.col("_bx").isNotNull()
+    theirs_x, base_x = F.col(f"{_THEIRS}x").isNotNull(), F.col(f"{_BASE}x").isNotNull()
     # a key missing from the base image, or stored as unknown, matches neither side: only ours == theirs merges
-    base_known = F.coalesce(F.col("_bk"), F.lit(False))
+    base_known = F.coalesce(F.col(_BASE_KNOWN), F.lit(False)) if from_image else F.lit(True)
 
     def equal(a_x: Column, a: Sequence[Column], b_x: Column, b: Sequence[Column]) -> Column:
         same_values = all_of([x.eqNullSafe(y) for x, y in zip(a, b)])
@@ -188,35 +198,35 @@ def _stage_delta(
 
     value_pos = [cols.index(c) for c in values]
     ours_v = [F.col(quote(cols[i])) for i in value_pos]
-    theirs_v = [F.col(f"_t{i}") for i in value_pos]
-    base_v = [F.col(f"_b{i}") for i in value_pos]
+    theirs_v = [F.col(f"{_THEIRS}{i}") for i in value_pos]
+    base_v = [F.col(f"{_BASE}{i}") for i in value_pos]
     status = (
         F.when(equal(ours_x, ours_v, theirs_x, theirs_v), "same")
         .when(base_known & equal(theirs_x, theirs_v, base_x, base_v), "ours")
         .when(base_known & equal(ours_x, ours_v, base_x, base_v), "theirs")
         .otherwise("conflict")
     )
-    take = (F.col("_status") == "ours") | ((F.col("_status") == "conflict") & F.lit(policy == "ours"))
+    take = (F.col(_STATUS) == "ours") | ((F.col(_STATUS) == "conflict") & F.lit(policy == "ours"))
     action = F.when(ours_x & theirs_x, "update").when(ours_x, "insert").when(theirs_x, "delete")
     staged = (
-        joined.withColumn("_status", status)
-        .where(F.col("_status").isin("ours", "conflict"))
-        .withColumn("_take", take)
-        .withColumn("_action", action)
-        .withColumn("_tx", theirs_x)
-        .withColumn("_bx", base_x)
-        .drop("_bk")
+        joined.withColumn(_STATUS, status)
+        .where(F.col(_STATUS).isin("ours", "conflict"))
+        .withColumn(_TAKE, take)
+        .withColumn(_ACTION, action)
+        .withColumn(f"{_THEIRS}x", theirs_x)
+        .withColumn(f"{_BASE}x", base_x)
+        .drop(_BASE_KNOWN)
     )
     plan.stage = f"{info.schema}.{info.identifier}__pcow_merge"
     staged.writeTo(plan.stage).using("iceberg").createOrReplace()
     counts = spark.sql(
-        f"SELECT _status, _take, _action, count(*) AS n FROM {plan.stage} GROUP BY 1, 2, 3"
+        f"SELECT {_STATUS}, {_TAKE}, {_ACTION}, count(*) AS n FROM {plan.stage} GROUP BY 1, 2, 3"
     ).collect()
     for row in counts:
-        if row["_status"] == "conflict":
+        if row[_STATUS] == "conflict":
             plan.merge.conflicts += row["n"]
-        if row["_take"] and row["_action"]:
-            counter = _PAST[row["_action"]]
+        if row[_TAKE] and row[_ACTION]:
+            counter = _PAST[row[_ACTION]]
             setattr(plan.merge, counter, getattr(plan.merge, counter) + row["n"])
     if plan.merge.conflicts and policy != "fail":
         plan.merge.resolution = policy
@@ -230,8 +240,8 @@ def _conflict_rows(spark: SparkSession, plan: _Plan, branch: str) -> DataFrame:
     keys, cols = info.key_columns, info.columns
     if plan.stage is None:  # only delta models have conflicting keys, and _stage_delta staged those
         raise BranchError(f"branch_merge {branch}: {plan.merge.model} has conflicts but no staged rows")
-    staged = spark.table(plan.stage).where("_status = 'conflict'")
-    both = (F.col(OP_COLUMN) == OP_UPSERT) & F.col("_tx")
+    staged = spark.table(plan.stage).where(F.col(_STATUS) == "conflict")
+    both = (F.col(OP_COLUMN) == OP_UPSERT) & F.col(f"{_THEIRS}x")
 
     def row_json(prefix: str | None, present: Column) -> Column:
         fields = [
@@ -243,10 +253,10 @@ def _conflict_rows(spark: SparkSession, plan: _Plan, branch: str) -> DataFrame:
         *[
             F.struct(
                 F.lit(c).alias("column_name"),
-                F.col(f"_b{i}").cast("string").alias("base_value"),
+                F.col(f"{_BASE}{i}").cast("string").alias("base_value"),
                 F.col(quote(c)).cast("string").alias("ours_value"),
-                F.col(f"_t{i}").cast("string").alias("theirs_value"),
-                (~F.col(quote(c)).eqNullSafe(F.col(f"_t{i}"))).alias("differs"),
+                F.col(f"{_THEIRS}{i}").cast("string").alias("theirs_value"),
+                (~F.col(quote(c)).eqNullSafe(F.col(f"{_THEIRS}{i}"))).alias("differs"),
             )
             for i, c in enumerate(cols)
             if c not in keys
@@ -258,9 +268,9 @@ def _conflict_rows(spark: SparkSession, plan: _Plan, branch: str) -> DataFrame:
     whole_row = F.array(
         F.struct(
             F.lit("*").alias("column_name"),
-            row_json("_b", F.col("_bx")).alias("base_value"),
+            row_json(_BASE, F.col(f"{_BASE}x")).alias("base_value"),
             row_json(None, F.col(OP_COLUMN) == OP_UPSERT).alias("ours_value"),
-            row_json("_t", F.col("_tx")).alias("theirs_value"),
+            row_json(_THEIRS, F.col(f"{_THEIRS}x")).alias("theirs_value"),
             F.lit(True).alias("differs"),
         )
     )
@@ -347,7 +357,7 @@ def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_level
                           key_columns=info.key_columns, mode="detached")
         plan.merge.replaced = True
     else:
-        source = f"SELECT * FROM {plan.stage} WHERE _take AND _action IS NOT NULL"
+        source = f"SELECT * FROM {plan.stage} WHERE {_TAKE} AND {_ACTION} IS NOT NULL"
         if parent_level == MAIN:
             target = qualified(target_schema, info.identifier)
             if table_exists(spark, target_schema, info.identifier):
@@ -452,9 +462,8 @@ def merge_branch(
                 f"parent's rows stay)\n{result.describe()}"
             )
         for plan in plans:
-            if plan.merge.detached and plan.merge.conflicts and policy == "theirs":
-                continue
-            _apply(spark, plan, store=store, parent_levels=parent_levels)
+            if not (plan.merge.detached and plan.merge.conflicts and policy == "theirs"):
+                _apply(spark, plan, store=store, parent_levels=parent_levels)
             _reset_branch_model(spark, plan, store=store, branch=name)
         result.applied = True
         wanted = distinct_models([*models, *[(p.base_schema, p.info.identifier) for p in plans]])
@@ -491,9 +500,12 @@ def _write_conflicts(spark: SparkSession, plans: Sequence[_Plan], *, branch: str
 
 
 def _reset_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore, branch: str) -> None:
-    """After a merge the branch shows the merge result: its delta overlay empties (history kept for children)."""
+    """After a merge the branch shows the merge result: its delta overlay empties (history kept for children), a
+    detached overlay holds the parent's rows."""
     if plan.merge.detached:
-        return  # the detached overlay now equals the parent's rows
+        if not plan.merge.replaced:
+            _take_parent_rows(spark, plan, store=store, branch=branch)
+        return  # replaced: the detached overlay now equals the parent's rows
     spark.sql(f"DELETE FROM {plan.info.table}")
     spark.sql(f"DROP TABLE IF EXISTS {qualified(plan.info.schema, base_image_table(plan.info.identifier))} PURGE")
     _unmaterialize(spark, plan.info.schema, plan.info.identifier)
@@ -501,3 +513,21 @@ def _reset_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore,
                        identifier=plan.info.identifier)
 
 
+def _take_parent_rows(spark: SparkSession, plan: _Plan, *, store: BranchStore, branch: str) -> None:
+    """A detached model merged with ``on_conflict: theirs``: the parent's rows stayed, and the branch continues from
+    them. Left as it was, the overlay would still show the branch's result, and as the merge base moves on, the next
+    merge would take it for a change made after the base and copy it over the parent as a fast-forward."""
+    from pyspark.sql import functions as F
+
+    info = plan.info
+    if plan.parent is None:  # the parent dropped the model since the base: it has no rows
+        rows = spark.table(info.table).select(*[quote(c) for c in info.columns]).limit(0)
+    else:
+        rows = spark.table(qualified(*plan.parent))
+    seq = time.time_ns() // 1_000_000
+    frame = rows.select(*[quote(c) for c in rows.columns], F.lit(OP_UPSERT).alias(OP_COLUMN),
+                        F.lit(seq).cast("bigint").alias(SEQ_COLUMN))
+    keys = [k for k in info.key_columns if k in rows.columns]  # the parent's columns may differ from the branch's
+    write_overlay(spark, frame, schema=info.schema, identifier=info.identifier, key_columns=keys, mode="detached")
+    _unmaterialize(spark, info.schema, info.identifier)  # the collapsed copy held the branch's result
+    create_branch_view(spark, store=store, branch=branch, base_schema=plan.base_schema, identifier=info.identifier)
