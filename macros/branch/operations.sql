@@ -10,7 +10,8 @@
                                               <target schema>__br_<name>.partialcow_merge_conflicts and nothing
                                               is applied (on_conflict: fail, the default), unless on_conflict is
                                               ours (the branch's rows win) or theirs (the parent's rows stay)
-    branch_drop         {name}                drops the overlay schemas and the branch's metadata
+    branch_drop         {name}                drops the overlay schemas and the branch's metadata (only this
+                                              target's: those of its models and of the branch's record)
     branch_list         {}                    branches, parents, age, overlay rows/tombstones/ratio per model
     branch_materialize  {name, models?}       collapses the branch's models into full tables on the branch
     branch_refresh      {name}                re-pins the branch's model views to their parents as they are now
@@ -70,7 +71,7 @@
 {%- endmacro %}
 
 {% macro partialcow__branch_drop(name) -%}
-  {{ return(partialcow_branch_run('drop', {'name': name})) }}
+  {{ return(partialcow_branch_run('drop', {'name': name, 'models': partialcow_branch_graph_models()})) }}
 {%- endmacro %}
 
 

@@ -16,8 +16,10 @@ Layout (branch ``dev``, model ``orders`` of schema ``shop``): everything lives i
 ``orders__pcow_overlay``
 (the model's columns + ``_pcow_op`` 'U'/'D' + ``_pcow_seq``, one row per key that differs from the parent),
 ``orders__pcow_base`` (the parent's rows at the merge base for those keys) and, after ``branch_materialize``,
-``orders__pcow_full``. Branch metadata is the Iceberg table ``<target schema>.partialcow_branches``. Branch names
-match ``^[a-z][a-z0-9_]{0,39}$`` without ``__``; ``main`` names the tables built without a branch.
+``orders__pcow_full``. Branch metadata is the Iceberg table ``<target schema>.partialcow_branches``; each record
+lists the base schemas the branch covers, and its operations look only at their overlay schemas (another target's
+branch of the same name on the same metastore is never touched). Branch names match ``^[a-z][a-z0-9_]{0,39}$``
+without ``__``; ``main`` names the tables built without a branch.
 
 Behaviour:
 

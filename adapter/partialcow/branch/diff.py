@@ -177,7 +177,7 @@ def diff_branch(spark: SparkSession, *, name: str, meta_schema: str) -> DiffResu
     levels = store.chain(name)
     result = DiffResult(branch=name, table=f"{overlay_schema(meta_schema, name)}.{DIFF_TABLE}")
     frames = []
-    for info in branch_models(spark, name):
+    for info in branch_models(spark, name, store.base_schemas(name)):
         model = f"{base_schema_of(info.schema)}.{info.identifier}"
         parent = resolve_parent(spark, levels[1:], base_schema_of(info.schema), info.identifier)
         if info.mode == "detached" or parent is None:

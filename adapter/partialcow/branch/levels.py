@@ -121,13 +121,13 @@ def chain_tables(base_schema: str, identifier: str, levels: Sequence[str]) -> li
     return tables
 
 
-def branch_models(spark: SparkSession, branch: str) -> list[OverlayInfo]:
-    """Every model that has an overlay on ``branch``, across all overlay schemas of the branch."""
+def branch_models(spark: SparkSession, branch: str, base_schemas: Sequence[str]) -> list[OverlayInfo]:
+    """Every model that has an overlay on ``branch`` in the overlay schemas of ``base_schemas`` (the branch's own,
+    ``BranchStore.base_schemas``: a branch of the same name in another meta schema has its overlays elsewhere)."""
     found: list[OverlayInfo] = []
-    for database in sorted(d.name for d in spark.catalog.listDatabases()):
-        if database == base_schema_of(database) or overlay_schema(base_schema_of(database), branch) != database:
-            continue
-        for table in sorted(list_tables(spark, database)):
+    for base_schema in sorted(set(base_schemas)):
+        database = overlay_schema(base_schema, branch)
+        for table in sorted(list_tables(spark, database)):  # none when the schema does not exist
             if table.endswith(_OVERLAY_SUFFIX):
                 info = overlay_info(spark, database, table[: -len(_OVERLAY_SUFFIX)])
                 if info is not None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from partialcow.branch.base import record_snapshots
-from partialcow.branch.catalog import iceberg_total_records, table_exists
+from partialcow.branch.catalog import iceberg_total_records, schema_exists, table_exists
 from partialcow.branch.image import drop_image, drop_reader_relation, has_image
 from partialcow.branch.levels import branch_models, distinct_models, resolve_parent
 from partialcow.branch.naming import (
@@ -109,11 +109,18 @@ def create_branch(
         raise BranchError(f"branch {name!r} already exists: drop it first or choose another name")
     levels = store.chain(parent, records)
     read = time.perf_counter()
-    # models that exist only on the parent branches count too
-    inherited = [(base_schema_of(i.schema), i.identifier) for lvl in levels[:-1] for i in branch_models(spark, lvl)]
-    snapshots = record_snapshots(spark, distinct_models([*models, *inherited]), levels)  # metadata only: no scan
+    # models that exist only on the parent branches count too (those of the parents' own schemas only)
+    parents_schemas = {s for lvl in levels[:-1] for s in records[lvl].base_schemas(meta_schema)}
+    inherited = [(base_schema_of(i.schema), i.identifier) for lvl in levels[:-1]
+                 for i in branch_models(spark, lvl, records[lvl].base_schemas(meta_schema))]
+    wanted = distinct_models([*models, *inherited])
+    snapshots = record_snapshots(spark, wanted, levels)  # metadata only: no scan
     recorded = time.perf_counter()
-    record = BranchRecord(name=name, parent=parent, created_at=_now(), base_snapshots=snapshots, image_mode=image_mode)
+    # the schemas of the project's models, built or not yet: operations on the branch look there (and in those a
+    # later build adds), never in other targets' schemas
+    schemas = tuple(sorted({meta_schema.lower(), *parents_schemas, *(schema for schema, _ in wanted)}))
+    record = BranchRecord(name=name, parent=parent, created_at=_now(), base_snapshots=snapshots, image_mode=image_mode,
+                          schemas=schemas)
     store.insert(record)
     done = time.perf_counter()
     return CreateResult(record=record, seconds=done - start, steps={
@@ -131,22 +138,28 @@ class DropResult:
         return f"branch {self.branch} dropped: {self.objects} table(s)/view(s) in {where}"
 
 
-def drop_branch(spark: SparkSession, *, name: str, meta_schema: str) -> DropResult:
-    """Drop branch ``name``: every overlay schema (tables purged) and its metadata row. Refuses with child branches.
+def drop_branch(
+    spark: SparkSession, *, name: str, meta_schema: str, models: Sequence[Sequence[str]] = ()
+) -> DropResult:
+    """Drop branch ``name``: its overlay schemas (tables purged) and its metadata row. Refuses with child branches.
+
+    Only the overlay schemas of the schemas the branch's record covers, and of those of ``models`` (dbt passes its
+    graph: a view or seed built on the branch in a schema no branch model is in), are dropped: a branch of the same
+    name recorded in another meta schema (another target on the same metastore) keeps its own.
 
     >>> drop_branch(spark, name="dev", meta_schema="shop").schemas   # doctest: +SKIP
     ('shop__br_dev',)
     """
     validate_branch_name(name)
     store = BranchStore(spark, meta_schema=meta_schema)
-    schemas = tuple(
-        sorted(
-            d.name
-            for d in spark.catalog.listDatabases()
-            if d.name != base_schema_of(d.name) and overlay_schema(base_schema_of(d.name), name) == d.name
-        )
-    )
-    if store.get(name) is None and not schemas:
+    record = store.get(name)
+    # without a record, the overlay schemas of the meta schema and of dbt's models are the only ones known as ours
+    covered = {meta_schema.lower()} if record is None else set(record.base_schemas(meta_schema))
+    covered.update(schema for schema, _ in distinct_models(models))
+    schemas = tuple(sorted(
+        overlay_schema(schema, name) for schema in covered if schema_exists(spark, overlay_schema(schema, name))
+    ))
+    if record is None and not schemas:
         store.require(name)  # raises "does not exist"
     children = store.children(name)
     if children:
@@ -244,7 +257,7 @@ def list_branches(spark: SparkSession, *, meta_schema: str) -> ListResult:
     branches = []
     for record in store.all():
         stats = []
-        for info in branch_models(spark, record.name):
+        for info in branch_models(spark, record.name, record.base_schemas(meta_schema)):
             counts = {
                 r[0]: r[1] for r in spark.table(info.table).groupBy(OP_COLUMN).agg(F.count(F.lit(1))).collect()
             }
@@ -302,7 +315,7 @@ def materialize_branch(
     levels = store.chain(name)
     wanted = None if models is None else {m.lower() for m in models}
     done = []
-    for info in branch_models(spark, name):
+    for info in branch_models(spark, name, store.base_schemas(name)):
         if wanted is not None and info.identifier.lower() not in wanted:
             continue
         base_schema = base_schema_of(info.schema)
@@ -351,7 +364,7 @@ def refresh_branch(spark: SparkSession, *, name: str, meta_schema: str) -> Refre
     store = BranchStore(spark, meta_schema=meta_schema)
     store.require(name)
     done = []
-    for info in branch_models(spark, name):
+    for info in branch_models(spark, name, store.base_schemas(name)):
         base_schema = base_schema_of(info.schema)
         create_branch_view(spark, store=store, branch=name, base_schema=base_schema, identifier=info.identifier)
         refresh_descendant_views(spark, store=store, branch=name, base_schema=base_schema, identifier=info.identifier)

@@ -429,7 +429,7 @@ def merge_branch(
                          conflict_table=f"{conflict_schema}.{CONFLICT_TABLE}")
     plans: list[_Plan] = []
     try:
-        for info in branch_models(spark, name):
+        for info in branch_models(spark, name, record.base_schemas(meta_schema)):
             base_schema = base_schema_of(info.schema)
             tables = chain_tables(base_schema, info.identifier, parent_levels)
             parent = resolve_parent(spark, parent_levels, base_schema, info.identifier)

@@ -115,12 +115,15 @@ class MergeOptions:
 
 @dataclass(frozen=True)
 class DropOptions:
+    """``branch_drop``; ``models`` come from dbt's graph (their schemas' overlay schemas are dropped too)."""
+
     name: str
+    models: tuple[tuple[str, str], ...] = ()
 
     def run(self, spark: SparkSession, *, meta_schema: str) -> _Described:
         from partialcow.branch.lifecycle import drop_branch
 
-        return drop_branch(spark, name=self.name, meta_schema=meta_schema)
+        return drop_branch(spark, name=self.name, meta_schema=meta_schema, models=self.models)
 
 
 @dataclass(frozen=True)

@@ -249,6 +249,9 @@ def create_branch_view(spark: SparkSession, *, store: BranchStore, branch: str, 
     info = overlay_info(spark, schema, identifier)
     if info is None:
         return None
+    # every path that gives a branch an overlay (a build, an incremental model's first batch, a child's merge into
+    # it) ends here: the branch's record covers the overlay's schema from now on, so its operations find the model
+    store.cover(branch, base_schema)
     branches = {record.name: record for record in store.all()}
     levels = store.chain(branch, branches)
     above = parent_level(spark, levels[1:], base_schema, identifier)

@@ -4,11 +4,14 @@ Columns: ``name``, ``parent`` (``main`` or another branch), ``created_at``, ``me
 parent) and ``base_snapshots``: ``schema.table -> snapshot id`` of every parent-chain table (root tables, ancestor
 overlays) when the branch was created or last merged; ``-1`` means the table existed without a snapshot. These
 snapshots are the merge base of the three-way merge (Iceberg time travel, ``VERSION AS OF``); ``image_mode``: how
-the branch's read images are built (``copy-on-write`` or ``merge-on-read``, see ``partialcow.branch.image``).
+the branch's read images are built (``copy-on-write`` or ``merge-on-read``, see ``partialcow.branch.image``);
+``schemas``: the base schemas whose overlay schemas are the branch's (``BranchRecord.base_schemas``), so that
+branches of the same name in other meta schemas (other targets on the same metastore) are never touched.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -49,10 +52,14 @@ class BranchStore:
         self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(self.meta_schema)}")
         self.spark.sql(
             f"CREATE TABLE IF NOT EXISTS {self.table} (name STRING, parent STRING, created_at TIMESTAMP, "
-            "merged_at TIMESTAMP, base_snapshots MAP<STRING, BIGINT>, image_mode STRING) USING iceberg"
+            "merged_at TIMESTAMP, base_snapshots MAP<STRING, BIGINT>, image_mode STRING, schemas ARRAY<STRING>) "
+            "USING iceberg"
         )
-        if "image_mode" not in self.spark.table(self.table).columns:  # written before image modes existed
+        columns = self.spark.table(self.table).columns
+        if "image_mode" not in columns:  # written before image modes existed
             self.spark.sql(f"ALTER TABLE {self.table} ADD COLUMNS (image_mode STRING)")
+        if "schemas" not in columns:  # written before branches recorded their schemas: NULL reads as unknown
+            self.spark.sql(f"ALTER TABLE {self.table} ADD COLUMNS (schemas ARRAY<STRING>)")
 
     def all(self) -> list[BranchRecord]:
         if self._records is None:
@@ -71,6 +78,7 @@ class BranchStore:
                 base_snapshots=dict(r["base_snapshots"] or {}),
                 merged_at=r["merged_at"],
                 image_mode=r.asDict().get("image_mode") or COPY_ON_WRITE,
+                schemas=None if r.asDict().get("schemas") is None else tuple(r["schemas"]),
             )
             for r in rows
         ]
@@ -109,8 +117,32 @@ class BranchStore:
     def children(self, name: str) -> list[str]:
         return [r.name for r in self.all() if r.parent == name]
 
+    def base_schemas(self, name: str) -> tuple[str, ...]:
+        """The base schemas whose overlay schemas belong to branch ``name`` (see ``BranchRecord.base_schemas``)."""
+        return self.require(name).base_schemas(self.meta_schema)
+
+    def cover(self, name: str, base_schema: str) -> None:
+        """Record that branch ``name`` has a model in ``base_schema`` (a build there), unless it is covered already.
+
+        Only the first build of a branch in a schema its record does not cover writes (one ``MERGE``). Builds run
+        in dbt's threads, so two may add schemas at once: :meth:`put` adds to the schemas the table holds at commit
+        time, and a commit that loses the race to another is tried again on a fresh read.
+        """
+        for attempt in range(3):
+            record = self.require(name)
+            covered = record.base_schemas(self.meta_schema)
+            if base_schema.lower() in covered:
+                return
+            try:
+                self.put(dataclasses.replace(record, schemas=tuple(sorted({*covered, base_schema.lower()}))))
+                return
+            except Exception:  # a concurrent commit to the records table (Iceberg validation): read again, retry
+                self._records = None
+                if attempt == 2:
+                    raise
+
     def _frame(self, record: BranchRecord) -> DataFrame:
-        from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType, TimestampType
+        from pyspark.sql.types import ArrayType, LongType, MapType, StringType, StructField, StructType, TimestampType
 
         schema = StructType(
             [
@@ -120,10 +152,12 @@ class BranchStore:
                 StructField("merged_at", TimestampType()),
                 StructField("base_snapshots", MapType(StringType(), LongType())),
                 StructField("image_mode", StringType()),
+                StructField("schemas", ArrayType(StringType())),
             ]
         )
+        schemas = None if record.schemas is None else list(record.schemas)
         row = (record.name, record.parent, record.created_at, record.merged_at, dict(record.base_snapshots),
-               record.image_mode)
+               record.image_mode, schemas)
         return self.spark.createDataFrame([row], schema)
 
     def insert(self, record: BranchRecord) -> None:
@@ -133,15 +167,21 @@ class BranchStore:
         self._frame(record).writeTo(self.table).append()  # an append: no MERGE job, so branch_create stays quick
 
     def put(self, record: BranchRecord) -> None:
-        """Insert or replace ``record`` (one Iceberg commit)."""
+        """Insert or replace ``record`` (one Iceberg commit). Its ``schemas`` are added to those the stored record
+        has (a branch's schemas only grow): a caller's record read before another writer added one loses nothing."""
         self._records = None
         self._ensure()
         view = f"_pcow_branch_record_{uuid.uuid4().hex}"  # dbt runs models in threads: no shared temp names
         self._frame(record).createOrReplaceTempView(view)
+        # NULL (a record from before schemas were recorded) stays NULL only if both sides are: see base_schemas
+        schemas = ("CASE WHEN t.schemas IS NULL THEN s.schemas WHEN s.schemas IS NULL THEN t.schemas "
+                   "ELSE array_sort(array_distinct(concat(t.schemas, s.schemas))) END")
         try:
             self.spark.sql(
-                f"MERGE INTO {self.table} t USING {view} s ON t.name = s.name "
-                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+                f"MERGE INTO {self.table} t USING {view} s ON t.name = s.name WHEN MATCHED THEN UPDATE SET "
+                "t.parent = s.parent, t.created_at = s.created_at, t.merged_at = s.merged_at, "
+                f"t.base_snapshots = s.base_snapshots, t.image_mode = s.image_mode, t.schemas = {schemas} "
+                "WHEN NOT MATCHED THEN INSERT *"
             )
         finally:
             self.spark.catalog.dropTempView(view)

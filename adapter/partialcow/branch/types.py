@@ -10,7 +10,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from partialcow.branch.naming import overlay_table, qualified
+from partialcow.branch.naming import base_schema_of, overlay_table, qualified
 from partialcow.exceptions import BranchError
 
 __all__ = [
@@ -85,7 +85,8 @@ class BranchRecord:
     """One branch as stored in the metadata table (update with ``dataclasses.replace``, never field by field).
 
     ``base_snapshots``: ``schema.table -> snapshot id`` of every parent-chain table when the branch was created or
-    last merged (the three-way merge's base); ``-1``: the table existed without a snapshot.
+    last merged (the three-way merge's base); ``-1``: the table existed without a snapshot. ``schemas``: the base
+    schemas the branch covers (lower case; see :meth:`base_schemas`); None in records written before it existed.
     """
 
     name: str
@@ -94,6 +95,28 @@ class BranchRecord:
     base_snapshots: dict[str, int] = field(default_factory=dict)
     merged_at: _dt.datetime | None = None
     image_mode: ImageMode = COPY_ON_WRITE
+    schemas: tuple[str, ...] | None = None
+
+    def base_schemas(self, meta_schema: str) -> tuple[str, ...]:
+        """The base schemas whose overlay schemas ``<schema>__br_<name>`` are this branch's, lower case.
+
+        Overlay schemas are named by base schema and branch name only, so targets sharing a metastore (each with
+        its own ``meta_schema``) may each have a branch ``dev``: a branch's operations look only in the schemas
+        its record covers (those of the models it was created with or built on it) and the meta schema (its diff
+        and conflict tables). A record written before ``schemas`` existed covers the schemas of its merge base,
+        which holds every model of the project that existed when the branch was created or last merged.
+
+        >>> record = BranchRecord("dev", "main", _dt.datetime(2024, 1, 1), {"shop.orders": 1, "shop__br_x.t": 2})
+        >>> record.base_schemas("meta")
+        ('meta', 'shop')
+        >>> BranchRecord("dev", "main", record.created_at, schemas=("sales",)).base_schemas("Meta")
+        ('meta', 'sales')
+        """
+        if self.schemas is None:
+            recorded = [base_schema_of(name.split(".", 1)[0]) for name in self.base_snapshots]
+        else:
+            recorded = list(self.schemas)
+        return tuple(sorted({meta_schema.lower(), *(schema.lower() for schema in recorded)}))
 
 
 @dataclass(frozen=True)
