@@ -127,8 +127,7 @@ def main() -> None:
                          "process_s": round(wall, 2), "keys": len(keys)})
             print(f"round {round_number + 1} {variant}: model {model:.2f} s, process {wall:.2f} s", flush=True)
 
-    command = "PYTHONPATH=adapter python bench/branch_fresh_bench.py " + " ".join(
-        a for a in sys.argv[1:] if not a.startswith("--results"))
+    command = "PYTHONPATH=adapter python bench/branch_fresh_bench.py " + " ".join(sys.argv[1:])
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     medians = {v: statistics.median(r["model_s"] for r in runs if r["variant"] == v) for v in variants}
     processes = {v: statistics.median(r["process_s"] for r in runs if r["variant"] == v) for v in variants}
