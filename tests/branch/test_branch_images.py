@@ -189,7 +189,10 @@ def test_image_reads_like_the_overlay_and_pins_the_parent(spark, layout, mode):
     _check_image_table(spark, view, root, "partialcow_dev")
     folder = local_path(str(load_iceberg(spark, f"{meta}__br_dev", "items").location())) + "/metadata"
     image_metadata = [name for name in os.listdir(folder) if not name.startswith(".")]  # Hadoop's .crc files
-    assert len(image_metadata) == 1 and re.match(r"\d{5}-.*\.metadata\.json$", image_metadata[0]), image_metadata
+    # a commit's file is "<version>-<uuid>.metadata.json" (the version parsed from the previous name, so a registered
+    # file whose uuid starts with digits gives a long one), a registered one "<uuid>.metadata.json"
+    committed = r"\d+-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.metadata\.json$"
+    assert len(image_metadata) == 1 and re.match(committed, image_metadata[0]), image_metadata
     dev_now = {k: v for k, v in theirs.items() if k not in {1, 5, 7, 8, 100}} | {k: dev[k] for k in (1, 5, 100)}
     assert _rows(spark, view) == dev_now == _live_rows(spark, meta, "dev", ["main"])
     feat_now = {k: v for k, v in dev_now.items() if k not in {2, 3, 100}} | {2: feat[2]}

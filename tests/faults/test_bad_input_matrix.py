@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from partialcow.exceptions import ChangeFeedError, ConfigurationError, PartialCowError
+from partialcow.exceptions import ChangeFeedError, ConfigurationError, PartialCowError, RepeatedKeysError
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import open_table
 from tablestate import table_state
@@ -45,9 +45,9 @@ CASES = [
     ("key 10^25 into a bigint key", row(k="cast(1e25 as decimal(38,0))"), {}, ChangeFeedError,
      ["bad_feed", "key column 'k'", "bigint"]),
     ("key as string into a bigint key", row(k="'1'"), {}, ChangeFeedError, ["bad_feed", "'k'", "string", "bigint"]),
-    ("duplicate keys without sequence_column", rows(row(), row(i="2")), {"sequence_column": None}, ChangeFeedError,
+    ("duplicate keys without sequence_column", rows(row(), row(i="2")), {"sequence_column": None}, RepeatedKeysError,
      ["bad_feed", "(k=1)", "sequence_column"]),
-    ("tie on the latest sequence", rows(row(), row(i="2"), row(_ts="4L")), {}, ChangeFeedError,
+    ("tie on the latest sequence", rows(row(), row(i="2"), row(_ts="4L")), {}, RepeatedKeysError,
      ["bad_feed", "(k=1)", "'_ts'"]),
     # op codes and sequence
     ("op column missing", row(_op=None), {}, ChangeFeedError, ["bad_feed", "'_op'", "missing"]),
