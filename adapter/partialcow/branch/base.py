@@ -1,16 +1,19 @@
 """Merge bases: the parent's snapshots a branch records, and the parent's rows at that base for each changed key.
 
 A branch records ``schema.table -> snapshot id`` of every table in its models' parent chains when it is created or
-merged. When a key enters a branch's overlay, the parent's row for it at that base is kept in the base image
-``<model>__pcow_base`` (the three-way merge reads it, so it survives a parent table being replaced).
+merged, and of every parent branch's image of them (:func:`image_snapshots`): a parent branch with an image shows
+its parent pinned as of its last build or refresh, not the parent's tables as they are. When a key enters a branch's
+overlay, the parent's row for it at that base is kept in the base image ``<model>__pcow_base`` (the three-way merge
+reads it, so it survives a parent table being replaced).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from partialcow.branch.catalog import iceberg_snapshot, list_tables, table_exists
+from partialcow.branch.catalog import iceberg_snapshot, list_tables, load_iceberg, table_exists
+from partialcow.branch.image import image_ref
 from partialcow.branch.levels import chain_tables, overlay_info, resolve_parent
 from partialcow.branch.naming import (
     MAIN,
@@ -30,15 +33,80 @@ if TYPE_CHECKING:
 
     from partialcow.branch.store import BranchStore
 
-__all__ = ["capture_base", "current_snapshots", "merge_base_sql", "record_snapshots", "recorded_snapshots"]
+__all__ = [
+    "capture_base",
+    "chain_state",
+    "current_snapshots",
+    "image_key",
+    "image_snapshots",
+    "merge_base_sql",
+    "record_snapshots",
+    "recorded_snapshots",
+    "recorded_state",
+]
+
+
+def image_key(base_schema: str, identifier: str, level: str) -> str:
+    """The merge-base entry of branch ``level``'s image of a model: the name of what readers of the model on that
+    branch query (the image table, whose snapshot is the image ref's).
+
+    >>> image_key("shop", "Orders", "dev")
+    'shop__br_dev.orders'
+    """
+    return f"{overlay_schema(base_schema, level)}.{identifier}".lower()
+
+
+def image_snapshots(table: Any, base_schema: str, identifier: str, levels: Sequence[str]) -> dict[str, int]:
+    """:func:`image_key` ``-> snapshot id`` of the image of every branch level in ``levels`` that has one; ``table``:
+    the model's root table (Iceberg's Java ``Table``), or None.
+
+    A parent branch's image is what it shows of the model: its own parent pinned as of its last build or refresh.
+    So the image's snapshot, not the tables below it, is the merge base's content of that level; and a refresh,
+    which changes what the branch shows without committing to any of those tables, commits a new image snapshot.
+    """
+    if table is None:
+        return {}
+    refs = table.refs()
+    found: dict[str, int] = {}
+    for level in levels:
+        ref = None if level == MAIN else refs.get(image_ref(level))
+        if ref is not None:
+            found[image_key(base_schema, identifier, level)] = int(ref.snapshotId())
+    return found
+
+
+def chain_state(spark: SparkSession, base_schema: str, identifier: str, levels: Sequence[str]) -> dict[str, int]:
+    """What makes up the model's content at ``levels`` (a parent chain) now: the snapshots of its chain's tables
+    and of the branch levels' images; equal to :func:`recorded_state` exactly when nothing the parent shows of the
+    model changed since the branch's base."""
+    state = current_snapshots(spark, chain_tables(base_schema, identifier, levels))
+    if any(level != MAIN for level in levels) and f"{base_schema}.{identifier}".lower() in state:
+        state.update(image_snapshots(load_iceberg(spark, base_schema, identifier), base_schema, identifier, levels))
+    return state
+
+
+def recorded_state(
+    base_snapshots: dict[str, int], base_schema: str, identifier: str, levels: Sequence[str]
+) -> dict[str, int]:
+    """The part of a branch's recorded merge base that :func:`chain_state` compares with.
+
+    >>> recorded_state({"shop.orders": 7, "shop__br_dev.orders": 9, "shop.items": 3}, "shop", "orders",
+    ...                ["dev", "main"])
+    {'shop.orders': 7, 'shop__br_dev.orders': 9}
+    """
+    tables = recorded_snapshots(base_snapshots, chain_tables(base_schema, identifier, levels))
+    images = {image_key(base_schema, identifier, level) for level in levels if level != MAIN}
+    return {**tables, **{name: snap for name, snap in base_snapshots.items() if name in images}}
 
 
 def record_snapshots(
     spark: SparkSession, models: Sequence[tuple[str, str]], levels: Sequence[str]
 ) -> dict[str, int]:
-    """``schema.table -> snapshot id`` of every existing Iceberg table in the chains of ``models``."""
+    """``schema.table -> snapshot id`` of every existing Iceberg table in the chains of ``models``, and of the images
+    the branch levels of ``levels`` have of them (:func:`image_snapshots`)."""
     listed: dict[str, set[str]] = {}
     snapshots: dict[str, int] = {}
+    nested = any(level != MAIN for level in levels)
     for base_schema, identifier in models:
         for schema, table in chain_tables(base_schema, identifier, levels):
             if schema not in listed:
@@ -48,6 +116,9 @@ def record_snapshots(
             snapshot = iceberg_snapshot(spark, schema, table)
             if snapshot is not None:
                 snapshots[f"{schema}.{table}".lower()] = snapshot
+        if nested and f"{base_schema}.{identifier}".lower() in snapshots:
+            root = load_iceberg(spark, base_schema, identifier)
+            snapshots.update(image_snapshots(root, base_schema, identifier, levels))
     return snapshots
 
 
@@ -82,7 +153,9 @@ def merge_base_sql(
     """SELECT of the model's parent content at the merge base (recorded snapshots), or None if it was empty.
 
     Rebuilds the parent chain from the bottom (root table, then each ancestor's overlay on top), every table read
-    ``VERSION AS OF`` its recorded snapshot. A table recorded without a snapshot (``-1``) was empty.
+    ``VERSION AS OF`` its recorded snapshot. A table recorded without a snapshot (``-1``) was empty. An ancestor
+    recorded with an image showed that image (its parent pinned as of its build, not the tables below as they were
+    at the base): the root table read ``VERSION AS OF`` the image's snapshot replaces the levels below it.
     """
     cols = ", ".join(quote(c) for c in info.columns)
     on = " AND ".join(f"p.{quote(k)} = o.{quote(k)}" for k in info.key_columns)
@@ -97,6 +170,10 @@ def merge_base_sql(
         full = base_snapshots.get(f"{schema}.{full_table(info.identifier)}".lower())
         if full is not None:
             below = f"SELECT {cols} FROM {_at(schema, full_table(info.identifier), full)}" if full >= 0 else None
+            continue
+        image = base_snapshots.get(image_key(base_schema, info.identifier, level))
+        if image is not None:
+            below = f"SELECT {cols} FROM {_at(base_schema, info.identifier, image)}"
             continue
         snap = base_snapshots.get(f"{schema}.{overlay_table(info.identifier)}".lower())
         if snap is None:
@@ -127,10 +204,10 @@ def capture_base(
 ) -> None:
     """Add to the branch's base image the parent's merge-base row of every key of ``keys_frame`` not yet in it.
 
-    While the parent chain is unchanged since the branch's base, that is the parent's current row (no time
-    travel). Otherwise it is read ``VERSION AS OF`` the recorded snapshots; if that history is gone (a parent table
-    dropped and recreated), the base is stored as unknown and the merge reports such keys as conflicts unless
-    both sides agree.
+    While the parent chain (its tables and images) is unchanged since the branch's base, that is the parent's
+    current row (no time travel). Otherwise it is read ``VERSION AS OF`` the recorded snapshots; if that history is
+    gone (a parent table dropped and recreated), the base is stored as unknown and the merge reports such keys as
+    conflicts unless both sides agree.
     """
     from pyspark.sql import functions as F
 
@@ -142,10 +219,11 @@ def capture_base(
     wanted = keys_frame.select(*keys).distinct()
     if table_exists(spark, schema, base_image_table(identifier)):
         wanted = wanted.join(spark.table(image).select(*keys), list(key_columns), "left_anti")
-    tables = chain_tables(base_schema, identifier, levels[1:])
     source: DataFrame | None = None
     known = True
-    if current_snapshots(spark, tables) == recorded_snapshots(record.base_snapshots, tables):
+    if chain_state(spark, base_schema, identifier, levels[1:]) == recorded_state(
+        record.base_snapshots, base_schema, identifier, levels[1:]
+    ):
         parent = resolve_parent(spark, levels[1:], base_schema, identifier)
         source = None if parent is None else spark.table(qualified(*parent))
     else:

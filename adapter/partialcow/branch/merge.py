@@ -15,12 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from partialcow.branch.base import capture_base, current_snapshots, record_snapshots, recorded_snapshots
+from partialcow.branch.base import capture_base, chain_state, record_snapshots, recorded_state
 from partialcow.branch.catalog import table_exists
 from partialcow.branch.frames import all_of, key_string
 from partialcow.branch.levels import (
     branch_models,
-    chain_tables,
     distinct_models,
     overlay_info,
     resolve_parent,
@@ -410,9 +409,9 @@ def merge_branch(
     ours == base: theirs stays; otherwise a conflict. Conflicts are written to
     ``<meta_schema>__br_<name>.partialcow_merge_conflicts`` and nothing at all is applied (``on_conflict``
     ``fail``, the default), unless ``on_conflict`` is ``ours`` (the branch's row wins) or ``theirs`` (the parent's
-    row stays). When no parent table changed since the base the merge is a fast-forward (no base
-    reconstruction). Each model is applied in one commit. Afterwards the branch's overlays are emptied and its base
-    moves to the merge result, so the branch continues from there.
+    row stays). When no parent table, and no parent branch's image, changed since the base the merge is a
+    fast-forward (no base reconstruction). Each model is applied in one commit. Afterwards the branch's overlays
+    are emptied and its base moves to the merge result, so the branch continues from there.
 
     >>> print(merge_branch(spark, name="dev", meta_schema="shop").describe())   # doctest: +SKIP
     branch dev -> main: merged in 4.10s
@@ -431,7 +430,9 @@ def merge_branch(
     try:
         for info in branch_models(spark, name, record.base_schemas(meta_schema)):
             base_schema = base_schema_of(info.schema)
-            tables = chain_tables(base_schema, info.identifier, parent_levels)
+            # a parent branch's refresh changes what it shows without committing to a chain table: its image counts
+            unchanged = chain_state(spark, base_schema, info.identifier, parent_levels) == recorded_state(
+                record.base_snapshots, base_schema, info.identifier, parent_levels)
             parent = resolve_parent(spark, parent_levels, base_schema, info.identifier)
             plan = _Plan(
                 info=info,
@@ -439,7 +440,7 @@ def merge_branch(
                 parent=parent,
                 merge=ModelMerge(
                     model=f"{base_schema}.{info.identifier}",
-                    fast_forward=current_snapshots(spark, tables) == recorded_snapshots(record.base_snapshots, tables),
+                    fast_forward=unchanged,
                     detached=info.mode == "detached" or parent is None,
                 ),
             )
