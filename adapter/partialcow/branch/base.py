@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from partialcow.branch.catalog import iceberg_snapshot, list_tables, load_iceberg, table_exists
+from partialcow.branch.frames import key_join, same_key, same_key_sql
 from partialcow.branch.image import image_ref
 from partialcow.branch.levels import chain_tables, overlay_info, resolve_parent
 from partialcow.branch.naming import (
@@ -158,7 +159,7 @@ def merge_base_sql(
     at the base): the root table read ``VERSION AS OF`` the image's snapshot replaces the levels below it.
     """
     cols = ", ".join(quote(c) for c in info.columns)
-    on = " AND ".join(f"p.{quote(k)} = o.{quote(k)}" for k in info.key_columns)
+    on = same_key_sql(info.key_columns, "p", "o")
     below: str | None = None
     for level in reversed(levels):
         schema = overlay_schema(base_schema, level)
@@ -218,7 +219,7 @@ def capture_base(
     keys = [quote(k) for k in key_columns]
     wanted = keys_frame.select(*keys).distinct()
     if table_exists(spark, schema, base_image_table(identifier)):
-        wanted = wanted.join(spark.table(image).select(*keys), list(key_columns), "left_anti")
+        wanted = key_join(wanted, spark.table(image), key_columns, "left_anti")
     source: DataFrame | None = None
     known = True
     if chain_state(spark, base_schema, identifier, levels[1:]) == recorded_state(
@@ -243,9 +244,13 @@ def capture_base(
         # untyped NULLs take the types of the result columns
         rows = rows.select(*[F.col(quote(c)).cast(t) for c, t in _types(keys_frame, columns)], PRESENT_COLUMN)
     else:
-        marked = source.select(*[quote(c) for c in columns]).withColumn("_found", F.lit(True))
-        rows = wanted.join(marked, list(key_columns), "left").select(
-            *[quote(c) for c in columns], F.coalesce(F.col("_found"), F.lit(False)).alias(PRESENT_COLUMN)
+        marked = source.select(*[F.col(quote(c)).alias(f"_pcow_v{i}") for i, c in enumerate(columns)],
+                               F.lit(True).alias("_found"))
+        position = {c: i for i, c in enumerate(columns)}
+        condition = same_key([wanted[k] for k in keys], [marked[f"_pcow_v{position[k]}"] for k in key_columns])
+        rows = wanted.join(marked, condition, "left").select(
+            *[wanted[quote(c)] if c in key_columns else F.col(f"_pcow_v{i}").alias(c) for i, c in enumerate(columns)],
+            F.coalesce(F.col("_found"), F.lit(False)).alias(PRESENT_COLUMN),
         )
     writer = rows.writeTo(image)
     if table_exists(spark, schema, base_image_table(identifier)):

@@ -53,6 +53,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from partialcow.branch.catalog import holds_no_rows, iceberg_snapshot, load_iceberg
+from partialcow.branch.frames import key_join, same_key_sql
 from partialcow.branch.image_files import marked, rewrite_in_place, write_position_deletes
 from partialcow.branch.naming import (
     IMAGE_OF_PROPERTY,
@@ -306,7 +307,7 @@ def refresh_image(
     pinned = info.table + (f" VERSION AS OF {overlay}" if overlay is not None and overlay >= 0 else "")
     root_columns = spark.table(root).columns
     keys = list(info.key_columns)
-    on = " AND ".join(f"p.{quote(k)} = o.{quote(k)}" for k in keys)  # overlay keys are never null
+    on = same_key_sql(keys, "p", "o")  # a tombstone's key may have a null part: the parent's row it deletes has it
     partition_by = ", ".join(f"o.{quote(k)}" for k in keys)
     values = ", ".join(f"o.{quote(c)}" for c in root_columns)
     moved = "".join(f" OR NOT (p.{quote(c)} <=> o.{quote(c)})" for c in _partition_sources(table, root_columns))
@@ -473,8 +474,7 @@ def _build(spark: SparkSession, table: Any, *, branch: str, start: int, changed:
             marked(delta, marks).commit()
         spark.catalog.refreshTable(root)
         if rewritten:
-            upserts = upserts.join(changed.filter(in_place & ~F.col(DELETE)).select(*keys), on=list(keys),
-                                   how="left_anti")
+            upserts = key_join(upserts, changed.filter(in_place & ~F.col(DELETE)), keys, "left_anti")
         upserts = upserts.select(*root_columns)
         # An overlay that only changes rows the fork has (a batch of updates) appends nothing: a quick look for one
         # row costs less than an INSERT job that writes none.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import functools
+import operator
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from partialcow.branch.base import capture_base, chain_state, record_snapshots, recorded_state
 from partialcow.branch.catalog import table_exists
-from partialcow.branch.frames import all_of, key_string
+from partialcow.branch.frames import all_of, key_join, key_string, same_key, same_key_sql, same_value
 from partialcow.branch.levels import (
     branch_models,
     distinct_models,
@@ -57,6 +58,7 @@ _PAST = {"insert": "inserted", "update": "updated", "delete": "deleted"}
 # whether it has one.
 _STATUS, _TAKE, _ACTION = "_pcow_status", "_pcow_take", "_pcow_action"
 _THEIRS, _BASE, _BASE_KNOWN = "_pcow_t", "_pcow_b", "_pcow_bk"
+_INSERT = "_pcow_insert"  # in the source of a whole-row MERGE: the row to insert, not the one that deletes
 
 
 @dataclass
@@ -150,14 +152,22 @@ def _stage_delta(
     keys, cols = info.key_columns, info.columns
     values = [c for c in cols if c not in keys]
     overlay = spark.table(info.table)
-    overlay_keys = F.broadcast(overlay.select(*[quote(k) for k in keys]).distinct())
+    types = {f.name: f.dataType for f in overlay.schema.fields}
+
+    def per_key(frame: DataFrame, present: Column | None = None) -> DataFrame:
+        # One row per key: the parent may hold a key more than once (then one state, with its copies counted in
+        # _pcow_n, which no single row equals). ``present``: the base image's column (its rows' first).
+        extra = [] if present is None else [F.first(present).alias(PRESENT_COLUMN)]
+        return frame.groupBy(*[F.col(quote(k)) for k in keys]).agg(
+            *[F.first(quote(c)).alias(c) for c in values], *extra, F.count(F.lit(1)).alias("_pcow_n"))
 
     def side(frame: DataFrame | None, prefix: str) -> DataFrame:
         if frame is None:  # absent at that point in time: no rows
             frame = spark.table(info.table).select(*[quote(c) for c in cols]).limit(0)
-        frame = frame.join(overlay_keys, list(keys), "left_semi")
+        frame = per_key(key_join(frame, overlay, keys, "left_semi", broadcast=True))
         return frame.select(
-            *[F.col(quote(c)).alias(f"{prefix}{i}") for i, c in enumerate(cols)], F.lit(True).alias(f"{prefix}x")
+            *[F.col(quote(c)).alias(f"{prefix}{i}") for i, c in enumerate(cols)], F.lit(True).alias(f"{prefix}x"),
+            F.col("_pcow_n").alias(f"{prefix}n"),
         )
 
     theirs_frame = None if plan.parent is None else spark.table(qualified(*plan.parent))
@@ -171,38 +181,41 @@ def _stage_delta(
     elif table_exists(spark, info.schema, base_image_table(info.identifier)):
         from_image = True
         # the parent's rows at the merge base, captured when each key entered the overlay
-        stored = spark.table(image)
+        stored = per_key(spark.table(image), F.col(PRESENT_COLUMN))
         base = stored.select(
             *[F.when(F.col(PRESENT_COLUMN), F.col(quote(c))).alias(f"{_BASE}{i}") if c not in keys else
               F.col(quote(c)).alias(f"{_BASE}{i}") for i, c in enumerate(cols)],
             F.when(F.col(PRESENT_COLUMN), F.lit(True)).alias(f"{_BASE}x"),
             F.col(PRESENT_COLUMN).isNotNull().alias(_BASE_KNOWN),
+            F.col("_pcow_n").alias(f"{_BASE}n"),
         )
     else:
         base = side(None, _BASE)
     key_pos = [cols.index(k) for k in keys]
     joined = overlay.join(
-        theirs, all_of([overlay[quote(k)] == theirs[f"{_THEIRS}{i}"] for k, i in zip(keys, key_pos)]), "left"
+        theirs, same_key([overlay[quote(k)] for k in keys], [theirs[f"{_THEIRS}{i}"] for i in key_pos]), "left"
     )
-    joined = joined.join(base, all_of([joined[quote(k)] == base[f"{_BASE}{i}"] for k, i in zip(keys, key_pos)]), "left")
+    joined = joined.join(base, same_key([joined[quote(k)] for k in keys], [base[f"{_BASE}{i}"] for i in key_pos]),
+                         "left")
 
     ours_x = F.col(OP_COLUMN) == OP_UPSERT
     theirs_x, base_x = F.col(f"{_THEIRS}x").isNotNull(), F.col(f"{_BASE}x").isNotNull()
     # a key missing from the base image, or stored as unknown, matches neither side: only ours == theirs merges
     base_known = F.coalesce(F.col(_BASE_KNOWN), F.lit(False)) if from_image else F.lit(True)
 
-    def equal(a_x: Column, a: Sequence[Column], b_x: Column, b: Sequence[Column]) -> Column:
-        same_values = all_of([x.eqNullSafe(y) for x, y in zip(a, b)])
+    def equal(a_x: Column, a: Sequence[Column], a_n: Column, b_x: Column, b: Sequence[Column], b_n: Column) -> Column:
+        same_values = all_of([same_value(x, y, types[c]) for x, y, c in zip(a, b, values)]) & a_n.eqNullSafe(b_n)
         return (a_x == b_x) & (~a_x | same_values)
 
     value_pos = [cols.index(c) for c in values]
     ours_v = [F.col(quote(cols[i])) for i in value_pos]
     theirs_v = [F.col(f"{_THEIRS}{i}") for i in value_pos]
     base_v = [F.col(f"{_BASE}{i}") for i in value_pos]
+    ours_n, theirs_n, base_n = F.lit(1).cast("bigint"), F.col(f"{_THEIRS}n"), F.col(f"{_BASE}n")
     status = (
-        F.when(equal(ours_x, ours_v, theirs_x, theirs_v), "same")
-        .when(base_known & equal(theirs_x, theirs_v, base_x, base_v), "ours")
-        .when(base_known & equal(ours_x, ours_v, base_x, base_v), "theirs")
+        F.when(equal(ours_x, ours_v, ours_n, theirs_x, theirs_v, theirs_n), "same")
+        .when(base_known & equal(theirs_x, theirs_v, theirs_n, base_x, base_v, base_n), "ours")
+        .when(base_known & equal(ours_x, ours_v, ours_n, base_x, base_v, base_n), "theirs")
         .otherwise("conflict")
     )
     take = (F.col(_STATUS) == "ours") | ((F.col(_STATUS) == "conflict") & F.lit(policy == "ours"))
@@ -240,7 +253,9 @@ def _conflict_rows(spark: SparkSession, plan: _Plan, branch: str) -> DataFrame:
     if plan.stage is None:  # only delta models have conflicting keys, and _stage_delta staged those
         raise BranchError(f"branch_merge {branch}: {plan.merge.model} has conflicts but no staged rows")
     staged = spark.table(plan.stage).where(F.col(_STATUS) == "conflict")
-    both = (F.col(OP_COLUMN) == OP_UPSERT) & F.col(f"{_THEIRS}x")
+    types = {f.name: f.dataType for f in staged.schema.fields}
+    # column by column when both sides hold one row of the key (a parent's several copies: whole rows)
+    both = (F.col(OP_COLUMN) == OP_UPSERT) & F.col(f"{_THEIRS}x") & (F.col(f"{_THEIRS}n") == 1)
 
     def row_json(prefix: str | None, present: Column) -> Column:
         fields = [
@@ -255,7 +270,7 @@ def _conflict_rows(spark: SparkSession, plan: _Plan, branch: str) -> DataFrame:
                 F.col(f"{_BASE}{i}").cast("string").alias("base_value"),
                 F.col(quote(c)).cast("string").alias("ours_value"),
                 F.col(f"{_THEIRS}{i}").cast("string").alias("theirs_value"),
-                (~F.col(quote(c)).eqNullSafe(F.col(f"{_THEIRS}{i}"))).alias("differs"),
+                (~same_value(F.col(quote(c)), F.col(f"{_THEIRS}{i}"), types[c])).alias("differs"),
             )
             for i, c in enumerate(cols)
             if c not in keys
@@ -299,29 +314,53 @@ def _apply_with_partial_cow(
 
 
 def _merge_full_table_sql(target: str, source: str, keys: Sequence[str], cols: Sequence[str], *, with_op: bool) -> str:
-    """MERGE the staged changes into a table holding whole rows (a root table or a detached overlay)."""
-    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
-    sets = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in cols if c not in keys)
+    """MERGE the staged changes into a table holding whole rows (a root table or a detached overlay), in one commit:
+    every row of a staged key is deleted and the branch's row, if it has one, inserted. A key the table holds more
+    than once then ends as the branch showed it, once (an UPDATE would change every copy and keep them all)."""
     names = [quote(c) for c in cols] + ([OP_COLUMN, SEQ_COLUMN] if with_op else [])
     values = [f"s.{quote(c)}" for c in cols] + ([f"'{OP_UPSERT}'", f"s.{SEQ_COLUMN}"] if with_op else [])
-    update = f"WHEN MATCHED THEN UPDATE SET {sets} " if sets else ""
+    # each staged key twice: a row that matches (and deletes) the key's rows, and for an upsert one that matches
+    # nothing (and is inserted)
+    rows = (
+        f"SELECT *, false AS {_INSERT} FROM ({source}) "
+        f"UNION ALL SELECT *, true AS {_INSERT} FROM ({source}) WHERE {OP_COLUMN} = '{OP_UPSERT}'"
+    )
     return (
-        f"MERGE INTO {target} t USING ({source}) s ON {on} "
-        f"WHEN MATCHED AND s.{OP_COLUMN} = '{OP_DELETE}' THEN DELETE {update}"
-        f"WHEN NOT MATCHED AND s.{OP_COLUMN} = '{OP_UPSERT}' "
-        f"THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})"
+        f"MERGE INTO {target} t USING ({rows}) s ON NOT s.{_INSERT} AND {same_key_sql(keys, 't', 's')} "
+        f"WHEN MATCHED THEN DELETE "
+        f"WHEN NOT MATCHED AND s.{_INSERT} THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})"
     )
 
 
 def _merge_overlay_sql(target: str, source: str, keys: Sequence[str], cols: Sequence[str]) -> str:
     """MERGE the staged changes into a parent branch's overlay: upserts and tombstones both become overlay rows."""
-    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+    on = same_key_sql(keys, "t", "s")
     names = [quote(c) for c in cols] + [OP_COLUMN, SEQ_COLUMN]
     sets = ", ".join(f"t.{n} = s.{n}" for n in names)
     return (
         f"MERGE INTO {target} t USING ({source}) s ON {on} WHEN MATCHED THEN UPDATE SET {sets} "
         f"WHEN NOT MATCHED THEN INSERT ({', '.join(names)}) VALUES ({', '.join('s.' + n for n in names)})"
     )
+
+
+def _apply_to_main(spark: SparkSession, schema: str, identifier: str, source: str, keys: Sequence[str],
+                   cols: Sequence[str]) -> None:
+    """Apply the staged rows to a root table: partial copy-on-write, unless a staged key has a null part or the
+    table holds one more than once, which its row index cannot address (it refuses both): then Iceberg's MERGE,
+    still one commit."""
+    from pyspark.sql import functions as F
+
+    from partialcow.exceptions import DuplicateKeyError
+
+    staged = spark.sql(source)
+    odd = functools.reduce(operator.or_, [F.col(quote(k)).isNull() for k in keys], F.col(f"{_THEIRS}n") > 1)
+    if staged.where(odd).isEmpty():
+        try:
+            _apply_with_partial_cow(spark, f"{schema}.{identifier}", source, keys, cols)
+            return
+        except DuplicateKeyError:  # a key the branch did not change is held twice: nothing was written
+            pass
+    spark.sql(_merge_full_table_sql(qualified(schema, identifier), source, keys, cols, with_op=False))
 
 
 def _unmaterialize(spark: SparkSession, schema: str, identifier: str) -> bool:
@@ -360,8 +399,7 @@ def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_level
         if parent_level == MAIN:
             target = qualified(target_schema, info.identifier)
             if table_exists(spark, target_schema, info.identifier):
-                _apply_with_partial_cow(spark, f"{target_schema}.{info.identifier}", source, info.key_columns,
-                                        info.columns)
+                _apply_to_main(spark, target_schema, info.identifier, source, info.key_columns, info.columns)
             else:  # a model new on the branch: the parent gets its rows as a new table
                 spark.sql(
                     f"CREATE TABLE {target} USING iceberg AS "
