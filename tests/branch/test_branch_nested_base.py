@@ -103,3 +103,23 @@ def test_nested_merge_with_the_parent_unchanged_stays_a_fast_forward(spark):
         # dev's image was rebuilt by the merge, and re-pinned to main as it is now (key 1)
         dev_shown = {**ours, 1: "b"}
         assert _rows(spark, f"{meta}__br_dev.items") == dev_shown
+
+
+@pytest.mark.parametrize("mode", IMAGE_MODES)
+def test_refresh_of_an_unchanged_parent_keeps_its_image_and_the_fast_forward(spark, mode):
+    """A refresh of dev while neither main nor dev's overlay moved keeps dev's image snapshot (the same inputs give
+    the same rows), so feat's merge is still a fast-forward. Rebuilding it gave a new image snapshot, which feat's
+    merge base took for a change of dev: a three-way merge, and a conflict for a model merged whole."""
+    meta, dev_shown = _setup(spark, "nrefu", mode, main_before_feat={})
+    image = spark.sql(f"SELECT snapshot_id FROM {meta}.items.refs WHERE name = 'partialcow_dev'").collect()
+    assert len(image) == 1
+    refreshed = refresh_branch(spark, name="dev", meta_schema=meta)
+    assert spark.sql(f"SELECT snapshot_id FROM {meta}.items.refs WHERE name = 'partialcow_dev'").collect() == image
+    assert refreshed.models == ((f"{meta}.items", True),)
+    assert _rows(spark, f"{meta}__br_dev.items") == dev_shown
+    ours = {**dev_shown, 2: "x"}
+    _build(spark, meta, "feat", ours)
+    result = merge_branch(spark, name="feat", meta_schema=meta)
+    (merged,) = result.models
+    assert merged.fast_forward and merged.updated == 1, result.describe()
+    assert _rows(spark, f"{meta}__br_dev.items") == ours
