@@ -305,10 +305,12 @@ def apply_changes_on_branch(
         # the image's rows of the batch's keys carry where they are (every copy of a key the parent holds more than
         # once, and what it held there), read in the same job: the image is then changed at those positions
         located = _of_batch(current.select("*", "_spec_id", "_file", "_pos"), staged, keys)
+        # the values of a key held more than once come from one of its copies, all of them (first() per column
+        # could pair columns of different copies)
         ours = located.groupBy(*[quote(k) for k in keys]).agg(
-            *[F.first(quote(c)).alias(c) for c in current.columns if c not in keys],
             F.collect_list(F.struct("_spec_id", "_file", "_pos", *[quote(c) for c in current.columns])).alias(AT),
-        ).select(*[quote(c) for c in current.columns], AT)
+        ).select(*[quote(k) for k in keys], *[F.col(AT)[0][c].alias(c) for c in current.columns if c not in keys],
+                 AT).select(*[quote(c) for c in current.columns], AT)
         carry = [AT]
     parent_rows = spark.table(qualified(*parent)) if parent is not None else current.limit(0)
     changed = _changed_keys(staged, ours, parent_rows, keys=keys, values=values, seq=seq, carry=carry)
