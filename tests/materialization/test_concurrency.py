@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+from interleave import CommitsAfter
 from partialcow.exceptions import CommitConflictError
 from partialcow.index import RowIndex
 from partialcow.table.iceberg import IcebergTable
@@ -24,20 +25,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.usefixtures("p
 SPEC = ChangeSpec(key_columns=("id",), op_column="_op", model="concurrent")
 SCHEMA = "id bigint, v int, _op string"
 
-
-class _CommitsAfter:
-    """A committer that lets another writer run to completion right before this writer's commit."""
-
-    def __init__(self, inner, other_writer) -> None:
-        self._inner = inner
-        self._other_writer = other_writer
-
-    def replace_files(self, change):
-        self._other_writer()
-        return self._inner.replace_files(change)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
 
 
 @pytest.fixture()
@@ -74,7 +61,7 @@ def _interleaved(spark, name: str, a_rows, b_rows):
     b = lambda: apply_changes(spark, open_table(spark, name, table_format="iceberg"),  # noqa: E731
                               spark.createDataFrame(b_rows, SCHEMA), SPEC)
     writer_a = open_table(spark, name, table_format="iceberg")
-    writer_a.format_table = _CommitsAfter(writer_a.format_table, b)
+    writer_a.format_table = CommitsAfter(writer_a.format_table, b)
     return lambda: apply_changes(spark, writer_a, spark.createDataFrame(a_rows, SCHEMA), SPEC)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from interleave import CommitsAfter
 from partialcow.exceptions import CommitConflictError
 from partialcow.spark.changes import ChangeSpec, apply_changes
 from partialcow.spark.tables import open_table
@@ -26,20 +27,6 @@ SPEC = ChangeSpec(key_columns=("id", "region"), op_column="_op", model="delta_ke
 ARROW = pa.schema([("id", pa.int64()), ("region", pa.string()), ("v", pa.string())])
 CHANGES = "id bigint, region string, v string, _op string"
 
-
-class _AppendsBeforeCommit:
-    """A committer that lets another writer append right before this writer's commit."""
-
-    def __init__(self, inner, other_writer) -> None:
-        self._inner = inner
-        self._other_writer = other_writer
-
-    def replace_files(self, change):
-        self._other_writer()
-        return self._inner.replace_files(change)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
 
 
 def _rows(path: str) -> list[tuple]:
@@ -68,7 +55,7 @@ def test_concurrent_append_is_checked_on_whole_keys(spark, tmp_path, monkeypatch
     mine = [(i, "us" if i % 2 else "eu", "mine", "I") for i in range(keys)]
     other = pa.Table.from_pylist([{"id": theirs[0], "region": theirs[1], "v": "theirs"}], schema=ARROW)
     writer = open_table(spark, path, table_format="delta")
-    writer.format_table = _AppendsBeforeCommit(writer.format_table,
+    writer.format_table = CommitsAfter(writer.format_table,
                                                lambda: write_deltalake(path, other, mode="append"))
     batch = spark.createDataFrame(mine, CHANGES)
     if conflict or limit is not None:
