@@ -108,6 +108,32 @@ def test_nan_updates_are_applied(tmp_path: Path, old: float, new: float) -> None
     _float_update(tmp_path, old, new)
 
 
+_NESTED_ZEROS = [
+    (pa.list_(pa.float64()), [0.0], [-0.0]),
+    (pa.list_(pa.float32()), [-0.0, 1.0], [0.0, 1.0]),
+    (pa.struct([("x", pa.float64())]), {"x": 0.0}, {"x": -0.0}),
+    (pa.map_(pa.string(), pa.float64()), [("k", -0.0)], [("k", 0.0)]),
+    (pa.list_(pa.struct([("x", pa.float64())])), [{"x": 0.0}], [{"x": -0.0}]),
+]
+
+
+@pytest.mark.parametrize(("type_", "old", "new"), _NESTED_ZEROS, ids=["list", "list32", "struct", "map", "deep"])
+def test_bug_signed_zero_inside_nested_update_dropped(tmp_path: Path, type_: pa.DataType, old, new) -> None:
+    """A -0.0 inside a list, struct or map is not 0.0 either: nested values compare float bits as flat ones do."""
+    rows = [old if i == 7 else None for i in range(20)]
+    src = _write(pa.table({"v": pa.array(rows, type_)}), tmp_path / "src.parquet")
+    dst = tmp_path / "out.parquet"
+    report = rewrite_file(src, dst, updates=pa.table({ROW_POSITION: pa.array([7], pa.int64()),
+                                                      "v": pa.array([new], type_)}))
+    got = pq.read_table(dst).column("v").to_pylist()[7]
+    flat = got if isinstance(got, list) else [got]
+    signs = [np.signbit(x["x"] if isinstance(x, dict) else x[1] if isinstance(x, tuple) else x) for x in flat]
+    expected = new if isinstance(new, list) else [new]
+    assert signs == [np.signbit(x["x"] if isinstance(x, dict) else x[1] if isinstance(x, tuple) else x)
+                     for x in expected], (got, new)
+    assert report.rows_updated == 1
+
+
 def test_bug_plain_page_between_dictionary_pages(tmp_path: Path) -> None:
     """Layout twin of the Spark vectorized-reader bug (test_readers_spark.py), checkable without Spark: after an
     update of a middle page, no dictionary-encoded page may follow a non-dictionary page in the chunk."""

@@ -1,30 +1,36 @@
 """Merge bases: the parent's snapshots a branch records, and the parent's rows at that base for each changed key.
 
 A branch records ``schema.table -> snapshot id`` of every table in its models' parent chains when it is created or
-merged. When a key enters a branch's overlay, the parent's row for it at that base is kept in the base image
-``<model>__pcow_base`` (the three-way merge reads it, so it survives a parent table being replaced).
+merged, and of every parent branch's image of them (:func:`image_snapshots`): a parent branch with an image shows
+its parent pinned as of its last build or refresh, not the parent's tables as they are. When a key enters a branch's
+overlay, the parent's row for it at that base is kept in the base image ``<model>__pcow_base`` (the three-way merge
+reads it, so it survives a parent table being replaced).
 
 A base image belongs to the merge base it was captured against: its table property ``partialcow.base-snapshots``
-holds the branch's recorded snapshots of the model's parent chain at that time. A merge moves the branch's base per
-model right after the model's commit, then empties the overlay and drops the image; a merge stopped in between
-(a crash, a failure) leaves an image of the old base behind, which :func:`stale_base_image` recognises: the next
-merge reads the model three-way from that image (not as a fast-forward), and the next capture drops it and captures
-the overlay's keys again at the base the branch records.
+holds the branch's recorded merge base of the model's parent chain at that time (:func:`recorded_state`: its
+tables' snapshots and its parent branches' images). A merge moves the branch's base per model right after the
+model's commit, then empties the overlay and drops the image; a merge stopped in between (a crash, a failure)
+leaves an image of the old base behind, which :func:`stale_base_image` recognises: the next merge reads the model
+three-way from that image (not as a fast-forward), and the next capture drops it and captures the overlay's keys
+again at the base the branch records.
 
 While a merge applies a model, its base image carries ``partialcow.merging`` (:func:`mark_merging`): the parent
-chain's snapshots before the merge's commit and the rows it applies. A merge stopped there (killed after its commit,
-before moving the branch's base) leaves it behind; :func:`settle_interrupted_merge` (the next merge, the next
-capture) then gives each applied key the base the merge's commit made it, when the parent moved since and holds the
-applied row, unknown when it holds another (the merge reports such a key as a conflict unless both sides agree).
+chain's state (:func:`chain_state`) before the merge's commit and the rows it applies. A merge stopped there
+(killed after its commit, before moving the branch's base) leaves it behind; :func:`settle_interrupted_merge` (the
+next merge, the next capture) then gives each applied key the base the merge's commit made it, when the parent moved
+since and holds the applied row, unknown when it holds another (the merge reports such a key as a conflict unless
+both sides agree).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from partialcow.branch.catalog import iceberg_snapshot, list_tables, load_iceberg, table_exists
+from partialcow.branch.frames import _has_floats, key_join, same_key, same_key_sql
+from partialcow.branch.image import image_ref
 from partialcow.branch.levels import chain_tables, overlay_info, resolve_parent
 from partialcow.branch.naming import (
     MAIN,
@@ -49,29 +55,89 @@ __all__ = [
     "MERGING_PROPERTY",
     "base_token",
     "capture_base",
+    "chain_state",
     "current_snapshots",
+    "image_key",
+    "image_snapshots",
     "mark_merging",
     "merge_base_sql",
     "record_snapshots",
     "recorded_snapshots",
+    "recorded_state",
     "settle_interrupted_merge",
     "stale_base_image",
 ]
 
-#: Table property of a base image: the merge base (recorded snapshots of the model's parent chain, as JSON) its rows
-#: were captured against.
+#: Table property of a base image: the merge base (:func:`recorded_state` of the model's parent chain, as JSON) its
+#: rows were captured against.
 BASE_OF_PROPERTY = "partialcow.base-snapshots"
-#: Table property of a base image while a merge applies the model (JSON): ``chain``, the parent chain's snapshots
-#: before the merge's commit; ``applied``, the SELECT of the rows the merge applies (model columns and ``_pcow_op``).
+#: Table property of a base image while a merge applies the model (JSON): ``chain``, the parent chain's state
+#: (:func:`chain_state`) before the merge's commit; ``applied``, the SELECT of the rows the merge applies (model
+#: columns and ``_pcow_op``).
 MERGING_PROPERTY = "partialcow.merging"
+
+
+def image_key(base_schema: str, identifier: str, level: str) -> str:
+    """The merge-base entry of branch ``level``'s image of a model: the name of what readers of the model on that
+    branch query (the image table, whose snapshot is the image ref's).
+
+    >>> image_key("shop", "Orders", "dev")
+    'shop__br_dev.orders'
+    """
+    return f"{overlay_schema(base_schema, level)}.{identifier}".lower()
+
+
+def image_snapshots(table: Any, base_schema: str, identifier: str, levels: Sequence[str]) -> dict[str, int]:
+    """:func:`image_key` ``-> snapshot id`` of the image of every branch level in ``levels`` that has one; ``table``:
+    the model's root table (Iceberg's Java ``Table``), or None.
+
+    A parent branch's image is what it shows of the model: its own parent pinned as of its last build or refresh.
+    So the image's snapshot, not the tables below it, is the merge base's content of that level; and a refresh,
+    which changes what the branch shows without committing to any of those tables, commits a new image snapshot.
+    """
+    if table is None:
+        return {}
+    refs = table.refs()
+    found: dict[str, int] = {}
+    for level in levels:
+        ref = None if level == MAIN else refs.get(image_ref(level))
+        if ref is not None:
+            found[image_key(base_schema, identifier, level)] = int(ref.snapshotId())
+    return found
+
+
+def chain_state(spark: SparkSession, base_schema: str, identifier: str, levels: Sequence[str]) -> dict[str, int]:
+    """What makes up the model's content at ``levels`` (a parent chain) now: the snapshots of its chain's tables
+    and of the branch levels' images; equal to :func:`recorded_state` exactly when nothing the parent shows of the
+    model changed since the branch's base."""
+    state = current_snapshots(spark, chain_tables(base_schema, identifier, levels))
+    if any(level != MAIN for level in levels) and f"{base_schema}.{identifier}".lower() in state:
+        state.update(image_snapshots(load_iceberg(spark, base_schema, identifier), base_schema, identifier, levels))
+    return state
+
+
+def recorded_state(
+    base_snapshots: dict[str, int], base_schema: str, identifier: str, levels: Sequence[str]
+) -> dict[str, int]:
+    """The part of a branch's recorded merge base that :func:`chain_state` compares with.
+
+    >>> recorded_state({"shop.orders": 7, "shop__br_dev.orders": 9, "shop.items": 3}, "shop", "orders",
+    ...                ["dev", "main"])
+    {'shop.orders': 7, 'shop__br_dev.orders': 9}
+    """
+    tables = recorded_snapshots(base_snapshots, chain_tables(base_schema, identifier, levels))
+    images = {image_key(base_schema, identifier, level) for level in levels if level != MAIN}
+    return {**tables, **{name: snap for name, snap in base_snapshots.items() if name in images}}
 
 
 def record_snapshots(
     spark: SparkSession, models: Sequence[tuple[str, str]], levels: Sequence[str]
 ) -> dict[str, int]:
-    """``schema.table -> snapshot id`` of every existing Iceberg table in the chains of ``models``."""
+    """``schema.table -> snapshot id`` of every existing Iceberg table in the chains of ``models``, and of the images
+    the branch levels of ``levels`` have of them (:func:`image_snapshots`)."""
     listed: dict[str, set[str]] = {}
     snapshots: dict[str, int] = {}
+    nested = any(level != MAIN for level in levels)
     for base_schema, identifier in models:
         for schema, table in chain_tables(base_schema, identifier, levels):
             if schema not in listed:
@@ -81,6 +147,9 @@ def record_snapshots(
             snapshot = iceberg_snapshot(spark, schema, table)
             if snapshot is not None:
                 snapshots[f"{schema}.{table}".lower()] = snapshot
+        if nested and f"{base_schema}.{identifier}".lower() in snapshots:
+            root = load_iceberg(spark, base_schema, identifier)
+            snapshots.update(image_snapshots(root, base_schema, identifier, levels))
     return snapshots
 
 
@@ -105,40 +174,52 @@ def recorded_snapshots(base_snapshots: dict[str, int], tables: Sequence[tuple[st
     return {name: snap for name, snap in base_snapshots.items() if name in names}
 
 
-def base_token(base_snapshots: dict[str, int], tables: Sequence[tuple[str, str]]) -> str:
-    """The merge base recorded for ``tables`` (a model's parent chain) as text: what a base image is marked with.
+def base_token(base_snapshots: dict[str, int], base_schema: str, identifier: str, levels: Sequence[str]) -> str:
+    """The merge base recorded for the model's parent chain ``levels`` (:func:`recorded_state`: its tables and its
+    parent branches' images) as text: what a base image is marked with.
 
-    >>> base_token({"shop.orders": 7, "shop.items": 9}, [("shop", "orders")])
-    '{"shop.orders": 7}'
+    >>> base_token({"shop.orders": 7, "shop.items": 9, "shop__br_dev.orders": 4}, "shop", "orders", ["dev", "main"])
+    '{"shop.orders": 7, "shop__br_dev.orders": 4}'
     """
-    return json.dumps(recorded_snapshots(base_snapshots, tables), sort_keys=True)
+    return json.dumps(recorded_state(base_snapshots, base_schema, identifier, levels), sort_keys=True)
 
 
 def stale_base_image(
-    spark: SparkSession, base_snapshots: dict[str, int], *, schema: str, identifier: str,
-    tables: Sequence[tuple[str, str]],
+    spark: SparkSession, base_snapshots: dict[str, int], *, schema: str, identifier: str, base_schema: str,
+    levels: Sequence[str],
 ) -> bool:
     """Whether the model's base image in ``schema`` was captured against another merge base than ``base_snapshots``
-    (the branch's record) holds for ``tables``: a merge moved the base and stopped before dropping the image. An
-    image without the mark (captured before images were marked) counts as current."""
+    (the branch's record) holds for the parent chain ``levels``: a merge moved the base and stopped before dropping
+    the image. An image without the mark (captured before images were marked) counts as current."""
     loaded = load_iceberg(spark, schema, base_image_table(identifier))
     if loaded is None:
         return False
     token = loaded.properties().get(BASE_OF_PROPERTY)
-    return token is not None and str(token) != base_token(base_snapshots, tables)
+    return token is not None and str(token) != base_token(base_snapshots, base_schema, identifier, levels)
 
 
 def mark_merging(
-    spark: SparkSession, *, schema: str, identifier: str, tables: Sequence[tuple[str, str]], applied_sql: str
+    spark: SparkSession, *, schema: str, identifier: str, base_schema: str, levels: Sequence[str], applied_sql: str
 ) -> bool:
     """Mark the model's base image as being merged (see :data:`MERGING_PROPERTY`), before the merge's commit; False
-    (nothing marked) when the model has no base image."""
+    (nothing marked) when the model has no base image. ``levels``: the parent chain."""
     loaded = load_iceberg(spark, schema, base_image_table(identifier))
     if loaded is None:
         return False
-    state = {"chain": current_snapshots(spark, tables), "applied": applied_sql}
+    state = {"chain": chain_state(spark, base_schema, identifier, levels), "applied": applied_sql}
     loaded.updateProperties().set(MERGING_PROPERTY, json.dumps(state, sort_keys=True)).commit()
     return True
+
+
+def _same_value_sql(a: str, b: str, data_type: Any) -> str:
+    """:func:`partialcow.branch.frames.same_value` as SQL (``a``, ``b``: qualified columns)."""
+    from pyspark.sql.types import DoubleType, FloatType
+
+    if not _has_floats(data_type):
+        return f"{a} <=> {b}"
+    if isinstance(data_type, (FloatType, DoubleType)):
+        return f"({a} <=> {b} AND CAST({a} AS STRING) <=> CAST({b} AS STRING))"
+    return f"({a} <=> {b} AND to_json(array({a})) <=> to_json(array({b})))"
 
 
 def settle_interrupted_merge(
@@ -148,16 +229,18 @@ def settle_interrupted_merge(
     identifier: str,
     columns: Sequence[str],
     key_columns: Sequence[str],
-    tables: Sequence[tuple[str, str]],
+    base_schema: str,
+    levels: Sequence[str],
     parent: tuple[str, str] | None,
 ) -> None:
     """Settle what a merge stopped during its commit left in the model's base image (see :func:`mark_merging`).
 
-    Parent chain unchanged since the mark: the commit did not land, the image stays as it was. Otherwise, for each
-    key the merge applied: the parent (``parent``, as it is now) holds the applied row, so the merge's commit is in
-    it and the key's base is that row (absent for an applied delete the parent lacks); or it holds another (another
-    writer changed it since), and the base is unknown. Without the applied rows (their staging table gone), every
-    key's base is unknown. Then the mark is removed.
+    Parent chain ``levels`` unchanged since the mark (:func:`chain_state`: its tables and its parent branches'
+    images): the commit did not land, the image stays as it was. Otherwise, for each key the merge applied: the
+    parent (``parent``, as it is now) holds the applied row, so the merge's commit is in it and the key's base is
+    that row (absent for an applied delete the parent lacks); or it holds another (another writer changed it since),
+    and the base is unknown. Without the applied rows (their staging table gone), every key's base is unknown. Then
+    the mark is removed.
     """
     loaded = load_iceberg(spark, schema, base_image_table(identifier))
     raw = None if loaded is None else loaded.properties().get(MERGING_PROPERTY)
@@ -165,10 +248,10 @@ def settle_interrupted_merge(
         return
     state = json.loads(str(raw))
     image = qualified(schema, base_image_table(identifier))
-    if current_snapshots(spark, tables) != state.get("chain"):
+    if chain_state(spark, base_schema, identifier, levels) != state.get("chain"):
         values = [c for c in columns if c not in key_columns]
-        on = " AND ".join(f"a.{quote(k)} = p.{quote(k)}" for k in key_columns)
-        same = " AND ".join([f"a.{quote(c)} <=> p.{quote(c)}" for c in values] or ["TRUE"])
+        types = {f.name: f.dataType for f in spark.table(image).schema.fields}
+        same = " AND ".join([_same_value_sql(f"a.{quote(c)}", f"p.{quote(c)}", types[c]) for c in values] or ["TRUE"])
         upsert = f"a.{OP_COLUMN} = '{OP_UPSERT}' AND p._pcow_found IS NOT NULL AND {same}"
         gone = f"a.{OP_COLUMN} <> '{OP_UPSERT}' AND p._pcow_found IS NULL"
         cols = ", ".join(quote(c) for c in columns)
@@ -178,9 +261,9 @@ def settle_interrupted_merge(
             f"SELECT {', '.join(f'a.{quote(k)}' for k in key_columns)}"
             + "".join(f", CASE WHEN {upsert} THEN a.{quote(c)} END AS {quote(c)}" for c in values)
             + f", CASE WHEN {upsert} THEN TRUE WHEN {gone} THEN FALSE END AS {PRESENT_COLUMN} "
-            f"FROM ({state.get('applied')}) a LEFT JOIN ({parent_rows}) p ON {on}"
+            f"FROM ({state.get('applied')}) a LEFT JOIN ({parent_rows}) p ON {same_key_sql(key_columns, 'a', 'p')}"
         )
-        match = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key_columns)
+        match = same_key_sql(key_columns, "t", "s")
         sets = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in [*values, PRESENT_COLUMN])
         try:
             spark.sql(f"MERGE INTO {image} t USING ({rebased}) s ON {match} WHEN MATCHED THEN UPDATE SET {sets}")
@@ -201,10 +284,12 @@ def merge_base_sql(
     """SELECT of the model's parent content at the merge base (recorded snapshots), or None if it was empty.
 
     Rebuilds the parent chain from the bottom (root table, then each ancestor's overlay on top), every table read
-    ``VERSION AS OF`` its recorded snapshot. A table recorded without a snapshot (``-1``) was empty.
+    ``VERSION AS OF`` its recorded snapshot. A table recorded without a snapshot (``-1``) was empty. An ancestor
+    recorded with an image showed that image (its parent pinned as of its build, not the tables below as they were
+    at the base): the root table read ``VERSION AS OF`` the image's snapshot replaces the levels below it.
     """
     cols = ", ".join(quote(c) for c in info.columns)
-    on = " AND ".join(f"p.{quote(k)} = o.{quote(k)}" for k in info.key_columns)
+    on = same_key_sql(info.key_columns, "p", "o")
     below: str | None = None
     for level in reversed(levels):
         schema = overlay_schema(base_schema, level)
@@ -216,6 +301,10 @@ def merge_base_sql(
         full = base_snapshots.get(f"{schema}.{full_table(info.identifier)}".lower())
         if full is not None:
             below = f"SELECT {cols} FROM {_at(schema, full_table(info.identifier), full)}" if full >= 0 else None
+            continue
+        image = base_snapshots.get(image_key(base_schema, info.identifier, level))
+        if image is not None:
+            below = f"SELECT {cols} FROM {_at(base_schema, info.identifier, image)}"
             continue
         snap = base_snapshots.get(f"{schema}.{overlay_table(info.identifier)}".lower())
         if snap is None:
@@ -246,10 +335,10 @@ def capture_base(
 ) -> None:
     """Add to the branch's base image the parent's merge-base row of every key of ``keys_frame`` not yet in it.
 
-    While the parent chain is unchanged since the branch's base, that is the parent's current row (no time
-    travel). Otherwise it is read ``VERSION AS OF`` the recorded snapshots; if that history is gone (a parent table
-    dropped and recreated), the base is stored as unknown and the merge reports such keys as conflicts unless
-    both sides agree.
+    While the parent chain (its tables and images) is unchanged since the branch's base, that is the parent's
+    current row (no time travel). Otherwise it is read ``VERSION AS OF`` the recorded snapshots; if that history is
+    gone (a parent table dropped and recreated), the base is stored as unknown and the merge reports such keys as
+    conflicts unless both sides agree.
 
     An image captured against an older merge base (a merge stopped after moving the branch's base, before dropping
     the image: see :func:`stale_base_image`) is dropped first, and every key of the overlay captured again.
@@ -261,27 +350,31 @@ def capture_base(
     schema = overlay_schema(base_schema, branch)
     image = f"{schema}.{base_image_table(identifier)}"
     keys = [quote(k) for k in key_columns]
-    tables = chain_tables(base_schema, identifier, levels[1:])
+    parent_levels = levels[1:]
     settle_interrupted_merge(spark, schema=schema, identifier=identifier, columns=columns, key_columns=key_columns,
-                             tables=tables, parent=resolve_parent(spark, levels[1:], base_schema, identifier))
+                             base_schema=base_schema, levels=parent_levels,
+                             parent=resolve_parent(spark, parent_levels, base_schema, identifier))
     wanted = keys_frame.select(*keys)
-    if stale_base_image(spark, record.base_snapshots, schema=schema, identifier=identifier, tables=tables):
+    if stale_base_image(spark, record.base_snapshots, schema=schema, identifier=identifier, base_schema=base_schema,
+                        levels=parent_levels):
         spark.sql(f"DROP TABLE {qualified(schema, base_image_table(identifier))} PURGE")
         if table_exists(spark, schema, overlay_table(identifier)):
             wanted = wanted.unionByName(spark.table(qualified(schema, overlay_table(identifier))).select(*keys))
     wanted = wanted.distinct()
     image_exists = table_exists(spark, schema, base_image_table(identifier))
     if image_exists:
-        wanted = wanted.join(spark.table(image).select(*keys), list(key_columns), "left_anti")
+        wanted = key_join(wanted, spark.table(image), key_columns, "left_anti")
     source: DataFrame | None = None
     known = True
-    if current_snapshots(spark, tables) == recorded_snapshots(record.base_snapshots, tables):
-        parent = resolve_parent(spark, levels[1:], base_schema, identifier)
+    if chain_state(spark, base_schema, identifier, parent_levels) == recorded_state(
+        record.base_snapshots, base_schema, identifier, parent_levels
+    ):
+        parent = resolve_parent(spark, parent_levels, base_schema, identifier)
         source = None if parent is None else spark.table(qualified(*parent))
     else:
         info = OverlayInfo(schema=schema, identifier=identifier, columns=tuple(columns),
                            key_columns=tuple(key_columns), mode="delta")
-        sql = merge_base_sql(spark, info, levels=levels[1:], base_snapshots=record.base_snapshots,
+        sql = merge_base_sql(spark, info, levels=parent_levels, base_snapshots=record.base_snapshots,
                              base_schema=base_schema)
         try:
             source = None if sql is None else spark.sql(sql)
@@ -295,15 +388,20 @@ def capture_base(
         # untyped NULLs take the types of the result columns
         rows = rows.select(*[F.col(quote(c)).cast(t) for c, t in _types(keys_frame, columns)], PRESENT_COLUMN)
     else:
-        marked = source.select(*[quote(c) for c in columns]).withColumn("_found", F.lit(True))
-        rows = wanted.join(marked, list(key_columns), "left").select(
-            *[quote(c) for c in columns], F.coalesce(F.col("_found"), F.lit(False)).alias(PRESENT_COLUMN)
+        marked = source.select(*[F.col(quote(c)).alias(f"_pcow_v{i}") for i, c in enumerate(columns)],
+                               F.lit(True).alias("_found"))
+        position = {c: i for i, c in enumerate(columns)}
+        condition = same_key([wanted[k] for k in keys], [marked[f"_pcow_v{position[k]}"] for k in key_columns])
+        rows = wanted.join(marked, condition, "left").select(
+            *[wanted[quote(c)] if c in key_columns else F.col(f"_pcow_v{i}").alias(c) for i, c in enumerate(columns)],
+            F.coalesce(F.col("_found"), F.lit(False)).alias(PRESENT_COLUMN),
         )
     writer = rows.writeTo(image)
     if image_exists:
         writer.append()
     else:
-        writer.using("iceberg").tableProperty(BASE_OF_PROPERTY, base_token(record.base_snapshots, tables)).create()
+        writer.using("iceberg").tableProperty(
+            BASE_OF_PROPERTY, base_token(record.base_snapshots, base_schema, identifier, parent_levels)).create()
 
 
 def _types(frame: DataFrame, columns: Sequence[str]) -> list[tuple[str, str]]:

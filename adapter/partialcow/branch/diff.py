@@ -10,14 +10,14 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from partialcow.branch.frames import all_of, key_string
+from partialcow.branch.frames import key_join, key_string, same_key, same_value
 from partialcow.branch.levels import branch_models, resolve_parent
 from partialcow.branch.naming import OP_COLUMN, OP_UPSERT, base_schema_of, overlay_schema, qualified, quote
 from partialcow.branch.store import BranchStore
 from partialcow.branch.types import OverlayInfo
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 __all__ = ["DIFF_TABLE", "DetachedDiff", "DiffResult", "diff_branch"]
 
@@ -109,16 +109,19 @@ def _keyed_rows(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str],
     """One row per inserted or deleted key, one per changed column of an updated key."""
     from pyspark.sql import functions as F
 
-    ours = spark.table(info.table).alias("o")
+    overlay = spark.table(info.table)
+    ours = overlay.alias("o")
     keys = info.key_columns
+    types = {f.name: f.dataType for f in overlay.schema.fields}
+    # a key the parent holds more than once joins each copy: identical rows below are dropped, keys counted once
     theirs = (
-        spark.table(qualified(*parent))
-        .join(F.broadcast(spark.table(info.table).select(*[quote(k) for k in keys])), list(keys), "left_semi")
+        key_join(spark.table(qualified(*parent)), overlay, keys, "left_semi", broadcast=True)
         .select(*[quote(c) for c in info.columns])
         .withColumn("_t", F.lit(True))
         .alias("t")
     )
-    joined = ours.join(theirs, on=all_of([F.col(f"o.{quote(k)}") == F.col(f"t.{quote(k)}") for k in keys]), how="left")
+    on = same_key([F.col(f"o.{quote(k)}") for k in keys], [F.col(f"t.{quote(k)}") for k in keys])
+    joined = ours.join(theirs, on=on, how="left")
     in_parent = F.col("t._t").isNotNull()
     is_upsert = F.col(f"o.{OP_COLUMN}") == OP_UPSERT
     changes = F.filter(
@@ -128,7 +131,7 @@ def _keyed_rows(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str],
                     F.lit(c).alias("column_name"),
                     F.col(f"t.{quote(c)}").cast("string").alias("old_value"),
                     F.col(f"o.{quote(c)}").cast("string").alias("new_value"),
-                    (~F.col(f"o.{quote(c)}").eqNullSafe(F.col(f"t.{quote(c)}"))).alias("changed"),
+                    (~same_value(F.col(f"o.{quote(c)}"), F.col(f"t.{quote(c)}"), types[c])).alias("changed"),
                 )
                 for c in info.columns
                 if c not in keys
@@ -157,7 +160,14 @@ def _keyed_rows(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str],
         F.lit(None).cast("string").alias("old_value"),
         F.lit(None).cast("string").alias("new_value"),
     )
-    return updates.unionByName(others)
+    return updates.unionByName(others).dropDuplicates()  # strings only: no value normalised
+
+
+def _distinct_keys() -> Column:
+    """How many keys the diff rows grouped name (a single key with a null value counts too)."""
+    from pyspark.sql import functions as F
+
+    return F.countDistinct(F.struct("key"))
 
 
 def diff_branch(spark: SparkSession, *, name: str, meta_schema: str) -> DiffResult:
@@ -194,8 +204,10 @@ def diff_branch(spark: SparkSession, *, name: str, meta_schema: str) -> DiffResu
     written_frame = functools.reduce(lambda a, b: a.unionByName(b), frames, empty)
     written_frame.writeTo(result.table).using("iceberg").createOrReplace()
     written = spark.table(result.table).where(F.col("change") != "replace")
-    for row in written.groupBy("model", "change").agg(F.countDistinct("key").alias("n")).collect():
+    for row in written.groupBy("model", "change").agg(_distinct_keys().alias("n")).collect():
         result.counts.setdefault(row["model"], {})[_PAST[row["change"]]] = row["n"]
-    for row in written.where("change = 'update'").groupBy("model", "column_name").count().collect():
-        result.columns.setdefault(row["model"], {})[row["column_name"]] = row["count"]
+    # keys, not rows: a key the parent holds more than once in different versions has one row per version
+    updated = written.where("change = 'update'").groupBy("model", "column_name").agg(_distinct_keys().alias("n"))
+    for row in updated.collect():
+        result.columns.setdefault(row["model"], {})[row["column_name"]] = row["n"]
     return result

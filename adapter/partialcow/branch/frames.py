@@ -1,4 +1,13 @@
-"""Small DataFrame helpers the branch modules share."""
+"""Small DataFrame helpers the branch modules share: how two rows' keys match and how two values compare.
+
+Key matching is null-safe everywhere on a branch (build, image, diff, merge, batches): a parent's row whose key has
+a null part is a row like any other, which the branch can change or delete, and whose deletion a merge carries to
+the parent. With ``=`` such a row matched nothing and could never be removed. :func:`same_key` and
+:func:`same_key_sql` build every key join condition of the package; :func:`key_join` joins two frames with it.
+
+Values compare as the bits the reader gets back: ``-0.0`` differs from ``0.0`` (Spark's ``=`` and ``<=>`` take them
+for equal, so a branch whose result held ``-0.0`` where the parent held ``0.0`` kept showing ``0.0``).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +19,10 @@ from typing import TYPE_CHECKING
 from partialcow.branch.naming import quote
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
 
-__all__ = ["all_of", "key_string"]
+__all__ = ["all_of", "key_join", "key_string", "same_key", "same_key_sql", "same_value"]
 
 
 def all_of(conditions: Sequence[Column]) -> Column:
@@ -22,11 +32,69 @@ def all_of(conditions: Sequence[Column]) -> Column:
     return functools.reduce(operator.and_, conditions) if conditions else F.lit(True)
 
 
+def same_key(left: Sequence[Column], right: Sequence[Column]) -> Column:
+    """The condition that matches a row of one side with a row of the other by key (the key columns of each side,
+    in the same order): null-safe, so that a null key part matches a null."""
+    return all_of([a.eqNullSafe(b) for a, b in zip(left, right, strict=True)])
+
+
+def same_key_sql(keys: Sequence[str], left: str, right: str) -> str:
+    """:func:`same_key` as SQL, for relations aliased ``left`` and ``right``.
+
+    >>> same_key_sql(["id", "k 2"], "p", "o")
+    'p.`id` <=> o.`id` AND p.`k 2` <=> o.`k 2`'
+    """
+    return " AND ".join(f"{left}.{quote(k)} <=> {right}.{quote(k)}" for k in keys) or "TRUE"
+
+
+def key_join(left: DataFrame, right: DataFrame, keys: Sequence[str], how: str, *, broadcast: bool = False) -> DataFrame:
+    """``left`` joined with ``right`` on ``keys`` (columns both have) by :func:`same_key`, ``how`` being
+    ``left_semi`` or ``left_anti``: ``left``'s columns only (a join on column names would compare with ``=``).
+    ``broadcast``: ``right`` is small (a batch's keys, an overlay's)."""
+    from pyspark.sql import functions as F
+
+    if how not in ("left_semi", "left_anti"):
+        raise ValueError(f"key_join takes left_semi or left_anti joins, not {how!r}")
+    renamed = right.select(*[F.col(quote(k)).alias(f"_pcow_key{i}") for i, k in enumerate(keys)])
+    renamed = F.broadcast(renamed) if broadcast else renamed
+    condition = same_key([left[quote(k)] for k in keys], [renamed[f"_pcow_key{i}"] for i in range(len(keys))])
+    return left.join(renamed, condition, how)
+
+
+def _has_floats(data_type: DataType) -> bool:
+    from pyspark.sql.types import ArrayType, DoubleType, FloatType, MapType, StructType
+
+    if isinstance(data_type, (FloatType, DoubleType)):
+        return True
+    if isinstance(data_type, ArrayType):
+        return _has_floats(data_type.elementType)
+    if isinstance(data_type, MapType):
+        return _has_floats(data_type.keyType) or _has_floats(data_type.valueType)
+    if isinstance(data_type, StructType):
+        return any(_has_floats(f.dataType) for f in data_type.fields)
+    return False
+
+
+def same_value(a: Column, b: Column, data_type: DataType) -> Column:
+    """Whether two values of type ``data_type`` are the same, nulls included: ``<=>``, and for floating values (also
+    inside arrays, maps and structs) their text, which tells ``-0.0`` from ``0.0`` (every NaN is the same NaN)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DoubleType, FloatType
+
+    equal = a.eqNullSafe(b)
+    if not _has_floats(data_type):
+        return equal
+    if isinstance(data_type, (FloatType, DoubleType)):
+        return equal & a.cast("string").eqNullSafe(b.cast("string"))
+    # nested: JSON writes doubles as Java's shortest round-trip text; <=> above still compares everything else
+    return equal & F.to_json(F.array(a)).eqNullSafe(F.to_json(F.array(b)))
+
+
 def key_string(keys: Sequence[str], prefix: str) -> Column:
-    """One readable string per key: the value itself, or JSON for composite keys (``prefix``: a column qualifier
-    such as ``"o."``)."""
+    """One readable string per key: the value itself, or JSON for composite keys, null parts written as null
+    (``prefix``: a column qualifier such as ``"o."``)."""
     from pyspark.sql import functions as F
 
     if len(keys) == 1:
         return F.col(f"{prefix}{quote(keys[0])}").cast("string")
-    return F.to_json(F.struct(*[F.col(f"{prefix}{quote(k)}").alias(k) for k in keys]))
+    return F.to_json(F.struct(*[F.col(f"{prefix}{quote(k)}").alias(k) for k in keys]), {"ignoreNullFields": "false"})

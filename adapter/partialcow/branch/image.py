@@ -53,6 +53,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from partialcow.branch.catalog import holds_no_rows, iceberg_snapshot, load_iceberg
+from partialcow.branch.frames import key_join, same_key_sql
 from partialcow.branch.image_files import marked, rewrite_in_place, write_position_deletes
 from partialcow.branch.naming import (
     IMAGE_OF_PROPERTY,
@@ -114,7 +115,8 @@ ALIVE, AT = "_pcow_alive", "_pcow_at"
 class ImageReport:
     """What building an image wrote: data files rewritten in place (their pages re-encoded or copied) and rows
     hidden by position deletes (in how many data files); ``extended`` when one batch's changes were applied to the
-    image as it was, rather than the image rebuilt from the parent.
+    image as it was, rather than the image rebuilt from the parent; ``unchanged`` when the image had been built
+    from the parent's and the overlay's current snapshots already (nothing written).
 
     >>> ImageReport(COPY_ON_WRITE, files_rewritten=2, pages_rewritten=50, pages_copied=200, files_with_deletes=1,
     ...             rows_hidden_by_deletes=7).describe()
@@ -128,8 +130,11 @@ class ImageReport:
     files_with_deletes: int
     rows_hidden_by_deletes: int
     extended: bool = False
+    unchanged: bool = False
 
     def describe(self) -> str:
+        if self.unchanged:
+            return f"{self.mode} image: unchanged (the parent and the overlay are as when it was built)"
         return (
             f"{self.mode} image{' (extended)' if self.extended else ''}: {self.files_rewritten} data files "
             f"rewritten ({self.pages_rewritten} pages re-encoded, "
@@ -303,10 +308,17 @@ def refresh_image(
         drop_image(spark, base_schema, identifier, branch)
         return None
     overlay = iceberg_snapshot(spark, info.schema, overlay_table(info.identifier))
+    current = _ref_snapshot(table, image_ref(branch))
+    if current is not None and overlay is not None:
+        summary = dict(table.snapshot(current).summary())
+        if summary | _marks(fork, overlay, mode) == summary:
+            # built from the same parent snapshot, overlay snapshot and mode: the same rows. Keeping its snapshot
+            # keeps a child branch's merge a fast-forward (a child's merge base records it).
+            return ImageReport(mode, 0, 0, 0, 0, 0, unchanged=True)
     pinned = info.table + (f" VERSION AS OF {overlay}" if overlay is not None and overlay >= 0 else "")
     root_columns = spark.table(root).columns
     keys = list(info.key_columns)
-    on = " AND ".join(f"p.{quote(k)} = o.{quote(k)}" for k in keys)  # overlay keys are never null
+    on = same_key_sql(keys, "p", "o")  # a tombstone's key may have a null part: the parent's row it deletes has it
     partition_by = ", ".join(f"o.{quote(k)}" for k in keys)
     values = ", ".join(f"o.{quote(c)}" for c in root_columns)
     moved = "".join(f" OR NOT (p.{quote(c)} <=> o.{quote(c)})" for c in _partition_sources(table, root_columns))
@@ -473,8 +485,7 @@ def _build(spark: SparkSession, table: Any, *, branch: str, start: int, changed:
             marked(delta, marks).commit()
         spark.catalog.refreshTable(root)
         if rewritten:
-            upserts = upserts.join(changed.filter(in_place & ~F.col(DELETE)).select(*keys), on=list(keys),
-                                   how="left_anti")
+            upserts = key_join(upserts, changed.filter(in_place & ~F.col(DELETE)), keys, "left_anti")
         upserts = upserts.select(*root_columns)
         # An overlay that only changes rows the fork has (a batch of updates) appends nothing: a quick look for one
         # row costs less than an INSERT job that writes none.

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from partialcow.branch.base import capture_base
 from partialcow.branch.catalog import load_iceberg, table_exists
-from partialcow.branch.frames import all_of
+from partialcow.branch.frames import all_of, key_join, same_key, same_key_sql, same_value
 from partialcow.branch.image import ALIVE, AT, extend_image, extendable_image
 from partialcow.branch.levels import overlay_info, parent_level, resolve_parent, write_overlay
 from partialcow.branch.naming import (
@@ -158,10 +158,9 @@ def _stage(changes: DataFrame, spec: ChangeSpec, current: DataFrame) -> tuple[Da
     return staged, [c for c in values if c not in spec.exclude_columns]
 
 
-def _batch_keys(staged: DataFrame, keys: Sequence[str]) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    return F.broadcast(staged.select(*[quote(k) for k in keys]))
+def _of_batch(rows: DataFrame, staged: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """``rows`` of the batch's keys (a batch is small next to a model: its keys are broadcast)."""
+    return key_join(rows, staged, keys, "left_semi", broadcast=True)
 
 
 def _changed_keys(
@@ -172,6 +171,7 @@ def _changed_keys(
     (``_pcow_kind``) and what the overlay must hold for it (``_pcow_action``). ``ours``: the branch's current rows of
     the batch's keys (the model's columns, and the ``carry`` columns passed through: null for a key the branch
     lacks)."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     columns = [c for c in ours.columns if c not in carry]
@@ -179,12 +179,17 @@ def _changed_keys(
     ours = ours.dropDuplicates(list(keys))
     ours = ours.select(*[F.col(quote(c)).alias(f"c{i}") for i, c in enumerate(columns)], F.lit(True).alias("_c"),
                        *[quote(c) for c in carry])
-    theirs = parent.join(_batch_keys(staged, keys), list(keys), "left_semi").dropDuplicates(list(keys))
-    theirs = theirs.select(*[F.col(quote(c)).alias(f"p{i}") for i, c in enumerate(columns)], F.lit(True).alias("_p"))
+    # a key the parent holds more than once is never "the parent's row": the branch shows one row for it
+    copies = F.count(F.lit(1)).over(Window.partitionBy(*[F.col(quote(k)) for k in keys])).alias("_pcow_copies")
+    theirs = _of_batch(parent, staged, keys).select("*", copies).dropDuplicates(list(keys))
+    theirs = theirs.select(*[F.col(quote(c)).alias(f"p{i}") for i, c in enumerate(columns)], F.lit(True).alias("_p"),
+                           F.col("_pcow_copies"))
     s = staged.alias("s")
     position = {c: i for i, c in enumerate(columns)}
-    joined = s.join(ours, all_of([F.col(f"s.{quote(k)}") == F.col(f"c{position[k]}") for k in keys]), "left")
-    joined = joined.join(theirs, all_of([F.col(f"s.{quote(k)}") == F.col(f"p{position[k]}") for k in keys]), "left")
+    joined = s.join(ours, same_key([F.col(f"s.{quote(k)}") for k in keys], [F.col(f"c{position[k]}") for k in keys]),
+                    "left")
+    joined = joined.join(
+        theirs, same_key([F.col(f"s.{quote(k)}") for k in keys], [F.col(f"p{position[k]}") for k in keys]), "left")
     present, in_parent, delete = F.col("_c").isNotNull(), F.col("_p").isNotNull(), F.col(f"s.{DELETE}")
 
     def new_value(column: str) -> object:
@@ -196,7 +201,8 @@ def _changed_keys(
     types = {f.name: f.dataType for f in ours_schema.fields}
     state = [F.when(~delete, new_value(c)).cast(types[c]) if c not in keys
              else F.col(f"s.{quote(c)}") for c in columns]
-    same_as_parent = all_of([F.col(f"p{position[c]}").eqNullSafe(v) for c, v in zip(columns, state) if c not in keys])
+    same_as_parent = (F.col("_pcow_copies") == 1) & all_of(
+        [same_value(F.col(f"p{position[c]}"), v, types[c]) for c, v in zip(columns, state) if c not in keys])
     kind = (F.when(delete & present, "deleted").when(delete, "none").when(present, "updated").otherwise("inserted"))
     action = (
         F.when(delete & ~present, F.lit(None))  # a delete of a key the branch lacks changes nothing
@@ -209,7 +215,7 @@ def _changed_keys(
 
 
 def _merge_overlay_sql(target: str, source: str, keys: Sequence[str], columns: Sequence[str]) -> str:
-    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+    on = same_key_sql(keys, "t", "s")
     names = [quote(c) for c in columns]
     sets = ", ".join(
         [f"t.{n} = s.{n}" for n in names] + [f"t.{OP_COLUMN} = s.{_ACTION}", f"t.{SEQ_COLUMN} = s.{SEQ_COLUMN}"]
@@ -293,17 +299,18 @@ def apply_changes_on_branch(
         # The image pins the parent as of its last build and this batch's build re-pins it: the batch applies to
         # what the branch shows over the parent as it is now (a key the parent gained since is there to delete).
         shown = spark.sql(view_sql(info, parent, materialized=False)).select(*[quote(c) for c in current.columns])
-    ours = shown.join(_batch_keys(staged, keys), list(keys), "left_semi")
+    ours = _of_batch(shown, staged, keys)
     carry: list[str] = []
     if extend_from is not None:
         # the image's rows of the batch's keys carry where they are (every copy of a key the parent holds more than
         # once, and what it held there), read in the same job: the image is then changed at those positions
-        located = current.select("*", "_spec_id", "_file", "_pos").join(_batch_keys(staged, keys), list(keys),
-                                                                        "left_semi")
+        located = _of_batch(current.select("*", "_spec_id", "_file", "_pos"), staged, keys)
+        # the values of a key held more than once come from one of its copies, all of them (first() per column
+        # could pair columns of different copies)
         ours = located.groupBy(*[quote(k) for k in keys]).agg(
-            *[F.first(quote(c)).alias(c) for c in current.columns if c not in keys],
             F.collect_list(F.struct("_spec_id", "_file", "_pos", *[quote(c) for c in current.columns])).alias(AT),
-        ).select(*[quote(c) for c in current.columns], AT)
+        ).select(*[quote(k) for k in keys], *[F.col(AT)[0][c].alias(c) for c in current.columns if c not in keys],
+                 AT).select(*[quote(c) for c in current.columns], AT)
         carry = [AT]
     parent_rows = spark.table(qualified(*parent)) if parent is not None else current.limit(0)
     changed = _changed_keys(staged, ours, parent_rows, keys=keys, values=values, seq=seq, carry=carry)
@@ -314,7 +321,7 @@ def apply_changes_on_branch(
     if info.mode == "detached" or parent is None:
         # no key-level overlay to patch: the branch's new content as a whole
         alive = changed.where(F.col(_KIND).isin("inserted", "updated")).select(*[quote(c) for c in current.columns])
-        rest = current.join(staged.select(*[quote(k) for k in keys]), list(keys), "left_anti")
+        rest = key_join(current, staged, keys, "left_anti")
         return _whole(spark, rest.unionByName(alive).localCheckpoint(), branch=branch, base_schema=base_schema,
                       identifier=identifier, key_columns=keys, meta_schema=meta_schema,
                       counts=(inserted, updated, deleted))

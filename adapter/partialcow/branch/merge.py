@@ -6,8 +6,9 @@ to a ``main`` table with partial copy-on-write, to a parent branch's overlay wit
 
 A merge of several models cannot commit them together (one commit per table). So every model is staged and checked
 before any is written (:mod:`partialcow.branch.merge_stage`): conflicts under ``on_conflict: fail``, keys the
-branch's result (or the parent) holds more than once, what ``apply_changes`` would refuse (types, nulls, table
-features), a parent overlay whose columns differ, a parent table dropped since the branch built a model key by key.
+branch's result holds more than once (a parent's repeated key is staged once), what ``apply_changes`` would refuse
+(types, nulls, table features), a parent overlay whose columns differ, a parent table dropped since the branch built
+a model key by key.
 Then each model is merged in turn: its commit, then the branch's merge base for that model moved to the result (one
 write of the branch record), then its overlay emptied and base image dropped. A merge that fails or is killed after
 some models leaves those merged (the branch continues from them) and the others as they were, so running it again
@@ -34,18 +35,18 @@ from typing import TYPE_CHECKING
 
 from partialcow.branch.base import (
     capture_base,
-    current_snapshots,
+    chain_state,
     mark_merging,
     record_snapshots,
-    recorded_snapshots,
+    recorded_state,
     settle_interrupted_merge,
     stale_base_image,
 )
 from partialcow.branch.catalog import table_exists
+from partialcow.branch.frames import same_key_sql
 from partialcow.branch.image import drop_image, drop_reader_relation
 from partialcow.branch.levels import (
     branch_models,
-    chain_tables,
     distinct_models,
     overlay_info,
     resolve_parent,
@@ -55,6 +56,7 @@ from partialcow.branch.merge_stage import (
     ModelMerge,
     _change_spec,
     _check_plan,
+    _odd_keys,
     _Plan,
     _stage_delta,
     _write_conflicts,
@@ -62,7 +64,6 @@ from partialcow.branch.merge_stage import (
 from partialcow.branch.naming import (
     MAIN,
     OP_COLUMN,
-    OP_DELETE,
     OP_UPSERT,
     SEQ_COLUMN,
     base_image_table,
@@ -89,6 +90,7 @@ CONFLICT_TABLE = "partialcow_merge_conflicts"
 #: Where the fault suite kills a merge (``PARTIALCOW_CRASH_AT``, see ``partialcow.faults``), per model: after its
 #: commit to the parent; after the branch's merge base moved for it (its overlay not yet emptied).
 CRASH_POINTS = ("branch-merge-applied", "branch-merge-recorded")
+_INSERT = "_pcow_insert"  # in the source of a whole-row MERGE: the row to insert, not the one that deletes
 
 
 @dataclass
@@ -138,29 +140,49 @@ def _apply_with_partial_cow(
 
 
 def _merge_full_table_sql(target: str, source: str, keys: Sequence[str], cols: Sequence[str], *, with_op: bool) -> str:
-    """MERGE the staged changes into a table holding whole rows (a root table or a detached overlay)."""
-    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
-    sets = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in cols if c not in keys)
+    """MERGE the staged changes into a table holding whole rows (a root table or a detached overlay), in one commit:
+    every row of a staged key is deleted and the branch's row, if it has one, inserted. A key the table holds more
+    than once then ends as the branch showed it, once (an UPDATE would change every copy and keep them all)."""
     names = [quote(c) for c in cols] + ([OP_COLUMN, SEQ_COLUMN] if with_op else [])
     values = [f"s.{quote(c)}" for c in cols] + ([f"'{OP_UPSERT}'", f"s.{SEQ_COLUMN}"] if with_op else [])
-    update = f"WHEN MATCHED THEN UPDATE SET {sets} " if sets else ""
+    # each staged key twice: a row that matches (and deletes) the key's rows, and for an upsert one that matches
+    # nothing (and is inserted)
+    rows = (
+        f"SELECT *, false AS {_INSERT} FROM ({source}) "
+        f"UNION ALL SELECT *, true AS {_INSERT} FROM ({source}) WHERE {OP_COLUMN} = '{OP_UPSERT}'"
+    )
     return (
-        f"MERGE INTO {target} t USING ({source}) s ON {on} "
-        f"WHEN MATCHED AND s.{OP_COLUMN} = '{OP_DELETE}' THEN DELETE {update}"
-        f"WHEN NOT MATCHED AND s.{OP_COLUMN} = '{OP_UPSERT}' "
-        f"THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})"
+        f"MERGE INTO {target} t USING ({rows}) s ON NOT s.{_INSERT} AND {same_key_sql(keys, 't', 's')} "
+        f"WHEN MATCHED THEN DELETE "
+        f"WHEN NOT MATCHED AND s.{_INSERT} THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})"
     )
 
 
 def _merge_overlay_sql(target: str, source: str, keys: Sequence[str], cols: Sequence[str]) -> str:
     """MERGE the staged changes into a parent branch's overlay: upserts and tombstones both become overlay rows."""
-    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+    on = same_key_sql(keys, "t", "s")
     names = [quote(c) for c in cols] + [OP_COLUMN, SEQ_COLUMN]
     sets = ", ".join(f"t.{n} = s.{n}" for n in names)
     return (
         f"MERGE INTO {target} t USING ({source}) s ON {on} WHEN MATCHED THEN UPDATE SET {sets} "
         f"WHEN NOT MATCHED THEN INSERT ({', '.join(names)}) VALUES ({', '.join('s.' + n for n in names)})"
     )
+
+
+def _apply_to_main(spark: SparkSession, schema: str, identifier: str, source: str, keys: Sequence[str],
+                   cols: Sequence[str]) -> None:
+    """Apply the staged rows to a root table: partial copy-on-write, unless a staged key has a null part or the
+    table holds one more than once, which its row index cannot address (it refuses both): then Iceberg's MERGE,
+    still one commit."""
+    from partialcow.exceptions import DuplicateKeyError
+
+    if spark.sql(source).where(_odd_keys(keys)).isEmpty():
+        try:
+            _apply_with_partial_cow(spark, f"{schema}.{identifier}", source, keys, cols)
+            return
+        except DuplicateKeyError:  # a key the branch did not change is held twice: nothing was written
+            pass
+    spark.sql(_merge_full_table_sql(qualified(schema, identifier), source, keys, cols, with_op=False))
 
 
 def _unmaterialize(spark: SparkSession, schema: str, identifier: str) -> bool:
@@ -212,8 +234,7 @@ def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_level
         if parent_level == MAIN:
             target = qualified(target_schema, info.identifier)
             if table_exists(spark, target_schema, info.identifier):
-                _apply_with_partial_cow(spark, f"{target_schema}.{info.identifier}", source, info.key_columns,
-                                        info.columns)
+                _apply_to_main(spark, target_schema, info.identifier, source, info.key_columns, info.columns)
             else:  # a model new on the branch: the parent gets its rows as a new table
                 spark.sql(
                     f"CREATE TABLE {target} USING iceberg AS "
@@ -261,10 +282,10 @@ def merge_branch(
     ours == base: theirs stays; otherwise a conflict. Conflicts are written to
     ``<meta_schema>__br_<name>.partialcow_merge_conflicts`` and nothing at all is applied (``on_conflict``
     ``fail``, the default), unless ``on_conflict`` is ``ours`` (the branch's row wins) or ``theirs`` (the parent's
-    row stays). When no parent table changed since the base the merge is a fast-forward (no base
-    reconstruction). Every model is checked before any is written (see the module docstring); then each is applied
-    in one commit, the branch's base for it moves to the merge result and its overlay is emptied, so the branch
-    continues from there (also from the models merged before one that fails).
+    row stays). When no parent table, and no parent branch's image, changed since the base the merge is a
+    fast-forward (no base reconstruction). Every model is checked before any is written (see the module docstring);
+    then each is applied in one commit, the branch's base for it moves to the merge result and its overlay is
+    emptied, so the branch continues from there (also from the models merged before one that fails).
 
     A model the branch changed key by key whose parent's table was dropped since: a conflict (the parent dropped
     what the branch changed). ``on_conflict: ours`` recreates the parent's table from the rows the branch shows,
@@ -288,14 +309,17 @@ def merge_branch(
     try:
         for info in branch_models(spark, name, record.base_schemas(meta_schema)):
             base_schema = base_schema_of(info.schema)
-            tables = chain_tables(base_schema, info.identifier, parent_levels)
             parent = resolve_parent(spark, parent_levels, base_schema, info.identifier)
             if info.mode == "delta":  # what a merge killed during its commit left in the base image
                 settle_interrupted_merge(spark, schema=info.schema, identifier=info.identifier, columns=info.columns,
-                                         key_columns=info.key_columns, tables=tables, parent=parent)
-            fast_forward = current_snapshots(spark, tables) == recorded_snapshots(record.base_snapshots, tables)
+                                         key_columns=info.key_columns, base_schema=base_schema,
+                                         levels=parent_levels, parent=parent)
+            # a parent branch's refresh changes what it shows without committing to a chain table: its image counts
+            fast_forward = chain_state(spark, base_schema, info.identifier, parent_levels) == recorded_state(
+                record.base_snapshots, base_schema, info.identifier, parent_levels)
             if fast_forward and info.mode == "delta" and stale_base_image(
-                spark, record.base_snapshots, schema=info.schema, identifier=info.identifier, tables=tables
+                spark, record.base_snapshots, schema=info.schema, identifier=info.identifier, base_schema=base_schema,
+                levels=parent_levels,
             ):
                 # a merge stopped after moving the base, before emptying the overlay: the overlay's changes are
                 # against the base image's base, so they are read three-way from it
@@ -377,9 +401,9 @@ def _merge_model(
     order that keeps a merge stopped anywhere correct, see the module docstring); returns the branch's record now.
     ``wanted``: for the last model, every model whose base the record then moves (and the merge time)."""
     info = plan.info
-    tables = chain_tables(plan.base_schema, info.identifier, parent_levels)
     marked = not plan.merge.detached and bool(plan.merge.inserted + plan.merge.updated + plan.merge.deleted) and (
-        mark_merging(spark, schema=info.schema, identifier=info.identifier, tables=tables,
+        mark_merging(spark, schema=info.schema, identifier=info.identifier, base_schema=plan.base_schema,
+                     levels=parent_levels,
                      applied_sql=f"SELECT {', '.join(quote(c) for c in info.columns)}, {OP_COLUMN} "
                                  f"FROM ({plan.source}) s")
     )
@@ -389,7 +413,8 @@ def _merge_model(
         except Exception:
             if marked:  # the commit may have landed before the failure: the applied keys' base follows it
                 settle_interrupted_merge(spark, schema=info.schema, identifier=info.identifier, columns=info.columns,
-                                         key_columns=info.key_columns, tables=tables, parent=plan.parent)
+                                         key_columns=info.key_columns, base_schema=plan.base_schema,
+                                         levels=parent_levels, parent=plan.parent)
             raise
     checkpoint(CRASH_POINTS[0])
     # A model whose parent's rows stay (detached, theirs) takes them before the base moves: left with its own
@@ -404,9 +429,10 @@ def _merge_model(
                                      base_snapshots=record_snapshots(spark, wanted, parent_levels))
         store.put(record)
     else:
-        names = {f"{schema}.{table}".lower() for schema, table in tables}
+        # the model's entries (its chain's tables and its parent branches' images) replaced by what they are now
+        names = set(recorded_state(record.base_snapshots, plan.base_schema, info.identifier, parent_levels))
         moved = {k: v for k, v in record.base_snapshots.items() if k not in names}
-        moved.update(record_snapshots(spark, [(plan.base_schema, plan.info.identifier)], parent_levels))
+        moved.update(record_snapshots(spark, [(plan.base_schema, info.identifier)], parent_levels))
         if moved != record.base_snapshots:
             record = dataclasses.replace(record, base_snapshots=moved)
             store.put(record)

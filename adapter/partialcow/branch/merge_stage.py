@@ -8,12 +8,13 @@ was (only its staging tables and the conflict table are written).
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from partialcow.branch.catalog import iceberg_snapshot, load_iceberg, table_exists
-from partialcow.branch.frames import all_of, key_string
+from partialcow.branch.frames import all_of, key_join, key_string, same_key, same_value
 from partialcow.branch.image import _OVERLAY_MARK
 from partialcow.branch.levels import overlay_info
 from partialcow.branch.naming import (
@@ -124,14 +125,22 @@ def _stage_delta(
     keys, cols = info.key_columns, info.columns
     values = [c for c in cols if c not in keys]
     overlay = spark.table(info.table)
-    overlay_keys = F.broadcast(overlay.select(*[quote(k) for k in keys]).distinct())
+    types = {f.name: f.dataType for f in overlay.schema.fields}
+
+    def per_key(frame: DataFrame, present: Column | None = None) -> DataFrame:
+        # One row per key: the parent may hold a key more than once (then one state, with its copies counted in
+        # _pcow_n, which no single row equals). ``present``: the base image's column (its rows' first).
+        extra = [] if present is None else [F.first(present).alias(PRESENT_COLUMN)]
+        return frame.groupBy(*[F.col(quote(k)) for k in keys]).agg(
+            *[F.first(quote(c)).alias(c) for c in values], *extra, F.count(F.lit(1)).alias("_pcow_n"))
 
     def side(frame: DataFrame | None, prefix: str) -> DataFrame:
         if frame is None:  # absent at that point in time: no rows
             frame = spark.table(info.table).select(*[quote(c) for c in cols]).limit(0)
-        frame = frame.join(overlay_keys, list(keys), "left_semi")
+        frame = per_key(key_join(frame, overlay, keys, "left_semi", broadcast=True))
         return frame.select(
-            *[F.col(quote(c)).alias(f"{prefix}{i}") for i, c in enumerate(cols)], F.lit(True).alias(f"{prefix}x")
+            *[F.col(quote(c)).alias(f"{prefix}{i}") for i, c in enumerate(cols)], F.lit(True).alias(f"{prefix}x"),
+            F.col("_pcow_n").alias(f"{prefix}n"),
         )
 
     theirs_frame = None if plan.parent is None else spark.table(qualified(*plan.parent))
@@ -145,38 +154,41 @@ def _stage_delta(
     elif table_exists(spark, info.schema, base_image_table(info.identifier)):
         from_image = True
         # the parent's rows at the merge base, captured when each key entered the overlay
-        stored = spark.table(image)
+        stored = per_key(spark.table(image), F.col(PRESENT_COLUMN))
         base = stored.select(
             *[F.when(F.col(PRESENT_COLUMN), F.col(quote(c))).alias(f"{_BASE}{i}") if c not in keys else
               F.col(quote(c)).alias(f"{_BASE}{i}") for i, c in enumerate(cols)],
             F.when(F.col(PRESENT_COLUMN), F.lit(True)).alias(f"{_BASE}x"),
             F.col(PRESENT_COLUMN).isNotNull().alias(_BASE_KNOWN),
+            F.col("_pcow_n").alias(f"{_BASE}n"),
         )
     else:
         base = side(None, _BASE)
     key_pos = [cols.index(k) for k in keys]
     joined = overlay.join(
-        theirs, all_of([overlay[quote(k)] == theirs[f"{_THEIRS}{i}"] for k, i in zip(keys, key_pos)]), "left"
+        theirs, same_key([overlay[quote(k)] for k in keys], [theirs[f"{_THEIRS}{i}"] for i in key_pos]), "left"
     )
-    joined = joined.join(base, all_of([joined[quote(k)] == base[f"{_BASE}{i}"] for k, i in zip(keys, key_pos)]), "left")
+    joined = joined.join(base, same_key([joined[quote(k)] for k in keys], [base[f"{_BASE}{i}"] for i in key_pos]),
+                         "left")
 
     ours_x = F.col(OP_COLUMN) == OP_UPSERT
     theirs_x, base_x = F.col(f"{_THEIRS}x").isNotNull(), F.col(f"{_BASE}x").isNotNull()
     # a key missing from the base image, or stored as unknown, matches neither side: only ours == theirs merges
     base_known = F.coalesce(F.col(_BASE_KNOWN), F.lit(False)) if from_image else F.lit(True)
 
-    def equal(a_x: Column, a: Sequence[Column], b_x: Column, b: Sequence[Column]) -> Column:
-        same_values = all_of([x.eqNullSafe(y) for x, y in zip(a, b)])
+    def equal(a_x: Column, a: Sequence[Column], a_n: Column, b_x: Column, b: Sequence[Column], b_n: Column) -> Column:
+        same_values = all_of([same_value(x, y, types[c]) for x, y, c in zip(a, b, values)]) & a_n.eqNullSafe(b_n)
         return (a_x == b_x) & (~a_x | same_values)
 
     value_pos = [cols.index(c) for c in values]
     ours_v = [F.col(quote(cols[i])) for i in value_pos]
     theirs_v = [F.col(f"{_THEIRS}{i}") for i in value_pos]
     base_v = [F.col(f"{_BASE}{i}") for i in value_pos]
+    ours_n, theirs_n, base_n = F.lit(1).cast("bigint"), F.col(f"{_THEIRS}n"), F.col(f"{_BASE}n")
     status = (
-        F.when(equal(ours_x, ours_v, theirs_x, theirs_v), "same")
-        .when(base_known & equal(theirs_x, theirs_v, base_x, base_v), "ours")
-        .when(base_known & equal(ours_x, ours_v, base_x, base_v), "theirs")
+        F.when(equal(ours_x, ours_v, ours_n, theirs_x, theirs_v, theirs_n), "same")
+        .when(base_known & equal(theirs_x, theirs_v, theirs_n, base_x, base_v, base_n), "ours")
+        .when(base_known & equal(ours_x, ours_v, ours_n, base_x, base_v, base_n), "theirs")
         .otherwise("conflict")
     )
     take = (F.col(_STATUS) == "ours") | ((F.col(_STATUS) == "conflict") & F.lit(policy == "ours"))
@@ -214,7 +226,9 @@ def _conflict_rows(spark: SparkSession, plan: _Plan, branch: str) -> DataFrame:
     if plan.stage is None:  # only delta models have conflicting keys, and _stage_delta staged those
         raise BranchError(f"branch_merge {branch}: {plan.merge.model} has conflicts but no staged rows")
     staged = spark.table(plan.stage).where(F.col(_STATUS) == "conflict")
-    both = (F.col(OP_COLUMN) == OP_UPSERT) & F.col(f"{_THEIRS}x")
+    types = {f.name: f.dataType for f in staged.schema.fields}
+    # column by column when both sides hold one row of the key (a parent's several copies: whole rows)
+    both = (F.col(OP_COLUMN) == OP_UPSERT) & F.col(f"{_THEIRS}x") & (F.col(f"{_THEIRS}n") == 1)
 
     def row_json(prefix: str | None, present: Column) -> Column:
         fields = [
@@ -229,7 +243,7 @@ def _conflict_rows(spark: SparkSession, plan: _Plan, branch: str) -> DataFrame:
                 F.col(f"{_BASE}{i}").cast("string").alias("base_value"),
                 F.col(quote(c)).cast("string").alias("ours_value"),
                 F.col(f"{_THEIRS}{i}").cast("string").alias("theirs_value"),
-                (~F.col(quote(c)).eqNullSafe(F.col(f"{_THEIRS}{i}"))).alias("differs"),
+                (~same_value(F.col(quote(c)), F.col(f"{_THEIRS}{i}"), types[c])).alias("differs"),
             )
             for i, c in enumerate(cols)
             if c not in keys
@@ -254,6 +268,14 @@ def _conflict_rows(spark: SparkSession, plan: _Plan, branch: str) -> DataFrame:
         key_string(keys, "").alias("key"),
         F.explode(entries).alias("e"),
     ).select("branch", "model", "key", "e.column_name", "e.base_value", "e.ours_value", "e.theirs_value")
+
+
+def _odd_keys(keys: Sequence[str]) -> Column:
+    """Staged rows the row index of a root table cannot address (partial copy-on-write refuses them): a key with a
+    null part, or one the parent holds more than once. A model staging any is applied through Iceberg's MERGE."""
+    from pyspark.sql import functions as F
+
+    return functools.reduce(operator.or_, [F.col(quote(k)).isNull() for k in keys], F.col(f"{_THEIRS}n") > 1)
 
 
 def _change_spec(table: str, keys: Sequence[str]) -> ChangeSpec:
@@ -291,15 +313,12 @@ def _check_plan(
             f"{where}: the branch's result holds key(s) {found} more than once (overlay {info.table}); the branch "
             "shows every copy, and the parent can take only one. Make the key unique in the model and build it on "
             "the branch again; nothing was merged", found)
-    found = repeated(f"({plan.source}) s")
-    if found:
-        parent = ".".join(plan.parent) if plan.parent else "the parent"
-        raise RepeatedKeysError(
-            f"{where}: {parent} holds key(s) {found} more than once (now, or at the merge base), so the merge would "
-            f"change each of them more than once; make the key unique in {parent}; nothing was merged", found)
+    # a key the parent holds more than once is staged once (its copies counted): the merge leaves it once
     target_schema = overlay_schema(plan.base_schema, parent_levels[0])
     if parent_levels[0] == MAIN:
-        if table_exists(spark, target_schema, info.identifier):
+        # staged keys with a null part or held twice by the parent go through Iceberg's MERGE, not apply_changes
+        odd = not spark.sql(plan.source).where(_odd_keys(info.key_columns)).isEmpty()
+        if not odd and table_exists(spark, target_schema, info.identifier):
             # what apply_changes checks before its commit (types, nulls, table features), checked now
             from partialcow.spark.changes import stage_changes
             from partialcow.spark.tables import open_table

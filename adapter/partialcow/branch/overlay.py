@@ -13,7 +13,7 @@ view that puts the overlay over the live parent::
 
     SELECT cols FROM overlay WHERE _pcow_op = 'U'
     UNION ALL
-    SELECT p.cols FROM parent p LEFT ANTI JOIN overlay o ON p.key = o.key
+    SELECT p.cols FROM parent p LEFT ANTI JOIN overlay o ON p.key <=> o.key
 
 Models without ``unique_key``, and models whose columns differ from the parent's, are *detached*: the overlay holds
 the whole result and the view reads the overlay only.
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from partialcow.branch.base import capture_base
 from partialcow.branch.catalog import holds_no_rows, table_exists
-from partialcow.branch.frames import all_of
+from partialcow.branch.frames import all_of, same_key, same_key_sql, same_value
 from partialcow.branch.image import (
     ImageReport,
     drop_image,
@@ -53,7 +53,7 @@ from partialcow.branch.naming import (
 )
 from partialcow.branch.store import BranchStore
 from partialcow.branch.types import OverlayInfo, OverlayMode
-from partialcow.exceptions import BranchError
+from partialcow.exceptions import BranchError, RepeatedKeysError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -100,16 +100,39 @@ def _match_keys(model: str, columns: Sequence[str], key_columns: Sequence[str]) 
     return tuple(by_lower[k.lower()] for k in key_columns)
 
 
-def _refuse_null_keys(model: str, result: DataFrame, keys: Sequence[str]) -> None:
-    """A null key matches no parent row: it would show up twice in the view and could never be merged."""
+def _refuse_bad_keys(model: str, result: DataFrame, keys: Sequence[str], *, nulls: bool) -> None:
+    """Refuse a result with a key held by more than one row (or, when ``nulls``, a key with a null part), before
+    anything is written. A keyed model's branch overlay holds one row per key, which a merge applies to the parent
+    per key: of two rows of one key, one would be lost (as a batch of ``partial_cow_incremental`` with a repeated key
+    and no sequence column is refused on main and on a branch)."""
     from pyspark.sql import functions as F
 
-    any_null = functools.reduce(operator.or_, [F.col(quote(k)).isNull() for k in keys])
-    sample = result.where(any_null).select(*[quote(k) for k in keys]).limit(1).collect()
-    if sample:
-        key = next(k for k, value in zip(keys, sample[0]) if value is None)
+    from partialcow.spark.staging import SAMPLE, keys_text
+
+    columns = [F.col(quote(k)) for k in keys]
+    any_null = functools.reduce(operator.or_, [c.isNull() for c in columns]) if nulls else F.lit(False)
+    # one job: the result's keys grouped (null parts grouped as values), repeated or null ones sampled
+    found = (
+        result.groupBy(*columns)
+        .agg(F.count(F.lit(1)).alias("_pcow_n"))
+        .where(any_null | (F.col("_pcow_n") > 1))
+        .select(*columns, any_null.alias("_pcow_null"))
+        .limit(SAMPLE * 2)
+        .collect()
+    )
+    with_null = [row for row in found if row["_pcow_null"]]
+    if with_null:
+        first = with_null[0]
+        key = next(k for k in keys if first[k] is None)
         raise BranchError(f"model {model}: unique_key column {key} is null in some rows of its result, e.g. "
-                          f"{dict(zip(keys, sample[0]))}; a keyed model needs a key value in every row")
+                          f"{dict(zip(keys, first[: len(keys)]))}; a keyed model needs a key value in every row")
+    if found:
+        sample = keys_text(found[:SAMPLE], keys)
+        raise RepeatedKeysError(
+            f"model {model}: unique_key {list(keys)} repeats in its result: key(s) {sample} are held by more than "
+            "one row; a keyed model on a branch needs one row per key (fix the model's SQL or its unique_key)",
+            sample,
+        )
 
 
 def _same_layout(result: DataFrame, parent: DataFrame) -> bool:
@@ -120,21 +143,34 @@ def _same_layout(result: DataFrame, parent: DataFrame) -> bool:
 
 
 def _diff_against_parent(result: DataFrame, parent: DataFrame, keys: Sequence[str], seq: int) -> DataFrame:
-    """Rows of ``result`` that are new or changed ('U') plus parent keys missing from it ('D'): one full outer join."""
+    """Rows of ``result`` that are new or changed ('U') plus parent keys missing from it ('D'): one full outer join.
+
+    ``result`` holds one row per key (:func:`_refuse_bad_keys`). A key the parent holds more than once is joined
+    once (its first copy) and counts as changed, so that the branch shows the result's one row for it, not the
+    parent's copies. No deduplication of the output: grouping values turns ``-0.0`` into ``0.0``."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     columns = result.columns
     parent_names = {c.lower(): c for c in parent.columns}
     key_positions = [columns.index(k) for k in keys]
+    types = {f.name: f.dataType for f in result.schema.fields}
     r = result.select([F.col(quote(c)).alias(f"r{i}") for i, c in enumerate(columns)] + [F.lit(True).alias("_r")])
-    p = parent.select(
-        [F.col(quote(parent_names[c.lower()])).alias(f"p{i}") for i, c in enumerate(columns)]
-        + [F.lit(True).alias("_p")]
+    per_key = Window.partitionBy(*[F.col(quote(parent_names[k.lower()])) for k in keys])
+    p = (
+        parent.select(
+            [F.col(quote(parent_names[c.lower()])).alias(f"p{i}") for i, c in enumerate(columns)]
+            + [F.lit(True).alias("_p")]
+            + [F.count(F.lit(1)).over(per_key).alias("_pn"),
+               F.row_number().over(per_key.orderBy(F.monotonically_increasing_id())).alias("_pr")]
+        )
+        .where(F.col("_pr") == 1)
     )
-    joined = r.join(p, on=all_of([F.col(f"r{i}") == F.col(f"p{i}") for i in key_positions]), how="full_outer")
+    joined = r.join(p, on=same_key([F.col(f"r{i}") for i in key_positions], [F.col(f"p{i}") for i in key_positions]),
+                    how="full_outer")
     in_result, in_parent = F.col("_r").isNotNull(), F.col("_p").isNotNull()
-    unchanged = all_of(
-        [F.col(f"r{i}").eqNullSafe(F.col(f"p{i}")) for i in range(len(columns)) if i not in key_positions]
+    unchanged = (F.col("_pn") == 1) & all_of(
+        [same_value(F.col(f"r{i}"), F.col(f"p{i}"), types[c]) for i, c in enumerate(columns) if i not in key_positions]
     )
     changed = (in_result & (~in_parent | ~unchanged)) | (in_parent & ~in_result)
     out = [
@@ -142,10 +178,7 @@ def _diff_against_parent(result: DataFrame, parent: DataFrame, keys: Sequence[st
         for i, c in enumerate(columns)
     ]
     op = F.when(in_result, F.lit(OP_UPSERT)).otherwise(F.lit(OP_DELETE)).alias(OP_COLUMN)
-    # a key the parent holds more than once joins once per copy: one overlay row for it, not one per copy
-    return joined.where(changed).select(out + [op]).dropDuplicates().withColumn(
-        SEQ_COLUMN, F.lit(seq).cast("bigint")
-    )
+    return joined.where(changed).select(out + [op]).withColumn(SEQ_COLUMN, F.lit(seq).cast("bigint"))
 
 
 def count_ops(spark: SparkSession, table: str) -> tuple[int, int]:
@@ -181,11 +214,13 @@ def build_model(
     parent_frame = None if parent is None else spark.table(qualified(*parent))
     if key_columns and parent_frame is not None and _same_layout(result, parent_frame):
         keys = _match_keys(model, result.columns, key_columns)
-        _refuse_null_keys(model, result, keys)
+        _refuse_bad_keys(model, result, keys, nulls=True)
         frame = _diff_against_parent(result, parent_frame, keys, seq)
         mode: OverlayMode = "delta"
     else:
         keys = _match_keys(model, result.columns, key_columns) if key_columns else ()
+        if keys:
+            _refuse_bad_keys(model, result, keys, nulls=False)
         frame = result.select(
             [F.col(quote(c)) for c in result.columns]
             + [F.lit(OP_UPSERT).alias(OP_COLUMN), F.lit(seq).cast("bigint").alias(SEQ_COLUMN)]
@@ -234,7 +269,7 @@ def view_sql(
     if info.mode == "detached" or parent is None:
         return upserts
     parent_cols = ", ".join(f"p.{quote(c)}" for c in info.columns)
-    on = " AND ".join(f"p.{quote(k)} = o.{quote(k)}" for k in info.key_columns)
+    on = same_key_sql(info.key_columns, "p", "o")
     return (
         f"{upserts}\nUNION ALL\nSELECT {parent_cols} FROM {qualified(*parent)} p LEFT ANTI JOIN {info.table} o ON {on}"
     )

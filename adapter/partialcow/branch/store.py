@@ -2,11 +2,12 @@
 
 Columns: ``name``, ``parent`` (``main`` or another branch), ``created_at``, ``merged_at`` (last merge into the
 parent) and ``base_snapshots``: ``schema.table -> snapshot id`` of every parent-chain table (root tables, ancestor
-overlays) when the branch was created or last merged; ``-1`` means the table existed without a snapshot. These
-snapshots are the merge base of the three-way merge (Iceberg time travel, ``VERSION AS OF``); ``image_mode``: how
-the branch's read images are built (``copy-on-write`` or ``merge-on-read``, see ``partialcow.branch.image``);
-``schemas``: the base schemas whose overlay schemas are the branch's (``BranchRecord.base_schemas``), so that
-branches of the same name in other meta schemas (other targets on the same metastore) are never touched.
+overlays, parent branches' images) when the branch was created or last merged; ``-1`` means the table existed
+without a snapshot. These snapshots are the merge base of the three-way merge (Iceberg time travel, ``VERSION AS
+OF``); ``image_mode``: how the branch's read images are built (``copy-on-write`` or ``merge-on-read``, see
+``partialcow.branch.image``); ``schemas``: the base schemas whose overlay schemas are the branch's
+(``BranchRecord.base_schemas``), so that branches of the same name in other meta schemas (other targets on the same
+metastore) are never touched.
 """
 
 from __future__ import annotations

@@ -85,8 +85,10 @@ class BranchRecord:
     """One branch as stored in the metadata table (update with ``dataclasses.replace``, never field by field).
 
     ``base_snapshots``: ``schema.table -> snapshot id`` of every parent-chain table when the branch was created or
-    last merged (the three-way merge's base); ``-1``: the table existed without a snapshot. ``schemas``: the base
-    schemas the branch covers (lower case; see :meth:`base_schemas`); None in records written before it existed.
+    last merged (the three-way merge's base), and of every parent branch's image (keyed by the image table's name,
+    ``<schema>__br_<parent>.<model>``: what that branch showed); ``-1``: the table existed without a snapshot.
+    ``schemas``: the base schemas the branch covers (lower case; see :meth:`base_schemas`); None in records written
+    before it existed.
     """
 
     name: str

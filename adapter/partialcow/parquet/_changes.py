@@ -7,6 +7,7 @@ value a row already holds.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,6 +220,22 @@ def _float_bits(arr: pa.Array) -> np.ndarray:
     return bits
 
 
+def _exact(value: Any) -> Any:
+    """``value`` (as ``to_pylist`` gives it) in a form whose equality is the one ``_changed_mask`` uses: floats by
+    their bits, so -0.0 differs from 0.0, and every NaN equal; nested lists, structs and maps alike.
+
+    >>> _exact([-0.0]) == _exact([0.0]), _exact({"x": float("nan")}) == _exact({"x": float("nan")})
+    (False, True)
+    """
+    if isinstance(value, float):
+        return ("nan",) if value != value else ("float", struct.pack("<d", value))
+    if isinstance(value, (list, tuple)):
+        return tuple(_exact(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _exact(v)) for k, v in value.items())
+    return value
+
+
 def _changed_mask(old: pa.Array, new: pa.Array) -> np.ndarray:
     """True where ``new`` differs from ``old`` (nulls equal nulls; floats bit for bit, except any NaN equals NaN)."""
     if not len(old):
@@ -232,11 +249,11 @@ def _changed_mask(old: pa.Array, new: pa.Array) -> np.ndarray:
         changed: np.ndarray = np.where(o_null | n_null, o_null != n_null, ~same)
         return changed
     if pa.types.is_nested(t) or pa.types.is_dictionary(t) or isinstance(t, pa.ExtensionType):
-        return np.array([a != b for a, b in zip(old.to_pylist(), new.to_pylist())], dtype=bool)
+        return np.array([_exact(a) != _exact(b) for a, b in zip(old.to_pylist(), new.to_pylist())], dtype=bool)
     try:
         same = pc.fill_null(pc.equal(old, new), False)
     except pa.ArrowNotImplementedError:
-        return np.array([a != b for a, b in zip(old.to_pylist(), new.to_pylist())], dtype=bool)
+        return np.array([_exact(a) != _exact(b) for a, b in zip(old.to_pylist(), new.to_pylist())], dtype=bool)
     same = pc.or_(same, pc.and_(pc.is_null(old), pc.is_null(new)))
     changed = ~same.to_numpy(zero_copy_only=False)
     return changed

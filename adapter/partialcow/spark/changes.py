@@ -40,7 +40,7 @@ from partialcow.exceptions import (
 from partialcow.faults import checkpoint
 from partialcow.index import RowIndex
 from partialcow.metrics import PhaseClock, WriteMetrics
-from partialcow.spark.commit_step import _MAX_CONFLICT_KEYS, _commit, _conflict_keys, _discard
+from partialcow.spark.commit_step import _MAX_CONFLICT_KEYS, _commit, _conflict_keys, _discard, conflict_keys_of
 from partialcow.spark.create import (
     create_pending,
     create_table,
@@ -313,8 +313,7 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
             found = np.zeros(batch.num_rows, dtype=bool)
             found[at] = True
             insert_rows = batch.filter(pa.array(~found & ~is_delete))
-            conflict_keys = ({c: sorted(set(batch.column(c).to_pylist()), key=repr) for c in keys}
-                             if batch.num_rows <= _MAX_CONFLICT_KEYS else {})
+            conflict_keys = conflict_keys_of(batch.select(keys), spec)
         checkpoint("located")
         if insert_rows.num_rows:
             _check_required_columns(spec, table_schema, batch.column_names)
@@ -407,7 +406,7 @@ class _Located:
     fragments: dict[int, tuple[str, ...]]
     inserts: int
     insert_fragments: tuple[str, ...]
-    conflict_keys: dict[str, list[object]]
+    conflict_keys: dict[str, list[object]] | None  # None: too many to list (see conflict_keys_of)
 
 
 def _locate(

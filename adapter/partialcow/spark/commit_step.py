@@ -25,9 +25,9 @@ from partialcow.table.base import FileReplacement
 if TYPE_CHECKING:
     import pyarrow as pa
 
-# Above this many changed keys the commit's conflict filter would be larger than the work it guards; the commit then
-# relies on file-level validation (a concurrent change of any file we replace still fails).
-_MAX_CONFLICT_KEYS = 10_000
+# Up to this many keys a commit lists them for its conflict check (listing is linear in the keys and small next to
+# the batch's own work); above it, any data file appended concurrently is a conflict.
+_MAX_CONFLICT_KEYS = 1_000_000
 
 
 def _discard(paths: Sequence[str]) -> None:
@@ -38,10 +38,11 @@ def _discard(paths: Sequence[str]) -> None:
 
 
 def _commit(table: LakehouseTable, index: RowIndex, results: list[dict[str, Any]], inserts: int,
-            conflict_keys: dict[str, list[object]], base_version: int, clock: PhaseClock,
+            conflict_keys: dict[str, list[object]] | None, base_version: int, clock: PhaseClock,
             spec: ChangeSpec) -> WriteMetrics:
     """Commit what the rewrite wrote (``results`` as ``run_file_tasks`` yields them) in one commit, then bring the
-    index to the new version. A rewritten file none of whose rows changed is dropped (nothing to commit for it)."""
+    index to the new version. A rewritten file none of whose rows changed is dropped (nothing to commit for it).
+    ``conflict_keys`` as ``conflict_keys_of`` gives them (None: too many to list)."""
     checkpoint("rewritten")
     unchanged = [r for r in results if r["kind"] == "rewrite" and not r["rows_updated"] and not r["rows_deleted"]
                  and not r["moved_rows"] and not r.get("rows_appended")]
@@ -71,7 +72,8 @@ def _commit(table: LakehouseTable, index: RowIndex, results: list[dict[str, Any]
             base_version=base_version,
             removed=[r["src"] for r in rewritten],
             added=[table_paths[p] for p in new_files],
-            conflict_keys=conflict_keys,
+            conflict_keys=conflict_keys or {},
+            conflict_keys_complete=conflict_keys is not None,
             metrics=metrics,
         )
         with clock("commit"):
@@ -146,13 +148,33 @@ def _table_path(local: str, *, location: str) -> str:
     return "file:" + local if location.startswith("file:") else local
 
 
-def _conflict_keys(keys_files: Sequence[str | None], spec: ChangeSpec) -> dict[str, list[object]]:
-    """The commit's conflict filter: every key of the batch, if the locate tasks kept them all and they are few."""
+def conflict_keys_of(keys: pa.Table, spec: ChangeSpec) -> dict[str, list[object]] | None:
+    """The keys a commit lists for its conflict check: aligned columns (the i-th values form one key), each key once;
+    None when there are more than ``_MAX_CONFLICT_KEYS`` (the commit then treats any concurrent append as a
+    conflict). Columns listed one by one would pair values of different keys.
+
+    >>> import pyarrow as pa
+    >>> spec = ChangeSpec(key_columns=("id", "region"))
+    >>> conflict_keys_of(pa.table({"id": [1, 2, 1], "region": ["us", "eu", "us"]}), spec)
+    {'id': [1, 2], 'region': ['us', 'eu']}
+    """
+    if keys.num_rows > _MAX_CONFLICT_KEYS:
+        return None
+    columns = list(spec.key_columns)
+    try:
+        unique = keys.select(columns).group_by(columns, use_threads=False).aggregate([])
+    except NotImplementedError:  # a key type Arrow cannot group (pyarrow raises ArrowNotImplementedError)
+        rows = list(dict.fromkeys(zip(*(keys.column(c).to_pylist() for c in columns))))
+        return {c: [row[i] for row in rows] for i, c in enumerate(columns)}
+    return {c: unique.column(c).to_pylist() for c in columns}
+
+
+def _conflict_keys(keys_files: Sequence[str | None], spec: ChangeSpec) -> dict[str, list[object]] | None:
+    """The commit's conflict keys from the locate tasks' key files; None when a task kept none (too many keys)."""
     import pyarrow as pa
 
     if any(f is None for f in keys_files):
+        return None
+    if not keys_files:
         return {}
-    keys = pa.concat_tables([pa.ipc.open_file(f).read_all() for f in keys_files]) if keys_files else None
-    if keys is None or keys.num_rows > _MAX_CONFLICT_KEYS:
-        return {}
-    return {c: sorted(set(keys.column(c).to_pylist()), key=repr) for c in spec.key_columns}
+    return conflict_keys_of(pa.concat_tables([pa.ipc.open_file(f).read_all() for f in keys_files]), spec)

@@ -53,14 +53,17 @@ class DataFile:
 class FileReplacement:
     """One atomic change: remove ``removed`` (live at ``base_version``) and add ``added`` (already written).
 
-    ``conflict_keys`` maps each key column to the key values this change touches; committers use it to tell a
-    concurrent change of the same keys (a conflict) from an unrelated concurrent append (rebased).
+    ``conflict_keys`` maps each key column to the keys this change touches, as aligned columns (the i-th values of
+    all columns form one key); committers use it to tell a concurrent change of the same keys (a conflict) from an
+    unrelated concurrent append (rebased). ``conflict_keys_complete`` is False when the change touches more keys
+    than it lists (too many to list): then any concurrently appended data file is a conflict.
     """
 
     base_version: int
     removed: Sequence[str] = ()
     added: Sequence[str] = ()
     conflict_keys: Mapping[str, Sequence[object]] = field(default_factory=dict)
+    conflict_keys_complete: bool = True
     metrics: WriteMetrics = field(default_factory=WriteMetrics)
     operation: str = OPERATION
 

@@ -482,7 +482,7 @@ class IcebergTable:
                     f"conflict key column {column!r} is not a column of Iceberg table {self._name}: pass the table's "
                     "key columns"
                 )
-            present = [v for v in values if v is not None]
+            present = [v for v in dict.fromkeys(values) if v is not None]  # aligned columns repeat values
             key_type = field.type()
             try:
                 if not present:

@@ -1,8 +1,8 @@
 """Delta's optimistic-concurrency rules, applied to the log versions committed since a change's base version.
 
 A concurrent removal or rewrite of a file we replace, a concurrent metadata/protocol/domain change, a concurrent
-commit of a file we add, and a concurrently appended file holding a key we write are conflicts; any other append is
-rebased (the change commits on top of it).
+commit of a file we add, and a concurrently appended file holding a key we write (any appended file, when the change
+writes more keys than it lists) are conflicts; any other append is rebased (the change commits on top of it).
 """
 
 from __future__ import annotations
@@ -76,6 +76,12 @@ def check_concurrent(
                 appended.pop(path, None)
             elif body.get("dataChange", True):
                 appended[path] = version
+    if appended and not change.conflict_keys_complete:
+        path, version = next(iter(appended.items()))
+        raise CommitConflictError(
+            f"concurrent version {version} of Delta table {table_uri} added {path}, and this change writes more keys "
+            "than it can check one by one; re-run the change against the new version"
+        )
     if change.conflict_keys:
         for path, version in appended.items():
             _check_keys(table_uri, change, path, version, read_columns)
@@ -91,8 +97,8 @@ def _check_keys(table_uri: str, change: FileReplacement, path: str, version: int
             f"concurrent version {version} of Delta table {table_uri} added {path}, whose key columns "
             f"{columns} cannot be read to rule out a key conflict ({exc}); re-run the change"
         ) from exc
-    ours = pa.table({c: pa.array(list(v)) for c, v in change.conflict_keys.items()})
     try:
+        ours = pa.table({c: pa.array(list(v)) for c, v in change.conflict_keys.items()})
         ours = ours.cast(found.select(columns).schema)
         hits = found.select(columns).join(ours, keys=columns, join_type="inner")
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
