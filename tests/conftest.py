@@ -32,6 +32,7 @@ _LONGEST = (
     "test_delta_inside_spark.py",
     "branch/test_branch_processes.py",
     "faults/test_crashes.py",
+    "branch/test_branch_merge_crashes.py",
     "functional/test_models_example.py",
     "branch/test_branch_dbt.py",
     "table/test_delta_types.py",

@@ -18,6 +18,7 @@ __all__ = [
     "InvalidChangeError",
     "JarNotFoundError",
     "LostCommitError",
+    "ParentTableDroppedError",
     "ParquetRewriteError",
     "PartialCowError",
     "RepeatedKeysError",
@@ -100,6 +101,16 @@ class RepeatedKeysError(ChangeFeedError):
 
 class BranchError(PartialCowError):
     """A branch operation was refused (invalid name, unknown branch, conflicts, ...)."""
+
+
+class ParentTableDroppedError(BranchError):
+    """A merge was refused because the parent's table of a model the branch changed key by key was dropped since
+    the branch built it, and no copy of the rows the branch showed is left to recreate it from; nothing was merged.
+    ``model`` names the model (``schema.identifier``)."""
+
+    def __init__(self, message: str, model: str = "") -> None:
+        super().__init__(message)
+        self.model = model
 
 
 class SparkJobError(PartialCowError):

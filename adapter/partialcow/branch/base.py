@@ -5,15 +5,31 @@ merged, and of every parent branch's image of them (:func:`image_snapshots`): a 
 its parent pinned as of its last build or refresh, not the parent's tables as they are. When a key enters a branch's
 overlay, the parent's row for it at that base is kept in the base image ``<model>__pcow_base`` (the three-way merge
 reads it, so it survives a parent table being replaced).
+
+A base image belongs to the merge base it was captured against: its table property ``partialcow.base-snapshots``
+holds the branch's recorded merge base of the model's parent chain at that time (:func:`recorded_state`: its
+tables' snapshots and its parent branches' images). A merge moves the branch's base per model right after the
+model's commit, then empties the overlay and drops the image; a merge stopped in between (a crash, a failure)
+leaves an image of the old base behind, which :func:`stale_base_image` recognises: the next merge reads the model
+three-way from that image (not as a fast-forward), and the next capture drops it and captures the overlay's keys
+again at the base the branch records.
+
+While a merge applies a model, its base image carries ``partialcow.merging`` (:func:`mark_merging`): the parent
+chain's state (:func:`chain_state`) before the merge's commit and the rows it applies. A merge stopped there
+(killed after its commit, before moving the branch's base) leaves it behind; :func:`settle_interrupted_merge` (the
+next merge, the next capture) then gives each applied key the base the merge's commit made it, when the parent moved
+since and holds the applied row, unknown when it holds another (the merge reports such a key as a conflict unless
+both sides agree).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from partialcow.branch.catalog import iceberg_snapshot, list_tables, load_iceberg, table_exists
-from partialcow.branch.frames import key_join, same_key, same_key_sql
+from partialcow.branch.frames import _has_floats, key_join, same_key, same_key_sql
 from partialcow.branch.image import image_ref
 from partialcow.branch.levels import chain_tables, overlay_info, resolve_parent
 from partialcow.branch.naming import (
@@ -35,16 +51,30 @@ if TYPE_CHECKING:
     from partialcow.branch.store import BranchStore
 
 __all__ = [
+    "BASE_OF_PROPERTY",
+    "MERGING_PROPERTY",
+    "base_token",
     "capture_base",
     "chain_state",
     "current_snapshots",
     "image_key",
     "image_snapshots",
+    "mark_merging",
     "merge_base_sql",
     "record_snapshots",
     "recorded_snapshots",
     "recorded_state",
+    "settle_interrupted_merge",
+    "stale_base_image",
 ]
+
+#: Table property of a base image: the merge base (:func:`recorded_state` of the model's parent chain, as JSON) its
+#: rows were captured against.
+BASE_OF_PROPERTY = "partialcow.base-snapshots"
+#: Table property of a base image while a merge applies the model (JSON): ``chain``, the parent chain's state
+#: (:func:`chain_state`) before the merge's commit; ``applied``, the SELECT of the rows the merge applies (model
+#: columns and ``_pcow_op``).
+MERGING_PROPERTY = "partialcow.merging"
 
 
 def image_key(base_schema: str, identifier: str, level: str) -> str:
@@ -144,6 +174,106 @@ def recorded_snapshots(base_snapshots: dict[str, int], tables: Sequence[tuple[st
     return {name: snap for name, snap in base_snapshots.items() if name in names}
 
 
+def base_token(base_snapshots: dict[str, int], base_schema: str, identifier: str, levels: Sequence[str]) -> str:
+    """The merge base recorded for the model's parent chain ``levels`` (:func:`recorded_state`: its tables and its
+    parent branches' images) as text: what a base image is marked with.
+
+    >>> base_token({"shop.orders": 7, "shop.items": 9, "shop__br_dev.orders": 4}, "shop", "orders", ["dev", "main"])
+    '{"shop.orders": 7, "shop__br_dev.orders": 4}'
+    """
+    return json.dumps(recorded_state(base_snapshots, base_schema, identifier, levels), sort_keys=True)
+
+
+def stale_base_image(
+    spark: SparkSession, base_snapshots: dict[str, int], *, schema: str, identifier: str, base_schema: str,
+    levels: Sequence[str],
+) -> bool:
+    """Whether the model's base image in ``schema`` was captured against another merge base than ``base_snapshots``
+    (the branch's record) holds for the parent chain ``levels``: a merge moved the base and stopped before dropping
+    the image. An image without the mark (captured before images were marked) counts as current."""
+    loaded = load_iceberg(spark, schema, base_image_table(identifier))
+    if loaded is None:
+        return False
+    token = loaded.properties().get(BASE_OF_PROPERTY)
+    return token is not None and str(token) != base_token(base_snapshots, base_schema, identifier, levels)
+
+
+def mark_merging(
+    spark: SparkSession, *, schema: str, identifier: str, base_schema: str, levels: Sequence[str], applied_sql: str
+) -> bool:
+    """Mark the model's base image as being merged (see :data:`MERGING_PROPERTY`), before the merge's commit; False
+    (nothing marked) when the model has no base image. ``levels``: the parent chain."""
+    loaded = load_iceberg(spark, schema, base_image_table(identifier))
+    if loaded is None:
+        return False
+    state = {"chain": chain_state(spark, base_schema, identifier, levels), "applied": applied_sql}
+    loaded.updateProperties().set(MERGING_PROPERTY, json.dumps(state, sort_keys=True)).commit()
+    return True
+
+
+def _same_value_sql(a: str, b: str, data_type: Any) -> str:
+    """:func:`partialcow.branch.frames.same_value` as SQL (``a``, ``b``: qualified columns)."""
+    from pyspark.sql.types import DoubleType, FloatType
+
+    if not _has_floats(data_type):
+        return f"{a} <=> {b}"
+    if isinstance(data_type, (FloatType, DoubleType)):
+        return f"({a} <=> {b} AND CAST({a} AS STRING) <=> CAST({b} AS STRING))"
+    return f"({a} <=> {b} AND to_json(array({a})) <=> to_json(array({b})))"
+
+
+def settle_interrupted_merge(
+    spark: SparkSession,
+    *,
+    schema: str,
+    identifier: str,
+    columns: Sequence[str],
+    key_columns: Sequence[str],
+    base_schema: str,
+    levels: Sequence[str],
+    parent: tuple[str, str] | None,
+) -> None:
+    """Settle what a merge stopped during its commit left in the model's base image (see :func:`mark_merging`).
+
+    Parent chain ``levels`` unchanged since the mark (:func:`chain_state`: its tables and its parent branches'
+    images): the commit did not land, the image stays as it was. Otherwise, for each key the merge applied: the
+    parent (``parent``, as it is now) holds the applied row, so the merge's commit is in it and the key's base is
+    that row (absent for an applied delete the parent lacks); or it holds another (another writer changed it since),
+    and the base is unknown. Without the applied rows (their staging table gone), every key's base is unknown. Then
+    the mark is removed.
+    """
+    loaded = load_iceberg(spark, schema, base_image_table(identifier))
+    raw = None if loaded is None else loaded.properties().get(MERGING_PROPERTY)
+    if raw is None:
+        return
+    state = json.loads(str(raw))
+    image = qualified(schema, base_image_table(identifier))
+    if chain_state(spark, base_schema, identifier, levels) != state.get("chain"):
+        values = [c for c in columns if c not in key_columns]
+        types = {f.name: f.dataType for f in spark.table(image).schema.fields}
+        same = " AND ".join([_same_value_sql(f"a.{quote(c)}", f"p.{quote(c)}", types[c]) for c in values] or ["TRUE"])
+        upsert = f"a.{OP_COLUMN} = '{OP_UPSERT}' AND p._pcow_found IS NOT NULL AND {same}"
+        gone = f"a.{OP_COLUMN} <> '{OP_UPSERT}' AND p._pcow_found IS NULL"
+        cols = ", ".join(quote(c) for c in columns)
+        parent_rows = (f"SELECT {cols}, TRUE AS _pcow_found FROM {qualified(*parent)}" if parent is not None else
+                       f"SELECT {cols}, TRUE AS _pcow_found FROM {image} WHERE FALSE")
+        rebased = (
+            f"SELECT {', '.join(f'a.{quote(k)}' for k in key_columns)}"
+            + "".join(f", CASE WHEN {upsert} THEN a.{quote(c)} END AS {quote(c)}" for c in values)
+            + f", CASE WHEN {upsert} THEN TRUE WHEN {gone} THEN FALSE END AS {PRESENT_COLUMN} "
+            f"FROM ({state.get('applied')}) a LEFT JOIN ({parent_rows}) p ON {same_key_sql(key_columns, 'a', 'p')}"
+        )
+        match = same_key_sql(key_columns, "t", "s")
+        sets = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in [*values, PRESENT_COLUMN])
+        try:
+            spark.sql(f"MERGE INTO {image} t USING ({rebased}) s ON {match} WHEN MATCHED THEN UPDATE SET {sets}")
+        except Exception:  # noqa: BLE001 - applied rows gone (or a key repeated): no key's base is known any more
+            unknown = ", ".join(f"{quote(c)} = NULL" for c in [*values, PRESENT_COLUMN])
+            spark.sql(f"UPDATE {image} SET {unknown}")
+    loaded.refresh()
+    loaded.updateProperties().remove(MERGING_PROPERTY).commit()
+
+
 def _at(schema: str, table: str, snapshot: int) -> str:
     return qualified(schema, table) + (f" VERSION AS OF {snapshot}" if snapshot >= 0 else "")
 
@@ -209,6 +339,9 @@ def capture_base(
     current row (no time travel). Otherwise it is read ``VERSION AS OF`` the recorded snapshots; if that history is
     gone (a parent table dropped and recreated), the base is stored as unknown and the merge reports such keys as
     conflicts unless both sides agree.
+
+    An image captured against an older merge base (a merge stopped after moving the branch's base, before dropping
+    the image: see :func:`stale_base_image`) is dropped first, and every key of the overlay captured again.
     """
     from pyspark.sql import functions as F
 
@@ -217,20 +350,31 @@ def capture_base(
     schema = overlay_schema(base_schema, branch)
     image = f"{schema}.{base_image_table(identifier)}"
     keys = [quote(k) for k in key_columns]
-    wanted = keys_frame.select(*keys).distinct()
-    if table_exists(spark, schema, base_image_table(identifier)):
+    parent_levels = levels[1:]
+    settle_interrupted_merge(spark, schema=schema, identifier=identifier, columns=columns, key_columns=key_columns,
+                             base_schema=base_schema, levels=parent_levels,
+                             parent=resolve_parent(spark, parent_levels, base_schema, identifier))
+    wanted = keys_frame.select(*keys)
+    if stale_base_image(spark, record.base_snapshots, schema=schema, identifier=identifier, base_schema=base_schema,
+                        levels=parent_levels):
+        spark.sql(f"DROP TABLE {qualified(schema, base_image_table(identifier))} PURGE")
+        if table_exists(spark, schema, overlay_table(identifier)):
+            wanted = wanted.unionByName(spark.table(qualified(schema, overlay_table(identifier))).select(*keys))
+    wanted = wanted.distinct()
+    image_exists = table_exists(spark, schema, base_image_table(identifier))
+    if image_exists:
         wanted = key_join(wanted, spark.table(image), key_columns, "left_anti")
     source: DataFrame | None = None
     known = True
-    if chain_state(spark, base_schema, identifier, levels[1:]) == recorded_state(
-        record.base_snapshots, base_schema, identifier, levels[1:]
+    if chain_state(spark, base_schema, identifier, parent_levels) == recorded_state(
+        record.base_snapshots, base_schema, identifier, parent_levels
     ):
-        parent = resolve_parent(spark, levels[1:], base_schema, identifier)
+        parent = resolve_parent(spark, parent_levels, base_schema, identifier)
         source = None if parent is None else spark.table(qualified(*parent))
     else:
         info = OverlayInfo(schema=schema, identifier=identifier, columns=tuple(columns),
                            key_columns=tuple(key_columns), mode="delta")
-        sql = merge_base_sql(spark, info, levels=levels[1:], base_snapshots=record.base_snapshots,
+        sql = merge_base_sql(spark, info, levels=parent_levels, base_snapshots=record.base_snapshots,
                              base_schema=base_schema)
         try:
             source = None if sql is None else spark.sql(sql)
@@ -253,10 +397,11 @@ def capture_base(
             F.coalesce(F.col("_found"), F.lit(False)).alias(PRESENT_COLUMN),
         )
     writer = rows.writeTo(image)
-    if table_exists(spark, schema, base_image_table(identifier)):
+    if image_exists:
         writer.append()
     else:
-        writer.using("iceberg").create()
+        writer.using("iceberg").tableProperty(
+            BASE_OF_PROPERTY, base_token(record.base_snapshots, base_schema, identifier, parent_levels)).create()
 
 
 def _types(frame: DataFrame, columns: Sequence[str]) -> list[tuple[str, str]]:

@@ -3,22 +3,48 @@
 For each key in the branch's overlay: *base* is the parent's row at the branch's creation or last merge (the base
 image, or Iceberg time travel), *ours* the branch's row, *theirs* the parent's row now. The merged rows are applied
 to a ``main`` table with partial copy-on-write, to a parent branch's overlay with ``MERGE INTO``.
+
+A merge of several models cannot commit them together (one commit per table). So every model is staged and checked
+before any is written (:mod:`partialcow.branch.merge_stage`): conflicts under ``on_conflict: fail``, keys the
+branch's result holds more than once (a parent's repeated key is staged once), what ``apply_changes`` would refuse
+(types, nulls, table features), a parent overlay whose columns differ, a parent table dropped since the branch built
+a model key by key.
+Then each model is merged in turn: its commit, then the branch's merge base for that model moved to the result (one
+write of the branch record), then its overlay emptied and base image dropped. A merge that fails or is killed after
+some models leaves those merged (the branch continues from them) and the others as they were, so running it again
+merges the rest correctly:
+
+- killed after a model's commit, before the record moved (crash point ``branch-merge-applied``, or ``committed``
+  inside ``apply_changes``): the overlay and base image still hold the branch's changes against the old base; the
+  base image was marked before the commit (``partialcow.branch.base.mark_merging``), so the next merge or build
+  gives the keys the commit applied their new base (``settle_interrupted_merge``): a key the branch then sets back
+  to its value before the merge is a change, not lost; the keys the commit applied are equal on both sides;
+- killed after the record moved, before the overlay was emptied (``branch-merge-recorded``): the base image is marked
+  with the merge base it was captured against (``partialcow.branch.base.stale_base_image``), so the next merge reads
+  it three-way rather than as a fast-forward, and the next build captures the base again.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import functools
-import operator
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from partialcow.branch.base import capture_base, chain_state, record_snapshots, recorded_state
+from partialcow.branch.base import (
+    capture_base,
+    chain_state,
+    mark_merging,
+    record_snapshots,
+    recorded_state,
+    settle_interrupted_merge,
+    stale_base_image,
+)
 from partialcow.branch.catalog import table_exists
-from partialcow.branch.frames import all_of, key_join, key_string, same_key, same_key_sql, same_value
+from partialcow.branch.frames import same_key_sql
+from partialcow.branch.image import drop_image, drop_reader_relation
 from partialcow.branch.levels import (
     branch_models,
     distinct_models,
@@ -26,66 +52,45 @@ from partialcow.branch.levels import (
     resolve_parent,
     write_overlay,
 )
+from partialcow.branch.merge_stage import (
+    ModelMerge,
+    _change_spec,
+    _check_plan,
+    _odd_keys,
+    _Plan,
+    _stage_delta,
+    _write_conflicts,
+)
 from partialcow.branch.naming import (
     MAIN,
     OP_COLUMN,
-    OP_DELETE,
     OP_UPSERT,
     SEQ_COLUMN,
     base_image_table,
     base_schema_of,
     full_table,
     overlay_schema,
+    overlay_table,
     qualified,
     quote,
 )
 from partialcow.branch.overlay import create_branch_view, refresh_descendant_views
 from partialcow.branch.store import BranchStore
-from partialcow.branch.types import PRESENT_COLUMN, BranchRecord, ConflictPolicy, OverlayInfo, validate_conflict_policy
+from partialcow.branch.types import BranchRecord, ConflictPolicy, validate_conflict_policy
 from partialcow.exceptions import BranchError
+from partialcow.faults import checkpoint
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
-__all__ = ["CONFLICT_TABLE", "MergeResult", "ModelMerge", "merge_branch"]
+__all__ = ["CONFLICT_TABLE", "CRASH_POINTS", "MergeResult", "ModelMerge", "merge_branch"]
 
 #: Written to ``<target schema>__br_<branch>`` by branch_merge.
 CONFLICT_TABLE = "partialcow_merge_conflicts"
-_PAST = {"insert": "inserted", "update": "updated", "delete": "deleted"}
-# The merge's staging columns sit next to the model's own (the overlay's rows): ``_pcow_`` names, which no model
-# column takes (the overlay's op and sequence columns have them too), so a model column named _status or _t0 is
-# neither overwritten nor ambiguous. _THEIRS/_BASE + position: the parent's row now / at the merge base, + "x":
-# whether it has one.
-_STATUS, _TAKE, _ACTION = "_pcow_status", "_pcow_take", "_pcow_action"
-_THEIRS, _BASE, _BASE_KNOWN = "_pcow_t", "_pcow_b", "_pcow_bk"
+#: Where the fault suite kills a merge (``PARTIALCOW_CRASH_AT``, see ``partialcow.faults``), per model: after its
+#: commit to the parent; after the branch's merge base moved for it (its overlay not yet emptied).
+CRASH_POINTS = ("branch-merge-applied", "branch-merge-recorded")
 _INSERT = "_pcow_insert"  # in the source of a whole-row MERGE: the row to insert, not the one that deletes
-
-
-@dataclass
-class ModelMerge:
-    """What ``branch_merge`` did (or would do) for one model."""
-
-    model: str
-    fast_forward: bool
-    detached: bool = False
-    inserted: int = 0
-    updated: int = 0
-    deleted: int = 0
-    replaced: bool = False
-    conflicts: int = 0
-    resolution: str | None = None
-
-    def describe(self) -> str:
-        how = "fast-forward" if self.fast_forward else "three-way"
-        if self.detached:
-            done = "replaced the parent's rows" if self.replaced else "left the parent as it is"
-            text = f"  {self.model} ({how}, detached): {done}"
-        else:
-            text = f"  {self.model} ({how}): {self.inserted} inserted, {self.updated} updated, {self.deleted} deleted"
-        if self.conflicts:
-            text += f"; {self.conflicts} conflicting key(s)"
-            text += f" resolved as {self.resolution}" if self.resolution else ""
-        return text
 
 
 @dataclass
@@ -109,7 +114,7 @@ class MergeResult:
             lines.append(
                 f"  conflicts: {self.conflict_table} (model, key, column_name, base_value, ours_value, theirs_value)"
             )
-        replaced = [m.model.split(".", 1)[1] for m in self.models if m.detached and m.replaced]
+        replaced = [m.model.split(".", 1)[1] for m in self.models if m.detached and m.replaced and not m.parent_dropped]
         on_parent = "" if self.parent == MAIN else f" --vars '{{branch: {self.parent}}}'"
         if self.applied and replaced:
             # a detached model is copied as the branch computed it: an aggregate of a keyed model that the merge
@@ -122,195 +127,16 @@ class MergeResult:
         return "\n".join(lines)
 
 
-@dataclass
-class _Plan:
-    info: OverlayInfo
-    base_schema: str
-    merge: ModelMerge
-    parent: tuple[str, str] | None
-    stage: str | None = None  # staged rows (delta models)
-
-
-_CONFLICT_SCHEMA = (
-    "branch string, model string, key string, column_name string, base_value string, ours_value string, "
-    "theirs_value string"
-)
-
-
-def _stage_delta(
-    spark: SparkSession,
-    plan: _Plan,
-    *,
-    record: BranchRecord,
-    parent_levels: Sequence[str],
-    policy: ConflictPolicy,
-) -> None:
-    """Classify every overlay key three ways and stage the rows to apply or report in ``<model>__pcow_merge``."""
-    from pyspark.sql import functions as F
-
-    info = plan.info
-    keys, cols = info.key_columns, info.columns
-    values = [c for c in cols if c not in keys]
-    overlay = spark.table(info.table)
-    types = {f.name: f.dataType for f in overlay.schema.fields}
-
-    def per_key(frame: DataFrame, present: Column | None = None) -> DataFrame:
-        # One row per key: the parent may hold a key more than once (then one state, with its copies counted in
-        # _pcow_n, which no single row equals). ``present``: the base image's column (its rows' first).
-        extra = [] if present is None else [F.first(present).alias(PRESENT_COLUMN)]
-        return frame.groupBy(*[F.col(quote(k)) for k in keys]).agg(
-            *[F.first(quote(c)).alias(c) for c in values], *extra, F.count(F.lit(1)).alias("_pcow_n"))
-
-    def side(frame: DataFrame | None, prefix: str) -> DataFrame:
-        if frame is None:  # absent at that point in time: no rows
-            frame = spark.table(info.table).select(*[quote(c) for c in cols]).limit(0)
-        frame = per_key(key_join(frame, overlay, keys, "left_semi", broadcast=True))
-        return frame.select(
-            *[F.col(quote(c)).alias(f"{prefix}{i}") for i, c in enumerate(cols)], F.lit(True).alias(f"{prefix}x"),
-            F.col("_pcow_n").alias(f"{prefix}n"),
-        )
-
-    theirs_frame = None if plan.parent is None else spark.table(qualified(*plan.parent))
-    theirs = side(theirs_frame, _THEIRS)
-    image = qualified(info.schema, base_image_table(info.identifier))
-    # On a fast-forward the base is the parent as it is now (and without an image, nothing): a key it lacks was
-    # absent at the base (the branch inserted it). Only the base image can hold keys of unknown base.
-    from_image = False
-    if plan.merge.fast_forward:
-        base = side(theirs_frame, _BASE)
-    elif table_exists(spark, info.schema, base_image_table(info.identifier)):
-        from_image = True
-        # the parent's rows at the merge base, captured when each key entered the overlay
-        stored = per_key(spark.table(image), F.col(PRESENT_COLUMN))
-        base = stored.select(
-            *[F.when(F.col(PRESENT_COLUMN), F.col(quote(c))).alias(f"{_BASE}{i}") if c not in keys else
-              F.col(quote(c)).alias(f"{_BASE}{i}") for i, c in enumerate(cols)],
-            F.when(F.col(PRESENT_COLUMN), F.lit(True)).alias(f"{_BASE}x"),
-            F.col(PRESENT_COLUMN).isNotNull().alias(_BASE_KNOWN),
-            F.col("_pcow_n").alias(f"{_BASE}n"),
-        )
-    else:
-        base = side(None, _BASE)
-    key_pos = [cols.index(k) for k in keys]
-    joined = overlay.join(
-        theirs, same_key([overlay[quote(k)] for k in keys], [theirs[f"{_THEIRS}{i}"] for i in key_pos]), "left"
-    )
-    joined = joined.join(base, same_key([joined[quote(k)] for k in keys], [base[f"{_BASE}{i}"] for i in key_pos]),
-                         "left")
-
-    ours_x = F.col(OP_COLUMN) == OP_UPSERT
-    theirs_x, base_x = F.col(f"{_THEIRS}x").isNotNull(), F.col(f"{_BASE}x").isNotNull()
-    # a key missing from the base image, or stored as unknown, matches neither side: only ours == theirs merges
-    base_known = F.coalesce(F.col(_BASE_KNOWN), F.lit(False)) if from_image else F.lit(True)
-
-    def equal(a_x: Column, a: Sequence[Column], a_n: Column, b_x: Column, b: Sequence[Column], b_n: Column) -> Column:
-        same_values = all_of([same_value(x, y, types[c]) for x, y, c in zip(a, b, values)]) & a_n.eqNullSafe(b_n)
-        return (a_x == b_x) & (~a_x | same_values)
-
-    value_pos = [cols.index(c) for c in values]
-    ours_v = [F.col(quote(cols[i])) for i in value_pos]
-    theirs_v = [F.col(f"{_THEIRS}{i}") for i in value_pos]
-    base_v = [F.col(f"{_BASE}{i}") for i in value_pos]
-    ours_n, theirs_n, base_n = F.lit(1).cast("bigint"), F.col(f"{_THEIRS}n"), F.col(f"{_BASE}n")
-    status = (
-        F.when(equal(ours_x, ours_v, ours_n, theirs_x, theirs_v, theirs_n), "same")
-        .when(base_known & equal(theirs_x, theirs_v, theirs_n, base_x, base_v, base_n), "ours")
-        .when(base_known & equal(ours_x, ours_v, ours_n, base_x, base_v, base_n), "theirs")
-        .otherwise("conflict")
-    )
-    take = (F.col(_STATUS) == "ours") | ((F.col(_STATUS) == "conflict") & F.lit(policy == "ours"))
-    action = F.when(ours_x & theirs_x, "update").when(ours_x, "insert").when(theirs_x, "delete")
-    staged = (
-        joined.withColumn(_STATUS, status)
-        .where(F.col(_STATUS).isin("ours", "conflict"))
-        .withColumn(_TAKE, take)
-        .withColumn(_ACTION, action)
-        .withColumn(f"{_THEIRS}x", theirs_x)
-        .withColumn(f"{_BASE}x", base_x)
-        .drop(_BASE_KNOWN)
-    )
-    plan.stage = f"{info.schema}.{info.identifier}__pcow_merge"
-    staged.writeTo(plan.stage).using("iceberg").createOrReplace()
-    counts = spark.sql(
-        f"SELECT {_STATUS}, {_TAKE}, {_ACTION}, count(*) AS n FROM {plan.stage} GROUP BY 1, 2, 3"
-    ).collect()
-    for row in counts:
-        if row[_STATUS] == "conflict":
-            plan.merge.conflicts += row["n"]
-        if row[_TAKE] and row[_ACTION]:
-            counter = _PAST[row[_ACTION]]
-            setattr(plan.merge, counter, getattr(plan.merge, counter) + row["n"])
-    if plan.merge.conflicts and policy != "fail":
-        plan.merge.resolution = policy
-
-
-def _conflict_rows(spark: SparkSession, plan: _Plan, branch: str) -> DataFrame:
-    """One row per conflicting key and column (column ``*`` with whole rows as JSON when a side deleted it)."""
-    from pyspark.sql import functions as F
-
-    info = plan.info
-    keys, cols = info.key_columns, info.columns
-    if plan.stage is None:  # only delta models have conflicting keys, and _stage_delta staged those
-        raise BranchError(f"branch_merge {branch}: {plan.merge.model} has conflicts but no staged rows")
-    staged = spark.table(plan.stage).where(F.col(_STATUS) == "conflict")
-    types = {f.name: f.dataType for f in staged.schema.fields}
-    # column by column when both sides hold one row of the key (a parent's several copies: whole rows)
-    both = (F.col(OP_COLUMN) == OP_UPSERT) & F.col(f"{_THEIRS}x") & (F.col(f"{_THEIRS}n") == 1)
-
-    def row_json(prefix: str | None, present: Column) -> Column:
-        fields = [
-            (F.col(quote(c)) if prefix is None else F.col(f"{prefix}{i}")).alias(c) for i, c in enumerate(cols)
-        ]
-        return F.when(present, F.to_json(F.struct(*fields)))
-
-    per_column = F.array(
-        *[
-            F.struct(
-                F.lit(c).alias("column_name"),
-                F.col(f"{_BASE}{i}").cast("string").alias("base_value"),
-                F.col(quote(c)).cast("string").alias("ours_value"),
-                F.col(f"{_THEIRS}{i}").cast("string").alias("theirs_value"),
-                (~same_value(F.col(quote(c)), F.col(f"{_THEIRS}{i}"), types[c])).alias("differs"),
-            )
-            for i, c in enumerate(cols)
-            if c not in keys
-        ]
-        or [F.struct(F.lit("*").alias("column_name"), F.lit(None).cast("string").alias("base_value"),
-                     F.lit(None).cast("string").alias("ours_value"), F.lit(None).cast("string").alias("theirs_value"),
-                     F.lit(True).alias("differs"))]
-    )
-    whole_row = F.array(
-        F.struct(
-            F.lit("*").alias("column_name"),
-            row_json(_BASE, F.col(f"{_BASE}x")).alias("base_value"),
-            row_json(None, F.col(OP_COLUMN) == OP_UPSERT).alias("ours_value"),
-            row_json(_THEIRS, F.col(f"{_THEIRS}x")).alias("theirs_value"),
-            F.lit(True).alias("differs"),
-        )
-    )
-    entries = F.filter(F.when(both, per_column).otherwise(whole_row), lambda x: x["differs"])
-    return staged.select(
-        F.lit(branch).alias("branch"),
-        F.lit(f"{plan.base_schema}.{info.identifier}").alias("model"),
-        key_string(keys, "").alias("key"),
-        F.explode(entries).alias("e"),
-    ).select("branch", "model", "key", "e.column_name", "e.base_value", "e.ours_value", "e.theirs_value")
-
-
 def _apply_with_partial_cow(
     spark: SparkSession, table: str, source: str, keys: Sequence[str], cols: Sequence[str]
 ) -> None:
     """Apply the staged upserts and tombstones to a main table with partial copy-on-write (one commit, only the
     Parquet pages holding changed values re-encoded)."""
-    from partialcow.spark.changes import ChangeSpec, apply_changes
+    from partialcow.spark.changes import apply_changes
     from partialcow.spark.tables import open_table
 
     changes = spark.sql(source).select(*[quote(c) for c in cols], OP_COLUMN)
-    spec = ChangeSpec(
-        key_columns=tuple(keys), op_column=OP_COLUMN, insert_ops=(), update_ops=(OP_UPSERT,),
-        delete_ops=(OP_DELETE,), model=table,
-    )
-    apply_changes(spark, open_table(spark, table, table_format="iceberg"), changes, spec)
+    apply_changes(spark, open_table(spark, table, table_format="iceberg"), changes, _change_spec(table, keys))
 
 
 def _merge_full_table_sql(target: str, source: str, keys: Sequence[str], cols: Sequence[str], *, with_op: bool) -> str:
@@ -348,13 +174,9 @@ def _apply_to_main(spark: SparkSession, schema: str, identifier: str, source: st
     """Apply the staged rows to a root table: partial copy-on-write, unless a staged key has a null part or the
     table holds one more than once, which its row index cannot address (it refuses both): then Iceberg's MERGE,
     still one commit."""
-    from pyspark.sql import functions as F
-
     from partialcow.exceptions import DuplicateKeyError
 
-    staged = spark.sql(source)
-    odd = functools.reduce(operator.or_, [F.col(quote(k)).isNull() for k in keys], F.col(f"{_THEIRS}n") > 1)
-    if staged.where(odd).isEmpty():
+    if spark.sql(source).where(_odd_keys(keys)).isEmpty():
         try:
             _apply_with_partial_cow(spark, f"{schema}.{identifier}", source, keys, cols)
             return
@@ -378,7 +200,20 @@ def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_level
     cols = ", ".join(quote(c) for c in info.columns)
     parent_level = parent_levels[0]
     target_schema = overlay_schema(base_schema, parent_level)
-    if plan.merge.detached:
+    if plan.merge.parent_dropped:
+        # on_conflict ours: the parent gets back the rows the branch shows (checked to be all there before any write)
+        if plan.rows_from is None:
+            raise BranchError(f"branch_merge: {plan.merge.model}: no rows to recreate the parent's table from")
+        rows = spark.table(plan.rows_from).select(*[quote(c) for c in info.columns])
+        if parent_level == MAIN:
+            # create(), not createOrReplace(): a table someone recreated meanwhile is not replaced
+            rows.writeTo(f"{target_schema}.{info.identifier}").using("iceberg").create()
+        else:
+            write_overlay(spark, rows.withColumn(OP_COLUMN, F.lit(OP_UPSERT)).withColumn(
+                SEQ_COLUMN, F.lit(time.time_ns() // 1_000_000).cast("bigint")), schema=target_schema,
+                identifier=info.identifier, key_columns=info.key_columns, mode="detached")
+        plan.merge.replaced = True
+    elif plan.merge.detached:
         ours = spark.table(info.table).where(F.col(OP_COLUMN) == OP_UPSERT)
         if parent_level == MAIN:
             target = f"{target_schema}.{info.identifier}"
@@ -395,7 +230,7 @@ def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_level
                           key_columns=info.key_columns, mode="detached")
         plan.merge.replaced = True
     else:
-        source = f"SELECT * FROM {plan.stage} WHERE {_TAKE} AND {_ACTION} IS NOT NULL"
+        source = plan.source
         if parent_level == MAIN:
             target = qualified(target_schema, info.identifier)
             if table_exists(spark, target_schema, info.identifier):
@@ -448,8 +283,14 @@ def merge_branch(
     ``<meta_schema>__br_<name>.partialcow_merge_conflicts`` and nothing at all is applied (``on_conflict``
     ``fail``, the default), unless ``on_conflict`` is ``ours`` (the branch's row wins) or ``theirs`` (the parent's
     row stays). When no parent table, and no parent branch's image, changed since the base the merge is a
-    fast-forward (no base reconstruction). Each model is applied in one commit. Afterwards the branch's overlays
-    are emptied and its base moves to the merge result, so the branch continues from there.
+    fast-forward (no base reconstruction). Every model is checked before any is written (see the module docstring);
+    then each is applied in one commit, the branch's base for it moves to the merge result and its overlay is
+    emptied, so the branch continues from there (also from the models merged before one that fails).
+
+    A model the branch changed key by key whose parent's table was dropped since: a conflict (the parent dropped
+    what the branch changed). ``on_conflict: ours`` recreates the parent's table from the rows the branch shows,
+    when the branch still holds all of them (its image, or its materialized table), else ``ParentTableDroppedError``
+    and nothing is merged; ``on_conflict: theirs`` keeps the drop and removes the model from the branch.
 
     >>> print(merge_branch(spark, name="dev", meta_schema="shop").describe())   # doctest: +SKIP
     branch dev -> main: merged in 4.10s
@@ -468,22 +309,37 @@ def merge_branch(
     try:
         for info in branch_models(spark, name, record.base_schemas(meta_schema)):
             base_schema = base_schema_of(info.schema)
-            # a parent branch's refresh changes what it shows without committing to a chain table: its image counts
-            unchanged = chain_state(spark, base_schema, info.identifier, parent_levels) == recorded_state(
-                record.base_snapshots, base_schema, info.identifier, parent_levels)
             parent = resolve_parent(spark, parent_levels, base_schema, info.identifier)
+            if info.mode == "delta":  # what a merge killed during its commit left in the base image
+                settle_interrupted_merge(spark, schema=info.schema, identifier=info.identifier, columns=info.columns,
+                                         key_columns=info.key_columns, base_schema=base_schema,
+                                         levels=parent_levels, parent=parent)
+            # a parent branch's refresh changes what it shows without committing to a chain table: its image counts
+            fast_forward = chain_state(spark, base_schema, info.identifier, parent_levels) == recorded_state(
+                record.base_snapshots, base_schema, info.identifier, parent_levels)
+            if fast_forward and info.mode == "delta" and stale_base_image(
+                spark, record.base_snapshots, schema=info.schema, identifier=info.identifier, base_schema=base_schema,
+                levels=parent_levels,
+            ):
+                # a merge stopped after moving the base, before emptying the overlay: the overlay's changes are
+                # against the base image's base, so they are read three-way from it
+                fast_forward = False
+            # a delta overlay always had a parent (its rows are only what differs from it): none now means the
+            # parent's table was dropped since the branch built the model
+            dropped = info.mode == "delta" and parent is None
             plan = _Plan(
                 info=info,
                 base_schema=base_schema,
                 parent=parent,
                 merge=ModelMerge(
                     model=f"{base_schema}.{info.identifier}",
-                    fast_forward=unchanged,
+                    fast_forward=fast_forward,
                     detached=info.mode == "detached" or parent is None,
+                    parent_dropped=dropped,
                 ),
             )
             if plan.merge.detached:
-                if not plan.merge.fast_forward:
+                if not fast_forward or dropped:
                     plan.merge.conflicts = 1  # no keys: a change on both sides conflicts as a whole
                     plan.merge.resolution = None if policy == "fail" else policy
             else:
@@ -500,15 +356,29 @@ def merge_branch(
                 f"--args '{{name: {name}, on_conflict: ours}}' (the branch's rows win) or on_conflict: theirs (the "
                 f"parent's rows stay)\n{result.describe()}"
             )
-        for plan in plans:
-            if not (plan.merge.detached and plan.merge.conflicts and policy == "theirs"):
-                _apply(spark, plan, store=store, parent_levels=parent_levels)
-            _reset_branch_model(spark, plan, store=store, branch=name)
-        result.applied = True
+        for plan in plans:  # every check before the first write: a refused merge leaves everything as it was
+            _check_plan(spark, plan, branch=name, parent_levels=parent_levels, policy=policy)
         wanted = distinct_models([*models, *[(p.base_schema, p.info.identifier) for p in plans]])
-        # replace(): every field not named here (the image mode) is kept as the branch was created
-        store.put(dataclasses.replace(record, merged_at=_dt.datetime.now(),
-                                      base_snapshots=record_snapshots(spark, wanted, parent_levels)))
+        merged: list[str] = []
+        for i, plan in enumerate(plans):
+            try:
+                record = _merge_model(spark, plan, store=store, record=record, parent_levels=parent_levels,
+                                      policy=policy, wanted=wanted if i == len(plans) - 1 else None)
+            except Exception as exc:
+                if not merged:
+                    raise
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise BranchError(
+                    f"branch_merge {name} -> {record.parent}: merging {plan.merge.model} failed ({first}); "
+                    f"merged before it: {', '.join(merged)} (the parent has their changes and the branch continues "
+                    f"from them); not merged: {', '.join(p.merge.model for p in plans[i:])}. Fix the cause and run "
+                    "branch_merge again to merge the rest"
+                ) from exc
+            merged.append(plan.merge.model)
+        if not plans:
+            store.put(dataclasses.replace(record, merged_at=_dt.datetime.now(),
+                                          base_snapshots=record_snapshots(spark, wanted, parent_levels)))
+        result.applied = True
     finally:
         for plan in plans:
             if plan.stage:
@@ -517,39 +387,90 @@ def merge_branch(
     return result
 
 
-def _write_conflicts(spark: SparkSession, plans: Sequence[_Plan], *, branch: str, table: str) -> None:
-    frames = []
-    for plan in plans:
-        if not plan.merge.conflicts:
-            continue
-        if plan.merge.detached:
-            frames.append(
-                spark.createDataFrame(
-                    [(branch, plan.merge.model, None, "*", "parent at branch base",
-                      "branch result (detached model)", "parent changed since the base")],
-                    _CONFLICT_SCHEMA,
-                )
-            )
-        else:
-            frames.append(_conflict_rows(spark, plan, branch))
-    schema = table.split(".")[0]
-    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
-    empty = spark.createDataFrame([], _CONFLICT_SCHEMA)
-    functools.reduce(lambda a, b: a.unionByName(b), frames, empty).writeTo(table).using("iceberg").createOrReplace()
+def _merge_model(
+    spark: SparkSession,
+    plan: _Plan,
+    *,
+    store: BranchStore,
+    record: BranchRecord,
+    parent_levels: Sequence[str],
+    policy: ConflictPolicy,
+    wanted: list[tuple[str, str]] | None,
+) -> BranchRecord:
+    """Merge one model: its commit to the parent, the branch's merge base moved for it, its overlay reset (in the
+    order that keeps a merge stopped anywhere correct, see the module docstring); returns the branch's record now.
+    ``wanted``: for the last model, every model whose base the record then moves (and the merge time)."""
+    info = plan.info
+    marked = not plan.merge.detached and bool(plan.merge.inserted + plan.merge.updated + plan.merge.deleted) and (
+        mark_merging(spark, schema=info.schema, identifier=info.identifier, base_schema=plan.base_schema,
+                     levels=parent_levels,
+                     applied_sql=f"SELECT {', '.join(quote(c) for c in info.columns)}, {OP_COLUMN} "
+                                 f"FROM ({plan.source}) s")
+    )
+    if not (plan.merge.detached and plan.merge.conflicts and policy == "theirs"):
+        try:
+            _apply(spark, plan, store=store, parent_levels=parent_levels)
+        except Exception:
+            if marked:  # the commit may have landed before the failure: the applied keys' base follows it
+                settle_interrupted_merge(spark, schema=info.schema, identifier=info.identifier, columns=info.columns,
+                                         key_columns=info.key_columns, base_schema=plan.base_schema,
+                                         levels=parent_levels, parent=plan.parent)
+            raise
+    checkpoint(CRASH_POINTS[0])
+    # A model whose parent's rows stay (detached, theirs) takes them before the base moves: left with its own
+    # result after the move, the next merge would see no change on the parent and copy that result over it.
+    # The others reset after the move: an emptied overlay under the old base would take the next build's keys'
+    # base from before this merge.
+    reset_first = plan.merge.detached and not plan.merge.replaced
+    if reset_first:
+        _reset_branch_model(spark, plan, store=store, branch=record.name)
+    if wanted is not None:
+        record = dataclasses.replace(record, merged_at=_dt.datetime.now(),
+                                     base_snapshots=record_snapshots(spark, wanted, parent_levels))
+        store.put(record)
+    else:
+        # the model's entries (its chain's tables and its parent branches' images) replaced by what they are now
+        names = set(recorded_state(record.base_snapshots, plan.base_schema, info.identifier, parent_levels))
+        moved = {k: v for k, v in record.base_snapshots.items() if k not in names}
+        moved.update(record_snapshots(spark, [(plan.base_schema, info.identifier)], parent_levels))
+        if moved != record.base_snapshots:
+            record = dataclasses.replace(record, base_snapshots=moved)
+            store.put(record)
+    checkpoint(CRASH_POINTS[1])
+    if not reset_first:
+        _reset_branch_model(spark, plan, store=store, branch=record.name)
+    return record
 
 
 def _reset_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore, branch: str) -> None:
     """After a merge the branch shows the merge result: its delta overlay empties (history kept for children), a
-    detached overlay holds the parent's rows."""
-    if plan.merge.detached:
+    detached overlay holds the parent's rows; a model whose parent's table stays dropped leaves the branch."""
+    if plan.parent is None and not plan.merge.replaced:
+        _remove_branch_model(spark, plan, store=store, branch=branch)
+        return
+    if plan.merge.detached and not plan.merge.parent_dropped:
         if not plan.merge.replaced:
             _take_parent_rows(spark, plan, store=store, branch=branch)
         return  # replaced: the detached overlay now equals the parent's rows
+    # emptied before the base image goes: an overlay left full without it would merge as a fast-forward
     spark.sql(f"DELETE FROM {plan.info.table}")
     spark.sql(f"DROP TABLE IF EXISTS {qualified(plan.info.schema, base_image_table(plan.info.identifier))} PURGE")
     _unmaterialize(spark, plan.info.schema, plan.info.identifier)
     create_branch_view(spark, store=store, branch=branch, base_schema=plan.base_schema,
                        identifier=plan.info.identifier)
+
+
+def _remove_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore, branch: str) -> None:
+    """The parent's table was dropped and stays so (``on_conflict: theirs``): the branch continues from that, without
+    the model (kept as an empty model, the next merge would create an empty table on the parent)."""
+    info = plan.info
+    drop_reader_relation(spark, info.schema, info.identifier)
+    drop_image(spark, plan.base_schema, info.identifier, branch)
+    for table in (base_image_table(info.identifier), full_table(info.identifier), overlay_table(info.identifier)):
+        spark.sql(f"DROP TABLE IF EXISTS {qualified(info.schema, table)} PURGE")
+    plan.merge.removed = True
+    refresh_descendant_views(spark, store=store, branch=branch, base_schema=plan.base_schema,
+                             identifier=info.identifier)
 
 
 def _take_parent_rows(spark: SparkSession, plan: _Plan, *, store: BranchStore, branch: str) -> None:

@@ -1,0 +1,171 @@
+"""A merge of several models that is refused, fails part way, or meets a parent table dropped since the branch built a
+model: what the parent and the branch are left with, and that the next merge is right.
+
+Regression cases:
+
+- a merge applied model ``aaa``, then failed on model ``bbb`` (a key its overlay held twice): ``aaa`` was merged and
+  its overlay emptied, but the branch kept its old merge base; when the branch then changed ``aaa``'s key 1 back to
+  its value before the merge, the next merge compared against the stale base and silently kept main's value;
+- the branch changed key 2 of a 3-row model (an overlay of changed rows over main's table); main's table was then
+  dropped; a merge with ``on_conflict: ours`` recreated main's table from the overlay alone, losing keys 1 and 3,
+  which the branch showed.
+
+Killed merges (``PARTIALCOW_CRASH_AT``) are in ``test_branch_merge_crashes.py``.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from partialcow.branch import build_model, create_branch, merge_branch
+from partialcow.branch import merge as merge_module
+from partialcow.branch.store import BranchStore
+from partialcow.exceptions import BranchError, CommitConflictError, ParentTableDroppedError, RepeatedKeysError
+
+pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.slow]
+
+COLS = "id bigint, v string"
+
+
+def _rows(spark, relation: str) -> list[tuple]:
+    return sorted(tuple(r) for r in spark.table(relation).collect())
+
+
+def _two_models(spark, prefix: str, branch: str) -> tuple[str, dict]:
+    """Main's ``aaa`` (1 a, 2 b) and ``bbb`` (1 p); the branch changes aaa's key 1 to x and bbb's key 1 to q."""
+    meta = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    spark.createDataFrame([(1, "a"), (2, "b")], COLS).writeTo(f"{meta}.aaa").using("iceberg").create()
+    spark.createDataFrame([(1, "p")], COLS).writeTo(f"{meta}.bbb").using("iceberg").create()
+    create_branch(spark, name=branch, meta_schema=meta, models=[(meta, "aaa"), (meta, "bbb")])
+    kw = dict(branch=branch, base_schema=meta, key_columns=["id"], meta_schema=meta)
+    build_model(spark, spark.createDataFrame([(1, "x"), (2, "b")], COLS), identifier="aaa", **kw)
+    build_model(spark, spark.createDataFrame([(1, "q")], COLS), identifier="bbb", **kw)
+    return meta, kw
+
+
+def _state(spark, meta: str, branch: str) -> tuple:
+    """Main's rows, the branch's rows and overlays, and the branch's record."""
+    schema = f"{meta}__br_{branch}"
+    record = BranchStore(spark, meta_schema=meta).require(branch)
+    return (
+        {t: _rows(spark, f"{meta}.{t}") for t in ("aaa", "bbb")},
+        {t: _rows(spark, f"{schema}.{t}") for t in ("aaa", "bbb")},
+        {t: _rows(spark, f"{schema}.{t}__pcow_overlay") for t in ("aaa", "bbb")},
+        (record.base_snapshots, record.merged_at),
+    )
+
+
+def test_a_key_repeated_on_the_branch_refuses_the_merge_before_any_model_is_written(spark):
+    meta, kw = _two_models(spark, "mrep", "rep")
+    # a second row for bbb's key 1 in its overlay (build_model refuses a result that repeats a key; an overlay can
+    # still get one from elsewhere: a hand-made insert, a build by an older version)
+    spark.sql(f"INSERT INTO {meta}__br_rep.bbb__pcow_overlay VALUES (1, 'r', 'U', 1)")
+    before = _state(spark, meta, "rep")
+    with pytest.raises(RepeatedKeysError) as info:
+        merge_branch(spark, name="rep", meta_schema=meta)
+    message = str(info.value)
+    assert f"{meta}.bbb" in message and "id=1" in message and "nothing was merged" in message, message
+    assert info.value.keys == "(id=1)"
+    assert _state(spark, meta, "rep") == before  # aaa was not merged either
+
+    build_model(spark, spark.createDataFrame([(1, "q")], COLS), identifier="bbb", **kw)
+    result = merge_branch(spark, name="rep", meta_schema=meta)
+    assert result.applied, result.describe()
+    assert _rows(spark, f"{meta}.aaa") == [(1, "x"), (2, "b")]
+    assert _rows(spark, f"{meta}.bbb") == [(1, "q")]
+
+
+def test_a_merge_failing_part_way_moves_the_base_of_the_models_it_merged(spark, monkeypatch):
+    """aaa is merged, bbb's commit fails (another writer, here simulated): the branch continues from aaa's merge
+    result, so reverting aaa's key 1 on the branch afterwards is a change the next merge applies."""
+    meta, kw = _two_models(spark, "mmid", "mid")
+    real = merge_module._apply_with_partial_cow
+
+    def failing(spark_, table, *args, **kwargs):
+        if table.endswith(".bbb"):
+            raise CommitConflictError(f"model {table}: another writer changed key(s) (id=1); nothing was committed")
+        return real(spark_, table, *args, **kwargs)
+
+    monkeypatch.setattr(merge_module, "_apply_with_partial_cow", failing)
+    with pytest.raises(BranchError) as info:
+        merge_branch(spark, name="mid", meta_schema=meta)
+    message = str(info.value)
+    assert f"merged before it: {meta}.aaa" in message and f"not merged: {meta}.bbb" in message, message
+    assert isinstance(info.value.__cause__, CommitConflictError)
+    monkeypatch.setattr(merge_module, "_apply_with_partial_cow", real)
+
+    assert _rows(spark, f"{meta}.aaa") == [(1, "x"), (2, "b")]  # aaa merged
+    assert _rows(spark, f"{meta}.bbb") == [(1, "p")]  # bbb not
+    assert _rows(spark, f"{meta}__br_mid.aaa__pcow_overlay") == []  # the branch continues from aaa's merge result
+    assert _rows(spark, f"{meta}__br_mid.aaa") == [(1, "x"), (2, "b")]
+    assert _rows(spark, f"{meta}__br_mid.bbb") == [(1, "q")]
+
+    # the branch reverts aaa's key 1: a change against the merge result, which the next merge applies
+    build_model(spark, spark.createDataFrame([(1, "a"), (2, "b")], COLS), identifier="aaa", **kw)
+    result = merge_branch(spark, name="mid", meta_schema=meta)
+    assert _rows(spark, f"{meta}.aaa") == [(1, "a"), (2, "b")], result.describe()
+    assert _rows(spark, f"{meta}.bbb") == [(1, "q")], result.describe()
+    models = {m.model: m for m in result.models}
+    assert models[f"{meta}.aaa"].updated == 1 and not models[f"{meta}.aaa"].conflicts
+
+
+def _dropped_parent(spark, prefix: str, branch: str, *, image_mode: str = "copy-on-write") -> str:
+    """Main's items (1 a, 2 b, 3 c); the branch changes key 2 to B; then main's table is dropped."""
+    meta = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], COLS).writeTo(f"{meta}.items").using("iceberg").create()
+    create_branch(spark, name=branch, meta_schema=meta, models=[(meta, "items")], image_mode=image_mode)
+    build_model(spark, spark.createDataFrame([(1, "a"), (2, "B"), (3, "c")], COLS), branch=branch, base_schema=meta,
+                identifier="items", key_columns=["id"], meta_schema=meta)
+    assert _rows(spark, f"{meta}__br_{branch}.items") == [(1, "a"), (2, "B"), (3, "c")]
+    return meta
+
+
+@pytest.mark.parametrize("image_mode", ["copy-on-write", "merge-on-read"])
+def test_a_dropped_parent_table_is_recreated_from_the_rows_the_branch_shows(spark, image_mode):
+    """The branch's image still holds every row it shows (a DROP TABLE keeps the files): ours recreates them all."""
+    branch = "dropi" + image_mode[0]
+    meta = _dropped_parent(spark, "mdrop", branch, image_mode=image_mode)
+    spark.sql(f"DROP TABLE {meta}.items")
+    with pytest.raises(BranchError, match="conflicting") as info:
+        merge_branch(spark, name=branch, meta_schema=meta)
+    assert "parent's table dropped" in str(info.value)
+    assert not spark.catalog.tableExists(f"{meta}.items")
+
+    result = merge_branch(spark, name=branch, meta_schema=meta, on_conflict="ours")
+    (model,) = result.models
+    assert model.parent_dropped and model.replaced, result.describe()
+    assert "recreated the parent's table" in result.describe()
+    assert _rows(spark, f"{meta}.items") == [(1, "a"), (2, "B"), (3, "c")]
+    assert _rows(spark, f"{meta}__br_{branch}.items") == [(1, "a"), (2, "B"), (3, "c")]
+    again = merge_branch(spark, name=branch, meta_schema=meta)
+    assert _rows(spark, f"{meta}.items") == [(1, "a"), (2, "B"), (3, "c")], again.describe()
+
+
+def test_a_purged_parent_table_refuses_ours_and_theirs_removes_the_model(spark):
+    """DROP TABLE ... PURGE deleted the rows the branch did not change: ours cannot recreate what the branch showed,
+    and is refused with nothing changed; theirs keeps the drop and the model leaves the branch."""
+    meta = _dropped_parent(spark, "mpurge", "purged")
+    spark.sql(f"DROP TABLE {meta}.items PURGE")
+    overlay = f"{meta}__br_purged.items__pcow_overlay"
+    before = (_rows(spark, overlay), BranchStore(spark, meta_schema=meta).require("purged"))
+    with pytest.raises(ParentTableDroppedError) as info:
+        merge_branch(spark, name="purged", meta_schema=meta, on_conflict="ours")
+    message = str(info.value)
+    assert info.value.model == f"{meta}.items"
+    assert f"{meta}.items" in message and "dropped" in message and "Nothing was merged" in message, message
+    assert not spark.catalog.tableExists(f"{meta}.items")
+    assert (_rows(spark, overlay), BranchStore(spark, meta_schema=meta).require("purged")) == before
+
+    result = merge_branch(spark, name="purged", meta_schema=meta, on_conflict="theirs")
+    (model,) = result.models
+    assert model.parent_dropped and model.removed and not model.replaced, result.describe()
+    assert not spark.catalog.tableExists(f"{meta}.items")
+    assert not spark.catalog.tableExists(overlay)
+    assert not spark.catalog.tableExists(f"{meta}__br_purged.items")
+    # nothing left to merge: the next merge does not bring the model back (as an empty table)
+    again = merge_branch(spark, name="purged", meta_schema=meta)
+    assert again.models == [] and not spark.catalog.tableExists(f"{meta}.items"), again.describe()
