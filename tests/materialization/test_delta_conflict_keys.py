@@ -11,6 +11,8 @@ cannot rule a key out: any concurrent append is then a conflict.
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pytest
 
@@ -37,11 +39,19 @@ def _rows(path: str) -> list[tuple]:
 
 # A inserts (i, 'us') for odd i and (i, 'eu') for even i: each column's values alone also pair up as
 # (odd, 'eu') and (even, 'us'), which A does not write.
-@pytest.mark.parametrize("keys, limit", [(4, None), (12_000, None), (4, 2)],
-                         ids=["few-keys", "many-keys", "too-many-to-list"])
-@pytest.mark.parametrize("driver_rows", ["0", "400000"], ids=["spark", "driver"])
-@pytest.mark.parametrize("theirs, conflict", [((3, "us"), True), ((3, "eu"), False), ((2, "eu"), True)],
-                         ids=["same-key", "other-key", "same-key-even"])
+_SIZES = {"few-keys": (4, None), "many-keys": (12_000, None), "too-many-to-list": (4, 2)}
+_PATHS = {"spark": "0", "driver": "400000"}
+_THEIRS = {"same-key": ((3, "us"), True), "other-key": ((3, "eu"), False), "same-key-even": ((2, "eu"), True)}
+# every combination with PARTIALCOW_TESTS_LONG=1; in CI every case on both paths with few keys, and the other
+# sizes with a conflict and without on one path each
+_RUNS = [(size, path, case) for size in _SIZES for path in _PATHS for case in _THEIRS
+         if os.environ.get("PARTIALCOW_TESTS_LONG") == "1" or size == "few-keys"
+         or (case != "same-key-even" and path == ("driver" if size == "many-keys" else "spark"))]
+
+
+@pytest.mark.parametrize("keys, limit, driver_rows, theirs, conflict",
+                         [(*_SIZES[size], _PATHS[path], *_THEIRS[case]) for size, path, case in _RUNS],
+                         ids=["-".join(run) for run in _RUNS])
 def test_concurrent_append_is_checked_on_whole_keys(spark, tmp_path, monkeypatch, keys, limit, driver_rows, theirs,
                                                     conflict):
     from deltalake import write_deltalake
