@@ -13,7 +13,7 @@
     branch_drop         {name}                drops the overlay schemas and the branch's metadata (only this
                                               target's: those of its models and of the branch's record)
     branch_list         {}                    branches, parents, age, overlay rows/tombstones/ratio per model
-    branch_materialize  {name, models?}       collapses the branch's models into full tables on the branch
+    branch_materialize  {name, models?}       collapses the branch's models into full tables of what it shows
     branch_refresh      {name}                re-pins the branch's model views to their parents as they are now
     Branch metadata lives in <target schema>.partialcow_branches (Iceberg). The arguments are checked in Python
     (partialcow.branch.options): an unknown one is refused with the accepted ones listed.

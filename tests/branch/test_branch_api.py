@@ -231,3 +231,70 @@ def test_diff_of_a_detached_model_reports_the_replaced_rows_and_theirs_keeps_the
     assert rows(f"{meta}.agg") == Counter(theirs)
     drop_branch(spark, name="d", meta_schema=meta)
     spark.sql(f"DROP SCHEMA {meta} CASCADE")
+
+
+def test_regression_detached_merge_kept_the_parents_partitioning_sort_order_and_row_index(spark):
+    """Regression case (detached replace): a detached model whose columns differ from main's table was merged with
+    a plain create-or-replace, which left the table unpartitioned and unsorted, and kept the table's row index
+    (``partial_cow_incremental``) for the replaced files: with the key's type changed, every later write on main
+    failed with ``StaleIndexError``; a column that kept its name and changed its type was written into the table's
+    old type. Now the table is replaced and keeps its partitioning and sort order (a field whose column is gone is
+    named in the summary) and its properties, and a write on main builds its index again."""
+    from partialcow.branch.catalog import load_iceberg
+    from partialcow.index import RowIndex
+    from partialcow.spark.changes import ChangeSpec, apply_changes
+    from partialcow.spark.tables import open_table
+    from partialcow.table.iceberg import IcebergTable
+
+    meta = f"lay_{uuid.uuid4().hex[:8]}"
+    table = f"{meta}.items"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    spark.sql(f"CREATE TABLE {table} (id int, region string, v string, note string) USING iceberg "
+              "PARTITIONED BY (region) TBLPROPERTIES ('format-version' = '2', 'custom.owner' = 'team-a')")
+    spark.sql(f"ALTER TABLE {table} WRITE ORDERED BY region DESC NULLS LAST, note")
+    spark.sql(f"INSERT INTO {table} VALUES (1, 'eu', 'a', 'x'), (2, 'us', 'b', 'y'), (3, 'eu', 'c', 'z')")
+    # a keyless model whose column keeps its name and changes its type (a string failed after the merge's checks)
+    spark.sql(f"CREATE TABLE {meta}.labels (id bigint, v int) USING iceberg PARTITIONED BY (bucket(2, id))")
+    spark.sql(f"INSERT INTO {meta}.labels VALUES (1, 10), (2, 20)")
+    spec = ChangeSpec(key_columns=("id",), op_column="_op", model="items")
+    batch = "id {}, region string, v string, {}_op string"
+    apply_changes(spark, open_table(spark, table, table_format="iceberg"),  # builds the row index
+                  spark.createDataFrame([(3, "eu", "c2", "z", "U")], batch.format("int", "note string, ")), spec)
+    assert RowIndex.exists(IcebergTable(spark, table))
+
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items"), (meta, "labels")])
+    labels = spark.createDataFrame([(1, "ten"), (2, "twenty")], "id bigint, v string")
+    build_model(spark, labels, branch="dev", base_schema=meta, identifier="labels", key_columns=[], meta_schema=meta)
+    ours = {1: (1, "eu", "a", 1), 2: (2, "us", "b", 1), 3: (3, "eu", "c2", 2)}  # key type, columns changed
+    result = spark.createDataFrame(list(ours.values()), "id bigint, region string, v string, n int")
+    summary = build_model(spark, result, branch="dev", base_schema=meta, identifier="items", key_columns=["id"],
+                          meta_schema=meta)
+    assert summary.mode == "detached"
+    merged = merge_branch(spark, name="dev", meta_schema=meta)
+    assert all(m.replaced for m in merged.models)
+    assert sorted(tuple(r) for r in spark.table(f"{meta}.labels").collect()) == [(1, "ten"), (2, "twenty")]
+    assert [str(f.transform()) for f in load_iceberg(spark, meta, "labels").spec().fields()] == ["bucket[2]"]
+    assert {r[0]: tuple(r) for r in spark.table(table).collect()} == ours
+    loaded = load_iceberg(spark, meta, "items")
+    fields = [(str(f.name()), str(f.transform())) for f in loaded.spec().fields()]
+    assert fields == [("region", "identity")]
+    order = [(str(loaded.schema().findColumnName(f.sourceId())), str(f.direction()), str(f.nullOrder()))
+             for f in loaded.sortOrder().fields()]
+    assert order == [("region", "DESC", "NULLS LAST")]
+    assert loaded.properties().get("custom.owner") == "team-a"
+    assert loaded.operations().current().formatVersion() == 2
+    (items_merge,) = [m for m in merged.models if m.model == f"{meta}.items"]
+    assert items_merge.layout_dropped == ("identity(note)",)
+    assert "not kept from the parent's table (its column gone, or of another type now): identity(note)" in (
+        merged.describe())
+
+    # main's next write (a partial_cow_incremental batch with the new key type) builds the index again
+    metrics = apply_changes(spark, open_table(spark, table, table_format="iceberg"),
+                            spark.createDataFrame([(2, "us", "b2", 5, "U"), (9, "us", "new", 9, "I")],
+                                                  batch.format("bigint", "n int, ")), spec)
+    assert (metrics.rows_updated, metrics.rows_inserted) == (1, 1)
+    assert {r[0]: tuple(r) for r in spark.table(table).collect()} == ours | {2: (2, "us", "b2", 5),
+                                                                               9: (9, "us", "new", 9)}
+    assert RowIndex.open(IcebergTable(spark, table)).verify().ok
+    drop_branch(spark, name="dev", meta_schema=meta)
+    spark.sql(f"DROP SCHEMA {meta} CASCADE")

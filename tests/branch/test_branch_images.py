@@ -14,8 +14,9 @@ import uuid
 import duckdb
 import pyarrow.parquet as pq
 import pytest
+from merge_oracle import three_way
 
-from partialcow.branch import build_model, create_branch, drop_branch, refresh_branch
+from partialcow.branch import build_model, create_branch, drop_branch, materialize_branch, merge_branch, refresh_branch
 from partialcow.branch.catalog import load_iceberg
 from partialcow.branch.types import COPY_ON_WRITE, MERGE_ON_READ
 from partialcow.branch.levels import overlay_info, resolve_parent
@@ -274,5 +275,43 @@ def test_a_key_the_parent_holds_twice_reads_as_the_live_form(spark, mode, monkey
     assert sorted(tuple(r) for r in spark.table(f"{meta}__br_dev.items").collect()) == live
     assert [r for r in live if r[0] == 3] == [(3, "new", 0, 3)]  # once, as the model's result has it
     assert spark.table(f"{meta}__br_dev.items__pcow_overlay").where("id = 3").count() == 1
+    drop_branch(spark, name="dev", meta_schema=meta)
+    spark.sql(f"DROP SCHEMA {meta} CASCADE")
+
+
+def test_regression_materialize_kept_the_pinned_parent(spark):
+    """Regression case (materialize refreshed): ``branch_materialize`` wrote the model's table from the parent as it
+    is now, so a parent's change made after the branch's build appeared on the branch, though the image pinned the
+    parent and nothing re-pinned it. Materializing changes how the branch is read, not what it shows;
+    ``branch_refresh`` re-pins a materialized model (it rewrites the table) and the merge stays three-way."""
+    meta = f"img_{uuid.uuid4().hex[:8]}"
+    root, view = f"{meta}.items", f"{meta}__br_dev.items"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    base = {i: (i, f"name-{i}", 0, i) for i in range(4)}
+    _frame(spark, base).writeTo(root).using("iceberg").create()
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    dev = base | {1: (1, "dev", 0, 1)}
+    build_model(spark, _frame(spark, dev), branch="dev", base_schema=meta, identifier="items", key_columns=["id"],
+                meta_schema=meta)
+    spark.sql(f"UPDATE {root} SET name = 'main' WHERE id = 2")
+    spark.sql(f"INSERT INTO {root} VALUES (9, 'main', 0, 9)")
+    theirs = base | {2: (2, "main", 0, 2), 9: (9, "main", 0, 9)}
+    assert _rows(spark, view) == dev  # the image pins main as of dev's build
+
+    assert materialize_branch(spark, name="dev", meta_schema=meta).models == ((f"{meta}.items", len(dev)),)
+    assert "items__pcow_full" in _view_text(spark, view)
+    assert _rows(spark, view) == dev  # still main as of the build: no refresh behind the user's back
+    materialize_branch(spark, name="dev", meta_schema=meta)  # again: the table already holds what dev shows
+    assert _rows(spark, view) == dev
+
+    result = refresh_branch(spark, name="dev", meta_schema=meta)
+    assert result.materialized == (f"{meta}.items",) and "materialized table rewritten" in result.describe()
+    assert "items__pcow_full" in _view_text(spark, view)
+    assert _rows(spark, view) == theirs | {1: dev[1]}  # re-pinned: dev's change over main as it is now
+
+    merged, conflicts = three_way(base, dev, theirs, policy="theirs")
+    assert not conflicts
+    merge_branch(spark, name="dev", meta_schema=meta)
+    assert _rows(spark, root) == merged == _rows(spark, view)
     drop_branch(spark, name="dev", meta_schema=meta)
     spark.sql(f"DROP SCHEMA {meta} CASCADE")

@@ -301,11 +301,15 @@ class MaterializeResult:
 def materialize_branch(
     spark: SparkSession, *, name: str, meta_schema: str, models: Sequence[str] | None = None
 ) -> MaterializeResult:
-    """Collapse the overlay chain of the branch's models into one full table each (``<model>__pcow_full``).
+    """Collapse each of the branch's models into one full table (``<model>__pcow_full``) holding what the branch
+    shows of it: the branch view then reads that table alone (as fast as the table without a branch).
 
-    The branch view then reads that table alone (as fast as the table without a branch); the overlay stays for
-    diff and merge, and later builds of the model on the branch rewrite both. Parent changes made after this are
-    no longer visible on the branch until the model is built again. ``models`` limits it to those model names.
+    Materializing changes how the branch is read, not what it shows: the table is written from what readers of the
+    model on the branch query now (its image, which pins the parent as of the model's last build or refresh), not
+    from the parent as it is now. Parent changes show up at the next build of the model on the branch or
+    ``branch_refresh`` (which rewrites the table); a model already materialized is left as it is. The overlay stays
+    for diff and merge, and later builds of the model on the branch rewrite both. ``models`` limits it to those
+    model names.
 
     >>> materialize_branch(spark, name="dev", meta_schema="shop", models=["orders"]).models   # doctest: +SKIP
     (('shop.orders', 1000000),)
@@ -319,10 +323,16 @@ def materialize_branch(
         if wanted is not None and info.identifier.lower() not in wanted:
             continue
         base_schema = base_schema_of(info.schema)
-        parent = resolve_parent(spark, levels[1:], base_schema, info.identifier)
-        live = spark.sql(view_sql(info, parent, materialized=False))
         target = f"{info.schema}.{full_table(info.identifier)}"
-        live.writeTo(target).using("iceberg").createOrReplace()
+        if not table_exists(spark, info.schema, full_table(info.identifier)):
+            if table_exists(spark, info.schema, info.identifier):
+                # what the branch shows: the parent as the model's image pinned it, not as it is now (reading the
+                # live parent here would pull the parent's later changes into the branch behind the user's back)
+                shown = spark.table(qualified(info.schema, info.identifier)).select(*[quote(c) for c in info.columns])
+            else:  # no reader relation (a build stopped before creating it): the overlay over the parent now
+                parent = resolve_parent(spark, levels[1:], base_schema, info.identifier)
+                shown = spark.sql(view_sql(info, parent, materialized=False))
+            shown.writeTo(target).using("iceberg").createOrReplace()
         create_branch_view(spark, store=store, branch=name, base_schema=base_schema, identifier=info.identifier)
         done.append((f"{base_schema}.{info.identifier}", spark.table(target).count()))
     if wanted is not None:
@@ -339,6 +349,7 @@ def materialize_branch(
 class RefreshResult:
     branch: str
     models: tuple[tuple[str, bool], ...]  # (model, read through an image)
+    materialized: tuple[str, ...] = ()  # models whose materialized table was rewritten
 
     def describe(self) -> str:
         if not self.models:
@@ -346,7 +357,8 @@ class RefreshResult:
         return "\n".join(
             [f"branch {self.branch}: views re-pinned to their parents as they are now"]
             + [
-                f"  {model}: " + ("image (one scan)" if imaged else "overlay joined to the live parent")
+                f"  {model}: " + ("materialized table rewritten (one scan)" if model in self.materialized
+                                  else "image (one scan)" if imaged else "overlay joined to the live parent")
                 for model, imaged in self.models
             ]
         )
@@ -356,18 +368,26 @@ def refresh_branch(spark: SparkSession, *, name: str, meta_schema: str) -> Refre
     """Rebuild the images of the branch's models (and its descendants') from their parents as they are now.
 
     A model's image pins its parent as of the model's last build on the branch; this picks up what the parent
-    changed since, without building the model again. Overlays (what the branch changed) stay as they are.
+    changed since, without building the model again. A materialized model's table is rewritten from the parent as
+    it is now. Overlays (what the branch changed) stay as they are.
 
     >>> refresh_branch(spark, name="dev", meta_schema="shop").models   # doctest: +SKIP
     (('shop.orders', True),)
     """
     store = BranchStore(spark, meta_schema=meta_schema)
     store.require(name)
-    done = []
+    levels = store.chain(name)
+    done, materialized = [], []
     for info in branch_models(spark, name, store.base_schemas(name)):
         base_schema = base_schema_of(info.schema)
+        model = f"{base_schema}.{info.identifier}"
+        if table_exists(spark, info.schema, full_table(info.identifier)):
+            # reads the overlay and the parent, not the table it replaces
+            parent = resolve_parent(spark, levels[1:], base_schema, info.identifier)
+            spark.sql(view_sql(info, parent, materialized=False)).writeTo(
+                f"{info.schema}.{full_table(info.identifier)}").using("iceberg").createOrReplace()
+            materialized.append(model)
         create_branch_view(spark, store=store, branch=name, base_schema=base_schema, identifier=info.identifier)
         refresh_descendant_views(spark, store=store, branch=name, base_schema=base_schema, identifier=info.identifier)
-        done.append((f"{base_schema}.{info.identifier}", has_image(spark, base_schema, info.identifier, name)))
-    return RefreshResult(branch=name, models=tuple(done))
-
+        done.append((model, has_image(spark, base_schema, info.identifier, name)))
+    return RefreshResult(branch=name, models=tuple(done), materialized=tuple(materialized))

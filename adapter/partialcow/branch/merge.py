@@ -75,6 +75,7 @@ from partialcow.branch.naming import (
     quote,
 )
 from partialcow.branch.overlay import create_branch_view, refresh_descendant_views
+from partialcow.branch.replace import replace_keeping_layout
 from partialcow.branch.store import BranchStore
 from partialcow.branch.types import BranchRecord, ConflictPolicy, validate_conflict_policy
 from partialcow.exceptions import BranchError
@@ -218,13 +219,17 @@ def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_level
         if parent_level == MAIN:
             target = f"{target_schema}.{info.identifier}"
             current = spark.table(target) if table_exists(spark, target_schema, info.identifier) else None
-            same = current is not None and [f.name.lower() for f in current.schema.fields] == [
-                c.lower() for c in info.columns
-            ]
+            rows = ours.select(*[quote(c) for c in info.columns])
+            # the same columns: names and types (written into the table's own types, a string result would fail
+            # after the merge's checks, a bigint one be narrowed to the table's int)
+            same = current is not None and [(f.name.lower(), f.dataType.simpleString()) for f in current.schema] == [
+                (f.name.lower(), f.dataType.simpleString()) for f in rows.schema]
             if same:
-                ours.select(*[quote(c) for c in info.columns]).writeTo(target).overwrite(F.lit(True))
+                rows.writeTo(target).overwrite(F.lit(True))
+            elif current is not None:  # other columns: the table replaced, its partitioning and sort order kept
+                plan.merge.layout_dropped = replace_keeping_layout(spark, target_schema, info.identifier, rows)
             else:
-                ours.select(*[quote(c) for c in info.columns]).writeTo(target).using("iceberg").createOrReplace()
+                rows.writeTo(target).using("iceberg").createOrReplace()
         else:
             write_overlay(spark, ours, schema=target_schema, identifier=info.identifier,
                           key_columns=info.key_columns, mode="detached")

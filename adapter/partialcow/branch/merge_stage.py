@@ -67,6 +67,8 @@ class ModelMerge:
     parent_dropped: bool = False
     #: the branch's model was removed (the parent's drop kept, ``on_conflict: theirs``)
     removed: bool = False
+    #: partition and sort fields of the parent's table a detached model's other columns could not keep
+    layout_dropped: tuple[str, ...] = ()
 
     def describe(self) -> str:
         how = "fast-forward" if self.fast_forward else "three-way"
@@ -81,6 +83,9 @@ class ModelMerge:
         elif self.detached:
             done = "replaced the parent's rows" if self.replaced else "left the parent as it is"
             text = f"  {self.model} ({how}, detached): {done}"
+            if self.layout_dropped:
+                text += (f"; not kept from the parent's table (its column gone, or of another type now): "
+                         f"{', '.join(self.layout_dropped)}")
         else:
             text = f"  {self.model} ({how}): {self.inserted} inserted, {self.updated} updated, {self.deleted} deleted"
         if self.conflicts:
