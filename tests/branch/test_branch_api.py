@@ -222,6 +222,11 @@ def test_diff_of_a_detached_model_reports_the_replaced_rows_and_theirs_keeps_the
 
     theirs = [*parent, (5, "e", 50, "m")]
     spark.sql(f"INSERT INTO {meta}.agg VALUES (5, 'e', 50, 'm')")  # main changes agg too: a conflict as a whole
+    with pytest.raises(BranchError, match="nothing was applied"):
+        merge_branch(spark, name="d", meta_schema=meta)
+    assert [tuple(r)[1:] for r in spark.table(f"{meta}__br_d.partialcow_merge_conflicts").collect()] == [
+        (f"{meta}.agg", None, "*", "parent at branch base", "branch result (detached model)",
+         "parent changed since the base")]
     merged = {m.model: m for m in merge_branch(spark, name="d", meta_schema=meta, on_conflict="theirs").models}
     assert (merged[f"{meta}.agg"].conflicts, merged[f"{meta}.agg"].replaced) == (1, False)
     assert rows(f"{meta}.agg") == Counter(theirs)

@@ -404,22 +404,12 @@ def _write_conflicts(spark: SparkSession, plans: Sequence[_Plan], *, branch: str
     for plan in plans:
         if not plan.merge.conflicts:
             continue
-        if plan.merge.parent_dropped:
-            frames.append(
-                spark.createDataFrame(
-                    [(branch, plan.merge.model, None, "*", "parent at branch base",
-                      "branch changed it key by key", "parent's table dropped since the branch built the model")],
-                    _CONFLICT_SCHEMA,
-                )
-            )
-        elif plan.merge.detached:
-            frames.append(
-                spark.createDataFrame(
-                    [(branch, plan.merge.model, None, "*", "parent at branch base",
-                      "branch result (detached model)", "parent changed since the base")],
-                    _CONFLICT_SCHEMA,
-                )
-            )
+        if plan.merge.parent_dropped or plan.merge.detached:
+            ours, theirs = (("branch changed it key by key", "parent's table dropped since the branch built the model")
+                            if plan.merge.parent_dropped else
+                            ("branch result (detached model)", "parent changed since the base"))
+            row = (branch, plan.merge.model, None, "*", "parent at branch base", ours, theirs)
+            frames.append(spark.createDataFrame([row], _CONFLICT_SCHEMA))
         else:
             frames.append(_conflict_rows(spark, plan, branch))
     schema = table.split(".")[0]
