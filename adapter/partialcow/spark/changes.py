@@ -140,11 +140,18 @@ def _value_columns(spec: ChangeSpec, table_columns: Sequence[str], staged_column
     return [c for c in candidates if c not in spec.exclude_columns]
 
 
-def _open_index(table: LakehouseTable, spec: ChangeSpec) -> RowIndex:
+def _open_index(table: LakehouseTable, spec: ChangeSpec, table_schema: StructType) -> RowIndex:
     if RowIndex.exists(table.format_table):
         index = RowIndex.open(table.format_table)
         if tuple(index.key_columns) == tuple(spec.key_columns):
-            index.ensure_fresh()
+            # a key column of another type now (Iceberg's int -> bigint promotion, which commits no snapshot, or a
+            # table re-created by another writer) leaves every entry hashed and typed as before: a new generation
+            types = {f.name.lower(): f.dataType.simpleString() for f in table_schema.fields}
+            now = tuple(types.get(c.lower()) for c in spec.key_columns)
+            if index.state.key_types and now != tuple(index.state.key_types):
+                index.rebuild()
+            else:
+                index.ensure_fresh()
             return index
     return RowIndex.create(table.format_table, key_columns=spec.key_columns)
 
@@ -177,7 +184,7 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
         with clock("schema"):
             table_schema = table.spark_schema()
         with clock("index_open"):
-            index = _open_index(table, spec)
+            index = _open_index(table, spec, table_schema)
         small = None
         # a batch small enough for the driver takes no Spark job beyond its own query (see small_batch); schema
         # evolution needs the Spark path
@@ -222,7 +229,7 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
                     ) from exc
                 retries += 1
                 with clock("index_open"):
-                    index = _open_index(table, spec)
+                    index = _open_index(table, spec, table_schema)
         checkpoint("indexed")
     metrics.phase_ms = clock.ms
     metrics.commit_retries = retries

@@ -40,10 +40,12 @@ __all__ = [
     "LOCATE_RESULT_SCHEMA",
     "FileTask",
     "locate_partition",
+    "narrower",
     "new_file_name",
     "rewrite_changed_file",
     "rewrite_files_in_place",
     "run_file_tasks",
+    "unfit",
     "whole_rows",
     "write_partition",
 ]
@@ -71,11 +73,58 @@ def _local(uri: str) -> str:
     return local_path(uri)
 
 
-def _moves(upserts: pa.Table, absent: Sequence[str]) -> pa.Array:
-    """Rows that set a value in a column their file lacks (added to the table after the file was written)."""
+def narrower(written: pa.DataType, table: pa.DataType) -> bool:
+    """Whether a file's column type holds fewer values than the table's type now (a file written before Iceberg
+    promoted the column: int -> bigint, float -> double, a decimal's precision).
+
+    >>> narrower(pa.int32(), pa.int64()), narrower(pa.int64(), pa.int64()), narrower(pa.float32(), pa.float64())
+    (True, False, True)
+    >>> narrower(pa.decimal128(9, 2), pa.decimal128(12, 2)), narrower(pa.string(), pa.large_string())
+    (True, False)
+    """
+    if (pa.types.is_integer(written) and pa.types.is_integer(table)) or (
+            pa.types.is_floating(written) and pa.types.is_floating(table)):
+        return bool(written.bit_width < table.bit_width)
+    if pa.types.is_decimal(written) and pa.types.is_decimal(table):
+        return bool(written.precision < table.precision)
+    return False
+
+
+def unfit(values: pa.Array, field: pa.Field) -> pa.Array:
+    """Per value: whether the file column ``field`` cannot hold it exactly: a null in a column the file stores as
+    required (Spark's own writes do so where the query could not produce a null, though the table's column is
+    optional), or a value beyond a narrower type (see :func:`narrower`; a double is held only if it survives the
+    round trip through float, NaN included).
+
+    >>> unfit(pa.array([1, 2**40, None]), pa.field("n", pa.int32())).to_pylist()
+    [False, True, False]
+    >>> unfit(pa.array([1.0, 0.1, float("nan"), None]), pa.field("x", pa.float32(), nullable=False)).to_pylist()
+    [False, True, False, True]
+    """
+    mask = pc.is_null(values) if not field.nullable else pa.array([False] * len(values), type=pa.bool_())
+    if not narrower(field.type, values.type):
+        return mask
+    if pa.types.is_floating(values.type):
+        back = pc.cast(pc.cast(values, field.type, safe=False), values.type)
+        lost = pc.and_(pc.not_equal(back, values), pc.invert(pc.is_nan(values)))
+    elif pa.types.is_integer(values.type):
+        lost = pc.not_equal(pc.cast(pc.cast(values, field.type, safe=False), values.type), values)
+    else:  # a decimal with fewer integer digits: |value| >= 10^(precision - scale) does not fit
+        import decimal
+
+        bound = pa.scalar(decimal.Decimal(10) ** (field.type.precision - field.type.scale), values.type)
+        lost = pc.greater_equal(pc.abs(values), bound)
+    return pc.or_(mask, pc.fill_null(lost, False))
+
+
+def _moves(upserts: pa.Table, absent: Sequence[str], written: pa.Schema, present: Sequence[str]) -> pa.Array:
+    """Rows that set a value in a column their file lacks (added to the table after the file was written), or a
+    value a column of their file cannot hold (see :func:`unfit`): written whole to a new file instead."""
     mask = pa.array([False] * upserts.num_rows, type=pa.bool_())  # typed: a delete-only file has no upserts
     for column in absent:
         mask = pc.or_(mask, pc.is_valid(upserts[column]))
+    for column in present:
+        mask = pc.or_(mask, unfit(upserts[column].combine_chunks(), written.field(column)))
     return mask
 
 
@@ -105,11 +154,11 @@ def rewrite_changed_file(
     ``append_offset`` of the result on.
     """
     local_src = _local(src)
-    in_file = set(pq.read_schema(local_src).names)
-    absent = [c for c in update_columns if c not in in_file]
+    written = pq.read_schema(local_src)
+    absent = [c for c in update_columns if c not in written.names]
     is_delete = mine[DELETE].combine_chunks().fill_null(False)
     upserts = mine.filter(pc.invert(is_delete))
-    move = _moves(upserts, absent)
+    move = _moves(upserts, absent, written, [c for c in update_columns if c in written.names])
     moved = upserts.filter(move)
     upserts = upserts.filter(pc.invert(move))
     deletes = pa.concat_arrays([mine.filter(is_delete)[POS].combine_chunks(), moved[POS].combine_chunks()])
@@ -131,7 +180,7 @@ def rewrite_changed_file(
         if index_dir is not None and BUCKET in moved.column_names:
             moved_index = write_index_rows(moved, key_columns, index_dir)
     updates = None
-    present = [c for c in update_columns if c in in_file]
+    present = [c for c in update_columns if c in written.names]
     if upserts.num_rows and present:
         updates = upserts.select([POS, *present]).rename_columns([ROW_POSITION, *present])
     dst = os.path.join(os.path.dirname(local_src), new_file_name(file_prefix))

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partialcow.spark.casting import lossy_value
-from partialcow.spark.rewrite_job import BUCKET, DELETE
+from partialcow.spark.rewrite_job import BUCKET, DELETE, narrower
 from partialcow.spark.spec import ChangeSpec
 from partialcow.spark.staging import (
     BAD_OP,
@@ -73,8 +73,9 @@ APPEND_MAX_BYTES = 512 * 1024 * 1024
 def append_target(files: Sequence[IndexedFile], paths: Mapping[int, str], touched: Sequence[int], new_rows: int,
                   schema: pa.Schema) -> int | None:
     """The id of the touched data file (ids ``touched``; ``paths`` by id) a small batch's ``new_rows`` rows go into,
-    or None (write a new file): the smallest local file that keeps the table's columns (``schema``: a file written
-    before the table gained a column gets none) and stays under ``APPEND_MAX_BYTES`` (see ``_smallest_under``)."""
+    or None (write a new file): the smallest local file that keeps the table's columns in their types (``schema``: a
+    file written before the table gained a column, or promoted one, gets none) and stays under ``APPEND_MAX_BYTES``
+    (see ``_smallest_under``)."""
     import pyarrow.parquet as pq
 
     from partialcow.spark.tables import local_path
@@ -88,7 +89,12 @@ def append_target(files: Sequence[IndexedFile], paths: Mapping[int, str], touche
         if os.path.exists(local):
             sizes[file_id] = (os.path.getsize(local), counts.get(file_id, -1))
     target = _smallest_under(sizes, new_rows)
-    if target is None or pq.read_schema(local_path(paths[target])).names != schema.names:
+    if target is None:
+        return None
+    written = pq.read_schema(local_path(paths[target]))
+    # a file written under narrower types or required columns (see rewrite_job.unfit) may not hold the new rows
+    if written.names != schema.names or any(narrower(w.type, t.type) or (t.nullable and not w.nullable)
+                                            for w, t in zip(written, schema)):
         return None
     return target
 

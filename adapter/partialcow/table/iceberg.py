@@ -173,7 +173,12 @@ class IcebergTable:
         the physical row position)."""
         from pyspark.sql import functions as F
 
-        keys = ", ".join(quote_identifier(c) for c in key_columns)
+        # typed as the table is now: a read AS OF a snapshot takes that snapshot's schema, and a promotion of a key
+        # column (int -> bigint) commits no snapshot, so the index would keep hashing the old type
+        now = self.spark.table(quote_identifier(self._name)).schema
+        current = {f.name.lower(): f.dataType.simpleString() for f in now.fields}
+        keys = ", ".join(f"CAST({quote_identifier(c)} AS {current[c.lower()]}) AS {quote_identifier(c)}"
+                         if c.lower() in current else quote_identifier(c) for c in key_columns)
         rows = self.spark.sql(
             f"SELECT {keys}, _file, _pos FROM {quote_identifier(self._name)} VERSION AS OF {int(version)}"
         )
