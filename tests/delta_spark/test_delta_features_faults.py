@@ -110,7 +110,8 @@ def test_a_null_in_a_not_null_column_is_refused(spark, schema, pipeline_path, ca
 def test_a_null_in_a_required_nested_field_is_refused(spark, schema, pipeline_path):
     """Regression: only top-level NOT NULL columns were checked, and the files Delta writes declare every field
     nullable, so an update with null in a struct's NOT NULL field was committed and every read of the table then
-    failed (NullPointerException in Spark's reader). A null struct, which has no fields, is still applied."""
+    failed (NullPointerException in Spark's reader). A null struct, which has no fields, is applied (inserting one
+    failed in the file writer: tests/faults/test_bad_input_matrix.py, test_a_null_struct_with_a_required_field_...)."""
     name = f"{schema}.nested"
     spark.sql(f"CREATE TABLE {name} (k BIGINT, addr STRUCT<zip: STRING NOT NULL, city: STRING>) USING delta")
     spark.sql(f"INSERT INTO {name} VALUES (1, named_struct('zip', 'z1', 'city', 'c')), "
@@ -129,9 +130,10 @@ def test_a_null_in_a_required_nested_field_is_refused(spark, schema, pipeline_pa
         message = str(info.value)
         assert "racer" in message and "'addr.zip' is NOT NULL" in message and f"(k={changes[0][0]})" in message
         assert table_state(spark, name) == before
-    apply((2, "cast(null as struct<zip: string, city: string>)", "U"))
+    null_addr = "cast(null as struct<zip: string, city: string>)"
+    apply((2, null_addr, "U"), (5, null_addr, "I"))
     assert [(r["k"], r["addr"] and r["addr"]["zip"]) for r in spark.table(name).orderBy("k").collect()] == \
-        [(1, "z1"), (2, None), (3, "z3")]
+        [(1, "z1"), (2, None), (3, "z3"), (5, None)]
 
 
 def test_identity_columns_are_refused(spark, schema, delta_tables):
