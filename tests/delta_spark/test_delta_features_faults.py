@@ -107,6 +107,35 @@ def test_a_null_in_a_not_null_column_is_refused(spark, schema, pipeline_path, ca
     assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 1), (2, 20)]
 
 
+def test_a_null_in_a_required_nested_field_is_refused(spark, schema, pipeline_path):
+    """Regression: only top-level NOT NULL columns were checked, and the files Delta writes declare every field
+    nullable, so an update with null in a struct's NOT NULL field was committed and every read of the table then
+    failed (NullPointerException in Spark's reader). A null struct, which has no fields, is applied (inserting one
+    failed in the file writer: tests/faults/test_bad_input_matrix.py, test_a_null_struct_with_a_required_field_...)."""
+    name = f"{schema}.nested"
+    spark.sql(f"CREATE TABLE {name} (k BIGINT, addr STRUCT<zip: STRING NOT NULL, city: STRING>) USING delta")
+    spark.sql(f"INSERT INTO {name} VALUES (1, named_struct('zip', 'z1', 'city', 'c')), "
+              "(2, named_struct('zip', 'z2', 'city', 'c'))")
+
+    def apply(*changes: tuple[int, str, str]):
+        sql = " union all ".join(f"select {k}L as k, {addr} as addr, '{op}' as _op" for k, addr, op in changes)
+        return apply_changes(spark, open_table(spark, name, table_format="delta"), spark.sql(sql), SPEC)
+
+    apply((3, "named_struct('zip', 'z3', 'city', 'c')", "I"))  # builds the row index: state to compare from here
+    before = table_state(spark, name)
+    null_zip = "named_struct('zip', cast(null as string), 'city', 'c')"
+    for changes in ([(1, null_zip, "U")], [(4, null_zip, "I")]):
+        with pytest.raises(ChangeFeedError) as info:
+            apply(*changes)
+        message = str(info.value)
+        assert "racer" in message and "'addr.zip' is NOT NULL" in message and f"(k={changes[0][0]})" in message
+        assert table_state(spark, name) == before
+    null_addr = "cast(null as struct<zip: string, city: string>)"
+    apply((2, null_addr, "U"), (5, null_addr, "I"))
+    assert [(r["k"], r["addr"] and r["addr"]["zip"]) for r in spark.table(name).orderBy("k").collect()] == \
+        [(1, "z1"), (2, None), (3, "z3"), (5, None)]
+
+
 def test_identity_columns_are_refused(spark, schema, delta_tables):
     name = f"{schema}.ident"
     delta_tables.DeltaTable.create(spark).tableName(name).addColumn("k", "BIGINT").addColumn("v", "BIGINT") \

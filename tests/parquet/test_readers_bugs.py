@@ -14,6 +14,7 @@ import pytest
 
 from corpus import make_table
 from oracle import apply_changes, assert_same_rows, check_metadata, check_pages, read_duckdb
+from partialcow.exceptions import InvalidChangeError
 from partialcow.parquet import ROW_POSITION, rewrite_file
 
 
@@ -294,3 +295,42 @@ def test_bug_dictionary_page_missing_from_footer_is_orphaned(tmp_path: Path, cha
     assert_same_rows(pq.read_table(dst), expected, "pyarrow")
     assert_same_rows(read_duckdb(dst), expected, "duckdb")
     _assert_dictionary_offsets_stated(dst)
+
+
+def _spark_null_structs(flags: list[bool], zips: list[str | None]) -> pa.StructArray:
+    """Structs as Spark hands them over: a null struct's fields are null too, also one its type says is not."""
+    return pa.StructArray.from_arrays([pa.array(zips)], names=["zip"], mask=pa.array(flags))
+
+
+def test_bug_null_struct_with_a_required_field_refused(tmp_path: Path) -> None:
+    """A nullable struct with a non-nullable field (Iceberg: a required field of an optional struct) may be null,
+    but updating or appending a null one failed the cast ("field 'zip' ... has nulls. Can't cast to non-nullable
+    field"): Spark hands a null struct over with null fields, and those are never written. A null field under a
+    struct that is not null is still refused."""
+    addr = pa.struct([pa.field("zip", pa.string(), nullable=False)])
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("addr", addr),
+                        pa.field("tags", pa.list_(pa.field("element", addr)))])
+    original = pa.table({"k": pa.array(range(20), pa.int64()),
+                         "addr": pa.array([{"zip": f"z{i}"} if i % 3 else None for i in range(20)], addr),
+                         "tags": pa.array([[{"zip": "t"}, None]] * 20, pa.list_(pa.field("element", addr)))},
+                        schema=schema)
+    src = _write(original, tmp_path / "src.parquet")
+    # a struct slice, as a batch's chunk is: offsets into the children must be kept
+    null_addr = _spark_null_structs([False, True, True, False], ["x", None, None, "y"]).slice(1)
+    null_tag = pa.ListArray.from_arrays(pa.array([0, 2, 3, 3]),
+                                        _spark_null_structs([True, False, True], [None, "u", None]))
+    updates = pa.table({ROW_POSITION: pa.array([1, 3, 4], pa.int64()), "addr": null_addr, "tags": null_tag})
+    append = pa.table({"k": pa.array([20, 21], pa.int64()), "addr": null_addr.slice(1),
+                       "tags": null_tag.slice(1)})
+    dst = tmp_path / "out.parquet"
+    rewrite_file(src, dst, updates=updates, append=append)
+    got = pq.read_table(dst)
+    assert got.schema.field("addr").type == addr  # the field stays required
+    rows = {r["k"]: (r["addr"], r["tags"]) for r in got.to_pylist()}
+    assert rows[1] == (None, [None, {"zip": "u"}]) and rows[3] == (None, [None]) and rows[4] == ({"zip": "y"}, [])
+    assert rows[20] == (None, [None]) and rows[21] == ({"zip": "y"}, [])
+    assert rows[2] == ({"zip": "z2"}, [{"zip": "t"}, None])  # rows not updated keep their values
+    assert_same_rows(read_duckdb(dst), got, "duckdb")
+    bad = pa.table({ROW_POSITION: pa.array([1], pa.int64()), "addr": _spark_null_structs([False], [None])})
+    with pytest.raises(InvalidChangeError, match="zip"):
+        rewrite_file(src, tmp_path / "bad.parquet", updates=bad)

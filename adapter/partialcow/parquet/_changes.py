@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from partialcow.exceptions import InvalidChangeError
 from partialcow.parquet._layout import ParquetLayout
+from partialcow.parquet.writer import settle_nulls
 
 ROW_POSITION = "_partialcow_row_position"
 
@@ -151,6 +152,7 @@ def _appended_rows(lay: ParquetLayout, read_schema: pa.Schema, rows: pa.Table) -
 def _as_field(col: pa.Array, target: pa.Field, path: str, what: str) -> pa.Array:
     """New values (``what``: updated or appended) of a column of ``path`` in its type; a required one holds no null."""
     try:
+        col = settle_nulls(col, target.type)  # a null struct's fields may be null, also its required ones
         col = col.cast(target.type, safe=True) if col.type != target.type else col
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise InvalidChangeError(f"cannot cast the {what} values of column {target.name!r} ({col.type}) to the type "

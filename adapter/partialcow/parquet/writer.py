@@ -16,8 +16,10 @@ __all__ = [
     "WRITER_OPTIONS",
     "WriterOptions",
     "WrittenFile",
+    "conform",
     "dictionary_columns",
     "open_writer",
+    "settle_nulls",
     "write_table",
 ]
 
@@ -131,3 +133,76 @@ def open_writer(path: str | os.PathLike[str], schema: pa.Schema, **overrides: An
     options = {**DEFAULT_WRITE_OPTIONS, "use_dictionary": dictionary_columns(schema), **overrides}
     options.pop("row_group_size", None)
     return pq.ParquetWriter(os.fspath(path), schema, **options)
+
+
+def conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` as ``schema``'s columns, in its order and types (see :func:`settle_nulls`).
+
+    >>> import pyarrow as pa
+    >>> addr = pa.struct([pa.field("zip", pa.string(), nullable=False)])
+    >>> spark_like = pa.StructArray.from_arrays([pa.array(["z", None])], names=["zip"], mask=pa.array([False, True]))
+    >>> conform(pa.table({"k": [1, 2], "addr": spark_like}), pa.schema({"addr": addr})).to_pylist()
+    [{'addr': {'zip': 'z'}}, {'addr': None}]
+    """
+    rows = rows.select(schema.names)
+    columns = [pa.chunked_array([settle_nulls(c, f.type) for c in rows.column(i).chunks], rows.column(i).type)
+               for i, f in enumerate(schema)]
+    return pa.table(columns, names=schema.names).cast(schema)
+
+
+def settle_nulls(values: pa.Array, target: pa.DataType) -> pa.Array:
+    """``values`` ready to cast to ``target``, whose structs declare fields non-nullable: Spark hands a null struct
+    over with null fields, also in those, and neither a cast nor the Parquet writer takes a null in a non-nullable
+    field, although a null struct holds no field values in Parquet (its definition level stops above them). Where
+    a null struct is the only reason a non-nullable field is null, that field's validity is dropped (its values
+    there are never written); a null under a struct that is not null stays, for the cast to refuse.
+    """
+    t = values.type
+    if not _requires_nested(target):
+        return values
+    if pa.types.is_struct(t) and pa.types.is_struct(target) and t.num_fields == target.num_fields:
+        parent_null = values.is_null().to_numpy(zero_copy_only=False) if values.null_count else None
+        children = []
+        for i in range(t.num_fields):
+            child = settle_nulls(values.field(i), target.field(i).type)
+            if (parent_null is not None and not target.field(i).nullable and child.null_count
+                    and not (child.is_null().to_numpy(zero_copy_only=False) & ~parent_null).any()):
+                child = _all_valid(child)
+            children.append(child)
+        return pa.StructArray.from_arrays(children, fields=list(t),
+                                          mask=None if parent_null is None else pa.array(parent_null))
+    if pa.types.is_map(t) and pa.types.is_map(target):
+        items = settle_nulls(values.items, target.item_type)
+        return values if items is values.items else pa.MapArray.from_arrays(
+            values.offsets, values.keys, items, type=t, mask=values.is_null() if values.null_count else None)
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and (pa.types.is_list(target) or
+                                                                 pa.types.is_large_list(target)):
+        elements = settle_nulls(values.values, target.value_type)
+        kind = pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray
+        return values if elements is values.values else kind.from_arrays(
+            values.offsets, elements, type=t, mask=values.is_null() if values.null_count else None)
+    return values
+
+
+def _requires_nested(t: pa.DataType) -> bool:
+    """Whether ``t`` has a struct declaring a field non-nullable, at any depth."""
+    if pa.types.is_struct(t):
+        return any(not f.nullable or _requires_nested(f.type) for f in t)
+    if pa.types.is_map(t):
+        return _requires_nested(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _requires_nested(t.value_type)
+    return False
+
+
+def _all_valid(values: pa.Array) -> pa.Array:
+    """``values`` with no null: its validity bitmap dropped (the values under it are whatever the buffers hold)."""
+    t = values.type
+    if pa.types.is_struct(t):
+        return pa.StructArray.from_arrays([values.field(i) for i in range(t.num_fields)], fields=list(t))
+    if pa.types.is_map(t):
+        return pa.MapArray.from_arrays(values.offsets, values.keys, values.items, type=t)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        kind = pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray
+        return kind.from_arrays(values.offsets, values.values, type=t)
+    return pa.Array.from_buffers(t, len(values), [None, *values.buffers()[1:]], null_count=0, offset=values.offset)

@@ -36,7 +36,7 @@ from partialcow.faults import checkpoint
 from partialcow.index.bucket_files import key_hash_expr
 from partialcow.index.hashing import SUPPORTED_KEY_TYPES
 from partialcow.metrics import PhaseClock, WriteMetrics
-from partialcow.parquet.writer import ROW_GROUP_ROWS, open_writer
+from partialcow.parquet.writer import ROW_GROUP_ROWS, conform, open_writer
 from partialcow.spark.decimal_transfer import Decimals, restore_decimals, send_unscaled, unscaled_decimals
 from partialcow.spark.rewrite_job import DELETE
 from partialcow.spark.spec import ChangeSpec
@@ -386,7 +386,7 @@ def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str
         if not pending_rows:
             return
         rows = pa.Table.from_batches(pending)
-        table = rows.select(values).cast(schema)
+        table = conform(rows.select(values).rename_columns(schema.names), schema)
         file_id = next_file
         next_file += 1
         with open_writer(os.path.join(data_dir, _file_name(prefix, file_id)), schema) as writer:

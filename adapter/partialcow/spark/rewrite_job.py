@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from partialcow.exceptions import InvalidChangeError
 from partialcow.index.lookup import join_keys, read_buckets
 from partialcow.parquet import ROW_POSITION, rewrite_file, write_table
+from partialcow.parquet.writer import conform
 from partialcow.spark.decimal_transfer import restore_decimals
 
 __all__ = [
@@ -175,7 +176,7 @@ def rewrite_changed_file(
                 "rows (do not restrict merge_update_columns/merge_exclude_columns in that run)"
             )
         moved_dst = write_table(
-            moved.select(moved_schema.names).cast(moved_schema), os.path.join(data_dir, new_file_name(file_prefix))
+            conform(moved, moved_schema), os.path.join(data_dir, new_file_name(file_prefix))
         ).path
         if index_dir is not None and BUCKET in moved.column_names:
             moved_index = write_index_rows(moved, key_columns, index_dir)
@@ -233,7 +234,7 @@ def whole_rows(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     for f in schema:
         if f.name not in rows.column_names:
             rows = rows.append_column(f.name, pa.nulls(rows.num_rows, f.type))
-    return rows.select(schema.names).cast(schema)
+    return conform(rows, schema)
 
 
 def write_partition(batches: Iterator[pa.RecordBatch], *, schema: pa.Schema, data_dir: str,

@@ -2,8 +2,10 @@
 
 Everything a batch can get wrong is found here, by one Spark job that counts every problem, before anything is
 written: missing key or control columns, null or NaN keys, unknown op codes, null sequence values, values that the
-table's column types cannot hold (see :mod:`partialcow.spark.casting`), type changes under
-``on_schema_change='fail'``/``'sync_all_columns'``. Only when a problem is found are samples fetched for the message.
+table's column types cannot hold (see :mod:`partialcow.spark.casting`), nulls where the table requires a value (NOT
+NULL columns, and required fields, elements and values nested in columns: :func:`required_paths`), type changes
+under ``on_schema_change='fail'``/``'sync_all_columns'``. Only when a problem is found are samples fetched for the
+message.
 
 Float keys are normalised (``-0.0`` is stored and looked up as ``0.0``) so that a key compares the same in the
 batch, the row index and every engine's join.
@@ -12,7 +14,8 @@ batch, the row index and every engine's join.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 from partialcow.exceptions import ChangeFeedError, RepeatedKeysError
 from partialcow.spark.casting import conversion, is_orderable_sequence, lossy_value
@@ -24,9 +27,9 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
-__all__ = ["BAD_OP", "NAN_KEY", "NULL_KEY", "NULL_SEQUENCE", "SAMPLE", "keys_text", "lossy_error", "not_null_columns",
-           "null_value_error", "problem_error", "problem_flags", "repeated_keys_error", "require_columns", "stage",
-           "stage_changes"]
+__all__ = ["BAD_OP", "NAN_KEY", "NULL_KEY", "NULL_SEQUENCE", "SAMPLE", "RequiredPath", "keys_text", "lossy_error",
+           "null_value_error", "null_value_flag", "problem_error", "problem_flags", "repeated_keys_error",
+           "require_columns", "required_paths", "stage", "stage_changes"]
 
 SAMPLE = 5
 
@@ -87,26 +90,112 @@ def lossy_error(spec: ChangeSpec, name: str, count: int, source: DataType, targe
     )
 
 
-def not_null_columns(columns: Sequence[str], spec: ChangeSpec, table_schema: StructType | None) -> list[str]:
-    """The batch's value columns (of ``columns``) that the table declares NOT NULL (keys are checked apart). Only
-    top-level columns: a NOT NULL field inside a struct is not checked."""
+# a step down into a column's value: a struct's field, an array's elements, a map's values
+NestedStep = Literal["field", "element", "value"]
+
+
+@dataclass(frozen=True)
+class RequiredPath:
+    """A value the table requires: a NOT NULL column (no ``steps``), or one nested in a column, required wherever
+    its parent holds a value: a NOT NULL field of a struct, the elements of an array or the values of a map that
+    hold no null (Iceberg's required fields, Delta's ``nullable: false``). A null parent has no such value: a null
+    struct has no fields, so a nullable struct column may be null even though one of its fields is required.
+
+    ``steps`` go down from ``column``: a struct field by its name, an array's elements (``"element"``) or a map's
+    values (``"value"``), as Iceberg names them.
+    """
+
+    column: str
+    steps: tuple[tuple[NestedStep, str], ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The path as the errors name it.
+
+        >>> RequiredPath("addr", (("field", "zip"),)).name, RequiredPath("tags", (("element", "element"),)).name
+        ('addr.zip', 'tags.element')
+        """
+        return ".".join([self.column, *(name for _, name in self.steps)])
+
+
+def required_paths(columns: Sequence[str], spec: ChangeSpec, table_schema: StructType | None) -> list[RequiredPath]:
+    """The values of the batch's value columns (of ``columns``) that the table requires (keys are checked apart):
+    NOT NULL columns and what is required inside columns, at any depth (see :class:`RequiredPath`). Both ways a
+    batch is applied check exactly these, each with its engine (``stage``: Spark; ``small_batch``: Arrow).
+
+    >>> from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
+    >>> addr = StructType([StructField("zip", StringType(), False), StructField("city", StringType())])
+    >>> table = StructType([StructField("k", LongType(), False), StructField("v", LongType(), False),
+    ...                     StructField("addr", addr), StructField("tags", ArrayType(addr, containsNull=False))])
+    >>> [p.name for p in required_paths(["k", "v", "addr", "tags"], ChangeSpec(key_columns=("k",)), table)]
+    ['v', 'addr.zip', 'tags.element', 'tags.element.zip']
+    """
     if table_schema is None:
         return []
-    return [f.name for f in table_schema.fields
-            if not f.nullable and f.name in columns and f.name not in spec.key_columns]
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    def nested(column: str, steps: tuple[tuple[NestedStep, str], ...], data_type: DataType) -> list[RequiredPath]:
+        children: list[tuple[NestedStep, str, DataType, bool]] = []
+        if isinstance(data_type, StructType):
+            children = [("field", f.name, f.dataType, f.nullable) for f in data_type.fields]
+        elif isinstance(data_type, ArrayType):
+            children = [("element", "element", data_type.elementType, data_type.containsNull)]
+        elif isinstance(data_type, MapType):  # a map's keys are never null
+            children = [("value", "value", data_type.valueType, data_type.valueContainsNull)]
+        found = []
+        for kind, name, child_type, nullable in children:
+            below = (*steps, (kind, name))
+            found += ([] if nullable else [RequiredPath(column, below)]) + nested(column, below, child_type)
+        return found
+
+    paths = []
+    for f in table_schema.fields:
+        if f.name in columns and f.name not in spec.key_columns:
+            paths += ([] if f.nullable else [RequiredPath(f.name)]) + nested(f.name, (), f.dataType)
+    return paths
 
 
-def null_value_error(spec: ChangeSpec, name: str, count: int, rows: Sequence[Any]) -> ChangeFeedError:
-    """The error for ``count`` rows that insert or update a row with null in the NOT NULL column ``name``.
+def null_value_flag(path: RequiredPath, batch_type: DataType) -> Column:
+    """Per row of a batch whose column ``path.column`` has ``batch_type``: whether it holds null at ``path`` under
+    a parent that is not null."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import NullType
+
+    if not path.steps:
+        return F.col(quote_identifier(path.column)).isNull()
+    if isinstance(batch_type, NullType):  # a column of nulls holds nothing nested
+        return F.lit(False)
+
+    def below(parent: Column, steps: tuple[tuple[NestedStep, str], ...]) -> Column:
+        (kind, name), rest = steps[0], steps[1:]
+        if kind == "field":
+            child = parent.getField(name)
+            return parent.isNotNull() & (child.isNull() if not rest else below(child, rest))
+        items = parent if kind == "element" else F.map_values(parent)
+        # exists() of a null array is null; every predicate here is true or false
+        return F.coalesce(F.exists(items, lambda item: item.isNull() if not rest else below(item, rest)),
+                          F.lit(False))
+
+    return below(F.col(quote_identifier(path.column)), path.steps)
+
+
+def null_value_error(spec: ChangeSpec, path: RequiredPath, count: int, rows: Sequence[Any]) -> ChangeFeedError:
+    """The error for ``count`` rows that insert or update a row with null at ``path``, which the table requires.
 
     >>> spec = ChangeSpec(key_columns=("id",), model="orders")
-    >>> print(null_value_error(spec, "qty", 2, [{"id": 3}, {"id": 4}]))
+    >>> print(null_value_error(spec, RequiredPath("qty"), 2, [{"id": 3}, {"id": 4}]))
     model orders: column 'qty' is NOT NULL in the table, but 2 change(s) of the batch that insert or update a row hold null in it, for key(s) (id=3), (id=4); deliver a value, or drop the column's NOT NULL constraint
+    >>> print(null_value_error(spec, RequiredPath("addr", (("field", "zip"),)), 1, [{"id": 5}]))
+    model orders: field 'addr.zip' is NOT NULL in the table, but 1 change(s) of the batch that insert or update a row hold null in it where 'addr' is not null, for key(s) (id=5); deliver a value, or drop the field's NOT NULL constraint
     """  # noqa: E501 - a doctest output line cannot wrap
+    what, where = "column", ""
+    if path.steps:
+        parent = RequiredPath(path.column, path.steps[:-1]).name
+        what, where = "field", f" where {parent!r} is not null"
     return ChangeFeedError(
-        f"model {spec.model}: column {name!r} is NOT NULL in the table, but {count} change(s) of the batch that insert "
-        f"or update a row hold null in it, for key(s) {keys_text(rows, spec.key_columns)}; deliver a value, or drop "
-        "the column's NOT NULL constraint"
+        f"model {spec.model}: {what} {path.name!r} is NOT NULL in the table, but {count} change(s) of the batch that "
+        f"insert or update a row hold null in it{where}, for key(s) {keys_text(rows, spec.key_columns)}; deliver a "
+        f"value, or drop the {what}'s NOT NULL constraint"
     )
 
 
@@ -156,9 +245,10 @@ def stage(
     null_key, nan_key, bad_op, null_seq, is_delete = problem_flags(changes, spec)
     lossy = {name: lossy_value(quote_identifier(name), source, target, exact=name in spec.key_columns)
              for name, (kind, source, target) in plan.items() if kind == "checked"}
-    # a null in a NOT NULL column would be committed as it is (Delta's log stats cover only some columns)
-    nulls = {name: ~is_delete & F.col(quote_identifier(name)).isNull()
-             for name in not_null_columns(columns, spec, table_schema)}
+    # a null where the table requires a value would be committed as it is (Delta's log stats cover only some
+    # top-level columns, and the files Delta writes declare every field nullable)
+    nulls = [(path, ~is_delete & null_value_flag(path, changes.schema[path.column].dataType))
+             for path in required_paths(columns, spec, table_schema)]
 
     # One job counts every problem (when it checks uniqueness without a sequence column, per key, so repeated keys
     # are counted too); the samples for the message are only fetched when there is a problem. collect(), not
@@ -166,7 +256,7 @@ def stage(
     flags = [bad_op.cast("int").alias("_bad"), null_seq.cast("int").alias("_null_seq"),
              nan_key.cast("int").alias("_nan"),
              *[flag.cast("int").alias(f"_lossy{i}") for i, flag in enumerate(lossy.values())],
-             *[flag.cast("int").alias(f"_nulls{i}") for i, flag in enumerate(nulls.values())]]
+             *[flag.cast("int").alias(f"_nulls{i}") for i, (_, flag) in enumerate(nulls)]]
     flag_names = ["_bad", "_null_seq", "_nan", *[f"_lossy{i}" for i in range(len(lossy))],
                   *[f"_nulls{i}" for i in range(len(nulls))]]
     if spec.sequence_column or not check_unique:
@@ -193,10 +283,10 @@ def stage(
             _, source, target = plan[name]
             bad = changes.where(flag).select(*dict.fromkeys([*spec.key_columns, name])).limit(SAMPLE).collect()
             raise lossy_error(spec, name, counts[f"_lossy{i}"], source, target, [r[name] for r in bad], bad)
-    for i, (name, flag) in enumerate(nulls.items()):
+    for i, (path, flag) in enumerate(nulls):
         if counts[f"_nulls{i}"]:
             bad = changes.where(flag).select(*spec.key_columns).limit(SAMPLE).collect()
-            raise null_value_error(spec, name, counts[f"_nulls{i}"], bad)
+            raise null_value_error(spec, path, counts[f"_nulls{i}"], bad)
 
     frame = changes.select(*[assigned(name, plan, spec, changes.schema[name].dataType) for name in columns])
     if spec.sequence_column:
