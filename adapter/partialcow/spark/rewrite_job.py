@@ -172,8 +172,10 @@ def rewrite_changed_file(
     if moved.num_rows:
         if moved_schema is None or data_dir is None:
             raise InvalidChangeError(
-                f"{src}: {moved.num_rows} row(s) set column(s) {absent} this file lacks; moving them needs whole "
-                "rows (do not restrict merge_update_columns/merge_exclude_columns in that run)"
+                f"{src}: {moved.num_rows} row(s) set column(s) {absent} this file lacks, or a value its column "
+                "cannot hold (a type the table promoted since, a null in a column the file stores as required); "
+                "moving them to a new file needs whole rows (do not restrict merge_update_columns/"
+                "merge_exclude_columns in that run)"
             )
         moved_dst = write_table(
             conform(moved, moved_schema), os.path.join(data_dir, new_file_name(file_prefix))
