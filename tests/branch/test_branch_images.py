@@ -14,13 +14,13 @@ import uuid
 import duckdb
 import pyarrow.parquet as pq
 import pytest
+from budget import LONG
 from merge_oracle import three_way
-
 from partialcow.branch import build_model, create_branch, drop_branch, materialize_branch, merge_branch, refresh_branch
 from partialcow.branch.catalog import load_iceberg
-from partialcow.branch.types import COPY_ON_WRITE, MERGE_ON_READ
 from partialcow.branch.levels import overlay_info, resolve_parent
 from partialcow.branch.overlay import view_sql
+from partialcow.branch.types import COPY_ON_WRITE, MERGE_ON_READ
 from partialcow.spark.small_batch import DRIVER_ROWS_ENV
 from partialcow.spark.tables import local_path
 
@@ -108,8 +108,7 @@ def _check_rewritten_files(spark, meta: str, ref: str, expected: dict) -> None:
 # partitions; the unpartitioned one with merge-on-read images): each case costs half a minute of CI's 25-minute
 # budget. PARTIALCOW_TESTS_LONG=1 runs all four.
 _LAYOUT_MODES = [(layout, mode) for layout in ("unpartitioned", "partitioned") for mode in (COPY_ON_WRITE, MERGE_ON_READ)
-                 if os.environ.get("PARTIALCOW_TESTS_LONG") == "1"
-                 or (layout, mode) in {("partitioned", COPY_ON_WRITE), ("unpartitioned", MERGE_ON_READ)}]
+                 if LONG or (layout, mode) in {("partitioned", COPY_ON_WRITE), ("unpartitioned", MERGE_ON_READ)}]
 
 
 @pytest.mark.parametrize(("layout", "mode"), _LAYOUT_MODES)

@@ -16,11 +16,10 @@ Regression cases:
 from __future__ import annotations
 
 import math
-import os
 import uuid
 
 import pytest
-
+from budget import in_turn
 from partialcow.branch import build_model, create_branch, diff_branch, merge_branch
 from partialcow.exceptions import RepeatedKeysError
 
@@ -82,8 +81,7 @@ TWICE = [
 
 
 # CI runs each case in one image mode (in turn), PARTIALCOW_TESTS_LONG=1 in both
-_TWICE_RUNS = [(mode, *c) for i, c in enumerate(TWICE) for mode in MODES
-               if os.environ.get("PARTIALCOW_TESTS_LONG") == "1" or mode == MODES[i % len(MODES)]]
+_TWICE_RUNS = [(mode, *c) for i, c in enumerate(TWICE) for mode in in_turn(MODES, i)]
 
 
 @pytest.mark.parametrize("mode, case, result, counts, changed", _TWICE_RUNS,

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from budget import LONG
 
 pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.slow]
 
@@ -37,7 +38,7 @@ MERGED = {"aaa": AAA_MERGED, "bbb": [[1, "q"]]}
 # (crash point of the step's merge, how the next step goes on); CI runs each crash point once, within its time
 # budget, PARTIALCOW_TESTS_LONG=1 every way of going on
 PLAN = [("committed", "build_first"), ("branch-merge-recorded", "rerun"), ("branch-merge-recorded", "build_first")]
-if os.environ.get("PARTIALCOW_TESTS_LONG") != "1":
+if not LONG:
     PLAN = PLAN[:2]
 
 

@@ -15,11 +15,10 @@ Killed merges (``PARTIALCOW_CRASH_AT``) are in ``test_branch_merge_crashes.py``.
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
-
+from budget import in_turn
 from partialcow.branch import build_model, create_branch, merge_branch
 from partialcow.branch import merge as merge_module
 from partialcow.branch.store import BranchStore
@@ -126,8 +125,7 @@ def _dropped_parent(spark, prefix: str, branch: str, *, image_mode: str = "copy-
 
 
 # CI runs one image mode, PARTIALCOW_TESTS_LONG=1 both
-@pytest.mark.parametrize("image_mode", ["copy-on-write", "merge-on-read"] if os.environ.get("PARTIALCOW_TESTS_LONG") == "1"
-                         else ["merge-on-read"])
+@pytest.mark.parametrize("image_mode", in_turn(["copy-on-write", "merge-on-read"], 1))
 def test_a_dropped_parent_table_is_recreated_from_the_rows_the_branch_shows(spark, image_mode):
     """The branch's image still holds every row it shows (a DROP TABLE keeps the files): ours recreates them all."""
     branch = "dropi" + image_mode[0]

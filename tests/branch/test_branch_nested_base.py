@@ -6,10 +6,10 @@ modes (the image ref is what the base records, whatever the image holds)."""
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
+from budget import in_turn
 from partialcow.branch import build_model, create_branch, merge_branch, refresh_branch
 from partialcow.branch.types import IMAGE_MODES
 from partialcow.exceptions import BranchError
@@ -46,7 +46,7 @@ def _setup(spark, prefix: str, mode: str, *, main_before_feat: dict) -> tuple[st
     return meta, dev_shown
 
 
-@pytest.mark.parametrize("mode", IMAGE_MODES)
+@pytest.mark.parametrize("mode", in_turn(IMAGE_MODES, 0))
 def test_nested_base_is_what_the_parent_branch_showed(spark, mode):
     """Regression case: feat's merge base was rebuilt from main's snapshot at feat's creation with dev's overlay on
     top, not from dev's image. Key 1: main had b then, dev showed a, feat sets b: with base b the merge took feat's
@@ -71,7 +71,7 @@ def test_nested_base_is_what_the_parent_branch_showed(spark, mode):
     assert _rows(spark, root) == {1: "d", 2: "m", 3: "c"}  # main is never written by a merge into dev
 
 
-@pytest.mark.parametrize("mode", IMAGE_MODES)
+@pytest.mark.parametrize("mode", in_turn(IMAGE_MODES, 1))
 def test_nested_merge_after_parent_refresh_is_not_a_fast_forward(spark, mode):
     """Regression case: refreshing dev changes what dev shows (key 1: a -> main's b) without a table snapshot of
     the chain changing; feat's merge was taken as a fast-forward and overwrote dev's b with feat's x. Base a, ours
@@ -106,8 +106,8 @@ def test_nested_merge_with_the_parent_unchanged_stays_a_fast_forward(spark):
         assert _rows(spark, f"{meta}__br_dev.items") == dev_shown
 
 
-# whether an image is rebuilt does not depend on its mode: CI runs one, PARTIALCOW_TESTS_LONG=1 both
-@pytest.mark.parametrize("mode", IMAGE_MODES if os.environ.get("PARTIALCOW_TESTS_LONG") == "1" else IMAGE_MODES[:1])
+# whether an image is rebuilt does not depend on its mode: CI runs one mode per case, in turn (tests/budget.py)
+@pytest.mark.parametrize("mode", in_turn(IMAGE_MODES, 2))
 def test_refresh_of_an_unchanged_parent_keeps_its_image_and_the_fast_forward(spark, mode):
     """A refresh of dev while neither main nor dev's overlay moved keeps dev's image snapshot (the same inputs give
     the same rows), so feat's merge is still a fast-forward. Rebuilding it gave a new image snapshot, which feat's

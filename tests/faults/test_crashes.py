@@ -21,14 +21,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
+from budget import LONG
 from crash_driver import expected
 from partialcow.faults import POINTS
 
 pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
-LONG = os.environ.get("PARTIALCOW_TESTS_LONG") == "1"
 
 
 def _run(tmp_path: Path, n: int, step: dict) -> tuple[int, dict]:

@@ -9,25 +9,24 @@ metastore's commit lock (see ``partialcow.spark.metastore``).
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import uuid
 
 import pytest
-
+from budget import LONG
 from partialcow.exceptions import CommitConflictError
 from partialcow.index import RowIndex
-from partialcow.table.iceberg import IcebergTable
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import open_table
+from partialcow.table.iceberg import IcebergTable
 from tablestate import OtherWriterFirst, leftovers
 
 pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.usefixtures("pipeline_path")]
 
 SPEC = ChangeSpec(key_columns=("k",), op_column="_op", model="racer")
 SCHEMA = "k bigint, v bigint, _op string"
-ROUNDS = 20 if os.environ.get("PARTIALCOW_TESTS_LONG") == "1" else 3
+ROUNDS = 20 if LONG else 3
 
 
 @pytest.fixture()

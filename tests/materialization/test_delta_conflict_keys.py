@@ -11,11 +11,9 @@ cannot rule a key out: any concurrent append is then a conflict.
 
 from __future__ import annotations
 
-import os
-
 import pyarrow as pa
 import pytest
-
+from budget import LONG
 from interleave import CommitsAfter
 from partialcow.exceptions import CommitConflictError
 from partialcow.spark.changes import ChangeSpec, apply_changes
@@ -45,7 +43,7 @@ _THEIRS = {"same-key": ((3, "us"), True), "other-key": ((3, "eu"), False), "same
 # every combination with PARTIALCOW_TESTS_LONG=1; in CI every case on both paths with few keys, and the other
 # sizes with a conflict and without on one path each
 _RUNS = [(size, path, case) for size in _SIZES for path in _PATHS for case in _THEIRS
-         if os.environ.get("PARTIALCOW_TESTS_LONG") == "1" or size == "few-keys"
+         if LONG or size == "few-keys"
          or (case != "same-key-even" and path == ("driver" if size == "many-keys" else "spark"))]
 
 
