@@ -32,12 +32,8 @@ def _apply(spark, name: str, rows: list, schema: str):
                          SPEC)
 
 
-@pytest.fixture()
-def schema(spark):
-    name = f"pcow_promo_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {name}")
-    yield name
-    spark.sql(f"drop schema {name} cascade")
+def _table(schema: str) -> str:
+    return f"{schema}.t_{uuid.uuid4().hex[:8]}"  # the module's schema (tests/conftest.py), a table per case
 
 
 @pytest.mark.parametrize("how", ["alter", "replace"])
@@ -45,7 +41,7 @@ def test_regression_key_promoted_to_bigint_found_an_int_index(spark, schema, how
     """Regression case: after the key went from int to bigint, the row index kept hashing and typing keys as int.
     A batch with a key beyond int's range failed (``ArrowInvalid``) after ``ALTER``, and with ``StaleIndexError``
     (``rebuild the index``) after the table was re-created, on every later run."""
-    name = f"{schema}.t"
+    name = _table(schema)
     create_table(spark, name, spark.createDataFrame([(k, f"v{k}", "I") for k in range(1, 50)],
                                                     "k int, v string, _op string"), SPEC)
     _apply(spark, name, [(3, "three", "U")], "k int, v string, _op string")  # the index exists, keys typed int
@@ -69,7 +65,7 @@ def test_regression_values_a_file_cannot_hold_move_the_row(spark, schema):
     beyond int's range was refused (``cannot cast the updated values``), and an update of ``x`` to 0.1 or 1e300
     was stored as the file's float (0.10000000149..., inf). A null into a column Spark's own insert wrote as
     required in its file (``s``, optional in the table) was refused."""
-    name = f"{schema}.t"
+    name = _table(schema)
     spark.sql(f"create table {name} (k bigint, n int, x float, s string) using iceberg")
     spark.sql(f"insert into {name} select id, cast(id as int), cast(id as float), concat('s', id) from range(40)")
     spark.sql(f"alter table {name} alter column n type bigint")
@@ -84,3 +80,44 @@ def test_regression_values_a_file_cannot_hold_move_the_row(spark, schema):
     got = _rows(spark, name)
     assert got == expected
     assert not any(isinstance(v[1], float) and math.isinf(v[1]) and v[1] != 1e300 for v in got.values())
+
+
+def test_regression_nested_values_a_file_cannot_hold_move_the_row(spark, schema):
+    """Regression case: inside a struct or a list the file's types were not looked at. After ``s.x`` went from
+    float to double, an update of it to 0.1 was stored as the file's float; a null in a struct field or a list
+    element that Spark's own insert wrote as required in the file (optional in the table) was refused."""
+    name = _table(schema)
+    spark.sql(f"create table {name} (k bigint, s struct<x: float, n: int>, tags array<int>) using iceberg")
+    spark.sql(f"insert into {name} select id, named_struct('x', cast(id as float), 'n', cast(id as int)), "
+              "array(cast(id as int)) from range(20)")
+    spark.sql(f"alter table {name} alter column s.x type double")
+    expected = _rows(spark, name)
+    batch = [(1, (0.1, 1), [1], "U"), (2, (2.0, 2), [2, None], "U"), (3, (3.0, None), [3], "U")]
+    metrics = _apply(spark, name, batch, "k bigint, s struct<x: double, n: int>, tags array<int>, _op string")
+    assert metrics.rows_updated == 3
+    got = {k: (tuple(v[0]), list(v[1])) for k, v in _rows(spark, name).items()}
+    expected = {k: (tuple(v[0]), list(v[1])) for k, v in expected.items()}
+    expected.update({k: (s, tags) for k, s, tags, _ in batch})
+    assert got == expected
+
+
+def test_regression_a_smallint_key_beyond_its_range_is_not_taken_for_another(spark, schema):
+    """A model's smallint key is an int column in Iceberg (it has no smallint), but the build's index kept the
+    model's smallint and lookups cast keys to it: 65539 became 3. The first batch re-indexes under the table's
+    type, once (its key types then match), and keys beyond smallint's range are found as themselves."""
+    from partialcow.index import RowIndex
+
+    name = _table(schema)
+    create_table(spark, name, spark.createDataFrame([(k, f"v{k}", "I") for k in range(1, 50)],
+                                                    "k smallint, v string, _op string"), SPEC)
+    table = open_table(spark, name, table_format="iceberg")
+    expected = _rows(spark, name)
+    metrics = _apply(spark, name, [(3, "three", "U"), (65539, "wide", "I")], "k int, v string, _op string")
+    assert (metrics.rows_updated, metrics.rows_inserted) == (1, 1)
+    expected.update({3: ("three",), 65539: ("wide",)})
+    assert _rows(spark, name) == expected
+    assert RowIndex.open(table.format_table).state.key_types == ("int",)
+    metrics = _apply(spark, name, [(65539, "wider", "U"), (65540, "new", "I")], "k int, v string, _op string")
+    assert (metrics.rows_updated, metrics.rows_inserted) == (1, 1)
+    expected.update({65539: ("wider",), 65540: ("new",)})
+    assert _rows(spark, name) == expected

@@ -334,3 +334,26 @@ def test_bug_null_struct_with_a_required_field_refused(tmp_path: Path) -> None:
     bad = pa.table({ROW_POSITION: pa.array([1], pa.int64()), "addr": _spark_null_structs([False], [None])})
     with pytest.raises(InvalidChangeError, match="zip"):
         rewrite_file(src, tmp_path / "bad.parquet", updates=bad)
+
+
+def test_bug_sliced_list_with_null_lists_of_structs_with_a_required_field(tmp_path: Path) -> None:
+    """A list (or map) column of structs with a required field, holding null lists, failed to write when the rows
+    were a slice (``Null bitmap with offsets slice not supported``): the insert writers write a large batch in
+    slices, so a part after the first failed where the whole batch would have been written."""
+    from partialcow.parquet.writer import conform
+
+    addr = pa.struct([pa.field("zip", pa.string(), nullable=False)])
+    tags_type = pa.list_(pa.field("element", addr))
+    schema = pa.schema([pa.field("k", pa.int64()), pa.field("tags", tags_type),
+                        pa.field("m", pa.map_(pa.string(), addr))])
+    loose = pa.struct([pa.field("zip", pa.string())])  # as Spark hands it over: every field nullable
+    rows = pa.table({"k": pa.array(range(4), pa.int64()),
+                     "tags": pa.array([[{"zip": "a"}], None, [{"zip": "b"}, None], None], pa.list_(loose)),
+                     "m": pa.array([[("x", {"zip": "a"})], None, [("y", None)], None], pa.map_(pa.string(), loose))})
+    for start in range(4):
+        part = conform(rows.slice(start), schema)
+        assert part.schema == schema
+        assert part.to_pylist() == rows.slice(start).to_pylist()
+        path = tmp_path / f"part{start}.parquet"
+        pq.write_table(part, path)
+        assert_same_rows(read_duckdb(path), pq.read_table(path), "duckdb")

@@ -160,6 +160,9 @@ def settle_nulls(values: pa.Array, target: pa.DataType) -> pa.Array:
     t = values.type
     if not _requires_nested(target):
         return values
+    if values.offset and (pa.types.is_map(t) or pa.types.is_list(t) or pa.types.is_large_list(t)):
+        # a slice (the insert writers' parts): from_arrays takes no validity with offsets of a slice
+        values = pa.concat_arrays([values])
     if pa.types.is_struct(t) and pa.types.is_struct(target) and t.num_fields == target.num_fields:
         parent_null = values.is_null().to_numpy(zero_copy_only=False) if values.null_count else None
         children = []

@@ -40,6 +40,7 @@ __all__ = [
     "IN_PLACE_RESULT_SCHEMA",
     "LOCATE_RESULT_SCHEMA",
     "FileTask",
+    "constrains",
     "locate_partition",
     "narrower",
     "new_file_name",
@@ -91,41 +92,83 @@ def narrower(written: pa.DataType, table: pa.DataType) -> bool:
     return False
 
 
+def _children(t: pa.DataType) -> list[pa.Field]:
+    if pa.types.is_struct(t):
+        return [t.field(i) for i in range(t.num_fields)]
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return [t.value_field]
+    if pa.types.is_map(t):
+        return [t.key_field, t.item_field]
+    return []
+
+
+def constrains(written: pa.DataType, table: pa.DataType) -> bool:
+    """Whether a file's column type may not hold every value of the table's type: it is narrower (see
+    :func:`narrower`), or somewhere inside it a field is narrower or required where the table's is optional (Iceberg
+    promotes nested fields too, and Spark's writes store a struct field or list element as required when the
+    query could not produce a null).
+
+    >>> s = lambda x, nullable=True: pa.struct([pa.field("x", x, nullable=nullable)])
+    >>> constrains(s(pa.float32()), s(pa.float64())), constrains(s(pa.int64(), False), s(pa.int64()))
+    (True, True)
+    >>> constrains(pa.list_(pa.field("e", pa.int64(), nullable=False)), pa.list_(pa.int64())), constrains(s(pa.int64()), s(pa.int64()))
+    (True, False)
+    """  # noqa: E501 - a doctest line cannot wrap
+    if narrower(written, table):
+        return True
+    inner, wanted = _children(written), _children(table)
+    if len(inner) != len(wanted):  # another shape: the cast refuses it
+        return False
+    return any((not w.nullable and t.nullable) or constrains(w.type, t.type) for w, t in zip(inner, wanted))
+
+
 def unfit(values: pa.Array, field: pa.Field) -> pa.Array:
     """Per value: whether the file column ``field`` cannot hold it exactly: a null in a column the file stores as
     required (Spark's own writes do so where the query could not produce a null, though the table's column is
-    optional), or a value beyond a narrower type (see :func:`narrower`; a double is held only if it survives the
-    round trip through float, NaN included).
+    optional), a value beyond a narrower type (see :func:`narrower`; a double is held only if it survives the
+    round trip through float, NaN included), or any value of a nested column the file constrains inside (see
+    :func:`constrains`; rare, so not looked into).
 
     >>> unfit(pa.array([1, 2**40, None]), pa.field("n", pa.int32())).to_pylist()
     [False, True, False]
     >>> unfit(pa.array([1.0, 0.1, float("nan"), None]), pa.field("x", pa.float32(), nullable=False)).to_pylist()
     [False, True, False, True]
+    >>> unfit(pa.array([{"x": 1.0}, None]), pa.field("s", pa.struct([pa.field("x", pa.float32())]))).to_pylist()
+    [True, False]
     """
-    mask = pc.is_null(values) if not field.nullable else pa.array([False] * len(values), type=pa.bool_())
-    if not narrower(field.type, values.type):
-        return mask
-    if pa.types.is_floating(values.type):
-        back = pc.cast(pc.cast(values, field.type, safe=False), values.type)
-        lost = pc.and_(pc.not_equal(back, values), pc.invert(pc.is_nan(values)))
-    elif pa.types.is_integer(values.type):
-        lost = pc.not_equal(pc.cast(pc.cast(values, field.type, safe=False), values.type), values)
-    else:  # a decimal with fewer integer digits: |value| >= 10^(precision - scale) does not fit
-        import decimal
+    mask = pc.is_null(values) if not field.nullable else _none(len(values))
+    if narrower(field.type, values.type):
+        if pa.types.is_floating(values.type):
+            back = pc.cast(pc.cast(values, field.type, safe=False), values.type)
+            lost = pc.and_(pc.not_equal(back, values), pc.invert(pc.is_nan(values)))
+        elif pa.types.is_integer(values.type):
+            lost = pc.not_equal(pc.cast(pc.cast(values, field.type, safe=False), values.type), values)
+        else:  # a decimal with fewer integer digits: |value| >= 10^(precision - scale) does not fit
+            import decimal
 
-        bound = pa.scalar(decimal.Decimal(10) ** (field.type.precision - field.type.scale), values.type)
-        lost = pc.greater_equal(pc.abs(values), bound)
+            bound = pa.scalar(decimal.Decimal(10) ** (field.type.precision - field.type.scale), values.type)
+            lost = pc.greater_equal(pc.abs(values), bound)
+    elif constrains(field.type, values.type):
+        lost = pc.is_valid(values)
+    else:
+        return mask
     return pc.or_(mask, pc.fill_null(lost, False))
+
+
+def _none(n: int) -> pa.Array:
+    return pa.array(np.zeros(n, dtype=bool))
 
 
 def _moves(upserts: pa.Table, absent: Sequence[str], written: pa.Schema, present: Sequence[str]) -> pa.Array:
     """Rows that set a value in a column their file lacks (added to the table after the file was written), or a
     value a column of their file cannot hold (see :func:`unfit`): written whole to a new file instead."""
-    mask = pa.array([False] * upserts.num_rows, type=pa.bool_())  # typed: a delete-only file has no upserts
+    mask = _none(upserts.num_rows)  # typed: a delete-only file has no upserts
     for column in absent:
         mask = pc.or_(mask, pc.is_valid(upserts[column]))
     for column in present:
-        mask = pc.or_(mask, unfit(upserts[column].combine_chunks(), written.field(column)))
+        field = written.field(column)
+        if not field.nullable or constrains(field.type, upserts.schema.field(column).type):
+            mask = pc.or_(mask, unfit(upserts[column].combine_chunks(), field))
     return mask
 
 
