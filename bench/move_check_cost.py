@@ -2,9 +2,9 @@
 
     PYTHONPATH=adapter python bench/move_check_cost.py
 
-Pure pyarrow, no Spark: one file's changed rows (3,000 rows of 23 bigint columns), the check before it looked at the file's column types (only
-columns the file lacks), and now, for a file of our own writer (every column nullable, as the table) and for one
-with half its columns NOT NULL.
+Pure pyarrow, no Spark: one file's changed rows (3,000 rows of 23 bigint columns), the check before it looked at the
+file's column types (only columns the file lacks), and now, for a file of our own writer (every column nullable, as
+the table) and for one with half its columns NOT NULL.
 """
 
 from __future__ import annotations
