@@ -14,7 +14,6 @@ import time
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
 from partialcow.spark.rewrite_job import _moves
 
 ROWS, COLUMNS, ROUNDS = 3000, 23, 200
