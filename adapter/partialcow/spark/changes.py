@@ -148,7 +148,7 @@ def _open_index(table: LakehouseTable, spec: ChangeSpec, table_schema: StructTyp
             # table re-created by another writer) leaves every entry hashed and typed as before: a new generation
             types = {f.name.lower(): f.dataType.simpleString() for f in table_schema.fields}
             now = tuple(types.get(c.lower()) for c in spec.key_columns)
-            if index.state.key_types and now != tuple(index.state.key_types):
+            if index.state.key_types and None not in now and now != tuple(index.state.key_types):
                 index.rebuild()
             else:
                 index.ensure_fresh()
