@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from partialcow.exceptions import ParquetRewriteError
 from partialcow.parquet import _format as F
+from partialcow.parquet._column_index import PageBounds
 from partialcow.parquet._layout import ParquetLayout, SortKey
 from partialcow.parquet._offset_index import PageLocations, encode_offset_indexes
 from partialcow.parquet._thrift import T_I32, T_I64, T_LIST, T_STRUCT, TList, TStruct
@@ -167,30 +168,36 @@ def _boundary_order(leaf_key: SortKey | None, null_pages: list[int], mins: list[
     return F.UNORDERED
 
 
-def _combine_bounds(leaf_key: SortKey | None, old: TStruct | None, old_all_null: bool, news: list[TStruct | None],
-                    new_all_null: list[bool]) -> tuple[bytes, bytes] | None:
-    """Union of min/max bounds (old chunk statistics and re-encoded pages), or None when unknown."""
-    if leaf_key is None:
+def _chunk_bounds(leaf_key: SortKey | None, old: TStruct | None, copied: list[PageBounds] | None,
+                  reencoded: list[PageBounds] | None) -> tuple[bytes, bytes] | None:
+    """The min/max of a spliced chunk from its pages' column-index entries, or None when unknown (pages without
+    entries, bounds that cannot be compared). ``copied``: the entries of the copied pages, whose bounds are narrowed
+    by the old chunk's (a copied page's values lie within both, so a truncated entry is not widened further);
+    ``reencoded``: of the re-encoded pages. Never the old chunk's bounds alone: the values that set them may have
+    been replaced or deleted, and table formats publish these bounds as exact (Delta's and Iceberg's MIN/MAX
+    answered from metadata)."""
+    if leaf_key is None or copied is None or reencoded is None:
         return None
     cands: list[tuple[bytes, bytes]] = []
-    if not old_all_null:
-        if old is None or F.ST_MIN_VALUE not in old or F.ST_MAX_VALUE not in old:
-            return None
-        cands.append((old.val(F.ST_MIN_VALUE), old.val(F.ST_MAX_VALUE)))
-    for st, empty in zip(news, new_all_null):
-        if empty:
-            continue
-        if st is None or F.ST_MIN_VALUE not in st or F.ST_MAX_VALUE not in st:
-            return None
-        cands.append((st.val(F.ST_MIN_VALUE), st.val(F.ST_MAX_VALUE)))
-    if not cands:
-        return None
     try:
-        lo = min((c[0] for c in cands), key=leaf_key)
-        hi = max((c[1] for c in cands), key=leaf_key)
+        for parts, narrow in ((copied, True), (reencoded, False)):
+            lows = [lo for part in parts for empty, lo in zip(part.null_pages, part.mins) if empty != 1]
+            if not lows:
+                continue
+            highs = [hi for part in parts for empty, hi in zip(part.null_pages, part.maxs) if empty != 1]
+            if narrow and old is not None and F.ST_MIN_VALUE in old and F.ST_MAX_VALUE in old:
+                old_lo, old_hi = bytes(old.val(F.ST_MIN_VALUE)), bytes(old.val(F.ST_MAX_VALUE))
+                # a copied page still starting at the old bound holds it (the usual case: no key function to run)
+                lo = old_lo if old_lo in lows else max(min(lows, key=leaf_key), old_lo, key=leaf_key)
+                hi = old_hi if old_hi in highs else min(max(highs, key=leaf_key), old_hi, key=leaf_key)
+            else:
+                lo, hi = min(lows, key=leaf_key), max(highs, key=leaf_key)
+            cands.append((lo, hi))
+        if not cands:
+            return None
+        return min((c[0] for c in cands), key=leaf_key), max((c[1] for c in cands), key=leaf_key)
     except (ValueError, struct.error):  # a NaN bound, or a bound of the wrong width
         return None
-    return lo, hi
 
 
 class _Sink:

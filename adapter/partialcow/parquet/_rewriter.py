@@ -24,8 +24,8 @@ from partialcow.parquet._layout import Chunk, Leaf, ParquetLayout, TopField, _ma
 from partialcow.parquet._output import (
     _bloom_bytes,
     _boundary_order,
+    _chunk_bounds,
     _ChunkOut,
-    _combine_bounds,
     _copy_chunk,
     _Expected,
     _page_offsets,
@@ -493,10 +493,10 @@ class _Rewriter:
         pos = prefix_len = sum(p[2] for p in pieces)
         loc_blocks: list[np.ndarray] = []  # (offset in the chunk, size, first row) per page, a block per run
         ci_parts: list[PageBounds] | None = [] if src_ci is not None else None
+        copied_bounds: list[PageBounds] | None = []  # of the chunk statistics; None: a copied page has no entry
         enc_delta: dict[tuple[int, int], int] = {}
         num_values = ch.cmd.val(F.CMD_NUM_VALUES)
-        new_stats: list[TStruct | None] = []
-        new_all_null: list[bool] = []
+        new_bounds: list[PageBounds] | None = []  # of the re-encoded pages; None: a run without them
         added_nulls = 0
         new_encodings: list[int] = []
 
@@ -525,8 +525,9 @@ class _Rewriter:
                         enc_delta[k] = enc_delta.get(k, 0) + count
                     new_encodings.extend(enc.encodings)
                     added_nulls += enc.null_count
-                    new_stats.append(enc.stats)
-                    new_all_null.append(enc.null_count == enc.rows)
+                    # their column index, not the run's statistics: a run encoded after the dictionary's values
+                    # has statistics that bound those values too (see _encode_runs)
+                    new_bounds = None if new_bounds is None or enc.bounds is None else new_bounds + [enc.bounds]
                     if ci_parts is not None:
                         ci_parts = None if enc.bounds is None else ci_parts + [enc.bounds]
                 i = b + 1
@@ -538,8 +539,14 @@ class _Rewriter:
             pieces.append(("copy", start, end - start))
             loc_blocks.append(np.column_stack([pos - start + offsets[i:j + 1], sizes[i:j + 1],
                                                first_rows[i:j + 1] - deleted_before[i:j + 1]]))
-            if ci_parts is not None and src_ci is not None:  # ci_parts is None whenever src_ci is
-                ci_parts.append(src_ci.slice(i, j + 1))
+            if src_ci is None:
+                copied_bounds = None
+            else:
+                run_bounds = src_ci.slice(i, j + 1)
+                if ci_parts is not None:
+                    ci_parts.append(run_bounds)
+                if copied_bounds is not None:
+                    copied_bounds.append(run_bounds)
             self.stats.pages_copied += j - i + 1
             self.stats.bytes_copied += end - start
             pos += end - start
@@ -583,8 +590,7 @@ class _Rewriter:
             old_nulls = old_st.val(F.ST_NULL_COUNT)
             if old_nulls is not None:
                 st.put(F.ST_NULL_COUNT, T_I64, old_nulls - removed_nulls + added_nulls)
-            old_all_null = old_nulls is not None and old_nulls == ch.num_rows and F.ST_MIN_VALUE not in old_st
-            bounds = _combine_bounds(key, old_st, old_all_null, new_stats, new_all_null)
+            bounds = _chunk_bounds(key, old_st, copied_bounds, new_bounds)
             if bounds is not None:
                 st.put(F.ST_MAX_VALUE, T_BINARY, bounds[1])
                 st.put(F.ST_MIN_VALUE, T_BINARY, bounds[0])
