@@ -80,9 +80,11 @@ def _commit(table: LakehouseTable, index: RowIndex, results: list[dict[str, Any]
             result = table.format_table.replace_files(change)
     except (CommitStateUnknownError, LostCommitError):
         raise  # the files may be referenced now: never delete them (the next write checks, see journal)
-    except BaseException:
+    except Exception:
         _discard(new_files)
         raise
+    # An interrupt (KeyboardInterrupt, SystemExit) keeps the files: it can surface after the commit call has
+    # landed the commit, as a kill would; the next write removes them if no commit took them (see journal).
     checkpoint("committed")
     for r in rewritten:  # replaced: their fingerprints serve no later batch (the files stay for time travel)
         with suppress(OSError):

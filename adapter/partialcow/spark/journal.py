@@ -116,6 +116,12 @@ class WriteLease:
             # Index states older than the last two are unreferenced now; no maintainer can be about to publish one
             # (each holds a lease), so their bucket files go at once rather than after an hour.
             self.store.garbage_collect(min_age_seconds=0.0, keep={self._scratch})
+        if exc_type is not None and not issubclass(exc_type, Exception):
+            # An interrupt (KeyboardInterrupt, SystemExit) may have come after the commit landed, so the write kept
+            # its files: the lease stays, and the next write cleans up after it as after a killed one.
+            os.close(self._fd)
+            self._fd = None
+            return
         for name in (f"{self.write_id}.json", f"{self.write_id}.lock"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self._dir, name))

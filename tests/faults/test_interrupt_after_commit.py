@@ -1,0 +1,50 @@
+"""An interrupt (Ctrl-C in a notebook, SystemExit) that arrives once the table commit has landed keeps the files
+the commit points to.
+
+The commit step deleted its new files on any exception, interrupts included, and an interrupt can surface only
+after the commit call returned (a Rust or JVM call finishes before Python sees the signal): the table's current
+version then referenced deleted files and no reader could read it.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
+from partialcow.spark.tables import open_table
+
+pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
+
+SPEC = ChangeSpec(key_columns=("k",), op_column="_op", model="interrupted")
+SCHEMA = "k bigint, v string, _op string"
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_after_the_commit_keeps_its_files(spark, interrupt):
+    schema = f"pcow_intr_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    name = f"{schema}.t"
+    try:
+        create_table(spark, name, spark.createDataFrame([(k, f"v{k}", "I") for k in range(100)], SCHEMA), SPEC)
+        table = open_table(spark, name, table_format="iceberg")
+        commit = table.format_table.replace_files
+
+        def commit_then_interrupt(change):
+            commit(change)
+            raise interrupt()
+
+        table.format_table.replace_files = commit_then_interrupt  # type: ignore[method-assign]
+        with pytest.raises(interrupt):
+            apply_changes(spark, table, spark.createDataFrame([(5, "new", "U"), (500, "x", "I")], SCHEMA), SPEC)
+        spark.catalog.refreshTable(name)
+        rows = dict(spark.sql(f"select k, v from {name}").collect())
+        assert len(rows) == 101 and rows[5] == "new" and rows[500] == "x"
+        # the next batch works on the committed version
+        apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                      spark.createDataFrame([(6, "later", "U")], SCHEMA), SPEC)
+        spark.catalog.refreshTable(name)
+        assert spark.sql(f"select v from {name} where k = 6").first()[0] == "later"
+    finally:
+        spark.sql(f"drop schema {schema} cascade")
