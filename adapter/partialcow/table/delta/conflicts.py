@@ -2,7 +2,9 @@
 
 A concurrent removal or rewrite of a file we replace, a concurrent metadata/protocol/domain change, a concurrent
 commit of a file we add, and a concurrently appended file holding a key we write (any appended file, when the change
-writes more keys than it lists) are conflicts; any other append is rebased (the change commits on top of it).
+writes more keys than it lists) are conflicts; any other append is rebased (the change commits on top of it). An
+appended file compacted since (removed, its rows added again with ``dataChange: false``) is checked as the files that
+took its rows.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ def check_concurrent(
     ours_added = set(added)
     appended: dict[str, int] = {}  # concurrently added data files still live at head -> their version
     for version in range(change.base_version + 1, head_version + 1):
+        carried = False  # this version removed an appended file: its quiet adds (compaction) hold those rows
+        quiet: list[str] = []
         try:
             entries = read_entry(version)
         except FileNotFoundError as exc:
@@ -73,9 +77,13 @@ def check_concurrent(
                     f"{version}; it is kept (the table references it). Write new files under unique names"
                 )
             if kind == "remove":
-                appended.pop(path, None)
+                carried |= appended.pop(path, None) is not None
             elif body.get("dataChange", True):
                 appended[path] = version
+            else:
+                quiet.append(path)
+        if carried:
+            appended.update(dict.fromkeys(quiet, version))
     if appended and not change.conflict_keys_complete:
         path, version = next(iter(appended.items()))
         raise CommitConflictError(
