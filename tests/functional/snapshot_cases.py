@@ -12,6 +12,8 @@ error.
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from dbt.tests.util import run_dbt
 
@@ -34,6 +36,10 @@ T1, T2 = "timestamp'2026-01-01 00:00:00'", "timestamp'2026-01-02 00:00:00'"
 # - deleted_back_same_updated_at: the timestamp strategy with hard deletes re-opened the closed version of id 1, deleted
 #   in run 2 and back in run 3 with the same updated_at (its staged insert has that version's dbt_scd_id, which
 #   MERGE leaves as it is); id 3 comes back with a later updated_at, a new version
+# - date_updated_at_deleted: the timestamp strategy on a date column with hard deletes failed every run after the
+#   first ("column 'dbt_valid_from' is date in the table but the model delivers timestamp"): dbt's query puts
+#   current_timestamp() beside the dates, which MERGE stores as dates; id 2 is deleted in run 2 and back in run 3
+D1, D2 = "date'2026-01-01'", "date'2026-01-02'"
 REGRESSIONS = {
     "src_nested": (
         "select 1 as id, array(1, null) as arr, named_struct('a', 1, 'b', 1) as st union all "
@@ -49,6 +55,11 @@ REGRESSIONS = {
         f"select * from values (1, 'a', {T1}), (2, 'b', {T1}), (3, 'c', {T1}) as t(id, value, upd)",
         f"select * from values (2, 'b', {T1}) as t(id, value, upd)",
         f"select * from values (1, 'a', {T1}), (2, 'b', {T1}), (3, 'c', {T2}) as t(id, value, upd)",
+    ),
+    "src_date": (
+        f"select * from values (1, 'a', {D1}), (2, 'b', {D1}) as t(id, value, upd)",
+        f"select * from values (1, 'a', {D1}) as t(id, value, upd)",
+        f"select * from values (1, 'a', {D1}), (2, 'b', {D2}) as t(id, value, upd)",
     ),
 }
 
@@ -69,6 +80,12 @@ select * from {{ target.schema }}.src_nested
 {{{{ config(unique_key='id', strategy='timestamp', updated_at='upd', target_schema=schema, hard_deletes='{mode}') }}}}
 select * from {{{{ target.schema }}}}.src_ts
 {{% endsnapshot %}}
+"""
+    out["snap_date_invalidate.sql"] = """
+{% snapshot snap_date_invalidate %}
+{{ config(unique_key='id', strategy='timestamp', updated_at='upd', target_schema=schema, hard_deletes='invalidate') }}
+select * from {{ target.schema }}.src_date
+{% endsnapshot %}
 """
     return out
 
@@ -182,6 +199,11 @@ class HardDeletes:
             (1, "a", False, False, "False"), (1, "a", False, False, "True"),
             (2, "b", False, True, "False"),
             (3, "c", False, False, "False"), (3, "c", False, False, "True"), (3, "c", True, True, "False")]
+        # date_updated_at_deleted: id 2 closed on the day of run 2 (a date, as MERGE stores it), back from D2
+        assert self._rows(project, f"select id, dbt_valid_from, dbt_valid_to is null, typeof(dbt_valid_to) "
+                                   f"from {schema}.snap_date_invalidate") == sorted([
+            (1, dt.date(2026, 1, 1), True, "date"), (2, dt.date(2026, 1, 1), False, "date"),
+            (2, dt.date(2026, 1, 2), True, "date")], key=repr)
 
     def test_null_keys_fail_clearly(self, project):
         """null_keys_repeat_scd_id: a clear error naming the snapshot, its unique_key and the rows, in a later run

@@ -132,6 +132,17 @@ def test_composite_keys_and_valid_to_current(spark, schema):
      "the source has columns the snapshot lacks: ID"),
     ({"source_columns": ["id", "m"], "target_columns": ["id", "m", "dbt_valid_to"],
       "source_types": ["bigint", "map<string,int>"]}, "map columns cannot be compared: m"),
+    # regressions: dbt calls every record changed when a check_cols entry is no query column; narrowed, no record
+    # had a new version. Hashes of a timestamp_ntz and a timestamp (decimals of another scale) agree where dbt's
+    # comparison sees a change
+    ({"check_cols": ["upper(a)"], "source_columns": ["id", "a"], "source_types": ["bigint", "string"],
+      "target_columns": ["id", "a", "dbt_valid_to"]}, "check_cols that are not query columns: upper(a)"),
+    ({"source_columns": ["id", "ts"], "source_types": ["bigint", "timestamp_ntz"],
+      "target_columns": ["id", "ts", "dbt_valid_to"], "target_types": ["bigint", "timestamp", "timestamp"]},
+     "compared columns whose type changed: ts"),
+    ({"check_cols": ["d"], "source_columns": ["id", "d"], "source_types": ["bigint", "decimal(10,3)"],
+      "target_columns": ["id", "d", "dbt_valid_to"], "target_types": ["bigint", "decimal(10,2)", "timestamp"]},
+     "compared columns whose type changed: d"),
 ])
 def test_runs_dbt_reads_whole(change, reason):
     args = {"strategy_name": "check", "unique_key": "id", "check_cols": "all", "source_columns": ["id"],

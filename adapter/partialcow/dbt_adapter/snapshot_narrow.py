@@ -14,11 +14,13 @@ into memory, and dbt's own staging query then runs unchanged over them.
 Why that gives dbt's answer: for a record outside the candidates, ``row_changed`` is false (it tests nothing else),
 the record is on both sides (no insertion, no hard delete), and it is no deletion record: dbt's query yields nothing
 for it either way. Every row of a candidate record reaches dbt's query, as do rows with a NULL key part, which never
-join in dbt's query. Equal fingerprints of different values would need a collision of xxhash64 and murmur3 at once;
-different fingerprints of equal values (types changed, -0.0) only add candidates.
+join in dbt's query. Equal fingerprints of different values would need a collision of xxhash64 and murmur3 at once
+(different fingerprints of equal values, -0.0, only add candidates).
 
 It does not narrow where that reasoning does not hold: other strategies, a source column the snapshot lacks (dbt's
-``check_cols='all'`` then treats every row as changed), checked columns Spark cannot compare (maps).
+``check_cols='all'`` then treats every row as changed), checked columns Spark cannot compare (maps), ``check_cols``
+that are not query columns (dbt then calls every record changed), compared columns whose type changed (Spark's hashes
+of a timestamp and a timestamp_ntz, or of decimals of another scale, agree where dbt's comparison sees a change).
 """
 
 from __future__ import annotations
@@ -66,9 +68,10 @@ class NarrowPlan:
 
 def plan_narrowing(*, strategy_name: str, unique_key: str | Sequence[str], check_cols: str | Sequence[str] | None,
                    source_columns: Sequence[str], source_types: Sequence[str], target_columns: Sequence[str],
-                   meta_columns: dict[str, str], updated_at: str | None,
-                   valid_to_current: str | None) -> tuple[NarrowPlan | None, str]:
-    """The plan, or ``None`` and why the run is not narrowed.
+                   meta_columns: dict[str, str], updated_at: str | None, valid_to_current: str | None,
+                   target_types: Sequence[str] | None = None) -> tuple[NarrowPlan | None, str]:
+    """The plan, or ``None`` and why the run is not narrowed. ``target_types``: the snapshot's column types, in
+    ``target_columns``' order (``DataFrame.dtypes``'s spelling).
 
     >>> plan, why = plan_narrowing(strategy_name="check", unique_key="id", check_cols=["v"],
     ...     source_columns=["id", "v"], source_types=["bigint", "string"], target_columns=["id", "v", "dbt_valid_to"],
@@ -91,9 +94,13 @@ def plan_narrowing(*, strategy_name: str, unique_key: str | Sequence[str], check
     types = dict(zip(source_columns, source_types, strict=True))
     if strategy_name == "check":
         named = [check_cols] if isinstance(check_cols, str) and check_cols != "all" else check_cols
-        if isinstance(named, str) or not named or any(c not in source_columns for c in named):
-            # 'all', or names that are not plain source columns: all of them; nested values by value, since a hash
-            # that skips NULLs inside them would hide a change
+        if named and not isinstance(named, str) and any(c not in source_columns for c in named):
+            # dbt names such a column as the query does (`upper(v)`), finds no snapshot column of that name and
+            # calls every record changed
+            return None, "check_cols that are not query columns: " + ", ".join(c for c in named
+                                                                                if c not in source_columns)
+        if isinstance(named, str) or not named:
+            # 'all': nested values by value, since a hash that skips NULLs inside them would hide a change
             compared = tuple(c for c in source_columns if _nested(types[c]))
             fingerprinted = tuple(c for c in source_columns if not _nested(types[c]))
         else:
@@ -101,6 +108,13 @@ def plan_narrowing(*, strategy_name: str, unique_key: str | Sequence[str], check
     maps = [c for c in compared + fingerprinted if "map<" in types[c].lower()]
     if maps:
         return None, "map columns cannot be compared: " + ", ".join(maps)
+    if target_types is not None:
+        # Spark's hashes of a value can ignore its type (a timestamp and a timestamp_ntz, decimals of one precision
+        # but another scale hash alike), where dbt's comparison converts: a changed type could hide a change
+        stored = dict(zip(target_columns, target_types, strict=True))
+        retyped = [c for c in compared + fingerprinted if not _same_family(stored[c], types[c])]
+        if retyped:
+            return None, "compared columns whose type changed: " + ", ".join(retyped)
     valid_to = quote_identifier(meta_columns["dbt_valid_to"])
     # dbt's snapshotted_data: the current versions
     current = f"{valid_to} is null"
@@ -118,6 +132,25 @@ def plan_narrowing(*, strategy_name: str, unique_key: str | Sequence[str], check
         valid_from=quote_identifier(meta_columns["dbt_valid_from"]) if timestamp else None,
         is_deleted=quote_identifier(is_deleted) if is_deleted and is_deleted in target_columns else None,
     ), ""
+
+
+_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+
+
+def _same_family(stored: str, delivered: str) -> bool:
+    """Whether a snapshot column of type ``stored`` and a source column of type ``delivered`` hash alike only when
+    their values are equal: the same type, integers of any width (a table format may store a smallint as an int), or
+    strings of any declared length.
+
+    >>> _same_family("int", "smallint"), _same_family("string", "varchar(10)")
+    (True, True)
+    >>> _same_family("timestamp", "timestamp_ntz"), _same_family("decimal(10,2)", "decimal(10,3)")
+    (False, False)
+    """
+    stored, delivered = stored.lower(), delivered.lower()
+    if stored == delivered or (stored in _INTEGRAL and delivered in _INTEGRAL):
+        return True
+    return all(t == "string" or t.startswith(("varchar(", "char(")) for t in (stored, delivered))
 
 
 def _nested(spark_type: str) -> bool:

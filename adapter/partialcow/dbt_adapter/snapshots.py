@@ -108,6 +108,7 @@ class SnapshotMixin(metaclass=AdapterMeta):
         plan, why = narrow.plan_narrowing(
             strategy_name=strategy_name, unique_key=strategy["unique_key"], check_cols=config.get("check_cols"),
             source_columns=source.columns, source_types=[t for _, t in source.dtypes], target_columns=target_columns,
+            target_types=[t for _, t in table_frame.dtypes],
             meta_columns=dict(columns), updated_at=strategy.get("updated_at"),
             valid_to_current=config.get("dbt_valid_to_current"))
         if plan is None:
@@ -174,9 +175,9 @@ class SnapshotMixin(metaclass=AdapterMeta):
 
         def apply(spark: Any, name: str) -> Any:
             staged = spark.table(quote_identifier(staging_view))
-            table_columns = spark.table(quote_identifier(name)).columns
-            batch = staged.select(*[quote_identifier(c) for c in table_columns if c in staged.columns],
-                                  quote_identifier(CHANGE_TYPE))
+            table_schema = spark.table(quote_identifier(name)).schema
+            batch = staged.select(*[_as_stored(staged, field, columns) for field in table_schema
+                                    if field.name in staged.columns], quote_identifier(CHANGE_TYPE))
             if not _scd_ids_are_new(strategy):
                 batch = _without_existing_versions(batch, spark.table(quote_identifier(versions_view or name)),
                                                    str(columns["dbt_scd_id"]))
@@ -220,6 +221,35 @@ class SnapshotMixin(metaclass=AdapterMeta):
             spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
         log_phases(name, metrics)
         return metrics
+
+
+# dbt's validity columns: its staging query fills them from the strategy's updated_at (a date column makes them
+# dates) and from current_timestamp() (hard deletes), so their union can be wider than the table's
+_VALIDITY = ("dbt_valid_from", "dbt_valid_to", "dbt_updated_at")
+_DATETIME = ("DateType", "TimestampType", "TimestampNTZType")
+
+
+def _as_stored(staged: Any, field: Any, columns: Mapping[str, str]) -> Any:
+    """The staged column of the table's ``field``, cast to the table's type where ``_widened``."""
+    from partialcow.table.base import quote_identifier
+
+    if _widened(field.name, staged.schema[field.name].dataType, field.dataType, columns):
+        return staged[field.name].cast(field.dataType).alias(field.name)
+    return quote_identifier(field.name)
+
+
+def _widened(name: str, staged_type: Any, table_type: Any, columns: Mapping[str, str]) -> bool:
+    """Whether dbt's query delivers validity column ``name`` as another datetime type than the table stores: it is
+    then stored in the table's type, as dbt-spark's MERGE stores any datetime into a datetime column.
+
+    >>> from pyspark.sql.types import DateType, TimestampType
+    >>> names = {"dbt_valid_to": "valid_until"}
+    >>> _widened("valid_until", TimestampType(), DateType(), names), _widened("upd", TimestampType(), DateType(), names)
+    (True, False)
+    """
+    validity = {str(columns.get(c, c)) for c in _VALIDITY}
+    return (name in validity and staged_type != table_type and type(staged_type).__name__ in _DATETIME
+            and type(table_type).__name__ in _DATETIME)
 
 
 def _source_keys(strategy: Mapping[str, Any] | None, source_sql: str | None) -> tuple[str, tuple[str, ...]] | None:
