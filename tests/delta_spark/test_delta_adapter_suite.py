@@ -22,6 +22,14 @@ from snapshot_cases import HardDeletes
 pytestmark = [pytest.mark.dbt, pytest.mark.spark, pytest.mark.slow]
 
 
+# Long mode only (tests/budget.py): dbt's seed/view/table/incremental round trip (47 s of CI's budget); on Delta,
+# tests/delta_spark/test_delta_dbt.py builds tables and partial_cow_incremental models through dbt, and
+# tests/materialization/test_delta_spark_dbt.py in fresh dbt processes
+_LONG_ONLY = pytest.mark.skipif(not LONG,
+                                reason="CI's time budget: PARTIALCOW_TESTS_LONG=1 runs it (see tests/budget.py)")
+
+
+@_LONG_ONLY
 class TestSimpleMaterializationsDelta(BaseSimpleMaterializations):
     pass
 
@@ -102,6 +110,7 @@ class TestSnapshotCheckColsDelta(BaseSnapshotCheckCols):
                                                where="tests/functional/test_snapshots.py")
 
 
+@_LONG_ONLY  # 21 s; Delta snapshots of ours run in test_null_keys_fail_clearly below and in fresh dbt processes
 class TestSnapshotTimestampDelta(BaseSnapshotTimestamp):
     pass
 
