@@ -9,8 +9,10 @@ there (delta-rs reads the log here). The Iceberg twin, with the rows and the bat
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
-from test_metadata_aggregates import AGGREGATES, BATCH, ROWS, SCHEMA, SPEC, expected_aggregates
+from deltalake import DeltaTable
+from test_metadata_aggregates import BATCH, ROWS, SCHEMA, SPEC, aggregates_with, expected_aggregates
 
 from partialcow.spark.changes import apply_changes, create_table
 from partialcow.spark.tables import delta_root, open_table
@@ -24,20 +26,11 @@ def test_min_and_max_from_the_log_after_a_batch(spark, schema):
     name = f"{schema}.t"
     create_table(spark, name, spark.createDataFrame(ROWS, SCHEMA), SPEC, table_format="delta")
     apply_changes(spark, open_table(spark, name, table_format="delta"), spark.createDataFrame(BATCH, SCHEMA), SPEC)
-    answers = {}
-    try:
-        for from_log in ("true", "false"):
-            spark.conf.set(METADATA_QUERY, from_log)
-            answers[from_log] = tuple(spark.sql(f"select {AGGREGATES} from {name}").first())
-    finally:
-        spark.conf.unset(METADATA_QUERY)
+    answers = aggregates_with(spark, name, METADATA_QUERY)
     assert answers["false"] == expected_aggregates(), "the rows themselves are wrong"
     assert answers["true"] == answers["false"], f"min/max from the log: {answers['true']}, from the rows: " \
         f"{answers['false']}"
     # the log's stats as delta-rs reads them: the min of the files' minValues, the max of their maxValues
-    import pyarrow as pa
-    from deltalake import DeltaTable
-
     files = pa.table(DeltaTable(delta_root(spark, name)).get_add_actions(flatten=True)).to_pydict()
     bounds = tuple(f(v for v in files[f"{side}.{c}"] if v is not None)
                    for c in ("k", "v") for f, side in ((min, "min"), (max, "max")))

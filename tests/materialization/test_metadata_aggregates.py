@@ -39,26 +39,28 @@ def expected_aggregates() -> tuple:
     return tuple(f(c) for c in columns for f in (min, max))
 
 
-def test_min_and_max_from_metadata_after_a_batch(spark):
-    schema = f"pcow_bounds_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {schema}")
-    name = f"{schema}.t"
+def aggregates_with(spark, name: str, setting: str) -> dict[str, tuple]:
+    """``AGGREGATES`` of table ``name`` with the Spark setting ``setting`` on ("true") and off ("false")."""
+    answers = {}
     try:
-        create_table(spark, name, spark.createDataFrame(ROWS, SCHEMA), SPEC)
-        apply_changes(spark, open_table(spark, name, table_format="iceberg"), spark.createDataFrame(BATCH, SCHEMA),
-                      SPEC)
-        expected = expected_aggregates()
-        answers = {}
-        for push_down in ("true", "false"):
-            spark.conf.set(PUSH_DOWN, push_down)
-            answers[push_down] = tuple(spark.sql(f"select {AGGREGATES} from {name}").first())
-        assert answers["false"] == expected, "the rows themselves are wrong"
-        assert answers["true"] == expected, f"min/max from the metadata: {answers['true']}, from the rows: {expected}"
-        # the bounds themselves, as the files table shows them (the min of the lower bounds, the max of the upper)
-        metrics = spark.sql(
-            f"select min(readable_metrics.k.lower_bound), max(readable_metrics.k.upper_bound), "
-            f"min(readable_metrics.v.lower_bound), max(readable_metrics.v.upper_bound) from {name}.files").first()
-        assert tuple(metrics) == expected[:4]
+        for value in ("true", "false"):
+            spark.conf.set(setting, value)
+            answers[value] = tuple(spark.sql(f"select {AGGREGATES} from {name}").first())
     finally:
-        spark.conf.unset(PUSH_DOWN)
-        spark.sql(f"drop schema {schema} cascade")
+        spark.conf.unset(setting)
+    return answers
+
+
+def test_min_and_max_from_metadata_after_a_batch(spark, schema):
+    name = f"{schema}.bounds_{uuid.uuid4().hex[:8]}"  # a table per path: the module's schema is shared
+    create_table(spark, name, spark.createDataFrame(ROWS, SCHEMA), SPEC)
+    apply_changes(spark, open_table(spark, name, table_format="iceberg"), spark.createDataFrame(BATCH, SCHEMA), SPEC)
+    expected = expected_aggregates()
+    answers = aggregates_with(spark, name, PUSH_DOWN)
+    assert answers["false"] == expected, "the rows themselves are wrong"
+    assert answers["true"] == expected, f"min/max from the metadata: {answers['true']}, from the rows: {expected}"
+    # the bounds themselves, as the files table shows them (the min of the lower bounds, the max of the upper)
+    metrics = spark.sql(
+        f"select min(readable_metrics.k.lower_bound), max(readable_metrics.k.upper_bound), "
+        f"min(readable_metrics.v.lower_bound), max(readable_metrics.v.upper_bound) from {name}.files").first()
+    assert tuple(metrics) == expected[:4]
