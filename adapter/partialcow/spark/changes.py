@@ -188,6 +188,7 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
         small = None
         # a batch small enough for the driver takes no Spark job beyond its own query (see small_batch); schema
         # evolution needs the Spark path
+        layout = _bucket_layout(index)
         if spec.on_schema_change in ("ignore", "fail"):
             with clock("stage"):
                 bucket = index.bucket_column() if index.state.key_types else None
@@ -230,11 +231,20 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
                 retries += 1
                 with clock("index_open"):
                     index = _open_index(table, spec, table_schema)
+                if staged is None and BUCKET in batch.column_names and _bucket_layout(index) != layout:
+                    # the repair laid the index out again: the buckets hashed with the batch are stale. Without
+                    # them every bucket is read, and the new files are indexed by reading them
+                    batch = batch.drop_columns([BUCKET])
         checkpoint("indexed")
     metrics.phase_ms = clock.ms
     metrics.commit_retries = retries
     metrics.duration_ms = int((time.monotonic() - started) * 1000)
     return metrics
+
+
+def _bucket_layout(index: RowIndex) -> tuple[int, tuple[str, ...]]:
+    """What a key's bucket number depends on: the index's bucket count and key types."""
+    return index.state.num_buckets, tuple(index.state.key_types)
 
 
 def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged: DataFrame, spec: ChangeSpec,
@@ -447,7 +457,9 @@ def _locate(
         routed = staged.withColumn(BUCKET, index.bucket_column()).repartition(tasks, route)
     else:  # no rows in the table yet: every key is new; rows are still routed by key, so a task sees all of a key's
         tasks = max(cores, math.ceil(batch_rows / _ROWS_PER_LOCATE_TASK))
-        routed = staged.withColumn(BUCKET, F.lit(0)).repartition(
+        # the new entries' buckets: an index emptied by deletes keeps its layout, and lookups hash into it
+        bucket = index.bucket_column() if index.state.key_types else F.lit(0)
+        routed = staged.withColumn(BUCKET, bucket).repartition(
             tasks, *[F.col(quote_identifier(c)) for c in spec.key_columns]
         )
     unscaled = unscaled_decimals(routed.schema) if batch_rows >= _UNSCALED_DECIMALS_MIN_ROWS else {}
