@@ -5,6 +5,7 @@ Each case is the smallest input that showed the bug; the oracle is plain pyarrow
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import numpy as np
@@ -357,3 +358,21 @@ def test_bug_sliced_list_with_null_lists_of_structs_with_a_required_field(tmp_pa
         path = tmp_path / f"part{start}.parquet"
         pq.write_table(part, path)
         assert_same_rows(read_duckdb(path), pq.read_table(path), "duckdb")
+
+
+def test_bug_int96_timestamps_outside_nanosecond_range_wrapped(tmp_path: Path) -> None:
+    """INT96 timestamps (Spark's and delta-spark's default) were decoded as nanoseconds, which wrap silently outside
+    1677-2262: every re-encoded page stored 9999-12-31 as 1816-03-29 and 1500-01-01 as 2084-07-20, and the
+    post-write check, comparing against the same wrapped values, passed."""
+    far, old = dt.datetime(9999, 12, 31), dt.datetime(1500, 1, 1, 12, 30, 0, 123456)
+    n = 300
+    table = pa.table({"k": pa.array(range(n), pa.int64()),
+                      "ts": pa.array([old if i % 7 == 0 else far for i in range(n)], pa.timestamp("us"))})
+    src, dst = tmp_path / "src.parquet", tmp_path / "dst.parquet"
+    pq.write_table(table, src, use_deprecated_int96_timestamps=True, write_page_index=True, data_page_size=512)
+    updates = pa.table({ROW_POSITION: pa.array([8, 150], pa.int64()),
+                        "ts": pa.array([old, dt.datetime(2500, 6, 1)], pa.timestamp("us"))})
+    rewrite_file(src, dst, updates=updates, deletes=[3, 200])
+    expected = apply_changes(table, updates, pa.array([3, 200]), ROW_POSITION)
+    got = pq.read_table(dst, coerce_int96_timestamp_unit="us")
+    assert got.column("ts").to_pylist() == expected.column("ts").to_pylist()

@@ -14,6 +14,7 @@ import numpy as np
 from partialcow.exceptions import ConfigurationError, DuplicateKeyError
 from partialcow.faults import checkpoint
 from partialcow.index.storage import IndexedFile, IndexState, IndexStore, unique_names
+from partialcow.parquet import INT96_UNIT
 from partialcow.table.base import FILE_ID, POS, CommitResult, TableSource
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class _DriverSide:
         for b in wanted:
             for name in state.bucket_files(b):
                 with self._store.fs.open_input_file(self._store.path(name)) as handle:
-                    parts.append(pq.read_table(handle))
+                    parts.append(pq.read_table(handle, coerce_int96_timestamp_unit=INT96_UNIT))
         if not parts:
             return typed.slice(0, 0).append_column(file_column, pa.array([], pa.string())).append_column(
                 pos_column, pa.array([], pa.int64())), typed

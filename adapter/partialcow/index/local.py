@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from partialcow.exceptions import DuplicateKeyError
 from partialcow.index.storage import BUCKET_WRITE_OPTIONS
+from partialcow.parquet import INT96_UNIT
 
 __all__ = ["duplicate_samples", "merge_bucket", "removed_entries", "write_delta"]
 
@@ -58,7 +59,7 @@ def merge_bucket(
     counts: dict[int, int] = {}
     int96 = False
     if srcs:
-        parts = [pq.read_table(src) for src in srcs]
+        parts = [pq.read_table(src, coerce_int96_timestamp_unit=INT96_UNIT) for src in srcs]
         int96 = any(c.physical_type == "INT96" for c in pq.ParquetFile(srcs[0]).schema)
         entries = pa.concat_tables([parts[0], *(part.cast(parts[0].schema) for part in parts[1:])])
         file_ids = entries.column(FILE_ID).to_numpy()
@@ -116,7 +117,7 @@ def write_delta(base: str, dst: str, *, key_columns: Sequence[str], added: pa.Ta
     >>> pq.read_table(dst).to_pydict()
     {'k': [3, 9], '_file_id': [1, 1], '_pos': [1, 0]}
     """
-    source = pq.ParquetFile(base)
+    source = pq.ParquetFile(base, coerce_int96_timestamp_unit=INT96_UNIT)
     int96 = any(c.physical_type == "INT96" for c in source.schema)
     schema = source.schema_arrow
     entries = added.select(schema.names).cast(schema)

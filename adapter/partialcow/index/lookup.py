@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from partialcow.parquet import INT96_UNIT
+
 __all__ = ["FILE_ID", "POS", "join_keys", "normalized_key", "read_buckets"]
 
 FILE_ID = "_file_id"
@@ -34,7 +36,8 @@ def normalized_key(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.A
 def read_buckets(paths: Iterable[str], key_columns: Sequence[str], key_schema: pa.Schema) -> pa.Table | None:
     """The entries (keys, ``_file_id``, ``_pos``) of the bucket files ``paths``, keys cast to ``key_schema``'s types
     (Spark may have stored them with another physical type, e.g. INT96 timestamps) and normalised."""
-    parts = [pq.read_table(p, columns=[*key_columns, FILE_ID, POS]) for p in paths]
+    parts = [pq.read_table(p, columns=[*key_columns, FILE_ID, POS], coerce_int96_timestamp_unit=INT96_UNIT)
+             for p in paths]
     if not parts:
         return None
     rows = pa.concat_tables(parts)

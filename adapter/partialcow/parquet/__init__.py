@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from partialcow.parquet._engine import ROW_POSITION, RewriteReport, rewrite_file
 from partialcow.parquet._fingerprints import remove_sidecar
+from partialcow.parquet._format import INT96_UNIT
 from partialcow.parquet.writer import DEFAULT_WRITE_OPTIONS, WrittenFile, write_table
 
-__all__ = ["DEFAULT_WRITE_OPTIONS", "ROW_POSITION", "RewriteReport", "WrittenFile", "remove_sidecar", "rewrite_file",
-           "write_table"]
+__all__ = ["DEFAULT_WRITE_OPTIONS", "INT96_UNIT", "ROW_POSITION", "RewriteReport", "WrittenFile", "remove_sidecar",
+           "rewrite_file", "write_table"]

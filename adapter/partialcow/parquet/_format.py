@@ -7,6 +7,9 @@ from __future__ import annotations
 
 # enum Type
 BOOLEAN, INT32, INT64, INT96, FLOAT, DOUBLE, BYTE_ARRAY, FIXED_LEN_BYTE_ARRAY = range(8)
+# INT96 timestamps (Spark's and delta-spark's default) are read as microseconds: pyarrow's default, nanoseconds,
+# silently wraps every value outside 1677-2262 (a 9999-12-31 validity end among them)
+INT96_UNIT = "us"
 TYPE_NAMES = ("BOOLEAN", "INT32", "INT64", "INT96", "FLOAT", "DOUBLE", "BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY")
 # enum FieldRepetitionType
 REQUIRED, OPTIONAL, REPEATED = range(3)

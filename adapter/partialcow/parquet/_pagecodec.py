@@ -100,7 +100,8 @@ def _decode_pages(lay: ParquetLayout, top: TopField, rg: int, pages: dict[int, l
     fmd.put(F.FMD_ROW_GROUPS, T_LIST, TList(T_STRUCT, [rgs]))
     footer = lay.clock.encode(fmd)
     buf += footer + len(footer).to_bytes(4, "little") + b"PAR1"
-    table = pq.ParquetFile(pa.BufferReader(bytes(buf))).read_row_group(0, use_threads=False)
+    table = pq.ParquetFile(pa.BufferReader(bytes(buf)), coerce_int96_timestamp_unit=F.INT96_UNIT).read_row_group(
+        0, use_threads=False)
     return table.column(0).combine_chunks()
 
 
@@ -127,7 +128,7 @@ def _read_schema(lay: ParquetLayout) -> pa.Schema:
     fmd = _schema_only_footer(lay, None)
     footer = lay.clock.encode(fmd)
     buf = b"PAR1" + footer + len(footer).to_bytes(4, "little") + b"PAR1"
-    return pq.ParquetFile(pa.BufferReader(buf)).schema_arrow
+    return pq.ParquetFile(pa.BufferReader(buf), coerce_int96_timestamp_unit=F.INT96_UNIT).schema_arrow
 
 
 @dataclass
@@ -341,7 +342,8 @@ def _read_single_chunk(lay: ParquetLayout, elements: list[TStruct], cmd: TStruct
     fmd.put(F.FMD_ROW_GROUPS, T_LIST, TList(T_STRUCT, [rg]))
     footer = lay.clock.encode(fmd)
     buf += footer + len(footer).to_bytes(4, "little") + b"PAR1"
-    return pq.ParquetFile(pa.BufferReader(bytes(buf))).read_row_group(0, use_threads=False).column(0).combine_chunks()
+    sub = pq.ParquetFile(pa.BufferReader(bytes(buf)), coerce_int96_timestamp_unit=F.INT96_UNIT)
+    return sub.read_row_group(0, use_threads=False).column(0).combine_chunks()
 
 
 @dataclass

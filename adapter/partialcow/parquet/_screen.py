@@ -34,6 +34,7 @@ from partialcow.parquet._fingerprints import (
     signature,
     slot_mask,
 )
+from partialcow.parquet._format import INT96_UNIT
 from partialcow.parquet._layout import ParquetLayout, _pages_holding
 
 __all__ = ["Lineage", "Screening", "screen_columns"]
@@ -206,7 +207,7 @@ def _decode(lay: ParquetLayout, changes: _Changes, names: Sequence[str], *, thre
     olds: dict[str, list[np.ndarray]] = {name: [] for name in names if name in salts}
     fps: list[np.ndarray] = []
     sigs: list[np.ndarray] = []
-    reader = pq.ParquetFile(lay.path)
+    reader = pq.ParquetFile(lay.path, coerce_int96_timestamp_unit=INT96_UNIT)
     failed: set[str] = set()
     pool = ThreadPoolExecutor(threads) if cover is not None and threads > 1 else None
     row = 0

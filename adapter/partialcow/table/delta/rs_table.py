@@ -34,6 +34,7 @@ from partialcow.exceptions import (
     ConfigurationError,
     UnsupportedTableFeatureError,
 )
+from partialcow.parquet import INT96_UNIT
 from partialcow.table.base import CommitResult, DataFile, FileReplacement
 from partialcow.table.delta.conflicts import check_concurrent
 from partialcow.table.delta.features import DeltaTableInfo, unsupported_features
@@ -571,7 +572,7 @@ class DeltaRsTable:
 
     def _read_parquet(self, rel: str, columns: list[str]) -> pa.Table:
         with self._fs.open_input_file(rel) as f:
-            return pq.ParquetFile(f).read(columns=columns)
+            return pq.ParquetFile(f, coerce_int96_timestamp_unit=INT96_UNIT).read(columns=columns)
 
     def _relative_added(self, path: str) -> str:
         rel = self._relative_any(path) if _is_absolute(path) else path.replace(os.sep, "/")

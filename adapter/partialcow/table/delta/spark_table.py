@@ -36,7 +36,7 @@ from partialcow.exceptions import (
     CommitStateUnknownError,
     UnsupportedTableFeatureError,
 )
-from partialcow.parquet import remove_sidecar
+from partialcow.parquet import INT96_UNIT, remove_sidecar
 from partialcow.table.base import CommitResult, DataFile, FileReplacement
 from partialcow.table.delta import spark_log
 from partialcow.table.delta.conflicts import check_concurrent
@@ -459,7 +459,7 @@ class DeltaSparkTable:
     def _read_columns(self, rel: str, columns: list[str]) -> Any:
         import pyarrow.parquet as pq
 
-        return pq.read_table(os.path.join(self.root, rel), columns=columns)
+        return pq.read_table(os.path.join(self.root, rel), columns=columns, coerce_int96_timestamp_unit=INT96_UNIT)
 
     def _relative(self, path: str) -> str:
         local = spark_log.local_root(path) if path.startswith("file:") or os.path.isabs(path) else \
