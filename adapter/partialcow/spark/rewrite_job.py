@@ -41,6 +41,7 @@ __all__ = [
     "LOCATE_RESULT_SCHEMA",
     "FileTask",
     "constrains",
+    "holds_column",
     "locate_partition",
     "narrower",
     "new_file_name",
@@ -159,6 +160,26 @@ def _none(n: int) -> pa.Array:
     return pa.array(np.zeros(n, dtype=bool))
 
 
+_FIELD_ID = b"PARQUET:field_id"
+
+
+def holds_column(written: pa.Schema, table: pa.Schema | None, column: str) -> bool:
+    """Whether a data file of schema ``written`` holds the table's ``column`` (``table``: the schema new files get,
+    None when unknown): by name, and by Parquet field id where both have one. Iceberg reads a file's columns by id,
+    so a column dropped and added again under its name is another column, which the file lacks.
+
+    >>> old, new = (pa.schema([pa.field("a", pa.int64(), metadata={_FIELD_ID: i})]) for i in (b"2", b"5"))
+    >>> holds_column(old, new, "a"), holds_column(old, old, "a"), holds_column(old, None, "a")
+    (False, True, True)
+    """
+    if column not in written.names:
+        return False
+    if table is None or column not in table.names:
+        return True
+    ids = [(schema.field(column).metadata or {}).get(_FIELD_ID) for schema in (written, table)]
+    return None in ids or ids[0] == ids[1]
+
+
 def _moves(upserts: pa.Table, absent: Sequence[str], written: pa.Schema, present: Sequence[str]) -> pa.Array:
     """Rows that set a value in a column their file lacks (added to the table after the file was written), or a
     value a column of their file cannot hold (see :func:`unfit`): written whole to a new file instead."""
@@ -199,10 +220,11 @@ def rewrite_changed_file(
     """
     local_src = _local(src)
     written = pq.read_schema(local_src)
-    absent = [c for c in update_columns if c not in written.names]
+    absent = [c for c in update_columns if not holds_column(written, moved_schema, c)]
+    present = [c for c in update_columns if c not in absent]
     is_delete = mine[DELETE].combine_chunks().fill_null(False)
     upserts = mine.filter(pc.invert(is_delete))
-    move = _moves(upserts, absent, written, [c for c in update_columns if c in written.names])
+    move = _moves(upserts, absent, written, present)
     moved = upserts.filter(move)
     upserts = upserts.filter(pc.invert(move))
     deletes = pa.concat_arrays([mine.filter(is_delete)[POS].combine_chunks(), moved[POS].combine_chunks()])
@@ -226,7 +248,6 @@ def rewrite_changed_file(
         if index_dir is not None and BUCKET in moved.column_names:
             moved_index = write_index_rows(moved, key_columns, index_dir)
     updates = None
-    present = [c for c in update_columns if c in written.names]
     if upserts.num_rows and present:
         updates = upserts.select([POS, *present]).rename_columns([ROW_POSITION, *present])
     dst = os.path.join(os.path.dirname(local_src), new_file_name(file_prefix))
