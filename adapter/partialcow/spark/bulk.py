@@ -52,6 +52,7 @@ from partialcow.spark.staging import (
     problem_flags,
     repeated_keys_error,
     require_columns,
+    zero_normalized,
 )
 from partialcow.table.base import FILE_ID, POS, quote_identifier
 
@@ -308,6 +309,10 @@ def _validated(changes: DataFrame, spec: ChangeSpec) -> tuple[DataFrame, list[st
     columns = require_columns(changes.columns, spec)
     if spec.sequence_column:
         check_sequence_type(spec, changes.schema[spec.sequence_column].dataType, "the model delivers")
+    # keys as every write stores them (-0.0 as 0.0), as an incremental batch's are
+    changes = changes.select(*[zero_normalized(F.col(quote_identifier(c)), f.dataType).alias(c)
+                               if c in spec.key_columns else F.col(quote_identifier(c)) for c, f in
+                               zip(changes.columns, changes.schema.fields)])
     flags = problem_flags(changes, spec)
     frame = changes.select("*", *[flag.cast("boolean").alias(n) for n, flag in zip(_FLAGS[:4], flags[:4])],
                            flags[4].cast("boolean").alias(DELETE))

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BAD_OP", "NAN_KEY", "NULL_KEY", "NULL_SEQUENCE", "SAMPLE", "RequiredPath", "keys_text", "lossy_error",
            "null_value_error", "null_value_flag", "problem_error", "problem_flags", "repeated_keys_error",
-           "require_columns", "required_paths", "stage", "stage_changes"]
+           "require_columns", "required_paths", "stage", "stage_changes", "zero_normalized"]
 
 SAMPLE = 5
 
@@ -432,7 +432,16 @@ def assigned(name: str, plan: dict[str, tuple[str, DataType, DataType]], spec: C
     kind, _, target = plan.get(name, ("same", batch_type, batch_type))
     if kind in ("widen", "checked"):
         column = column.cast(target)
-    if name in spec.key_columns and target.simpleString() in ("float", "double"):
-        # -0.0 == 0 holds: both become 0.0, so the key hashes, joins and groups as one value everywhere
-        column = F.when(column == F.lit(0), F.lit(0.0).cast(target)).otherwise(column)
+    if name in spec.key_columns:
+        column = zero_normalized(column, target)
     return column.alias(name)
+
+
+def zero_normalized(column: Column, spark_type: DataType) -> Column:
+    """A key column of ``spark_type`` as it is stored and looked up: a float's -0.0 as 0.0 (-0.0 == 0 holds, so
+    both become 0.0 and the key hashes, joins and groups as one value everywhere); other types as they are."""
+    from pyspark.sql import functions as F
+
+    if spark_type.simpleString() not in ("float", "double"):
+        return column
+    return F.when(column == F.lit(0), F.lit(0.0).cast(spark_type)).otherwise(column)
