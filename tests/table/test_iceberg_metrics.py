@@ -328,3 +328,26 @@ def test_float_sort_key_puts_negative_zero_first() -> None:
 
     assert _order("double", -0.0) < _order("double", 0.0)
     assert math.copysign(1.0, min([0.0, -0.0], key=lambda v: _order("double", v))) < 0
+
+
+def test_a_rewritten_chunk_without_bounds_leaves_the_file_without_bounds(tmp_path):
+    """A source without a column index (pyarrow's default): the rewrite cannot bound a chunk it splices, so it writes
+    the chunk's null count without min/max. The file's bounds were then taken from the other row groups alone, which
+    do not bound that chunk's values: Iceberg would skip the file for them."""
+    from partialcow.parquet import ROW_POSITION, rewrite_file
+
+    field = pa.field("v", pa.int64(), metadata={"PARQUET:field_id": "1"})
+    values = list(range(1000, 2000)) + list(range(0, 1000))  # row group 0 holds the high values, 1 the low ones
+    src, dst = tmp_path / "src.parquet", tmp_path / "dst.parquet"
+    pq.write_table(pa.table({"v": values}, pa.schema([field])), src, row_group_size=1000, data_page_size=512,
+                   write_batch_size=100, use_dictionary=False)
+    updates = pa.table({ROW_POSITION: pa.array([5], pa.int64()), "v": pa.array([1500], pa.int64())})
+    rewrite_file(src, dst, updates=updates)
+    chunk = pq.ParquetFile(dst).metadata.row_group(0).column(0).statistics
+    assert chunk is None or not chunk.has_min_max or (chunk.min, chunk.max) == (1000, 1999)
+    metrics = footer_metrics(read_footer(dst), lambda name: ("truncate", 16))
+    assert metrics is not None
+    if 1 in metrics.lower_bounds:  # bounds, where given, bound every value
+        low, high = (int.from_bytes(metrics.lower_bounds[1], "little", signed=True),
+                     int.from_bytes(metrics.upper_bounds[1], "little", signed=True))
+        assert low <= 0 and high >= 1999, (low, high)
