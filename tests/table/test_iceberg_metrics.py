@@ -331,9 +331,10 @@ def test_float_sort_key_puts_negative_zero_first() -> None:
 
 
 def test_a_rewritten_chunk_without_bounds_leaves_the_file_without_bounds(tmp_path):
-    """A source without a column index (pyarrow's default): the rewrite cannot bound a chunk it splices, so it writes
-    the chunk's null count without min/max. The file's bounds were then taken from the other row groups alone, which
-    do not bound that chunk's values: Iceberg would skip the file for them."""
+    """A source without a column index (pyarrow's default): the rewrite cannot bound a chunk it splices. Written with
+    its null count alone, the chunk reads as holding no value (as parquet-java reads it), and the file's bounds came
+    from the other row groups, which do not bound its values: Iceberg would skip the file for them. The chunk now
+    has no statistics, and the file no bounds for the column."""
     from partialcow.parquet import ROW_POSITION, rewrite_file
 
     field = pa.field("v", pa.int64(), metadata={"PARQUET:field_id": "1"})

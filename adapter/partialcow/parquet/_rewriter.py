@@ -591,10 +591,16 @@ class _Rewriter:
             if old_nulls is not None:
                 st.put(F.ST_NULL_COUNT, T_I64, old_nulls - removed_nulls + added_nulls)
             bounds = _chunk_bounds(key, old_st, copied_bounds, new_bounds)
+            nulls = st.val(F.ST_NULL_COUNT)
             if bounds is not None:
                 st.put(F.ST_MAX_VALUE, T_BINARY, bounds[1])
                 st.put(F.ST_MIN_VALUE, T_BINARY, bounds[0])
-            cmd.put(F.CMD_STATISTICS, T_STRUCT, st)
+            if bounds is None and (nulls is None or nulls < num_values):
+                # values without bounds: no statistics at all. A null count alone reads as "no value here" to
+                # parquet-java, and Iceberg would then take the file's bounds from the other row groups only
+                cmd.drop(F.CMD_STATISTICS)
+            else:
+                cmd.put(F.CMD_STATISTICS, T_STRUCT, st)
         cmd.drop(F.CMD_SIZE_STATISTICS)
         name = ".".join(leaf.path)
         bloom = _bloom_bytes(lay, ch.cmd)

@@ -109,17 +109,13 @@ def _metrics(footer: ParquetFooter, mode_of: Callable[[str], Mode]) -> FileMetri
         values = nulls = 0
         lower: Any = None
         upper: Any = None
-        complete = bounded = True
+        complete = True
         for chunk in column.chunks:
             low, high, has_value = _chunk_bounds(column, kind, chunk.min_value, chunk.max_value, chunk.legacy_min_max)
             null_count = -1 if chunk.null_count is None else chunk.null_count  # parquet-java's "not set"
             if not chunk.has_statistics or (not has_value and chunk.null_count is None):
                 complete = False  # stats missing or empty in one chunk: no counts or bounds at all
                 break
-            if (chunk.min_value is None or chunk.max_value is None) and 0 <= null_count < chunk.num_values:
-                # values without bounds (a rewrite that could not bound a chunk): the other chunks' bounds would
-                # not bound them, and Iceberg skips files by these bounds. parquet-java takes them anyway
-                bounded = False
             nulls += null_count
             values += chunk.num_values
             if has_value and mode != "counts":
@@ -133,7 +129,7 @@ def _metrics(footer: ParquetFooter, mode_of: Callable[[str], Mode]) -> FileMetri
             out.value_counts[fid] = values
         if nulls >= 0:
             out.null_value_counts[fid] = nulls
-        if mode == "counts" or lower is None or not bounded:
+        if mode == "counts" or lower is None:
             continue
         low_bytes = _serialize(kind, _truncate_lower(kind, lower, length))
         high_value = _truncate_upper(kind, upper, length)
