@@ -34,10 +34,12 @@ class TestSimpleMaterializationsDelta(BaseSimpleMaterializations):
     pass
 
 
+@_LONG_ONLY  # 19 s: dbt's --empty flag on Delta; on Iceberg TestEmpty runs in CI
 class TestEmptyDelta(BaseEmpty):
     pass
 
 
+@_LONG_ONLY  # 25 s: dbt's generic tests read tables, whatever their format; on Iceberg they run in CI
 class TestGenericTestsDelta(BaseGenericTests):
     pass
 

@@ -22,6 +22,7 @@ from partialcow.exceptions import ChangeFeedError, CommitConflictError, PartialC
 from partialcow.index import RowIndex
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import delta_root, open_table
+from budget import LONG
 from tablestate import OtherWriterFirst
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -91,6 +92,8 @@ NOT_NULL_TABLES = [("no stats columns", "'delta.dataSkippingNumIndexedCols' = '0
 def test_a_null_in_a_not_null_column_is_refused(spark, schema, pipeline_path, case, properties):
     """Regression: an update setting a NOT NULL column to null was committed when the column had no stats, and
     delta-spark then failed to read the table. Deletes, whose value columns are null, still apply."""
+    if not LONG and (pipeline_path == "driver") != (case == "no stats columns"):
+        pytest.skip("CI's time budget: each path and each table once; PARTIALCOW_TESTS_LONG=1 runs every pair")
     name = f"{schema}.required"
     spark.sql(f"CREATE TABLE {name} (k BIGINT, v BIGINT NOT NULL) USING delta TBLPROPERTIES ({properties})")
     spark.sql(f"INSERT INTO {name} VALUES (1, 1), (2, 2)")
@@ -289,6 +292,12 @@ DISJOINT = [
 ]
 
 
+# CI's time budget: the deletion vector's case of other keys, and a MERGE and an INSERT of our keys (the same
+# races on Iceberg are tests/faults/test_races.py's); PARTIALCOW_TESTS_LONG=1 runs every case
+if not LONG:
+    DISJOINT = [c for c in DISJOINT if c[0].startswith("DELETE")]
+
+
 @pytest.mark.parametrize("case, other_sql, effect", DISJOINT, ids=[c[0] for c in DISJOINT])
 def test_a_commit_beaten_by_a_writer_of_other_keys_is_retried(spark, race_table, case, other_sql, effect):
     metrics = _ours_after(spark, race_table, other_sql, [(5, 500, "U"), (1005, 1500, "U"), (6, 0, "D"), (300, 3, "I")])
@@ -310,6 +319,10 @@ SAME_KEY = [
     ("DELETE", "DELETE FROM {t} WHERE k = 5", None),
     ("INSERT of a key we insert", "INSERT INTO {t} VALUES (300, 33)", None),
 ]
+
+
+if not LONG:
+    SAME_KEY = [c for c in SAME_KEY if c[0] != "DELETE"]
 
 
 @pytest.mark.parametrize("case, other_sql, what", SAME_KEY, ids=[c[0] for c in SAME_KEY])
