@@ -8,6 +8,11 @@ driver path collects batches that way), the conversion of a Spark schema to Arro
 in the session, the catalog or the warehouse changes; any failure is ignored (the model then pays the cost
 itself). ``PARTIALCOW_PREWARM=0`` turns it off.
 
+A process can end while the thread still runs (a model that fails to compile, a run of one view): the interpreter
+then tore the thread down inside PySpark's Arrow collection and the process aborted (exit code 134, "Fatal Python
+error: PyGILState_Release"), so a scheduler saw a crash where dbt had reported success or an ordinary error. At
+exit the thread is told to stop after its current step and waited for.
+
 Only steps that finish before the model needs the cores are worth it on a small machine: warming the table
 formats' commits too (an Iceberg append and overwrite, or two Delta commits, on a path table) overlapped the model
 and made it slower (``bench/README.md``). Class loading itself is shared across processes by
@@ -16,6 +21,7 @@ and made it slower (``bench/README.md``). Class loading itself is shared across 
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 from typing import Any
@@ -24,6 +30,10 @@ __all__ = ["start_prewarm"]
 
 _started: set[int] = set()
 _lock = threading.Lock()
+_stop = threading.Event()
+# Waited for at most this long at exit: a step takes about a second; one stuck (a JVM that died) must not hold the
+# process forever.
+_EXIT_WAIT_SECONDS = 30.0
 
 
 def start_prewarm(spark: Any, table_format: str) -> threading.Thread | None:
@@ -37,7 +47,14 @@ def start_prewarm(spark: Any, table_format: str) -> threading.Thread | None:
         _started.add(key)
     thread = threading.Thread(target=_prewarm, args=(spark, table_format), name="partialcow-prewarm", daemon=True)
     thread.start()
+    # registered after PySpark's own exit handlers, so it runs before them (the session still up while we wait)
+    atexit.register(_finish, thread)
     return thread
+
+
+def _finish(thread: threading.Thread) -> None:
+    _stop.set()
+    thread.join(_EXIT_WAIT_SECONDS)
 
 
 def _prewarm(spark: Any, table_format: str) -> None:
@@ -50,8 +67,10 @@ def _prewarm(spark: Any, table_format: str) -> None:
         import partialcow.spark.changes
         import partialcow.spark.small_batch  # noqa: F401
 
+        if _stop.is_set():
+            return
         _parquet_to_arrow(spark, folder)
-        if table_format == "iceberg":
+        if table_format == "iceberg" and not _stop.is_set():
             from partialcow.table.java import bind_to_current_thread
 
             bind_to_current_thread(spark)
