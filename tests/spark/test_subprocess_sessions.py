@@ -33,4 +33,3 @@ def test_doctor_probe_starts_spark_and_leaves_nothing_behind(tmp_path: Path) -> 
     probe = next(c for c in report["checks"] if c["name"] == "probe")
     assert probe["status"] == "ok", probe
     assert list(tmp_path.iterdir()) == []  # no metastore_db, derby.log or spark-warehouse in the working folder
-
