@@ -17,6 +17,12 @@ Those columns are widened once, in one transaction, when a session starts on a s
 ones (a look at the JDBC metadata otherwise). The limits that remain are :data:`EMBEDDED_LIMITS`: the dbt adapter
 checks a model's documentation against them before anything runs.
 
+**Exit.** The driver JVM outlives its Python process by a moment (its shutdown hooks), longer on a busy machine,
+and holds Derby's lock on the database until it ends. The next ``dbt`` command of a scheduler, started at once,
+failed to boot Derby ("Another instance of Derby may have already booted the database"), and Hive's client retried
+for seconds, printing thousands of lines of Java stack traces. Derby is shut down when the Python process exits
+(:func:`prepare_embedded_metastore` registers it), which releases the lock before the JVM is told to end.
+
 **Type changes.** The metastore refuses to replace a table whose columns change to an incompatible type (``int`` to
 ``string``), which Iceberg allows: ``CREATE OR REPLACE TABLE`` of a model whose cast changed failed.
 :data:`EMBEDDED_METASTORE_CONF` lets it through; a remote metastore keeps its own setting.
@@ -24,6 +30,8 @@ checks a model's documentation against them before anything runs.
 
 from __future__ import annotations
 
+import atexit
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -71,10 +79,15 @@ def is_embedded_derby(spark: SparkSession) -> bool:
 
 def prepare_embedded_metastore(spark: SparkSession, *, locks: bool = True) -> bool:
     """Widen the embedded Derby schema's narrow columns and (``locks``) create the lock tables if missing and drop
-    stale locks; False (nothing done) when the session's metastore is not embedded Derby."""
+    stale locks, and shut Derby down when this process exits; False (nothing done) when the session's metastore is
+    not embedded Derby."""
     jvm: Any = spark.sparkContext._jvm
     if jvm is None or not is_embedded_derby(spark):
         return False
+    if id(jvm) not in _RELEASED_AT_EXIT:
+        _RELEASED_AT_EXIT.add(id(jvm))
+        # registered before the warm-up's handler (spark/prewarm.py), so it runs after that thread has stopped
+        atexit.register(_shut_down_derby, jvm)
     url = spark.sparkContext.getConf().get("spark.hadoop.javax.jdo.option.ConnectionURL")
     # Spark's Hive client creates the schema (DataNucleus auto-creation) when it first starts: make it start now.
     spark._jsparkSession.sharedState().externalCatalog().databaseExists("default")
@@ -98,6 +111,15 @@ def prepare_embedded_metastore(spark: SparkSession, *, locks: bool = True) -> bo
     hive_conf.set("javax.jdo.option.ConnectionURL", url)
     jvm.org.apache.hadoop.hive.metastore.txn.TxnDbUtil.prepDb(hive_conf)
     return True
+
+
+_RELEASED_AT_EXIT: set[int] = set()
+
+
+def _shut_down_derby(jvm: Any) -> None:
+    # Derby reports a clean shutdown as an error (XJ015); a JVM already gone is fine too
+    with suppress(Exception):
+        jvm.java.sql.DriverManager.getConnection("jdbc:derby:;shutdown=true")
 
 
 def _column_types(connection: Any) -> dict[tuple[str, str], tuple[str, int]]:
