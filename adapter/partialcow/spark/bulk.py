@@ -141,8 +141,8 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
                 with clock("commit"):
                     result = target.commit(written, metrics)
             except CommitStateUnknownError:
-                raise  # the commit may have landed with these files: they stay (the next run's lease knows)
-            except BaseException:
+                raise  # the commit may have landed with these files: they stay (the lease stays for the next run)
+            except Exception:  # not an interrupt, which may come once the commit landed (the lease stays then too)
                 for path in written or _own_files(target.data_dir, prefix):
                     with contextlib.suppress(FileNotFoundError):
                         os.remove(path)

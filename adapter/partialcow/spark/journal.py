@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 
+from partialcow.exceptions import CommitStateUnknownError
 from partialcow.index.storage import INDEX_DIR, IndexStore
 from partialcow.parquet import remove_sidecar
 
@@ -116,9 +117,11 @@ class WriteLease:
             # Index states older than the last two are unreferenced now; no maintainer can be about to publish one
             # (each holds a lease), so their bucket files go at once rather than after an hour.
             self.store.garbage_collect(min_age_seconds=0.0, keep={self._scratch})
-        if exc_type is not None and not issubclass(exc_type, Exception):
-            # An interrupt (KeyboardInterrupt, SystemExit) may have come after the commit landed, so the write kept
-            # its files: the lease stays, and the next write cleans up after it as after a killed one.
+        if exc_type is not None and (not issubclass(exc_type, Exception)
+                                     or issubclass(exc_type, CommitStateUnknownError)):
+            # An interrupt (KeyboardInterrupt, SystemExit) may have come after the commit landed, and a commit whose
+            # outcome is unknown may have landed, so the write kept its files: the lease stays, and the next write
+            # removes those no snapshot references, as after a killed write.
             os.close(self._fd)
             self._fd = None
             return

@@ -86,12 +86,17 @@ class NewIcebergTable:
                     f"Iceberg table {self.name} was created or changed by another writer during this build: {message}"
                 ) from exc
             raise CommitError(f"Iceberg refused to create table {self.name}: {message}") from exc
-        self._spark.catalog.refreshTable(self.name)
-        loaded = load_iceberg_table(self._spark, self.name)
-        snapshot = loaded.currentSnapshot()
-        while snapshot is not None and snapshot.summary().get(_COMMIT_ID) != commit_id:
-            parent = snapshot.parentId()
-            snapshot = None if parent is None else loaded.snapshot(parent)
+        try:
+            self._spark.catalog.refreshTable(self.name)
+            loaded = load_iceberg_table(self._spark, self.name)
+            snapshot = loaded.currentSnapshot()
+            while snapshot is not None and snapshot.summary().get(_COMMIT_ID) != commit_id:
+                parent = snapshot.parentId()
+                snapshot = None if parent is None else loaded.snapshot(parent)
+        except Exception as exc:
+            # the catalog took the commit: its files are the table's now, whatever failed after it
+            raise CommitStateUnknownError(f"Iceberg table {self.name} was committed, but reading it back failed: "
+                                          f"{exc}; its files are kept, check the table") from exc
         if snapshot is None:
             raise CommitStateUnknownError(f"Iceberg table {self.name} was committed but carries no snapshot "
                                           f"{_COMMIT_ID}={commit_id}; check the table")
