@@ -170,3 +170,24 @@ def test_a_purged_parent_table_refuses_ours_and_theirs_removes_the_model(spark):
     # nothing left to merge: the next merge does not bring the model back (as an empty table)
     again = merge_branch(spark, name="purged", meta_schema=meta)
     assert again.models == [] and not spark.catalog.tableExists(f"{meta}.items"), again.describe()
+
+
+def test_a_child_keyed_otherwise_than_its_parent_branch_is_refused_before_anything_is_merged(spark):
+    """Regression: a nested branch that changed the model's ``unique_key`` merged into its parent's overlay matching
+    on its own key while the parent's overlay is keyed on another, so the parent showed the child's row and a row
+    the child had removed (main holds (1, eu) and (1, us); the parent keys by (id, region), the child by id)."""
+    meta = f"keys_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    cols = "id bigint, region string, v string"
+    spark.createDataFrame([(1, "eu", "a"), (1, "us", "b")], cols).writeTo(f"{meta}.items").using("iceberg").create()
+    create_branch(spark, name="p", meta_schema=meta, models=[(meta, "items")])
+    build_model(spark, spark.createDataFrame([(1, "eu", "A"), (1, "us", "b")], cols), branch="p", base_schema=meta,
+                identifier="items", key_columns=["id", "region"], meta_schema=meta)
+    create_branch(spark, name="c", parent="p", meta_schema=meta, models=[(meta, "items")])
+    build_model(spark, spark.createDataFrame([(1, "eu", "Z")], cols), branch="c", base_schema=meta,
+                identifier="items", key_columns=["id"], meta_schema=meta)
+    parent_before = _rows(spark, f"{meta}__br_p.items")
+    with pytest.raises(BranchError, match="key"):
+        merge_branch(spark, name="c", meta_schema=meta)
+    assert _rows(spark, f"{meta}__br_p.items") == parent_before == [(1, "eu", "A"), (1, "us", "b")]
+    assert _rows(spark, f"{meta}__br_c.items") == [(1, "eu", "Z")]

@@ -335,6 +335,14 @@ def _check_plan(
             stage_changes(changes, _change_spec(name, info.key_columns), table_schema=table.spark_schema())
         return
     parent_info = overlay_info(spark, target_schema, info.identifier)
+    if parent_info is not None and parent_info.mode == "delta" and (
+            sorted(k.lower() for k in parent_info.key_columns) != sorted(k.lower() for k in info.key_columns)):
+        # the merge matches the parent's overlay rows on the branch's key, the parent shows them by its own
+        raise BranchError(
+            f"{where}: the branch keys the model by {list(info.key_columns)}, the parent branch "
+            f"{parent_levels[0]} by {list(parent_info.key_columns)}; build the model on {parent_levels[0]} with the "
+            "new unique_key first (or on this branch with the parent's); nothing was merged"
+        )
     if parent_info is not None:
         theirs = {f.name.lower(): f.dataType for f in spark.table(parent_info.table).schema.fields}
         ours = {f.name.lower(): f.dataType for f in spark.table(info.table).schema.fields}
