@@ -19,6 +19,15 @@
   {%- set grant_config = config.get('grants') -%}
   {%- set columns = config.get('snapshot_table_column_names') or get_snapshot_table_column_names() -%}
 
+  {%- set branch = partialcow_active_branch() -%}
+  {%- if branch is not none and not adapter.partialcow_is_branch_schema(model.schema, branch) -%}
+    {#-- target_schema bypasses generate_schema_name: the base schema's snapshot would take the branch's rows --#}
+    {%- do exceptions.raise_compiler_error(
+        "Snapshot " ~ model.name ~ " writes " ~ model.schema ~ "." ~ target_table ~ ", outside branch " ~ branch
+        ~ " (its target_schema is not moved to the branch): on the branch it would record the branch's rows in "
+        ~ "that snapshot's history. Run it without a branch, or configure `schema` instead of `target_schema` "
+        ~ "(the branch then snapshots into its own schema); nothing was written") -%}
+  {%- endif -%}
   {%- set target_relation_exists, target_relation = get_or_create_relation(
           database=none, schema=model.schema, identifier=target_table, type='table') -%}
   {%- if target_relation_exists and target_relation.is_delta -%}

@@ -264,3 +264,46 @@ class TestBranchLifecycle:
             assert [r["name"] for r in spark.sql(f"SELECT name FROM {schema}.{model}.refs").collect()] == ["main"]
         assert not list(Path(spark_warehouse).glob(f"{schema}__br_*"))
         assert spark.table(f"{schema}.partialcow_branches").count() == 0
+
+
+LEGACY_SNAPSHOT = """
+{% snapshot items_snap %}
+{{ config(unique_key='id', strategy='check', check_cols=['qty'], target_schema=target.schema) }}
+select * from {{ ref('items') }}
+{% endsnapshot %}
+"""
+
+
+class TestSnapshotWithTargetSchemaOnABranch:
+    """Regression: ``target_schema`` (dbt's older snapshot setting) sets the schema without
+    ``generate_schema_name``, so a snapshot run on a branch wrote the base schema's snapshot table from the
+    branch's rows (its ``ref``s read the branch): branch edits entered main's history, and dropping the branch did
+    not take them back. It is refused before anything is written; on main it runs."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self):
+        return {"base_items.csv": SEED_CSV}
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"items.sql": model_sql({"updates": {}, "deletes": set(), "inserts": []})}
+
+    @pytest.fixture(scope="class")
+    def snapshots(self):
+        return {"items_snap.sql": LEGACY_SNAPSHOT}
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {"seeds": {"+column_types": {"id": "bigint", "qty": "bigint", "name": "string"}}}
+
+    def test_refused_on_a_branch(self, project, spark):
+        schema = project.test_schema
+        run_dbt(["seed"])
+        run_dbt(["run"])
+        run_dbt(["run-operation", "branch_create", "--args", branch_args("dev")])
+        run_dbt(["run", "--vars", "{branch: dev}"])
+        _, out = run_dbt_and_capture(["snapshot", "--vars", "{branch: dev}"], expect_pass=False)
+        assert "outside branch dev" in out and "target_schema" in out, out[-3000:]
+        assert not spark.catalog.tableExists(f"{schema}.items_snap")
+        run_dbt(["snapshot"])
+        assert spark.table(f"{schema}.items_snap").count() == len(SEED)

@@ -125,6 +125,14 @@ class BranchingMixin(metaclass=AdapterMeta):
         return _dbt_errors(lambda: overlay_schema(base_schema, branch))
 
     @available
+    def partialcow_is_branch_schema(self, schema: str, branch: str) -> bool:
+        """Whether ``schema`` is one of ``branch``'s overlay schemas (what every node built on it should write)."""
+        from partialcow.branch import overlay_schema
+        from partialcow.branch.naming import base_schema_of
+
+        return _dbt_errors(lambda: overlay_schema(base_schema_of(schema), branch) == schema)
+
+    @available
     def partialcow_branch_resolve(self, relation: Any, branch: str, meta_schema: str) -> Any:
         """Where ``ref()`` reads inside ``branch``: the branch's view if the model was built on the branch, else
         the nearest ancestor's (parent branch views, then the table built without a branch)."""
