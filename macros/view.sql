@@ -1,7 +1,11 @@
 {#- Through Iceberg's SparkSessionCatalog, CREATE OR REPLACE VIEW over an existing Iceberg view keeps the old SQL
     in the Hive metastore (apache/iceberg#15490), so a changed view model would silently read its old definition.
-    Drop it first; the window where the view is absent is one statement long. -#}
+    Drop it first, once the new definition is known to be good: dbt-spark's statement is rendered first (it checks
+    an enforced contract then) and Spark analyses the query (limit 0: no job), so an edit Spark refuses fails while
+    the old view still stands. The window where the view is absent is then one statement long. -#}
 {% macro partialcow__create_view_as(relation, sql) -%}
+  {%- set create = spark__create_view_as(relation, sql) -%}
+  {%- do run_query("select * from (\n" ~ sql ~ "\n) as partialcow_view_check limit 0") -%}
   {%- do run_query("drop view if exists " ~ relation) -%}
-  {{ spark__create_view_as(relation, sql) }}
+  {{ create }}
 {%- endmacro %}

@@ -5,7 +5,7 @@ back with Spark SQL.
 """
 
 import pytest
-from dbt.tests.util import run_dbt
+from dbt.tests.util import run_dbt, write_file
 
 pytestmark = [pytest.mark.dbt, pytest.mark.spark, pytest.mark.iceberg]
 
@@ -54,6 +54,12 @@ class TestViewBecomesTable:
             listed = project.run_sql(f"show views in {schema} like 'm'", fetch="all")
             assert bool(listed) == (kind == "view"), kind
             assert project.run_sql(f"select value from {schema}.m", fetch="one")[0] == 7
+        # Regression: the view was dropped (before its re-creation, for apache/iceberg#15490) while dbt rendered
+        # the new one, so an edit Spark refuses left no view at all where dbt-spark keeps the working one
+        write_file("{{ config(materialized='view') }} select no_such_column as value", project.project_root,
+                   "models", "m.sql")
+        run_dbt(["run"], expect_pass=False)
+        assert project.run_sql(f"select value from {schema}.m", fetch="one")[0] == 7
 
 
 class TestTableColumnChangesType:
