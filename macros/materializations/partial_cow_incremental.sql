@@ -13,7 +13,9 @@
   {%- set full_refresh_mode = should_full_refresh() -%}
   {%- set settings = partialcow_change_settings() -%}
   {%- do adapter.partialcow_check_change_settings(settings, model.name) -%}
-  {%- set changes_view = this.identifier ~ '__pcow_changes' -%}
+  {#-- temporary views are the session's, shared by dbt's threads: two models of one alias in two schemas must
+      not stage into one view --#}
+  {%- set changes_view = this.schema ~ '__' ~ this.identifier ~ '__pcow_changes' -%}
 
   {{ run_hooks(pre_hooks) }}
 
