@@ -8,9 +8,11 @@
             {{ return(on_branch) }}
         {% endif %}
         {% set relation = adapter.get_relation(this.database, this.schema, this.table) %}
+        {#-- a Delta table whose first build died before its commit is built again: not incremental --#}
         {{ return(relation is not none
                   and relation.type == 'table'
                   and model.config.materialized in ['incremental', 'partial_cow_incremental']
-                  and not should_full_refresh()) }}
+                  and not should_full_refresh()
+                  and not adapter.partialcow_create_pending(relation)) }}
     {% endif %}
 {% endmacro %}

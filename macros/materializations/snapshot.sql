@@ -64,7 +64,7 @@
         ~ ": accepted values are partial_cow and merge") -%}
   {%- endif -%}
   {%- set partial_cow = snapshot_write == 'partial_cow' -%}
-  {%- if partial_cow and target_relation_exists and adapter.partialcow_snapshot_pending(target_relation) -%}
+  {%- if partial_cow and target_relation_exists and adapter.partialcow_create_pending(target_relation) -%}
     {#-- its first run died before the first commit: build it again --#}
     {%- set target_relation_exists = false -%}
   {%- endif -%}

@@ -113,6 +113,20 @@ class TestDeltaModels:
         assert sorted_rows(spark.table(name).select(*COLUMNS).collect()) == oracle.rows()
         assert _response(project, "changes")["_message"].startswith("CREATE")
 
+    def test_a_model_whose_first_build_died_is_not_incremental(self, project, spark):
+        """Regression: ``is_incremental()`` was true over the table a killed first build left, so the model chose
+        its rows as for an existing table (an incremental filter such as ``where _ts > (select max(_ts) from
+        {{ this }})`` gives none there, every run after) and the rebuild created the table from those alone. Here
+        the Python model takes batch 2 when incremental, batch 1 on a first build."""
+        name = f"{project.test_schema}.py_changes"
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+        spark.sql(f"CREATE TABLE {name} (id BIGINT, v INT, _ts BIGINT) USING delta "
+                  "TBLPROPERTIES ('partialcow.create-pending' = 'true')")
+        run_dbt(["run", "--select", "py_changes"])
+        oracle = CdcOracle(key_columns=("id",), columns=COLUMNS, op_column="_op", sequence_column="_ts")
+        oracle.apply(_arrow(1))
+        assert sorted_rows(spark.table(name).select(*COLUMNS).collect()) == oracle.rows()
+
 
 class TestWhatADeltaProfileRefuses:
     @pytest.fixture(scope="class")

@@ -177,6 +177,18 @@ class PartialCowMixin(metaclass=AdapterMeta):
         return ""
 
     @available
+    def partialcow_create_pending(self, relation: Any) -> bool:
+        """Whether ``relation`` is a Delta table whose first build (model or snapshot) died before its first commit
+        (empty or half-written, and marked): the run builds it again, so it is not incremental."""
+        from partialcow.spark.changes import create_pending
+        from partialcow.table.java import bind_to_current_thread
+
+        if not getattr(relation, "is_delta", False):
+            return False
+        spark = bind_to_current_thread(self.connections.spark_session())  # type: ignore[attr-defined]
+        return create_pending(spark, f"{relation.schema}.{relation.identifier}")
+
+    @available
     def partial_cow_apply(
         self, relation: Any, changes_view: str, config: Mapping[str, Any], create: bool,
         changes_sql: str | None = None,

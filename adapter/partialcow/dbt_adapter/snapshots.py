@@ -80,15 +80,6 @@ class SnapshotMixin(metaclass=AdapterMeta):
         return bind_to_current_thread(self.connections.spark_session())  # type: ignore[attr-defined]
 
     @available
-    def partialcow_snapshot_pending(self, relation: Any) -> bool:
-        """Whether the snapshot's Delta table is one whose first run died before its first commit (empty and
-        marked): the run builds it again, as a model's does."""
-        from partialcow.spark.changes import create_pending
-
-        return bool(relation.is_delta) and create_pending(self._snapshot_spark(),
-                                                          f"{relation.schema}.{relation.identifier}")
-
-    @available
     def partialcow_snapshot_narrow(self, relation: Any, source_sql: str, strategy_name: str,
                                    strategy: Mapping[str, Any], config: Mapping[str, Any], columns: Mapping[str, str],
                                    views: Mapping[str, str], file_format: str = "iceberg") -> bool:
