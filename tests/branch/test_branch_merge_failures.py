@@ -191,3 +191,34 @@ def test_a_child_keyed_otherwise_than_its_parent_branch_is_refused_before_anythi
         merge_branch(spark, name="c", meta_schema=meta)
     assert _rows(spark, f"{meta}__br_p.items") == parent_before == [(1, "eu", "A"), (1, "us", "b")]
     assert _rows(spark, f"{meta}__br_c.items") == [(1, "eu", "Z")]
+
+
+def test_a_build_that_died_before_its_merge_base_was_captured_merges_nothing_unseen(spark, monkeypatch):
+    """Regression: a build on the branch that died after writing its overlay and before capturing the merge base of
+    its keys (a kill, a failure) left no base image, and the next merge (main having moved) read the base as empty:
+    the branch's delete of key 2 then looked like "both sides agree the key is absent at the base", and the merge
+    reported success, applied nothing and emptied the overlay, so key 2 came back on main and on the branch. Without
+    the base, every changed key is a conflict unless both sides agree."""
+    from partialcow.branch import overlay as overlay_module
+
+    meta = f"nobase_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], COLS).writeTo(f"{meta}.items").using("iceberg").create()
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+
+    def dies(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("killed before the merge base was captured")
+
+    monkeypatch.setattr(overlay_module, "capture_base", dies)
+    with pytest.raises(RuntimeError, match="killed"):
+        build_model(spark, spark.createDataFrame([(1, "a"), (3, "c")], COLS), branch="dev", base_schema=meta,
+                    identifier="items", key_columns=["id"], meta_schema=meta)
+    monkeypatch.undo()
+    spark.sql(f"UPDATE {meta}.items SET v = 'm' WHERE id = 1")
+    with pytest.raises(BranchError):
+        merge_branch(spark, name="dev", meta_schema=meta)
+    conflicts = spark.table(f"{meta}__br_dev.partialcow_merge_conflicts").collect()
+    assert {r["key"] for r in conflicts} == {"2"}, conflicts
+    assert _rows(spark, f"{meta}.items") == [(1, "m"), (2, "b"), (3, "c")]
+    merge_branch(spark, name="dev", meta_schema=meta, on_conflict="ours")
+    assert _rows(spark, f"{meta}.items") == [(1, "m"), (3, "c")]

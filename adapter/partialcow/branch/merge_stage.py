@@ -154,6 +154,10 @@ def _stage_delta(
     # On a fast-forward the base is the parent as it is now (and without an image, nothing): a key it lacks was
     # absent at the base (the branch inserted it). Only the base image can hold keys of unknown base.
     from_image = False
+    # Every build of a keyed model captures the base image after writing its overlay, so a parent that moved and
+    # no image means a build died in between: the base is unknown (an empty one would read the branch's deletes
+    # as agreed with the parent, and drop them), and only keys both sides agree on merge.
+    base_unknown = False
     if plan.merge.fast_forward:
         base = side(theirs_frame, _BASE)
     elif table_exists(spark, info.schema, base_image_table(info.identifier)):
@@ -169,6 +173,7 @@ def _stage_delta(
         )
     else:
         base = side(None, _BASE)
+        base_unknown = theirs_frame is not None
     key_pos = [cols.index(k) for k in keys]
     joined = overlay.join(
         theirs, same_key([overlay[quote(k)] for k in keys], [theirs[f"{_THEIRS}{i}"] for i in key_pos]), "left"
@@ -179,7 +184,7 @@ def _stage_delta(
     ours_x = F.col(OP_COLUMN) == OP_UPSERT
     theirs_x, base_x = F.col(f"{_THEIRS}x").isNotNull(), F.col(f"{_BASE}x").isNotNull()
     # a key missing from the base image, or stored as unknown, matches neither side: only ours == theirs merges
-    base_known = F.coalesce(F.col(_BASE_KNOWN), F.lit(False)) if from_image else F.lit(True)
+    base_known = F.coalesce(F.col(_BASE_KNOWN), F.lit(False)) if from_image else F.lit(not base_unknown)
 
     def equal(a_x: Column, a: Sequence[Column], a_n: Column, b_x: Column, b: Sequence[Column], b_n: Column) -> Column:
         same_values = all_of([same_value(x, y, types[c]) for x, y, c in zip(a, b, values)]) & a_n.eqNullSafe(b_n)
