@@ -570,6 +570,27 @@ def test_partitioned_table_new_file_inherits_partition(tmp_path: Path) -> None:
     assert add["partitionValues"] == {"region": "eu west"}
 
 
+@pytest.mark.parametrize("spelling", ["2024-01-01 10:00:00.000000", "2024-01-01T10:00:00.000000Z"])
+def test_a_timestamp_partition_value_keeps_its_instant(tmp_path: Path, spelling: str) -> None:
+    """Regression: a rewritten file's timestamp partition value was written without a zone, which the protocol
+    reads in the reader's time zone: delta-spark in a non-UTC session saw every rewritten row's ``ts`` shifted.
+    Written as ISO 8601 in UTC it is one instant for every reader, whichever way the log spelled it before."""
+    root = tmp_path / "p"
+    ts = dt.datetime(2024, 1, 1, 10, tzinfo=dt.timezone.utc)
+    write_deltalake(str(root), pa.table({"id": [1], "ts": pa.array([ts], pa.timestamp("us", tz="UTC"))}),
+                    partition_by=["ts"])
+    entry = root / "_delta_log" / f"{0:020d}.json"
+    entry.write_text(entry.read_text().replace('"ts":"2024-01-01 10:00:00.000000"', f'"ts":"{spelling}"'))
+    c = DeltaRsTable(str(root))
+    (old,) = [log_spelling(root, f.path) for f in c.live_files()]
+    new_rel = str(Path(unquote(old)).parent / "pcow-new.parquet")
+    pq.write_table(pq.read_table(root / unquote(old)), root / new_rel)
+    c.replace_files(FileReplacement(base_version=0, removed=[old], added=[new_rel]))
+    add = next(a["add"] for a in log_entry(root, 1) if "add" in a)
+    assert add["partitionValues"] == {"ts": "2024-01-01T10:00:00.000000Z"}
+    assert DeltaTable(str(root)).to_pyarrow_table().column("ts").to_pylist() == [ts]
+
+
 def test_partitioned_table_refuses_mixed_partitions(tmp_path: Path) -> None:
     root = tmp_path / "p"
     write_deltalake(str(root), pa.table({"id": [1, 2], "region": ["eu", "us"]}), partition_by=["region"])

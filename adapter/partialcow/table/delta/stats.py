@@ -42,9 +42,11 @@ def partition_strings(values: Mapping[str, Any]) -> dict[str, str | None]:
             out[name] = None
         elif isinstance(value, bool):
             out[name] = "true" if value else "false"
+        elif isinstance(value, _dt.datetime) and value.tzinfo is not None:
+            # a zoned instant as ISO 8601 in UTC: without a zone the protocol reads it in the reader's time zone
+            out[name] = value.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         elif isinstance(value, _dt.datetime):
-            naive = value.astimezone(_dt.timezone.utc).replace(tzinfo=None) if value.tzinfo else value
-            out[name] = naive.strftime("%Y-%m-%d %H:%M:%S.%f")
+            out[name] = value.strftime("%Y-%m-%d %H:%M:%S.%f")  # timestamp_ntz: a wall clock, no zone
         elif isinstance(value, _dt.date):
             out[name] = value.isoformat()
         elif isinstance(value, bytes):
