@@ -274,11 +274,16 @@ select * from {{ ref('items') }}
 """
 
 
-class TestSnapshotWithTargetSchemaOnABranch:
-    """Regression: ``target_schema`` (dbt's older snapshot setting) sets the schema without
-    ``generate_schema_name``, so a snapshot run on a branch wrote the base schema's snapshot table from the
-    branch's rows (its ``ref``s read the branch): branch edits entered main's history, and dropping the branch did
-    not take them back. It is refused before anything is written; on main it runs."""
+class TestWhatABranchRunRefuses:
+    """Regressions of runs on a branch that must fail and leave everything as it was:
+
+    - ``target_schema`` (dbt's older snapshot setting) sets the schema without ``generate_schema_name``, so a
+      snapshot run on a branch wrote the base schema's snapshot table from the branch's rows (its ``ref``s read
+      the branch): branch edits entered main's history, and dropping the branch did not take them back. It is
+      refused before anything is written; on main it runs;
+    - a table model rebuilt on a branch with a repeated key is refused, but dbt-spark's table materialization had
+      dropped the model's branch relation (its image table, listed as a view) first: ``ref()`` then fell back to
+      the parent's table while the overlay still held the branch's changes."""
 
     @pytest.fixture(scope="class")
     def seeds(self):
@@ -307,3 +312,17 @@ class TestSnapshotWithTargetSchemaOnABranch:
         assert not spark.catalog.tableExists(f"{schema}.items_snap")
         run_dbt(["snapshot"])
         assert spark.table(f"{schema}.items_snap").count() == len(SEED)
+
+    def test_a_failed_rebuild_keeps_the_branch_relation(self, project, spark):
+        schema = project.test_schema
+        dev = f"{schema}__br_dev"
+        edits = {"updates": {2: {"qty": 25}}, "deletes": {3}, "inserts": []}
+        write_file(model_sql(edits), project.project_root, "models", "items.sql")
+        run_dbt(["run", "--vars", "{branch: dev}", "-s", "items"])
+        shown = apply_spec(SEED, edits)
+        assert rows(spark, f"{dev}.items") == shown
+        write_file(model_sql(edits) + "\nunion all select 1L as id, 'again' as name, 1L as qty", project.project_root,
+                   "models", "items.sql")
+        _, out = run_dbt_and_capture(["run", "--vars", "{branch: dev}", "-s", "items"], expect_pass=False)
+        assert "repeats in its result" in out, out[-2000:]
+        assert rows(spark, f"{dev}.items") == shown

@@ -21,6 +21,7 @@ the whole result and the view reads the overlay only.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import operator
 import time
@@ -199,13 +200,31 @@ def build_model(
 ) -> BuildSummary:
     """Store ``result`` (the model's full new content) on ``branch`` as an overlay and (re)create the branch view.
 
+    A build that fails leaves the branch showing what it showed: dbt-spark's table materialization drops the
+    model's relation before building it (dbt lists a branch's image table as a view), so a build refused for its
+    keys published the relation again from the unchanged overlay; otherwise ``ref()`` fell back to the parent
+    while the overlay still held the branch's changes.
+
     >>> build_model(spark, spark.sql("select 1 as id, 'x' as v"), branch="dev", base_schema="shop",
     ...             identifier="items", key_columns=["id"], meta_schema="shop").upserts   # doctest: +SKIP
     1
     """
+    store = BranchStore(spark, meta_schema=meta_schema)
+    try:
+        return _build_model(spark, result, store=store, branch=branch, base_schema=base_schema,
+                            identifier=identifier, key_columns=key_columns)
+    except Exception:
+        schema = overlay_schema(base_schema, branch)
+        if table_exists(spark, schema, overlay_table(identifier)) and not table_exists(spark, schema, identifier):
+            with contextlib.suppress(Exception):  # the build's own error is the one to report
+                create_branch_view(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
+        raise
+
+
+def _build_model(spark: SparkSession, result: DataFrame, *, store: BranchStore, branch: str, base_schema: str,
+                 identifier: str, key_columns: Sequence[str]) -> BuildSummary:
     from pyspark.sql import functions as F
 
-    store = BranchStore(spark, meta_schema=meta_schema)
     levels = store.chain(branch)
     model = f"{base_schema}.{identifier}"
     schema = overlay_schema(base_schema, branch)
