@@ -34,3 +34,20 @@ def test_a_column_dropped_and_added_again_gets_its_new_values(spark, schema):
     assert len(rows) == 51
     assert rows[1] == ("v1", 5) and rows[2] == ("changed", None) and rows[100] == ("new", 7)
     assert rows[3] == ("v3", None)  # the dropped column's old values stay hidden
+
+
+def test_a_column_named_in_other_letter_case_is_the_tables_column(spark, schema):
+    """Regression: a model that spelled a column ``amount`` for the table's ``Amount`` (Spark resolves names
+    case-insensitively, and dbt-spark's MERGE matched it) had it dropped from the batch as a new column under
+    ``on_schema_change='ignore'``: updated rows kept their old amounts and inserted rows got null, silently."""
+    name = f"{schema}.cased_{uuid.uuid4().hex[:8]}"
+    create_table(spark, name, spark.createDataFrame([(k, k * 10, "I") for k in range(50)],
+                                                    "k bigint, Amount bigint, _op string"), SPEC)
+    metrics = apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                            spark.createDataFrame([(1, 11, "U"), (100, 7, "I")], "k bigint, amount bigint, _op string"),
+                            SPEC)
+    assert (metrics.rows_updated, metrics.rows_inserted) == (1, 1)
+    spark.catalog.refreshTable(name)
+    assert spark.table(name).columns == ["k", "Amount"]
+    rows = dict(spark.sql(f"SELECT k, Amount FROM {name}").collect())
+    assert (rows[1], rows[100], rows[2]) == (11, 7, 20)

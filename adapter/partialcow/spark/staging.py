@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BAD_OP", "NAN_KEY", "NULL_KEY", "NULL_SEQUENCE", "SAMPLE", "RequiredPath", "keys_text", "lossy_error",
            "null_value_error", "null_value_flag", "problem_error", "problem_flags", "repeated_keys_error",
-           "require_columns", "required_paths", "stage", "stage_changes", "zero_normalized"]
+           "require_columns", "required_paths", "stage", "stage_changes", "table_spelling", "zero_normalized"]
 
 SAMPLE = 5
 
@@ -323,6 +323,22 @@ def repeated_keys_error(spec: ChangeSpec, keys: str) -> RepeatedKeysError:
         "change wins",
         keys,
     )
+
+
+def table_spelling(changes: DataFrame, spec: ChangeSpec, table_columns: Sequence[str]) -> DataFrame:
+    """``changes`` with each column that names a table column in other letter case renamed to the table's spelling,
+    as Spark resolves names (``spark.sql.caseSensitive`` off, its default) and dbt-spark's MERGE matches them.
+    Without it a model that spelled ``amount`` for ``Amount`` had the column dropped as new (``ignore``) and the
+    table's left undelivered. The columns ``spec`` names (key, op code, sequence) are matched as named.
+    """
+    if str(changes.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() == "true":
+        return changes
+    named = {*spec.key_columns, spec.op_column, spec.sequence_column}
+    by_lower = {c.lower(): c for c in table_columns}
+    renames = {c: by_lower[c.lower()] for c in changes.columns
+               if c not in table_columns and c not in named and c.lower() in by_lower
+               and by_lower[c.lower()] not in changes.columns}
+    return changes.withColumnsRenamed(renames) if renames else changes
 
 
 def _conform_schema(staged: DataFrame, spec: ChangeSpec, table_columns: Sequence[str]) -> DataFrame:
