@@ -55,6 +55,9 @@ CASES = [
     ("op code outside the configured ones", rows(row(_op="'X'"), row(k="2L")), {}, ChangeFeedError,
      ["bad_feed", "'_op'", "'X'", "(k=1)", "op_codes"]),
     ("null op code", row(_op="cast(null as string)"), {}, ChangeFeedError, ["bad_feed", "'_op'", "None"]),
+    # regression: a first build kept only each key's latest change before looking at op codes
+    ("op code outside the configured ones on a superseded change", rows(row(_op="'X'", _ts="1L"), row(_ts="2L")), {},
+     ChangeFeedError, ["bad_feed", "'_op'", "'X'", "(k=1)"]),
     ("sequence column missing", row(_ts=None), {}, ChangeFeedError, ["bad_feed", "'_ts'", "missing"]),
     ("null sequence", row(_ts="cast(null as bigint)"), {}, ChangeFeedError, ["bad_feed", "'_ts'", "null", "(k=1)"]),
     # regression: the driver path picked one of two NaN changes of a key (Arrow's NaN ties with nothing), the Spark

@@ -319,6 +319,15 @@ def _validated(changes: DataFrame, spec: ChangeSpec) -> tuple[DataFrame, list[st
     if spec.sequence_column:
         seq = F.col(quote_identifier(spec.sequence_column))
         by_key = Window.partitionBy(*[F.col(quote_identifier(c)) for c in spec.key_columns])
+        if spec.op_column:
+            # an op code outside the configured ones anywhere in a key's changes is the batch's error, as in
+            # apply_changes, though only the latest change is kept: the kept row carries it (and one of the codes)
+            op = F.col(quote_identifier(spec.op_column))
+            bad_in_key = F.max(F.col(_FLAGS[2]).cast("int")).over(by_key) > 0
+            frame = (frame.withColumn(spec.op_column, F.when(bad_in_key & ~F.col(_FLAGS[2]),
+                                                             F.max(F.when(F.col(_FLAGS[2]), op)).over(by_key))
+                                      .otherwise(op))
+                     .withColumn(_FLAGS[2], bad_in_key))
         # rows with a null sequence stay: their task reports them (see _check)
         frame = (frame.withColumn("_pcow_latest", F.max(seq).over(by_key))
                  .where((seq == F.col("_pcow_latest")) | seq.isNull())
