@@ -1,4 +1,4 @@
-"""A first build whose commit outcome is unknown keeps its files.
+"""A first build whose commit outcome is unknown keeps its files (and one beside another write leaves that write alone).
 
 ``CommitStateUnknownError`` means the commit may have landed: the files it names may be the table's now. The
 regression: the first build's clean-up deleted every file it had written on any error, so a commit that landed but
@@ -88,5 +88,32 @@ def test_an_error_after_the_catalog_committed_is_an_unknown_outcome(spark, monke
             create_table(spark, name, rows, ChangeSpec(key_columns=("k",), op_column="_op", model="after"))
         spark.catalog.refreshTable(name)
         assert spark.table(name).count() == 500
+    finally:
+        spark.sql(f"drop schema {schema} cascade")
+
+
+def test_a_full_refresh_leaves_another_writes_scratch_alone(spark):
+    """Regression: a first build or full refresh cleaned the index folder as if no other write ran, and deleted a
+    running write's scratch folder (the lease's own clean-up checks for other writes first)."""
+    import os
+
+    from partialcow.spark.journal import WriteLease
+    from partialcow.spark.tables import local_path, open_table
+
+    schema = f"pcow_beside_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    name = f"{schema}.t"
+    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="beside")
+    rows = spark.createDataFrame([(k, k * 10, "I") for k in range(50)], "k bigint, v bigint, _op string")
+    try:
+        create_table(spark, name, rows, spec)
+        root = local_path(open_table(spark, name, table_format="iceberg").format_table.location)
+        with WriteLease(root, [os.path.join(root, "data")], referenced=set) as other:
+            scratch = other.scratch_dir()
+            open(os.path.join(scratch, "entries.parquet"), "w").close()
+            create_table(spark, name, rows.where("k < 10"), spec)
+            assert os.path.exists(os.path.join(scratch, "entries.parquet"))
+        spark.catalog.refreshTable(name)
+        assert spark.table(name).count() == 10
     finally:
         spark.sql(f"drop schema {schema} cascade")

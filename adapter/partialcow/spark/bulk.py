@@ -509,8 +509,8 @@ def _write_index(spark: SparkSession, store: Any, spec: ChangeSpec, name: str, r
 
 def _publish(store: Any, source: TableSource, name: str, spec: ChangeSpec, key_types: Sequence[str], n: int,
              per_file: dict[int, int], written: list[str], buckets: dict[int, str], result: CommitResult) -> None:
-    """Publish the new index state for the table version ``result`` committed; the replaced table's index files
-    go. The files are the commit's own (its only ones): listing the new version would cost a Spark job on Delta."""
+    """Publish the new index state for the table version ``result`` committed. The files are the commit's own (its
+    only ones): listing the new version would cost a Spark job on Delta."""
     from partialcow.index.storage import IndexedFile, IndexState
 
     version = result.version
@@ -522,4 +522,4 @@ def _publish(store: Any, source: TableSource, name: str, spec: ChangeSpec, key_t
         key_columns=tuple(spec.key_columns), key_types=tuple(key_types), num_buckets=n, table_version=version,
         files=files, buckets=tuple(buckets.get(b) for b in range(n)), next_file_id=max(per_file, default=-1) + 1,
         state_version=(store.latest_state_version() or 0) + 1))
-    store.garbage_collect(min_age_seconds=0.0, keep_states=1)
+    # the replaced index's files go in the lease's clean-up, which first makes sure no other write is running
