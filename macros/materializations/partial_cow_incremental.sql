@@ -86,6 +86,9 @@
       'on_schema_change': config.get('on_schema_change'),
       'file_format': config.get('file_format'),
       'tblproperties': config.get('tblproperties'),
+      'partition_by': config.get('partition_by'),
+      'clustered_by': config.get('clustered_by'),
+      'incremental_predicates': config.get('incremental_predicates'),
   }) }}
 {% endmacro %}
 

@@ -131,7 +131,8 @@ def test_position_deletes_on_a_file_to_rewrite_are_refused(spark, base_table):
 
 BAD_MODEL = """
 {{ config(materialized='partial_cow_incremental', unique_key=var('key', ['k1', 'k2']), op_column='_op',
-          sequence_column='_ts', on_schema_change='fail', file_format=var('file_format', 'iceberg')) }}
+          sequence_column='_ts', on_schema_change='fail', file_format=var('file_format', 'iceberg'),
+          partition_by=var('partition_by', none), incremental_predicates=var('predicates', none)) }}
 {% set case = var('case', 'base') %}
 {% if case == 'base' %}
 select * from values (1L, 'a', 10, 'I', 1L), (2L, 'a', 20, 'I', 1L), (3L, 'b', 30, 'I', 1L) as t(k1, k2, v, _op, _ts)
@@ -160,6 +161,9 @@ class TestBadInputThroughDbt:
         for case, fragments in [("{case: unreadable, file_format: hudi}", ["bad_feed", "file_format='hudi'",
                                                                           "iceberg or delta"]),
                                 ("{case: unreadable, key: []}", ["bad_feed", "needs unique_key"]),
+                                # regression: settings partial copy-on-write cannot honour were silently ignored
+                                ("{case: unreadable, partition_by: k2}", ["bad_feed", "partition_by", "unpartitioned"]),
+                                ("{case: unreadable, predicates: ['k1 > 0']}", ["bad_feed", "incremental_predicates"]),
                                 ("{case: null_key}", ["bad_feed", "k1", "null"]),
                                 ("{case: unreadable}", ["bad_feed", "partialcow_no_such_relation"]),
                                 ("{case: new_column}", ["bad_feed", "extra", "on_schema_change='fail'"])]:

@@ -87,6 +87,16 @@ def _names(value: Any, what: str, model: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value)
 
 
+# dbt-spark settings a partial_cow_incremental model would otherwise silently go without
+_NOT_HONOURED = {
+    "partition_by": "its tables are unpartitioned (pages are rewritten within files; a Delta table's partitions are "
+                    "refused), remove the setting",
+    "clustered_by": "its tables are not bucketed, remove the setting",
+    "incremental_predicates": "a batch finds its rows through the row index, not a MERGE condition, so predicates "
+                              "that leave rows out would not be applied; remove the setting",
+}
+
+
 def model_settings(config: Mapping[str, Any], *, model: str) -> tuple[Any, str]:
     """The one parser of a ``partial_cow_incremental`` model's config: its ``ChangeSpec`` and table format. The
     materialization calls it before any SQL runs (``partialcow_check_change_settings``), the write calls it again.
@@ -98,6 +108,9 @@ def model_settings(config: Mapping[str, Any], *, model: str) -> tuple[Any, str]:
       model m: partial_cow_incremental writes iceberg or delta tables, not file_format='hudi'
     """
     file_format = config.get("file_format") or "iceberg"
+    for setting, why in _NOT_HONOURED.items():
+        if config.get(setting):
+            raise DbtRuntimeError(f"model {model}: partial_cow_incremental cannot honour {setting}: {why}")
     if file_format not in FILE_FORMATS:
         raise DbtRuntimeError(
             f"model {model}: partial_cow_incremental writes {' or '.join(FILE_FORMATS)} tables, "
