@@ -29,10 +29,10 @@ def _dbt(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_run_that_ends_during_the_warm_up_exits_with_dbts_code(tmp_path: Path) -> None:
-    """Regression: a model failing to compile ended the process while the warm-up thread collected Arrow rows; the
-    interpreter's teardown aborted ("Fatal Python error: PyGILState_Release"), exit code 134 instead of 1 (every
-    run with the session opened with the connection, most with it started early). A scheduler reads a crash there,
-    and a run of one view could end the same way."""
+    """Regression: a model failing to compile ended the process while the warm-up thread ran; the interpreter's
+    teardown aborted ("Fatal Python error: PyGILState_Release"), exit code 134 instead of 1 (every run with the
+    session opened with the connection, most with it started early). A scheduler reads a crash there, and any run
+    that ends while the thread runs could end the same way."""
     (tmp_path / "models").mkdir()
     for name, sql in MODELS.items():
         (tmp_path / "models" / name).write_text(sql)

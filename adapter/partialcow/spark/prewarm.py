@@ -8,10 +8,10 @@ driver path collects batches that way), the conversion of a Spark schema to Arro
 in the session, the catalog or the warehouse changes; any failure is ignored (the model then pays the cost
 itself). ``PARTIALCOW_PREWARM=0`` turns it off.
 
-A process can end while the thread still runs (a model that fails to compile, a run of one view): the interpreter
-then tore the thread down inside PySpark's Arrow collection and the process aborted (exit code 134, "Fatal Python
-error: PyGILState_Release"), so a scheduler saw a crash where dbt had reported success or an ordinary error. At
-exit the thread is told to stop after its current step and waited for.
+A process can end while the thread still runs (a model that fails to compile, any run done sooner): the interpreter
+then tore the thread down in the middle of a step and the process aborted (exit code 134, "Fatal Python error:
+PyGILState_Release"), so a scheduler saw a crash where dbt had reported success or an ordinary error. At exit the
+thread is told to stop after its current step and waited for.
 
 Only steps that finish before the model needs the cores are worth it on a small machine: warming the table
 formats' commits too (an Iceberg append and overwrite, or two Delta commits, on a path table) overlapped the model
