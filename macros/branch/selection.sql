@@ -101,3 +101,15 @@ print(build_python_model_on_branch(spark, df, {{ tojson(tojson(spec)) }}))
     {{ spark__drop_relation(relation) }}
   {%- endif -%}
 {%- endmacro %}
+
+
+{#- On a branch a model's relation is a view or a read-only image table (see the drop above): column comments are
+    not written to it (ALTER TABLE on a view fails after the overlay was written; on an image table it would commit
+    to what nothing may write). The documentation lands on the parent's table when the model is built there. -#}
+{% macro partialcow__persist_docs(relation, model, for_relation, for_columns) -%}
+  {%- set branch = partialcow_active_branch() -%}
+  {%- if branch is not none and relation.schema and adapter.partialcow_is_branch_schema(relation.schema, branch) -%}
+    {{ return(none) }}
+  {%- endif -%}
+  {{ spark__persist_docs(relation, model, for_relation, for_columns) }}
+{%- endmacro %}

@@ -274,8 +274,19 @@ select * from {{ ref('items') }}
 """
 
 
+DOCUMENTED = """
+version: 2
+models:
+  - name: item_count
+    config: {persist_docs: {columns: true}, file_format: iceberg}
+    columns:
+      - name: n
+        description: how many items
+"""
+
+
 class TestWhatABranchRunRefuses:
-    """Regressions of runs on a branch that must fail and leave everything as it was:
+    """Regressions of runs on a branch that must fail and leave everything as it was, or must not fail:
 
     - ``target_schema`` (dbt's older snapshot setting) sets the schema without ``generate_schema_name``, so a
       snapshot run on a branch wrote the base schema's snapshot table from the branch's rows (its ``ref``s read
@@ -283,7 +294,9 @@ class TestWhatABranchRunRefuses:
       refused before anything is written; on main it runs;
     - a table model rebuilt on a branch with a repeated key is refused, but dbt-spark's table materialization had
       dropped the model's branch relation (its image table, listed as a view) first: ``ref()`` then fell back to
-      the parent's table while the overlay still held the branch's changes."""
+      the parent's table while the overlay still held the branch's changes;
+    - a model with ``persist_docs: {columns: true}`` failed on a branch once its overlay was written (``ALTER
+      TABLE`` of column comments on the branch's view); a branch's relation gets no comments."""
 
     @pytest.fixture(scope="class")
     def seeds(self):
@@ -291,7 +304,8 @@ class TestWhatABranchRunRefuses:
 
     @pytest.fixture(scope="class")
     def models(self):
-        return {"items.sql": model_sql({"updates": {}, "deletes": set(), "inserts": []})}
+        return {"items.sql": model_sql({"updates": {}, "deletes": set(), "inserts": []}),
+                "item_count.sql": ITEM_COUNT, "schema.yml": DOCUMENTED}
 
     @pytest.fixture(scope="class")
     def snapshots(self):
@@ -326,3 +340,11 @@ class TestWhatABranchRunRefuses:
         _, out = run_dbt_and_capture(["run", "--vars", "{branch: dev}", "-s", "items"], expect_pass=False)
         assert "repeats in its result" in out, out[-2000:]
         assert rows(spark, f"{dev}.items") == shown
+
+    def test_documented_columns_build_on_a_branch(self, project, spark):
+        schema = project.test_schema
+        dev = f"{schema}__br_dev"
+        run_dbt(["run", "--vars", "{branch: dev}", "-s", "item_count"])
+        assert spark.table(f"{dev}.item_count").collect()[0]["n"] == len(SEED) - 1
+        comments = {r[0]: r[2] for r in spark.sql(f"DESCRIBE TABLE {schema}.item_count").collect()}
+        assert comments["n"] == "how many items"  # built on main, by the first test's run

@@ -222,3 +222,24 @@ def test_a_build_that_died_before_its_merge_base_was_captured_merges_nothing_uns
     assert _rows(spark, f"{meta}.items") == [(1, "m"), (2, "b"), (3, "c")]
     merge_branch(spark, name="dev", meta_schema=meta, on_conflict="ours")
     assert _rows(spark, f"{meta}.items") == [(1, "m"), (3, "c")]
+
+
+def test_a_column_added_on_both_sides_keeps_the_model_buildable_and_mergeable(spark):
+    """Regression: main rebuilt with a new column ``w``, and the branch's model given the same column, made every
+    later build of the model on the branch fail: the base image captured before had no ``w``, and the keys entering
+    the overlay were appended to it with one. The image is captured again with the new columns (keys whose base
+    cannot be read with them are of unknown base, so only agreement merges them silently)."""
+    meta = f"widened_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], COLS).writeTo(f"{meta}.items").using("iceberg").create()
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    build_model(spark, spark.createDataFrame([(1, "x"), (2, "b"), (3, "c")], COLS), branch="dev", base_schema=meta,
+                identifier="items", key_columns=["id"], meta_schema=meta)
+    spark.sql(f"CREATE OR REPLACE TABLE {meta}.items USING iceberg AS SELECT id, v, 'm' AS w FROM {meta}.items")
+    wide = "id bigint, v string, w string"
+    ours = [(1, "x", "m"), (2, "y", "m"), (3, "c", "m")]
+    build_model(spark, spark.createDataFrame(ours, wide), branch="dev", base_schema=meta, identifier="items",
+                key_columns=["id"], meta_schema=meta)
+    assert _rows(spark, f"{meta}__br_dev.items") == ours
+    merge_branch(spark, name="dev", meta_schema=meta, on_conflict="ours")
+    assert _rows(spark, f"{meta}.items") == ours

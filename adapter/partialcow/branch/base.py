@@ -341,7 +341,8 @@ def capture_base(
     conflicts unless both sides agree.
 
     An image captured against an older merge base (a merge stopped after moving the branch's base, before dropping
-    the image: see :func:`stale_base_image`) is dropped first, and every key of the overlay captured again.
+    the image: see :func:`stale_base_image`), or with other columns than the model has now (a column added on both
+    sides), is dropped first, and every key of the overlay captured again.
     """
     from pyspark.sql import functions as F
 
@@ -356,7 +357,7 @@ def capture_base(
                              parent=resolve_parent(spark, parent_levels, base_schema, identifier))
     wanted = keys_frame.select(*keys)
     if stale_base_image(spark, record.base_snapshots, schema=schema, identifier=identifier, base_schema=base_schema,
-                        levels=parent_levels):
+                        levels=parent_levels) or _other_columns(spark, image, columns):
         spark.sql(f"DROP TABLE {qualified(schema, base_image_table(identifier))} PURGE")
         if table_exists(spark, schema, overlay_table(identifier)):
             wanted = wanted.unionByName(spark.table(qualified(schema, overlay_table(identifier))).select(*keys))
@@ -402,6 +403,16 @@ def capture_base(
     else:
         writer.using("iceberg").tableProperty(
             BASE_OF_PROPERTY, base_token(record.base_snapshots, base_schema, identifier, parent_levels)).create()
+
+
+def _other_columns(spark: SparkSession, image: str, columns: Sequence[str]) -> bool:
+    """Whether the base image ``image`` exists with other columns than ``columns`` (keys entering the overlay could
+    not be appended to it)."""
+    schema, table = image.split(".", 1)
+    if not table_exists(spark, schema, table):
+        return False
+    held = [c.lower() for c in spark.table(image).columns if c != PRESENT_COLUMN]
+    return held != [c.lower() for c in columns]
 
 
 def _types(frame: DataFrame, columns: Sequence[str]) -> list[tuple[str, str]]:
