@@ -63,23 +63,3 @@ def test_a_retried_small_batch_uses_the_layout_the_repair_chose(spark, schema, m
     assert metrics.commit_retries == 1 and metrics.rows_updated == len(ours) and metrics.rows_inserted == 0
     expected = {k: k for k in range(0, 400, 2)} | {k * 2 + 1: 0 for k in range(400)} | {k: v for k, v, _ in ours}
     _check(spark, name, expected)
-
-
-@pytest.mark.parametrize("key_type", ["tinyint", "smallint"])
-def test_a_first_build_records_the_key_type_iceberg_stores(spark, schema, monkeypatch, key_type):
-    """Regression: a first build recorded the batch's key type, but Iceberg stores tinyint and smallint as int, so
-    the first batch after every first build or full refresh took the index for one of another key type and built
-    it again from the whole table."""
-    name = f"{schema}.narrow_{uuid.uuid4().hex[:8]}"
-    create_table(spark, name, spark.createDataFrame([(k, k, "I") for k in range(20)], f"k {key_type}, v bigint, _op string"),
-                 SPEC)
-    table = open_table(spark, name, table_format="iceberg")
-    assert RowIndex.open(table.format_table).state.key_types == ("int",)
-
-    def no_rebuild(self):  # type: ignore[no-untyped-def]
-        raise AssertionError("the index of a fresh first build was built again")
-
-    monkeypatch.setattr(RowIndex, "rebuild", no_rebuild)
-    apply_changes(spark, table, spark.createDataFrame([(1, 10, "U"), (50, 5, "I")], "k int, v bigint, _op string"), SPEC)
-    rows = dict((r["k"], r["v"]) for r in spark.table(name).collect())
-    assert len(rows) == 21 and rows[1] == 10 and rows[50] == 5

@@ -151,9 +151,7 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
                 shutil.rmtree(scratch, ignore_errors=True)
             checkpoint("committed")
             with clock("index"):
-                # as the table reads them back, so the next write takes the index for this table's
-                _publish(store, target.source(), name, spec, target.stored_types(key_types), n, per_file, written,
-                         buckets, result)
+                _publish(store, target.source(), name, spec, key_types, n, per_file, written, buckets, result)
             checkpoint("indexed")
     except BaseException:
         target.abandon()
@@ -175,7 +173,6 @@ class _Target(Protocol):
     def referenced(self) -> set[str]: ...
     def commit(self, paths: list[str], metrics: WriteMetrics) -> CommitResult: ...
     def source(self) -> TableSource: ...
-    def stored_types(self, types: Sequence[str]) -> tuple[str, ...]: ...
     def abandon(self) -> None: ...
     def finish(self) -> None: ...
 
@@ -205,10 +202,6 @@ class _IcebergTarget:
     def commit(self, paths: list[str], metrics: WriteMetrics) -> CommitResult:
         spelled = [f"file:{p}" if self._new.location.startswith("file:") else p for p in paths]
         return self._new.commit(spelled, metrics)
-
-    def stored_types(self, types: Sequence[str]) -> tuple[str, ...]:
-        """The Spark types ``types`` read back as from the table: Iceberg has no 8- or 16-bit integers."""
-        return tuple("int" if t in ("tinyint", "smallint") else t for t in types)
 
     def source(self) -> TableSource:
         from partialcow.table.iceberg import IcebergTable
@@ -287,9 +280,6 @@ class _DeltaTarget:
         return delta.replace_table(
             paths, schema=self._schema, configuration=self._properties, metrics=metrics,
             operation="partial_cow_create")
-
-    def stored_types(self, types: Sequence[str]) -> tuple[str, ...]:
-        return tuple(types)
 
     def source(self) -> TableSource:
         return self._table.format_table  # type: ignore[no-any-return]
