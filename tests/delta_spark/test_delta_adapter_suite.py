@@ -63,6 +63,7 @@ def _run_on_iceberg(name: str, *, what: str = "merge SQL", where: str = "tests/f
     return case
 
 
+@_LONG_ONLY  # 35 s: dbt-spark's incremental merge by unique key; on Iceberg in CI, and ours on Delta in test_delta_dbt
 class TestIncrementalUniqueKeyDelta(BaseIncrementalUniqueKey):
     @pytest.fixture(scope="class")
     def seeds(self):
