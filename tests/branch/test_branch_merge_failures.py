@@ -243,3 +243,47 @@ def test_a_column_added_on_both_sides_keeps_the_model_buildable_and_mergeable(sp
     assert _rows(spark, f"{meta}__br_dev.items") == ours
     merge_branch(spark, name="dev", meta_schema=meta, on_conflict="ours")
     assert _rows(spark, f"{meta}.items") == ours
+
+
+@pytest.mark.parametrize("odd", ["null key deleted", "key held twice"])
+def test_a_column_added_on_main_keeps_its_values_when_the_merge_goes_through_icebergs_merge(spark, odd):
+    """Regression: a merge into main whose staged keys the row index cannot address (the branch deleted main's row of
+    a null key, or changed a key main holds twice) goes through Iceberg's MERGE, which deletes a key's rows and
+    inserts the branch's row with the overlay's columns only: a column main gained after the branch's build (``w``)
+    became null for every merged key, where the partial copy-on-write path keeps it. The inserted row now carries
+    main's values of such columns."""
+    meta = f"mainwide_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    start = [(1, "a"), (2, "b"), (3, "c")] + ([(3, "c")] if odd == "key held twice" else [(None, "n")])
+    spark.createDataFrame(start, COLS).writeTo(f"{meta}.items").using("iceberg").create()
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    ours = [(1, "x"), (2, "b"), (3, "z")]
+    build_model(spark, spark.createDataFrame(ours, COLS), branch="dev", base_schema=meta, identifier="items",
+                key_columns=["id"], meta_schema=meta)
+    spark.sql(f"ALTER TABLE {meta}.items ADD COLUMN w string")
+    spark.sql(f"UPDATE {meta}.items SET w = concat('m', id)")
+    merge_branch(spark, name="dev", meta_schema=meta)
+    assert _rows(spark, f"{meta}.items") == [(1, "x", "m1"), (2, "b", "m2"), (3, "z", "m3")]
+
+
+def test_main_changing_one_copy_of_a_key_it_holds_twice_is_a_conflict(spark):
+    """Regression: a key main holds twice was compared column by column through ``first()`` of its copies, so when
+    main changed its second copy after the branch's build and the branch changed the key too, the first copies of
+    base and main were equal, the merge read main as unchanged and replaced both copies with the branch's row,
+    silently dropping main's change. The copies are compared as a whole now: the key is a conflict."""
+    meta = f"twice_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    cols = "id bigint, v string, w string"
+    spark.createDataFrame([(1, "a", "p"), (3, "c", "p"), (3, "c", "p")], cols).writeTo(f"{meta}.items").using(
+        "iceberg").create()
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    build_model(spark, spark.createDataFrame([(1, "a", "p"), (3, "z", "p")], cols), branch="dev", base_schema=meta,
+                identifier="items", key_columns=["id"], meta_schema=meta)
+    # main's second copy changed; one file in this row order, so first() meets the unchanged copy
+    changed = [(1, "a", "p"), (3, "c", "p"), (3, "d", "p")]
+    spark.createDataFrame(changed, cols).coalesce(1).writeTo(f"{meta}.items").overwritePartitions()
+    with pytest.raises(BranchError):
+        merge_branch(spark, name="dev", meta_schema=meta)
+    conflicts = spark.table(f"{meta}__br_dev.partialcow_merge_conflicts").collect()
+    assert {r["key"] for r in conflicts} == {"3"}, conflicts
+    assert _rows(spark, f"{meta}.items") == sorted(changed)

@@ -140,23 +140,45 @@ def _apply_with_partial_cow(
     apply_changes(spark, open_table(spark, table, table_format="iceberg"), changes, _change_spec(table, keys))
 
 
-def _merge_full_table_sql(target: str, source: str, keys: Sequence[str], cols: Sequence[str], *, with_op: bool) -> str:
+def _merge_full_table_sql(target: str, source: str, keys: Sequence[str], cols: Sequence[str], *, with_op: bool,
+                          carried: Sequence[str] = ()) -> str:
     """MERGE the staged changes into a table holding whole rows (a root table or a detached overlay), in one commit:
     every row of a staged key is deleted and the branch's row, if it has one, inserted. A key the table holds more
-    than once then ends as the branch showed it, once (an UPDATE would change every copy and keep them all)."""
+    than once then ends as the branch showed it, once (an UPDATE would change every copy and keep them all).
+
+    ``carried``: the table's columns the branch's rows lack (added after the branch built the model); the inserted
+    row takes them from the key's row in the table (one copy's, for a key held twice), as an update by partial
+    copy-on-write keeps them, rather than nulls."""
     names = [quote(c) for c in cols] + ([OP_COLUMN, SEQ_COLUMN] if with_op else [])
     values = [f"s.{quote(c)}" for c in cols] + ([f"'{OP_UPSERT}'", f"s.{SEQ_COLUMN}"] if with_op else [])
+    staged = f"({source})"
+    if carried:
+        kept = [f"_pcow_carried{i}" for i in range(len(carried))]
+        firsts = ", ".join(f"first({quote(c)}, true) AS {k}" for c, k in zip(carried, kept))
+        by = ", ".join(quote(k) for k in keys)
+        staged = (
+            f"(SELECT s.*, {', '.join('c.' + k for k in kept)} FROM ({source}) s LEFT JOIN "
+            f"(SELECT {by}, {firsts} FROM {target} GROUP BY {by}) c ON {same_key_sql(keys, 's', 'c')})"
+        )
+        names += [quote(c) for c in carried]
+        values += [f"s.{k}" for k in kept]
     # each staged key twice: a row that matches (and deletes) the key's rows, and for an upsert one that matches
     # nothing (and is inserted)
     rows = (
-        f"SELECT *, false AS {_INSERT} FROM ({source}) "
-        f"UNION ALL SELECT *, true AS {_INSERT} FROM ({source}) WHERE {OP_COLUMN} = '{OP_UPSERT}'"
+        f"SELECT *, false AS {_INSERT} FROM {staged} "
+        f"UNION ALL SELECT *, true AS {_INSERT} FROM {staged} WHERE {OP_COLUMN} = '{OP_UPSERT}'"
     )
     return (
         f"MERGE INTO {target} t USING ({rows}) s ON NOT s.{_INSERT} AND {same_key_sql(keys, 't', 's')} "
         f"WHEN MATCHED THEN DELETE "
         f"WHEN NOT MATCHED AND s.{_INSERT} THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})"
     )
+
+
+def _carried_columns(spark: SparkSession, table: str, cols: Sequence[str]) -> list[str]:
+    """The columns of ``table`` that the branch's rows (``cols``) lack, but for the overlay's op and sequence."""
+    own = {c.lower() for c in [*cols, OP_COLUMN, SEQ_COLUMN]}
+    return [c for c in spark.table(table).columns if c.lower() not in own]
 
 
 def _merge_overlay_sql(target: str, source: str, keys: Sequence[str], cols: Sequence[str]) -> str:
@@ -183,7 +205,9 @@ def _apply_to_main(spark: SparkSession, schema: str, identifier: str, source: st
             return
         except DuplicateKeyError:  # a key the branch did not change is held twice: nothing was written
             pass
-    spark.sql(_merge_full_table_sql(qualified(schema, identifier), source, keys, cols, with_op=False))
+    target = qualified(schema, identifier)
+    spark.sql(_merge_full_table_sql(target, source, keys, cols, with_op=False,
+                                    carried=_carried_columns(spark, target, cols)))
 
 
 def _unmaterialize(spark: SparkSession, schema: str, identifier: str) -> bool:
@@ -261,7 +285,8 @@ def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_level
                 spark.sql(_merge_overlay_sql(parent_info.table, source, info.key_columns, info.columns))
             else:
                 full_merge = _merge_full_table_sql(
-                    parent_info.table, source, info.key_columns, info.columns, with_op=True
+                    parent_info.table, source, info.key_columns, info.columns, with_op=True,
+                    carried=_carried_columns(spark, parent_info.table, info.columns),
                 )
                 spark.sql(full_merge)
     if parent_level != MAIN:

@@ -134,10 +134,16 @@ def _stage_delta(
 
     def per_key(frame: DataFrame, present: Column | None = None) -> DataFrame:
         # One row per key: the parent may hold a key more than once (then one state, with its copies counted in
-        # _pcow_n, which no single row equals). ``present``: the base image's column (its rows' first).
+        # _pcow_n, which no single row equals). ``present``: the base image's column (its rows' first). The copies
+        # are compared as a whole through _pcow_h, their sorted row hashes: first() per column would read a change
+        # to a copy other than the first as none.
         extra = [] if present is None else [F.first(present).alias(PRESENT_COLUMN)]
+        # nulls are skipped by the hash, so each column's null flag goes in too: (null, 'a') is not ('a', null)
+        row_hash = F.xxhash64(*[F.col(quote(c)) for c in values], *[F.col(quote(c)).isNull() for c in values]) \
+            if values else F.lit(0).cast("bigint")
         return frame.groupBy(*[F.col(quote(k)) for k in keys]).agg(
-            *[F.first(quote(c)).alias(c) for c in values], *extra, F.count(F.lit(1)).alias("_pcow_n"))
+            *[F.first(quote(c)).alias(c) for c in values], *extra, F.count(F.lit(1)).alias("_pcow_n"),
+            F.sort_array(F.collect_list(row_hash)).alias("_pcow_h"))
 
     def side(frame: DataFrame | None, prefix: str) -> DataFrame:
         if frame is None:  # absent at that point in time: no rows
@@ -145,7 +151,7 @@ def _stage_delta(
         frame = per_key(key_join(frame, overlay, keys, "left_semi", broadcast=True))
         return frame.select(
             *[F.col(quote(c)).alias(f"{prefix}{i}") for i, c in enumerate(cols)], F.lit(True).alias(f"{prefix}x"),
-            F.col("_pcow_n").alias(f"{prefix}n"),
+            F.col("_pcow_n").alias(f"{prefix}n"), F.col("_pcow_h").alias(f"{prefix}h"),
         )
 
     theirs_frame = None if plan.parent is None else spark.table(qualified(*plan.parent))
@@ -169,7 +175,7 @@ def _stage_delta(
               F.col(quote(c)).alias(f"{_BASE}{i}") for i, c in enumerate(cols)],
             F.when(F.col(PRESENT_COLUMN), F.lit(True)).alias(f"{_BASE}x"),
             F.col(PRESENT_COLUMN).isNotNull().alias(_BASE_KNOWN),
-            F.col("_pcow_n").alias(f"{_BASE}n"),
+            F.col("_pcow_n").alias(f"{_BASE}n"), F.col("_pcow_h").alias(f"{_BASE}h"),
         )
     else:
         base = side(None, _BASE)
@@ -186,19 +192,23 @@ def _stage_delta(
     # a key missing from the base image, or stored as unknown, matches neither side: only ours == theirs merges
     base_known = F.coalesce(F.col(_BASE_KNOWN), F.lit(False)) if from_image else F.lit(not base_unknown)
 
-    def equal(a_x: Column, a: Sequence[Column], a_n: Column, b_x: Column, b: Sequence[Column], b_n: Column) -> Column:
+    def equal(a_x: Column, a: Sequence[Column], a_n: Column, a_h: Column,
+              b_x: Column, b: Sequence[Column], b_n: Column, b_h: Column) -> Column:
         same_values = all_of([same_value(x, y, types[c]) for x, y, c in zip(a, b, values)]) & a_n.eqNullSafe(b_n)
-        return (a_x == b_x) & (~a_x | same_values)
+        same_copies = (F.coalesce(a_n, F.lit(1)) <= 1) | a_h.eqNullSafe(b_h)
+        return (a_x == b_x) & (~a_x | (same_values & same_copies))
 
     value_pos = [cols.index(c) for c in values]
     ours_v = [F.col(quote(cols[i])) for i in value_pos]
     theirs_v = [F.col(f"{_THEIRS}{i}") for i in value_pos]
     base_v = [F.col(f"{_BASE}{i}") for i in value_pos]
     ours_n, theirs_n, base_n = F.lit(1).cast("bigint"), F.col(f"{_THEIRS}n"), F.col(f"{_BASE}n")
+    # the branch shows a key once: its copies' hashes are never needed (a count of 1 compares by values)
+    ours_h, theirs_h, base_h = F.lit(None), F.col(f"{_THEIRS}h"), F.col(f"{_BASE}h")
     status = (
-        F.when(equal(ours_x, ours_v, ours_n, theirs_x, theirs_v, theirs_n), "same")
-        .when(base_known & equal(theirs_x, theirs_v, theirs_n, base_x, base_v, base_n), "ours")
-        .when(base_known & equal(ours_x, ours_v, ours_n, base_x, base_v, base_n), "theirs")
+        F.when(equal(ours_x, ours_v, ours_n, ours_h, theirs_x, theirs_v, theirs_n, theirs_h), "same")
+        .when(base_known & equal(theirs_x, theirs_v, theirs_n, theirs_h, base_x, base_v, base_n, base_h), "ours")
+        .when(base_known & equal(ours_x, ours_v, ours_n, ours_h, base_x, base_v, base_n, base_h), "theirs")
         .otherwise("conflict")
     )
     take = (F.col(_STATUS) == "ours") | ((F.col(_STATUS) == "conflict") & F.lit(policy == "ours"))
