@@ -15,6 +15,7 @@ Killed merges (``PARTIALCOW_CRASH_AT``) are in ``test_branch_merge_crashes.py``.
 
 from __future__ import annotations
 
+import datetime as _dt
 import uuid
 
 import pytest
@@ -287,3 +288,22 @@ def test_main_changing_one_copy_of_a_key_it_holds_twice_is_a_conflict(spark):
     conflicts = spark.table(f"{meta}__br_dev.partialcow_merge_conflicts").collect()
     assert {r["key"] for r in conflicts} == {"3"}, conflicts
     assert _rows(spark, f"{meta}.items") == sorted(changed)
+
+
+@pytest.mark.parametrize(("ddl", "one", "other"), [
+    ("a string, b string", (None, "x"), ("x", None)),
+    ("a array<int>", ([1, None],), ([None, 1],)),
+    ("a array<int>", ([1],), ([1, None],)),
+    ("a struct<p: int, q: int>", ((1, None),), ((None, 1),)),
+    ("a map<string, int>", ({"k": 1},), ({"k": None},)),
+    ("a array<timestamp>", ([_dt.datetime(2024, 1, 1, 0, 0, 0, 1)],), ([_dt.datetime(2024, 1, 1, 0, 0, 0, 2)],)),
+])
+def test_the_copies_hash_tells_apart_what_xxhash64_alone_does_not(spark, ddl, one, other):
+    """The hash that compares a key's copies (``row_hash``) must differ where Spark's ``xxhash64`` skips nulls, and
+    work on maps, which ``xxhash64`` refuses."""
+    from partialcow.branch.frames import row_hash
+
+    frame = spark.createDataFrame([one, other], ddl)
+    types = {f.name: f.dataType for f in frame.schema.fields}
+    hashes = [r[0] for r in frame.select(row_hash(frame.columns, types)).collect()]
+    assert hashes[0] != hashes[1]

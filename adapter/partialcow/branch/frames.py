@@ -61,18 +61,25 @@ def key_join(left: DataFrame, right: DataFrame, keys: Sequence[str], how: str, *
     return left.join(renamed, condition, how)
 
 
-def _has_floats(data_type: DataType) -> bool:
-    from pyspark.sql.types import ArrayType, DoubleType, FloatType, MapType, StructType
+def _holds(data_type: DataType, kinds: tuple[type, ...]) -> bool:
+    """Whether ``data_type`` is, or holds somewhere inside arrays, maps and structs, a type of ``kinds``."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
 
-    if isinstance(data_type, (FloatType, DoubleType)):
+    if isinstance(data_type, kinds):
         return True
     if isinstance(data_type, ArrayType):
-        return _has_floats(data_type.elementType)
+        return _holds(data_type.elementType, kinds)
     if isinstance(data_type, MapType):
-        return _has_floats(data_type.keyType) or _has_floats(data_type.valueType)
+        return _holds(data_type.keyType, kinds) or _holds(data_type.valueType, kinds)
     if isinstance(data_type, StructType):
-        return any(_has_floats(f.dataType) for f in data_type.fields)
+        return any(_holds(f.dataType, kinds) for f in data_type.fields)
     return False
+
+
+def _has_floats(data_type: DataType) -> bool:
+    from pyspark.sql.types import DoubleType, FloatType
+
+    return _holds(data_type, (FloatType, DoubleType))
 
 
 def same_value(a: Column, b: Column, data_type: DataType) -> Column:
@@ -88,6 +95,26 @@ def same_value(a: Column, b: Column, data_type: DataType) -> Column:
         return equal & a.cast("string").eqNullSafe(b.cast("string"))
     # nested: JSON writes doubles as Java's shortest round-trip text; <=> above still compares everything else
     return equal & F.to_json(F.array(a)).eqNullSafe(F.to_json(F.array(b)))
+
+
+def row_hash(columns: Sequence[str], types: dict[str, DataType]) -> Column:
+    """A 64-bit hash of a row's ``columns`` that tells apart what ``xxhash64`` alone does not: a null in one column
+    from a null in another (it skips nulls), and inside arrays, maps and structs null elements and fields in other
+    places (hashed through their JSON text too; maps only so, Spark cannot hash them)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if not columns:
+        return F.lit(0).cast("bigint")
+    parts: list[Column] = []
+    for name in columns:
+        column, data_type = F.col(quote(name)), types[name]
+        if isinstance(data_type, (ArrayType, MapType, StructType)):
+            parts.append(F.to_json(F.array(column), {"ignoreNullFields": "false"}))
+            if _holds(data_type, (MapType,)):
+                continue
+        parts += [column, column.isNull()]
+    return F.xxhash64(*parts)
 
 
 def key_string(keys: Sequence[str], prefix: str) -> Column:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from partialcow.branch.catalog import iceberg_snapshot, load_iceberg, table_exists
-from partialcow.branch.frames import all_of, key_join, key_string, same_key, same_value
+from partialcow.branch.frames import all_of, key_join, key_string, row_hash, same_key, same_value
 from partialcow.branch.image import _OVERLAY_MARK
 from partialcow.branch.levels import overlay_info
 from partialcow.branch.naming import (
@@ -138,12 +138,9 @@ def _stage_delta(
         # are compared as a whole through _pcow_h, their sorted row hashes: first() per column would read a change
         # to a copy other than the first as none.
         extra = [] if present is None else [F.first(present).alias(PRESENT_COLUMN)]
-        # nulls are skipped by the hash, so each column's null flag goes in too: (null, 'a') is not ('a', null)
-        row_hash = F.xxhash64(*[F.col(quote(c)) for c in values], *[F.col(quote(c)).isNull() for c in values]) \
-            if values else F.lit(0).cast("bigint")
         return frame.groupBy(*[F.col(quote(k)) for k in keys]).agg(
             *[F.first(quote(c)).alias(c) for c in values], *extra, F.count(F.lit(1)).alias("_pcow_n"),
-            F.sort_array(F.collect_list(row_hash)).alias("_pcow_h"))
+            F.sort_array(F.collect_list(row_hash(values, types))).alias("_pcow_h"))
 
     def side(frame: DataFrame | None, prefix: str) -> DataFrame:
         if frame is None:  # absent at that point in time: no rows
