@@ -10,4 +10,5 @@ warm=$!
 ruff check adapter/partialcow
 mypy
 wait "$warm" || echo "class cache: not warmed (the suite runs without the archive)"
-python -m pytest -n 2 --dist loadfile "$@"
+# --durations: the slowest tests in every CI log, which is what the 25-minute budget is kept by
+python -m pytest -n 2 --dist loadfile --durations=40 "$@"
