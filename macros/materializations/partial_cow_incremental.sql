@@ -40,6 +40,12 @@
     {%- endcall -%}
   {%- endif -%}
 
+  {#-- an enforced contract holds for every batch, not only the first build: the table's columns are the model's
+      minus the op column --#}
+  {%- if config.get('contract').enforced -%}
+    {{ get_assert_columns_equivalent(partialcow_contract_sql(changes_sql, changes_view, settings)) }}
+  {%- endif -%}
+
   {%- if branch is none -%}
     {%- set create = existing_relation is none or full_refresh_mode -%}
     {%- set response = adapter.partial_cow_apply(target_relation, changes_view, settings, create,
@@ -50,6 +56,11 @@
                                                         full_refresh_mode) -%}
   {%- endif -%}
   {%- do store_result('main', response=response) -%}
+  {#-- an enforced contract's constraints, set as dbt-spark sets them (on Delta tables; dbt-spark skips Iceberg's),
+      once, on the table a first build or full refresh created; every later batch is checked against them --#}
+  {%- if branch is none and create -%}
+    {%- do persist_constraints(target_relation, model) -%}
+  {%- endif -%}
 
   {%- if changes_sql is none -%}
     {%- call statement('drop_changes_view') -%}
@@ -66,6 +77,17 @@
   {{ return({'relations': [target_relation]}) }}
 
 {%- endmaterialization %}
+
+
+{#- The columns the table gets from the model's rows (all but the op column), as a query for dbt's contract check. -#}
+{% macro partialcow_contract_sql(changes_sql, changes_view, settings) %}
+  {%- set source = changes_sql if changes_sql is not none else 'select * from ' ~ adapter.quote(changes_view) -%}
+  {%- set kept = [] -%}
+  {%- for column in get_column_schema_from_query(source) if column.name | lower != (settings.op_column or '') | lower -%}
+    {%- do kept.append(adapter.quote(column.name)) -%}
+  {%- endfor -%}
+  {{ return('select ' ~ kept | join(', ') ~ ' from (' ~ source ~ ') as partialcow_contract') }}
+{% endmacro %}
 
 
 {#- The model config the Python side needs (checked there, before any SQL runs: model_settings in

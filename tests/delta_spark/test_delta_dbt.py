@@ -171,3 +171,48 @@ class TestDeltaSnapshotPending:
         rows = spark.sql(f"SELECT id, v, dbt_valid_to IS NULL FROM {name}").collect()
         assert sorted(tuple(r) for r in rows) == [(1, 10, True), (2, 20, True)]
         assert "partialcow.create-pending" not in spark.sql(f"DESCRIBE DETAIL {name}").first()["properties"]
+
+
+CONTRACTED = """
+{{ config(materialized='partial_cow_incremental', unique_key='id', op_column='_op') }}
+select cast({{ var('id', 1) }} as bigint) as id, cast({{ var('v', 7) }} as int) as v, 'U' as _op
+"""
+
+CONTRACT_YML = """
+models:
+  - name: contracted
+    config:
+      contract: {enforced: true}
+    constraints:
+      - type: check
+        name: v_not_negative
+        expression: "v >= 0"
+    columns:
+      - name: id
+        data_type: bigint
+        constraints: [{type: not_null}]
+      - name: v
+        data_type: int
+"""
+
+
+class TestDeltaContractConstraints:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"contracted.sql": CONTRACTED, "schema.yml": CONTRACT_YML}
+
+    def test_a_contracts_constraints_are_set_on_the_first_build_and_hold_for_batches(self, project, spark):
+        """Regression: an enforced contract's constraints were never set on a ``partial_cow_incremental`` Delta
+        table (dbt-spark sets them on its Delta tables), so a batch breaking them was committed."""
+        name = f"{project.test_schema}.contracted"
+        run_dbt(["run"])
+        properties = spark.sql(f"DESCRIBE DETAIL {name}").first()["properties"]
+        assert properties.get("delta.constraints.v_not_negative") == "v >= 0", properties
+        assert not spark.table(name).schema["id"].nullable
+        version = spark.sql(f"DESCRIBE HISTORY {name}").first()["version"]
+        results = run_dbt(["run", "--vars", "{id: 2, v: -1}"], expect_pass=False)
+        assert "v_not_negative" in results.results[0].message or "v >= 0" in results.results[0].message, \
+            results.results[0].message
+        assert spark.sql(f"DESCRIBE HISTORY {name}").first()["version"] == version
+        run_dbt(["run", "--vars", "{id: 2, v: 8}"])
+        assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 7), (2, 8)]
