@@ -62,3 +62,33 @@ class TestSnapshotListKeyValidToCurrent:
             (2, "x", "c", 1, False),  # deleted in run 2: closed, no current version
             (3, "y", "d", 2, True),
         ]
+
+
+# a column the snapshot's query can never make null (a literal): dbt's rows closing a deleted record carry null
+# there, as in every source column
+LITERAL_SNAPSHOT = """
+{% snapshot snap_literal %}
+{{ config(unique_key='id', strategy='check', check_cols=['value'], target_schema=schema, hard_deletes='invalidate') }}
+select id, 'crm' as src_sys, value from {{ target.schema }}.src_literal
+{% endsnapshot %}
+"""
+
+
+class TestSnapshotOfANotNullColumnInvalidatesDeletes:
+    @pytest.fixture(scope="class")
+    def snapshots(self):
+        return {"snap_literal.sql": LITERAL_SNAPSHOT}
+
+    def test_a_deleted_record_is_closed(self, project):
+        """Regression: the first run created the snapshot's columns NOT NULL where its query's were (a literal,
+        a coalesce), which Spark's CREATE TABLE AS SELECT (dbt-spark) never does; dbt's rows closing a hard-deleted
+        record hold null in every source column, so every later run failed on the NOT NULL column and the
+        snapshot recorded nothing more until the record came back."""
+        for ids in ((1, 2), (1,)):
+            values = ", ".join(f"({i}, 'v{i}')" for i in ids)
+            project.run_sql(f"create or replace table {project.test_schema}.src_literal using iceberg as "
+                            f"select * from values {values} as t(id, value)")
+            run_dbt(["snapshot"])
+        got = sorted(tuple(r) for r in project.run_sql(
+            f"select id, src_sys, value, dbt_valid_to is null from {project.test_schema}.snap_literal", fetch="all"))
+        assert got == [(1, "crm", "v1", True), (2, "crm", "v2", False)]

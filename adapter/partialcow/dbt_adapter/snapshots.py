@@ -142,8 +142,10 @@ class SnapshotMixin(metaclass=AdapterMeta):
         spec = snapshot_spec(columns, model=str(relation.identifier), staged=False)
 
         def create(spark: Any, name: str) -> Any:
-            # not pinned: the first build reads its rows in one query, whose current_timestamp() is one value
-            return create_table(spark, name, spark.sql(build_sql), spec, table_format=file_format)
+            # not pinned: the first build reads its rows in one query, whose current_timestamp() is one value.
+            # Nullable columns, as dbt-spark's CREATE TABLE AS SELECT: dbt's rows closing a hard-deleted record
+            # hold null in every source column, which a NOT NULL column (a literal in the query) would refuse.
+            return create_table(spark, name, spark.sql(build_sql), spec, table_format=file_format, nullable=True)
 
         metrics = self._snapshot_write(relation, file_format, "create", create, _source_keys(strategy, source_sql))
         response = _response(metrics, created=True)

@@ -91,7 +91,7 @@ def driver_index_entries() -> int:
 
 
 def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: ChangeSpec, *,
-                properties: dict[str, str], table_format: str = "iceberg") -> WriteMetrics:
+                properties: dict[str, str], table_format: str = "iceberg", nullable: bool = False) -> WriteMetrics:
     """Create (or replace) table ``name`` from a first batch of changes, with its row index.
 
     The batch's latest change per key is written (deletes dropped); errors are those of ``apply_changes``.
@@ -111,6 +111,7 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
             )
     with clock("create"):
         schema = frame.select(*map(quote_identifier, values)).schema
+        schema = as_nullable(schema) if nullable else schema
         target: _Target = (_IcebergTarget(spark, name, schema, properties) if table_format == "iceberg"
                            else _DeltaTarget(spark, name, schema, properties, spec))
     os.makedirs(target.data_dir, exist_ok=True)
@@ -292,6 +293,27 @@ class _DeltaTarget:
 
     def finish(self) -> None:
         pass  # the commit removed the pending mark
+
+
+def as_nullable(data_type: Any) -> Any:
+    """``data_type`` with every field, element and map value nullable, at any depth: the schema Spark's CREATE TABLE
+    AS SELECT gives a table (whatever its query can or cannot yield).
+
+    >>> from pyspark.sql.types import ArrayType, LongType, StructField, StructType
+    >>> as_nullable(StructType([StructField("a", ArrayType(LongType(), False), False)])).simpleString()
+    'struct<a:array<bigint>>'
+    >>> as_nullable(StructType([StructField("a", ArrayType(LongType(), False), False)]))[0].nullable
+    True
+    """
+    from pyspark.sql.types import ArrayType, MapType, StructField, StructType
+
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, as_nullable(f.dataType), True, f.metadata) for f in data_type.fields])
+    if isinstance(data_type, ArrayType):
+        return ArrayType(as_nullable(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(as_nullable(data_type.keyType), as_nullable(data_type.valueType), True)
+    return data_type
 
 
 def _java_schema(spark: SparkSession, schema: StructType) -> Any:

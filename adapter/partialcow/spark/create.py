@@ -55,8 +55,13 @@ def create_table(
     spec: ChangeSpec,
     *,
     table_format: TableFormat = "iceberg",
+    nullable: bool = False,
 ) -> WriteMetrics:
     """Create (or replace) ``name`` from a first batch of changes and build its row index.
+
+    ``nullable``: every column nullable, as Spark's CREATE TABLE AS SELECT creates them (dbt's snapshots need it:
+    the rows that close a deleted record hold null in every column); by default a column the batch cannot make
+    null is created NOT NULL.
 
     The batch's latest change per key is written (deletes dropped) by the Parquet engine's writer (page index,
     small pages) in one Spark job that also builds the index, then committed in one commit (see
@@ -73,7 +78,7 @@ def create_table(
         require_session_format(spark, table_format, what=f"model {spec.model}")
         defaults = iceberg_table_properties() if table_format == "iceberg" else DELTA_TABLE_PROPERTIES
         return bulk_create(spark, name, changes, spec, properties={**defaults, **spec.extra_table_properties},
-                           table_format=table_format)
+                           table_format=table_format, nullable=nullable)
 
 
 def sql_string(text: str) -> str:
