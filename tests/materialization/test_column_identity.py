@@ -51,3 +51,26 @@ def test_a_column_named_in_other_letter_case_is_the_tables_column(spark, schema)
     assert spark.table(name).columns == ["k", "Amount"]
     rows = dict(spark.sql(f"SELECT k, Amount FROM {name}").collect())
     assert (rows[1], rows[100], rows[2]) == (11, 7, 20)
+
+
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_a_field_added_to_a_struct_gets_its_values(spark, schema, path, monkeypatch):
+    """Regression: a field added to a struct column after a file was written (``addr.country``) was taken for the
+    same struct: an update of a row in that file was cast into the file's struct, which drops the field, and the
+    driver path appended new rows to that file the same way: the new field read back null, silently."""
+    from partialcow.spark.small_batch import DRIVER_ROWS_ENV
+
+    monkeypatch.setenv(DRIVER_ROWS_ENV, "0" if path == "spark" else "400000")
+    name = f"{schema}.nested_{uuid.uuid4().hex[:8]}"
+    ddl = "k bigint, addr struct<zip: string>, _op string"
+    create_table(spark, name, spark.createDataFrame([(k, (f"z{k}",), "I") for k in range(50)], ddl), SPEC)
+    spark.sql(f"ALTER TABLE {name} ADD COLUMNS (addr.country string)")
+    wide = "k bigint, addr struct<zip: string, country: string>, _op string"
+    batch = [(1, ("z1", "DE"), "U"), (100, ("z100", "FR"), "I")]
+    metrics = apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                            spark.createDataFrame(batch, wide), SPEC)
+    assert (metrics.rows_updated, metrics.rows_inserted) == (1, 1)
+    spark.catalog.refreshTable(name)
+    rows = {r["k"]: tuple(r["addr"]) for r in spark.table(name).collect()}
+    assert len(rows) == 51
+    assert (rows[1], rows[100], rows[2]) == (("z1", "DE"), ("z100", "FR"), ("z2", None))

@@ -114,13 +114,27 @@ def constrains(written: pa.DataType, table: pa.DataType) -> bool:
     (True, True)
     >>> constrains(pa.list_(pa.field("e", pa.int64(), nullable=False)), pa.list_(pa.int64())), constrains(s(pa.int64()), s(pa.int64()))
     (True, False)
+    >>> constrains(s(pa.int64()), pa.struct([pa.field("x", pa.int64()), pa.field("y", pa.int64())]))
+    True
     """  # noqa: E501 - a doctest line cannot wrap
     if narrower(written, table):
         return True
     inner, wanted = _children(written), _children(table)
+    if pa.types.is_struct(written) and pa.types.is_struct(table) and not _same_fields(inner, wanted):
+        # other fields (one added, renamed, or dropped and added again under its name since the file was
+        # written): a cast into the file's struct matches fields by name and drops or nulls the rest
+        return True
     if len(inner) != len(wanted):  # another shape: the cast refuses it
         return False
     return any((not w.nullable and t.nullable) or constrains(w.type, t.type) for w, t in zip(inner, wanted))
+
+
+def _same_fields(written: Sequence[pa.Field], table: Sequence[pa.Field]) -> bool:
+    """Whether two structs' fields are the same ones: names in order, and Parquet field ids where both have them."""
+    if [f.name for f in written] != [f.name for f in table]:
+        return False
+    ids = [[(f.metadata or {}).get(_FIELD_ID) for f in fields] for fields in (written, table)]
+    return all(None in pair or pair[0] == pair[1] for pair in zip(*ids))
 
 
 def unfit(values: pa.Array, field: pa.Field) -> pa.Array:
