@@ -21,11 +21,12 @@ The batch contract is :class:`partialcow.spark.spec.ChangeSpec`; staging and the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
@@ -292,7 +293,7 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
                 # with index rows of every new file the index is maintained without Spark (needs its buckets)
                 key_columns=spec.key_columns if index.state.key_types else (),
             )
-            with clock("rewrite"):
+            with clock("rewrite"), _removing_written_on_failure(lease):
                 results = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(job).collect()
         repeated = [r for r in results if r["kind"] == "repeated"]
         if repeated:
@@ -377,7 +378,7 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
         slices = [insert_rows.slice(insert_rows.num_rows * p // parts,
                                     insert_rows.num_rows * (p + 1) // parts - insert_rows.num_rows * p // parts)
                   for p in range(parts)]
-        with clock("rewrite"):
+        with clock("rewrite"), _removing_written_on_failure(lease):
             # the most changed files first; each rewrite already uses ``threads`` engine threads
             work = sorted(zip(ids.tolist(), starts.tolist(), sizes.tolist()), key=lambda t: -t[2])
             with ThreadPoolExecutor(max_workers=max(1, min(cores, len(work) + len(slices)))) as pool:
@@ -387,6 +388,18 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
                        spec)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _removing_written_on_failure(lease: WriteLease) -> Iterator[None]:
+    """A rewrite that fails in one file (task or thread) while the others finish leaves their files: removed here,
+    before any commit was attempted. An interrupt keeps them with the lease (the next write's recovery removes what
+    no snapshot took)."""
+    try:
+        yield
+    except Exception:
+        lease.remove_written()
+        raise
 
 
 def _check_required_columns(spec: ChangeSpec, table_schema: StructType, staged_columns: Sequence[str]) -> None:

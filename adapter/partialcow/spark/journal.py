@@ -178,14 +178,30 @@ class WriteLease:
                                 if not p.startswith("_state/")]
         return done
 
+    def remove_written(self) -> list[str]:
+        """Delete the data files (and their sidecars) this write has written so far. Only for a write whose commit
+        was not attempted (a rewrite that failed in one file while others finished): no snapshot can hold them.
+        Returns the removed data files."""
+        removed = []
+        for path in self._files_of(self.write_id):
+            if not os.path.basename(path).startswith("."):
+                removed.append(path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        return removed
+
+    def _files_of(self, write_id: str) -> list[str]:
+        """Every file in the data folders named as write ``write_id``'s: its data files and (hidden) sidecars."""
+        prefix = data_file_prefix(write_id)
+        return [os.path.join(d, f) for data_dir in self.data_dirs
+                for d, dirs, files in os.walk(data_dir)
+                if INDEX_DIR not in d.split(os.sep) and "_delta_log" not in d.split(os.sep)
+                for f in files if f.startswith(prefix) or f.startswith(f".{prefix}")]
+
     def _clean_dead(self, write_id: str, done: Recovered) -> None:
         done.writes.append(write_id)
         self.store.delete_dir(f"_tmp/{write_id}")
-        prefix = data_file_prefix(write_id)
-        found = [os.path.join(d, f) for data_dir in self.data_dirs
-                 for d, dirs, files in os.walk(data_dir)
-                 if INDEX_DIR not in d.split(os.sep) and "_delta_log" not in d.split(os.sep)
-                 for f in files if f.startswith(prefix) or f.startswith(f".{prefix}")]
+        found = self._files_of(write_id)
         # hidden: fingerprint sidecars (``partialcow.parquet``), removed with their data files; a half-written one
         # (a temporary name) whatever its file
         candidates = [p for p in found if not os.path.basename(p).startswith(".")]
