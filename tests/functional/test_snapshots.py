@@ -92,3 +92,24 @@ class TestSnapshotOfANotNullColumnInvalidatesDeletes:
         got = sorted(tuple(r) for r in project.run_sql(
             f"select id, src_sys, value, dbt_valid_to is null from {project.test_schema}.snap_literal", fetch="all"))
         assert got == [(1, "crm", "v1", True), (2, "crm", "v2", False)]
+
+
+REPEATED_KEY_SNAPSHOT = """
+{% snapshot snap_repeated %}
+{{ config(unique_key='id', strategy='check', check_cols=['value'], target_schema=schema) }}
+select * from values (1, 'a'), (1, 'b'), (2, 'c') as t(id, value)
+{% endsnapshot %}
+"""
+
+
+class TestSnapshotOfARepeatedKey:
+    @pytest.fixture(scope="class")
+    def snapshots(self):
+        return {"snap_repeated.sql": REPEATED_KEY_SNAPSHOT}
+
+    def test_the_error_names_the_key_in_the_snapshots_terms(self, project):
+        """Regression: a query returning a unique_key twice failed with the change pipeline's message, which told
+        the user to set a ``sequence_column`` (a snapshot has none)."""
+        results = run_dbt(["snapshot"], expect_pass=False)
+        message = results.results[0].message
+        assert "unique_key 'id' more than once (e.g. 1)" in message and "sequence_column" not in message, message

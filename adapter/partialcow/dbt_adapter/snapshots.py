@@ -206,8 +206,7 @@ class SnapshotMixin(metaclass=AdapterMeta):
             require_session_format(spark, file_format, what=what_format)
             metrics = write(spark, name)
         except RepeatedKeysError as exc:
-            raise DbtRuntimeError(_null_keys_message(spark, str(relation.identifier), source_keys, exc)
-                                  or str(exc)) from None
+            raise DbtRuntimeError(_repeated_ids_message(spark, str(relation.identifier), source_keys, exc)) from None
         except PartialCowError as exc:
             raise DbtRuntimeError(str(exc)) from None
         finally:
@@ -273,6 +272,31 @@ def _null_keys_message(spark: Any, model: str, source_keys: tuple[str, tuple[str
         f"Filter those rows out of the snapshot's query (where {' and '.join(f'({k}) is not null' for k in keys)}), "
         "or set snapshot_write='merge' (dbt-spark's MERGE, which inserts them again in every run)"
     )
+
+
+def _repeated_ids_message(spark: Any, model: str, source_keys: tuple[str, tuple[str, ...]] | None,
+                          exc: RepeatedKeysError) -> str:
+    """Why a snapshot's staged versions repeat a dbt_scd_id, in the snapshot's terms (the pipeline's own message
+    speaks of a model's batch and its sequence_column, which a snapshot has none of): NULL keys (see
+    :func:`_null_keys_message`), or a unique_key the query returns more than once."""
+    null = _null_keys_message(spark, model, source_keys, exc)
+    if null is not None:
+        return null
+    if source_keys is not None:
+        source_sql, keys = source_keys
+        by = ", ".join(f"({k})" for k in keys)
+        rows = spark.sql(f"select {by} from (\n{source_sql}\n) __pcow_src group by {by} having count(*) > 1 "
+                         "limit 5").collect()
+        if rows:
+            shown = keys[0] if len(keys) == 1 else list(keys)
+            samples = ", ".join(str(r[0]) if len(keys) == 1 else str(tuple(r)) for r in rows)
+            return (
+                f"snapshot {model}: the snapshot's query returns unique_key {shown!r} more than once (e.g. {samples}); "
+                f"dbt gives such rows one dbt_scd_id, and partial_cow keys a snapshot's versions by dbt_scd_id. Make "
+                "the key unique in the query (one row per unique_key, as dbt's snapshots expect); nothing was written"
+            )
+    return (f"snapshot {model}: dbt's staged versions repeat dbt_scd_id(s) {exc.keys or exc}, which partial_cow keys "
+            "a snapshot's versions by; nothing was written")
 
 
 # dbt-spark's snapshot_get_time(), the check strategy's updated_at unless the snapshot configures one
