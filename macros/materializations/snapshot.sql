@@ -89,8 +89,13 @@
     {%- set view_prefix = model.schema ~ '__' ~ target_table ~ '__pcow_snapshot' -%}
     {%- set narrow_views = {'keys': view_prefix ~ '_keys', 'source': view_prefix ~ '_source',
                             'target': view_prefix ~ '_current', 'files': view_prefix ~ '_files'} -%}
-    {%- if partial_cow and adapter.partialcow_snapshot_narrow(target_relation, sql, strategy_name, strategy, config,
-                                                              columns, narrow_views, file_format) -%}
+    {#-- the narrowing applies dbt's own change test of the strategy: not to a project's override of the strategy
+        or of the staging query, which may version other records --#}
+    {%- set staging_macro = adapter.dispatch('snapshot_staging_table', 'dbt') -%}
+    {%- set narrowed_strategy = strategy_name if strategy_macro.macro.package_name == 'dbt'
+          and staging_macro.macro.package_name == 'dbt' else "a project's own " ~ strategy_name -%}
+    {%- if partial_cow and adapter.partialcow_snapshot_narrow(target_relation, sql, narrowed_strategy, strategy,
+                                                              config, columns, narrow_views, file_format) -%}
       {#-- dbt's staging query over the records that can have changed only (snapshot_narrow.py) --#}
       {%- set staging_sql = snapshot_staging_table(
             strategy, 'select * from ' ~ narrow_views.source,

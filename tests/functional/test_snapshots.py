@@ -113,3 +113,42 @@ class TestSnapshotOfARepeatedKey:
         results = run_dbt(["snapshot"], expect_pass=False)
         message = results.results[0].message
         assert "unique_key 'id' more than once (e.g. 1)" in message and "sequence_column" not in message, message
+
+
+# a project's timestamp strategy that versions a record whenever its updated_at differs, back-dated ones too
+OVERRIDDEN_STRATEGY = """
+{% macro snapshot_timestamp_strategy(node, snapshotted_rel, current_rel, model_config, target_exists) %}
+  {% set strategy = dbt.snapshot_timestamp_strategy(node, snapshotted_rel, current_rel, model_config, target_exists) %}
+  {% do strategy.update({'row_changed': '(' ~ snapshotted_rel ~ '.dbt_valid_from != ' ~ current_rel
+                                        ~ '.updated_at)'}) %}
+  {{ return(strategy) }}
+{% endmacro %}
+"""
+BACKDATED_SNAPSHOT = """
+{% snapshot snap_backdated %}
+{{ config(unique_key='id', strategy='timestamp', updated_at='updated_at', target_schema=schema) }}
+select * from {{ target.schema }}.src_backdated
+{% endsnapshot %}
+"""
+
+
+class TestSnapshotOfAnOverriddenStrategy:
+    @pytest.fixture(scope="class")
+    def snapshots(self):
+        return {"snap_backdated.sql": BACKDATED_SNAPSHOT}
+
+    @pytest.fixture(scope="class")
+    def macros(self):
+        return {"strategy.sql": OVERRIDDEN_STRATEGY}
+
+    def test_a_back_dated_change_is_versioned_as_the_override_says(self, project):
+        """Regression: the narrowing applied dbt's own timestamp test (updated_at later than the version's) to a
+        project that had overridden the strategy under its built-in name: a back-dated change was no candidate,
+        and the version the project's strategy asks for was silently missed."""
+        for value, day in (("a", 2), ("b", 1)):
+            project.run_sql(f"create or replace table {project.test_schema}.src_backdated using iceberg as "
+                            f"select 1 as id, '{value}' as value, timestamp'2026-01-0{day} 00:00:00' as updated_at")
+            run_dbt(["snapshot"])
+        got = sorted(tuple(r) for r in project.run_sql(
+            f"select value, dbt_valid_to is null from {project.test_schema}.snap_backdated", fetch="all"))
+        assert got == [("a", False), ("b", True)]
