@@ -95,6 +95,10 @@ CASES = [
     # schema changes
     ("new column with on_schema_change=fail", row(extra="2.5d"), {"on_schema_change": "fail"}, ChangeFeedError,
      ["bad_feed", "extra", "on_schema_change='fail'"]),
+    # regression: the driver path named the repeated key, the Spark path the schema change: both name the latter now
+    ("new column with on_schema_change=fail and a repeated key", rows(row(extra="1"), row(extra="1", i="2")),
+     {"on_schema_change": "fail", "sequence_column": None}, ChangeFeedError,
+     ["bad_feed", "extra", "on_schema_change='fail'"]),
     ("missing column with on_schema_change=fail", row(flag=None), {"on_schema_change": "fail"}, ChangeFeedError,
      ["bad_feed", "flag", "on_schema_change='fail'"]),
     ("narrowing type with on_schema_change=fail", row(i="cast(1 as bigint)"), {"on_schema_change": "fail"},

@@ -166,9 +166,10 @@ def collect_small_batch(changes: DataFrame, spec: ChangeSpec, *, table_schema: S
             raise null_value_error(spec, path, int(mask.sum()), bad)
     batch = batch.drop_columns([c for c in batch.column_names if c.startswith(("_pcow_f_", "_pcow_lossy",
                                                                               "_pcow_orig", "_pcow_op"))])
-    batch = _latest_per_key(batch, spec)
+    # the columns first: a batch both of another schema and with a repeated key is refused for its schema, as the
+    # Spark path refuses it (its staging checks columns before the locate job checks repeats)
     keep = conform_schema_names(batch.column_names, spec, list(table_types))
-    return batch.select(keep), rows
+    return _latest_per_key(batch, spec).select(keep), rows
 
 
 def _flag(batch: pa.Table, name: str) -> np.ndarray:
