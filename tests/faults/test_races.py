@@ -156,3 +156,33 @@ def test_writers_racing_in_threads_lose_nothing(spark, table):
         state = got
     assert RowIndex.open(IcebergTable(spark, table)).ensure_fresh() is not None
     assert RowIndex.open(IcebergTable(spark, table)).verify().ok
+
+
+def test_a_writer_of_the_same_timestamp_ntz_key_conflicts_whatever_the_process_time_zone(spark, monkeypatch):
+    """Regression: after a lost commit race the driver path re-read its batch's keys through pandas without a schema,
+    so a ``timestamp_ntz`` key became a zoned timestamp read in the Python process's time zone. Where that is not the
+    session's (UTC), the key matched no row, the other writer's change of it looked like none, and the retry wrote
+    over it."""
+    import time
+
+    schema = f"pcow_ntz_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    name = f"{schema}.t"
+    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="racer")
+    rows = "select timestamp_ntz'2024-01-01 10:00:00' + make_interval(0, 0, 0, 0, id) as k, id as v, 'I' as _op " \
+           "from range(20)"
+    try:
+        create_table(spark, name, spark.sql(rows), spec)
+        monkeypatch.setenv("TZ", "America/Los_Angeles")
+        time.tzset()
+        table = open_table(spark, name, table_format="iceberg")
+        table.format_table = OtherWriterFirst(table.format_table, lambda: spark.sql(
+            f"UPDATE {name} SET v = 55 WHERE k = timestamp_ntz'2024-01-01 15:00:00'"))
+        ours = spark.sql("select timestamp_ntz'2024-01-01 15:00:00' as k, 500L as v, 'U' as _op")
+        with pytest.raises(CommitConflictError, match="racer"):
+            apply_changes(spark, table, ours, spec)
+        assert spark.sql(f"select v from {name} where k = timestamp_ntz'2024-01-01 15:00:00'").first()[0] == 55
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+        spark.sql(f"drop schema {schema} cascade")

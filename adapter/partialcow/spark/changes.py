@@ -218,11 +218,7 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
                 # Delta through delta-rs: its committer already re-checks and rebases on other writers' commits
                 if retries >= _MAX_COMMIT_RETRIES or not (table.table_format == "iceberg" or table.delta_spark):
                     raise
-                keys = (
-                    staged
-                    if staged is not None
-                    else spark.createDataFrame(batch.select(list(spec.key_columns)).to_pandas())
-                )
+                keys = staged if staged is not None else _key_frame(spark, batch, spec)
                 changed = _keys_changed_since(spark, table, keys, spec, base_version)
                 if changed:
                     raise CommitConflictError(
@@ -410,6 +406,16 @@ def _check_required_columns(spec: ChangeSpec, table_schema: StructType, staged_c
             f"model {spec.model}: the batch inserts new keys but lacks required (NOT NULL) column(s) {required}; "
             "deliver them in the model"
         )
+
+
+def _key_frame(spark: SparkSession, batch: pa.Table, spec: ChangeSpec) -> DataFrame:
+    """The keys of a driver-side batch as a DataFrame of their own types: a ``timestamp_ntz`` key stays one (through
+    pandas, without a schema, it became a zoned timestamp read in the Python process's time zone, and matched no row
+    where that is not the session's)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    keys = batch.select(list(spec.key_columns))
+    return spark.createDataFrame(keys.to_pylist(), schema=from_arrow_schema(keys.schema, prefer_timestamp_ntz=True))
 
 
 def _keys_changed_since(spark: SparkSession, table: LakehouseTable, staged: DataFrame, spec: ChangeSpec,
