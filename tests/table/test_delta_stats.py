@@ -69,7 +69,8 @@ from deltalake import DeltaTable  # noqa: E402
 from partialcow.table.delta.stats import file_stats  # noqa: E402
 
 UTC = dt.timezone.utc
-TS_RANGE = (dt.datetime(1900, 1, 1), dt.datetime(2200, 1, 1))
+# from year 1 (sentinels such as 0001-01-01 are common): years before 1000 once lost their zero padding
+TS_RANGE = (dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23))
 
 
 def _columns(draw: st.DrawFn, n: int) -> pa.Table:
@@ -160,6 +161,17 @@ def test_footer_stats_bound_the_data(empty_table: DeltaTable, case: tuple[pa.Tab
             assert (lo, hi) == (min(values), max(values)), name  # exact where no rounding is needed
         if name in ("ts", "ntz"):
             assert min(values) - lo < dt.timedelta(milliseconds=1) and hi - max(values) < dt.timedelta(milliseconds=1)
+
+
+def test_partition_values_of_years_before_1000_keep_four_digits() -> None:
+    from partialcow.table.delta.stats import partition_strings
+
+    zoned = dt.datetime(1, 1, 1, 0, 0, 1, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    assert partition_strings({"ts": zoned, "ntz": dt.datetime(999, 2, 3, 4, 5, 6, 7), "d": dt.date(5, 6, 7)}) == {
+        "ts": "0001-01-01T00:00:00.000000Z",  # in UTC, as the protocol reads a zoned value
+        "ntz": "0999-02-03 04:05:06.000007",
+        "d": "0005-06-07",
+    }
 
 
 # ------------------------------------------------------------------ issue 22 item 3: string stats as raw UTF-8

@@ -44,9 +44,10 @@ def partition_strings(values: Mapping[str, Any]) -> dict[str, str | None]:
             out[name] = "true" if value else "false"
         elif isinstance(value, _dt.datetime) and value.tzinfo is not None:
             # a zoned instant as ISO 8601 in UTC: without a zone the protocol reads it in the reader's time zone
-            out[name] = value.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            utc = value.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+            out[name] = utc.isoformat(timespec="microseconds") + "Z"
         elif isinstance(value, _dt.datetime):
-            out[name] = value.strftime("%Y-%m-%d %H:%M:%S.%f")  # timestamp_ntz: a wall clock, no zone
+            out[name] = value.isoformat(sep=" ", timespec="microseconds")  # timestamp_ntz: a wall clock, no zone
         elif isinstance(value, _dt.date):
             out[name] = value.isoformat()
         elif isinstance(value, bytes):
@@ -373,7 +374,8 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, tuple):
         kind, millis = value
         moment = _EPOCH + _dt.timedelta(milliseconds=millis)
-        text = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
+        # isoformat, not strftime: glibc's %Y does not pad years before 1000, which no Delta reader parses
+        text = moment.isoformat(timespec="milliseconds")
         return text + "Z" if kind == "ts_utc" else text
     if isinstance(value, _dt.date):
         return value.isoformat()
