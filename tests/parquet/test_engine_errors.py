@@ -115,3 +115,34 @@ def test_numpy_and_arrow_deletes_accepted(src: Path, tmp_path: Path) -> None:
         report = rewrite_file(src, dst, deletes=dels)
         assert report.rows_deleted == 2
         assert pq.read_table(dst).column("k").to_pylist() == [0] + list(range(3, 100))
+
+
+@pytest.mark.parametrize("dictionary", [False, True])
+@pytest.mark.parametrize("change", ["update", "delete"])
+def test_int96_nanoseconds_are_refused_not_truncated(tmp_path: Path, dictionary: bool, change: str) -> None:
+    """Regression: pages were decoded at microseconds, so re-encoding an INT96 page written with nanoseconds
+    (Impala, Hive) dropped them from every value of the page, changed or not. Now refused; whole microseconds (what
+    Spark and Delta write) still rewrite, and keep every value."""
+    src = tmp_path / "int96.parquet"
+    base = 1_600_000_000_000_000_000
+    nanos = pa.array([base + i * 1000 + 7 for i in range(3000)], pa.timestamp("ns"))
+    table = pa.table({"k": pa.array(range(3000), pa.int64()), "ts": nanos})
+    pq.write_table(table, src, use_deprecated_int96_timestamps=True, use_dictionary=dictionary,
+                   data_page_size=4096, write_statistics=True)
+    updates = _upd([10], ts=pa.array([base // 1000], pa.timestamp("us"))) if change == "update" else None
+    deletes = [1000] if change == "delete" else None
+    with pytest.raises(ParquetRewriteError, match="finer than microseconds"):
+        rewrite_file(src, tmp_path / "out.parquet", updates, deletes)
+    assert not (tmp_path / "out.parquet").exists()
+
+    micros = pa.table({"k": table["k"], "ts": pa.array([base + i * 1000 for i in range(3000)], pa.timestamp("ns"))})
+    pq.write_table(micros, src, use_deprecated_int96_timestamps=True, use_dictionary=dictionary,
+                   data_page_size=4096)
+    rewrite_file(src, tmp_path / "out.parquet", updates, deletes)
+    got = pq.read_table(tmp_path / "out.parquet", coerce_int96_timestamp_unit="ns")["ts"].to_pylist()
+    expected = micros["ts"].to_pylist()
+    if change == "update":
+        expected[10] = pa.scalar(base, pa.timestamp("ns")).as_py()
+    else:
+        del expected[1000]
+    assert got == expected

@@ -100,9 +100,7 @@ def _decode_pages(lay: ParquetLayout, top: TopField, rg: int, pages: dict[int, l
     fmd.put(F.FMD_ROW_GROUPS, T_LIST, TList(T_STRUCT, [rgs]))
     footer = lay.clock.encode(fmd)
     buf += footer + len(footer).to_bytes(4, "little") + b"PAR1"
-    table = pq.ParquetFile(pa.BufferReader(bytes(buf)), coerce_int96_timestamp_unit=F.INT96_UNIT).read_row_group(
-        0, use_threads=False)
-    return table.column(0).combine_chunks()
+    return _read_sub_file(bytes(buf))
 
 
 def _schema_only_footer(lay: ParquetLayout, top: TopField | None) -> TStruct:
@@ -342,8 +340,43 @@ def _read_single_chunk(lay: ParquetLayout, elements: list[TStruct], cmd: TStruct
     fmd.put(F.FMD_ROW_GROUPS, T_LIST, TList(T_STRUCT, [rg]))
     footer = lay.clock.encode(fmd)
     buf += footer + len(footer).to_bytes(4, "little") + b"PAR1"
-    sub = pq.ParquetFile(pa.BufferReader(bytes(buf)), coerce_int96_timestamp_unit=F.INT96_UNIT)
-    return sub.read_row_group(0, use_threads=False).column(0).combine_chunks()
+    return _read_sub_file(bytes(buf))
+
+
+def _read_sub_file(buf: bytes) -> pa.Array:
+    """The first column of a one-row-group sub-file, INT96 timestamps in ``INT96_UNIT``; refuses INT96 values with
+    digits below the microsecond, which re-encoding from microseconds would drop silently (Impala and Hive write
+    nanoseconds; Spark and Delta write whole microseconds)."""
+    sub = pq.ParquetFile(pa.BufferReader(buf), coerce_int96_timestamp_unit=F.INT96_UNIT)
+    column = sub.read_row_group(0, use_threads=False).column(0).combine_chunks()
+    if any(sub.metadata.schema.column(i).physical_type == "INT96" for i in range(sub.metadata.num_columns)):
+        nanos = pq.ParquetFile(pa.BufferReader(buf), coerce_int96_timestamp_unit="ns")
+        finer = nanos.read_row_group(0, use_threads=False).column(0).combine_chunks()
+        for micros, ns in zip(_timestamp_leaves(column), _timestamp_leaves(finer)):
+            us_values = micros.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+            ns_values = ns.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+            # a value outside nanoseconds' range (1677-2262) wraps in the ns read: only unwrapped ones can tell
+            unwrapped = ns_values // 1000 == us_values
+            if np.any(unwrapped & (ns_values % 1000 != 0)):
+                raise ParquetRewriteError(
+                    f"INT96 column {sub.schema_arrow.names[0]} holds timestamps finer than microseconds; rewriting "
+                    "its pages would drop those digits. Rewrite the table with Spark first (it writes microseconds)"
+                )
+    return column
+
+
+def _timestamp_leaves(array: pa.Array) -> list[pa.Array]:
+    """The timestamp leaf arrays under ``array`` (itself, or inside lists, maps and structs), in schema order."""
+    kind = array.type
+    if pa.types.is_timestamp(kind):
+        return [array]
+    if pa.types.is_struct(kind):
+        return [leaf for i in range(kind.num_fields) for leaf in _timestamp_leaves(array.field(i))]
+    if pa.types.is_map(kind):
+        return _timestamp_leaves(array.keys) + _timestamp_leaves(array.items)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _timestamp_leaves(array.flatten())
+    return []
 
 
 @dataclass
