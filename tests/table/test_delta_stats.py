@@ -166,9 +166,9 @@ def test_footer_stats_bound_the_data(empty_table: DeltaTable, case: tuple[pa.Tab
 def test_partition_values_of_years_before_1000_keep_four_digits() -> None:
     from partialcow.table.delta.stats import partition_strings
 
-    zoned = dt.datetime(1, 1, 1, 0, 0, 1, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    zoned = dt.datetime(1, 1, 1, 0, 0, 1, tzinfo=dt.timezone(-dt.timedelta(hours=1)))
     assert partition_strings({"ts": zoned, "ntz": dt.datetime(999, 2, 3, 4, 5, 6, 7), "d": dt.date(5, 6, 7)}) == {
-        "ts": "0001-01-01T00:00:00.000000Z",  # in UTC, as the protocol reads a zoned value
+        "ts": "0001-01-01T01:00:01.000000Z",  # in UTC, as the protocol reads a zoned value
         "ntz": "0999-02-03 04:05:06.000007",
         "d": "0005-06-07",
     }
