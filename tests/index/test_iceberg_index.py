@@ -353,6 +353,14 @@ def test_few_new_entries_go_to_delta_files_until_merged(spark, table, monkeypatc
     assert index.state.buckets == bases and all(len(d) == 1 for d in index.state.deltas)
     _assert_found(spark, index, first_keys, first_file)
     assert index.verify().ok
+    # regression: verify read the bucket of base files' entries only (from their b<n>- names), never checking the
+    # entries of delta files (d<n>-)
+    from pyspark.sql import functions as F
+
+    from partialcow.index.bucket_files import BUCKET
+
+    stored = index._read_index(index.state.all_bucket_files(), with_bucket=True)
+    assert stored.where(F.col(BUCKET).isNull()).count() == 0
     assert RowIndex.open(IcebergTable(spark, table)).state.deltas == index.state.deltas
 
     # a commit that shifts positions of a file whose entries sit in deltas (Spark's patch path, forced here)

@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -59,6 +59,18 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 __all__ = ["IndexMetrics", "LookupResult", "RowIndex", "VerifyReport"]
+
+#: ``IndexState.extra`` entry: the key columns' ids in the table (``TableSource.column_ids``) when they were indexed
+_KEY_IDS = "key_column_ids"
+
+
+def key_identity(source: TableSource, key_columns: Sequence[str]) -> dict[str, Any]:
+    """What an index state records of its key columns' identity, beside their names and types (``extra``
+    entries): their ids in the table, where the format has ids. :meth:`RowIndex.ensure_fresh` re-indexes when a
+    key name has moved to another column."""
+    ids = source.column_ids()
+    found = [ids.get(c.lower()) for c in key_columns]
+    return {_KEY_IDS: found} if any(i is not None for i in found) else {}
 
 
 class RowIndex(_DriverSide):
@@ -371,6 +383,11 @@ class RowIndex(_DriverSide):
         """
         started = time.monotonic()
         version = self.source.current_version()
+        recorded = self.state.extra.get(_KEY_IDS)
+        if recorded is not None and list(recorded) != key_identity(self.source, self.key_columns).get(_KEY_IDS):
+            # A key name now names another column (Iceberg renames commit no snapshot): every entry holds the old
+            # column's values, so a key would be found in the row of another key. A new generation.
+            return self.rebuild()
         if version == self.state.table_version:
             metrics = IndexMetrics(
                 "ensure_fresh", version, rows_total=self._rows_total(self.state), num_buckets=self.state.num_buckets
@@ -524,6 +541,7 @@ class RowIndex(_DriverSide):
         laid_out = replace(base, num_buckets=n, buckets=(None,) * n, deltas=()) if relayout else base
         state = replace(
             laid_out.with_bucket_files(changes),
+            extra={**base.extra, **key_identity(self.source, self.key_columns)},
             key_types=key_types,
             table_version=version,
             files=tuple(files),
@@ -567,9 +585,10 @@ class RowIndex(_DriverSide):
         # the schema is known: without it Spark would run a job to read it from the files' footers
         frame = self.spark.read.schema(self._row_schema()).parquet(*[self._store.uri(n) for n in names])
         if with_bucket:
-            # the bucket a row is stored in comes from its file name (data/b00003-....parquet)
+            # the bucket a row is stored in comes from its file name (data/b00003-....parquet, or d00003-... for a
+            # bucket's delta files)
             frame = frame.withColumn(
-                BUCKET, F.regexp_extract(F.input_file_name(), r"/b(\d{5})-[0-9a-f]+\.parquet$", 1).cast("int")
+                BUCKET, F.regexp_extract(F.input_file_name(), r"/[bd](\d{5})-[0-9a-f]+\.parquet$", 1).cast("int")
             )
         return frame
 

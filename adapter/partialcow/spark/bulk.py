@@ -523,6 +523,7 @@ def _publish(store: Any, source: TableSource, name: str, spec: ChangeSpec, key_t
              per_file: dict[int, int], written: list[str], buckets: dict[int, str], result: CommitResult) -> None:
     """Publish the new index state for the table version ``result`` committed. The files are the commit's own (its
     only ones): listing the new version would cost a Spark job on Delta."""
+    from partialcow.index.row_index import key_identity
     from partialcow.index.storage import IndexedFile, IndexState
 
     version = result.version
@@ -533,5 +534,5 @@ def _publish(store: Any, source: TableSource, name: str, spec: ChangeSpec, key_t
         table=name, table_format=source.table_format, location=source.location,
         key_columns=tuple(spec.key_columns), key_types=tuple(key_types), num_buckets=n, table_version=version,
         files=files, buckets=tuple(buckets.get(b) for b in range(n)), next_file_id=max(per_file, default=-1) + 1,
-        state_version=(store.latest_state_version() or 0) + 1))
+        state_version=(store.latest_state_version() or 0) + 1, extra=key_identity(source, spec.key_columns)))
     # the replaced index's files go in the lease's clean-up, which first makes sure no other write is running

@@ -111,6 +111,11 @@ class TableSource(Protocol):
         """Rows of ``files`` (path -> file id) at ``version`` as ``key..., _file_id (int), _pos (bigint)``."""
         ...
 
+    def column_ids(self) -> Mapping[str, int]:
+        """Lower-cased top-level column name -> the id the format gives the column (Iceberg field ids); empty where
+        columns have no id. A name can move to another column without a new version (Iceberg's renames)."""
+        ...
+
 
 @runtime_checkable
 class Table(TableSource, Protocol):

@@ -167,18 +167,32 @@ class IcebergTable:
     def normalize_path(self, path: str) -> str:
         return path
 
+    def column_ids(self) -> dict[str, int]:
+        table = self._loaded if self._loaded is not None else self._table()  # as fresh as the last version read
+        return {name.lower(): field_id for name, field_id in top_level_field_ids(self._jvm, table).items()}
+
     def read_rows(self, key_columns: Sequence[str], *, version: int, files: Mapping[str, int]) -> Any:
         """``key..., _file_id, _pos`` of ``files`` (path -> id) at snapshot ``version``: ``VERSION AS OF`` pins the
         read to the snapshot the index records, and Iceberg's ``_file``/``_pos`` honour delete files (``_pos`` stays
         the physical row position)."""
         from pyspark.sql import functions as F
 
-        # typed as the table is now: a read AS OF a snapshot takes that snapshot's schema, and a promotion of a key
-        # column (int -> bigint) commits no snapshot, so the index would keep hashing the old type
+        # As the table is now: a read AS OF a snapshot takes that snapshot's schema, and schema changes commit no
+        # snapshot. A key column promoted (int -> bigint) would keep its old type, and a key name that renames moved
+        # to another column would still read the old column: each key is read by its field id, typed as now.
         now = self.spark.table(quote_identifier(self._name)).schema
         current = {f.name.lower(): f.dataType.simpleString() for f in now.fields}
-        keys = ", ".join(f"CAST({quote_identifier(c)} AS {current[c.lower()]}) AS {quote_identifier(c)}"
-                         if c.lower() in current else quote_identifier(c) for c in key_columns)
+        table = self._table()
+        ids = {name.lower(): field_id for name, field_id in top_level_field_ids(self._jvm, table).items()}
+        then = _names_at(self._jvm, table, version)
+
+        def key(column: str) -> str:
+            name = then.get(ids[column.lower()], column) if column.lower() in ids else column
+            read = quote_identifier(name)
+            return (f"CAST({read} AS {current[column.lower()]}) AS {quote_identifier(column)}"
+                    if column.lower() in current else f"{read} AS {quote_identifier(column)}")
+
+        keys = ", ".join(key(c) for c in key_columns)
         rows = self.spark.sql(
             f"SELECT {keys}, _file, _pos FROM {quote_identifier(self._name)} VERSION AS OF {int(version)}"
         )
@@ -572,6 +586,18 @@ def top_level_field_ids(jvm: Any, table: Any) -> dict[str, int]:
     not two per column."""
     schema = json.loads(str(jvm.org.apache.iceberg.SchemaParser.toJson(table.schema())))
     return {str(f["name"]): int(f["id"]) for f in schema["fields"]}
+
+
+def _names_at(jvm: Any, table: Any, version: int) -> dict[int, str]:
+    """Field id -> top-level column name in the schema snapshot ``version`` was written with (empty when the
+    snapshot records no schema)."""
+    snapshot = table.snapshot(int(version))
+    schema_id = None if snapshot is None else snapshot.schemaId()
+    schema = None if schema_id is None else table.schemas().get(schema_id)
+    if schema is None:
+        return {}
+    fields = json.loads(str(jvm.org.apache.iceberg.SchemaParser.toJson(schema)))["fields"]
+    return {int(f["id"]): str(f["name"]) for f in fields}
 
 
 def _plain(path: str) -> str:

@@ -48,5 +48,8 @@ class ParquetFilesSource:
     def normalize_path(self, path: str) -> str:
         return path
 
+    def column_ids(self) -> dict[str, int]:
+        return {}  # plain Parquet files have no column ids
+
     def read_rows(self, key_columns: Sequence[str], *, version: int, files: Mapping[str, int]) -> DataFrame:
         return read_parquet_positions(self.spark, key_columns, files)

@@ -132,6 +132,9 @@ class DeltaRsTable:
             self._location = str(self._open().table_uri).rstrip("/")
         return self._location
 
+    def column_ids(self) -> dict[str, int]:
+        return {}  # column mapping (Delta's column ids) is refused, so a name is always the same column
+
     def normalize_path(self, path: str) -> str:
         """An absolute path or URI for ``path`` as the log spells it (relative to the root, URL-encoded)."""
         if "://" in path or path.startswith("/") or path.startswith("file:"):

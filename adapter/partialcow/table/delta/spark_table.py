@@ -90,6 +90,9 @@ class DeltaSparkTable:
             return spark_log.latest_snapshot(self.spark, self.root)
         return spark_log.snapshot_at(self.spark, self.root, version)
 
+    def column_ids(self) -> dict[str, int]:
+        return {}  # column mapping (Delta's column ids) is refused, so a name is always the same column
+
     def normalize_path(self, path: str) -> str:
         """An absolute path for ``path`` as the log spells it (relative to the root, URL-encoded)."""
         if "://" in path or path.startswith("/") or path.startswith("file:"):
