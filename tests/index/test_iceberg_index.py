@@ -400,3 +400,34 @@ def test_few_new_entries_go_to_delta_files_until_merged(spark, table, monkeypatc
     monkeypatch.setenv(driver_side.MAX_DELTAS_ENV, "0")  # the setting that turns delta files off
     metrics, _, _ = _insert_commit(committer, index, data_dir, 50_000, 30)
     assert (metrics.delta_files_written, metrics.buckets_rewritten) == (0, 3) and index.state.deltas == ()
+
+
+def test_lookup_local_compares_float_keys_as_values(spark) -> None:
+    """Regression: ``lookup_local`` compared float keys bit for bit, so a table's ``-0.0`` did not match a lookup of
+    ``0.0`` (nor the other way round), where Spark's ``lookup`` and the batches find it."""
+    import pyarrow as pa
+
+    name = f"default.floatkeys_{uuid.uuid4().hex[:8]}"
+    spark.createDataFrame([(-0.0, "a"), (1.5, "b")], "k double, v string").writeTo(name).using("iceberg").create()
+    try:
+        index = RowIndex.create(IcebergTable(spark, name), key_columns=["k"])
+        found, missing = index.lookup_local(pa.table({"k": [0.0, 1.5, 2.0]}))
+        assert sorted(found.column("k").to_pylist()) == [0.0, 1.5] and missing.column("k").to_pylist() == [2.0]
+        found, _ = index.lookup_local(pa.table({"k": [-0.0]}))
+        assert found.num_rows == 1
+    finally:
+        spark.sql(f"DROP TABLE {name} PURGE")
+
+
+def test_locate_local_refuses_an_index_it_cannot_read(spark, table, monkeypatch) -> None:
+    """Regression: on an index outside the local file system ``locate_local`` answered "no key found", which turns
+    every update of a batch into an insert of a second row for the key."""
+    import pyarrow as pa
+
+    from partialcow.exceptions import ConfigurationError
+    from partialcow.index.storage import IndexStore
+
+    index = RowIndex.create(IcebergTable(spark, table), key_columns=KEYS)
+    monkeypatch.setattr(IndexStore, "is_local", property(lambda self: False))
+    with pytest.raises(ConfigurationError, match="not on a local file system"):
+        index.locate_local(pa.table({"id": [1], "code": ["c1"]}))

@@ -58,6 +58,7 @@ class _DriverSide:
         import pyarrow.parquet as pq
 
         from partialcow.index.hashing import bucket_of
+        from partialcow.index.lookup import normalized_key
 
         state = self.state
         missing_columns = [c for c in state.key_columns if c not in keys.column_names]
@@ -68,7 +69,9 @@ class _DriverSide:
         if not state.key_types:  # an index of an empty table
             return keys.select(list(state.key_columns)).slice(0, 0), keys.select(list(state.key_columns))
         schema = self._arrow_key_schema()
-        typed = pa.table([keys.column(c).cast(schema.field(c).type) for c in state.key_columns], schema=schema)
+        # float keys compared as values on both sides (-0.0 is 0.0), as batches and Spark's lookup compare them
+        typed = pa.table([normalized_key(keys.column(c).cast(schema.field(c).type)) for c in state.key_columns],
+                         schema=schema)
         if typed.num_rows < 4 * state.num_buckets:
             rows = zip(*[typed.column(c).to_pylist() for c in state.key_columns])
             wanted = sorted({bucket_of(k, state.key_types, state.num_buckets) for k in rows})
@@ -86,7 +89,7 @@ class _DriverSide:
         # Spark may store keys with another physical type (e.g. INT96 timestamps): align before joining
         for c in state.key_columns:
             i = index_rows.schema.get_field_index(c)
-            index_rows = index_rows.set_column(i, c, index_rows.column(c).cast(schema.field(c).type))
+            index_rows = index_rows.set_column(i, c, normalized_key(index_rows.column(c).cast(schema.field(c).type)))
         paths = {f.file_id: f.path for f in state.files}
         ids = pa.table(
             {FILE_ID: pa.array(list(paths), pa.int32()), file_column: pa.array(list(paths.values()), pa.string())}
@@ -115,7 +118,9 @@ class _DriverSide:
         from partialcow.index.lookup import join_keys, read_buckets
 
         state = self.state
-        if not state.key_types or not self._store.is_local:
+        if not self._store.is_local:  # "no match" would turn every update of the batch into an insert
+            raise ConfigurationError(f"the row index of {state.table} is not on a local file system")
+        if not state.key_types:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty.astype(np.int32), empty
         wanted = range(state.num_buckets) if buckets is None else np.unique(buckets).tolist()
