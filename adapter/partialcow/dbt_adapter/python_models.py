@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from dbt_common.exceptions import DbtRuntimeError
 
+_ARROW = "spark.sql.execution.arrow.pyspark.enabled"
+_ARROW_SWITCH = threading.Lock()  # dbt runs Python models in threads that share the session's settings
+
 
 def to_spark_dataframe(result: Any, spark: Any, *, model_name: str) -> Any:
     """The Spark DataFrame a Python model returned (a Spark or pandas DataFrame).
+
+    A pandas DataFrame converts through Arrow, as dbt-spark's pandas-on-Spark conversion does: a missing value
+    (``NaN``, ``None``, ``pd.NA``) becomes null, a nullable ``Int64`` column stays an integer column, and a naive
+    timestamp is a wall-clock time in the session's time zone. PySpark's row-by-row conversion (its default) kept
+    ``NaN`` as a value, made ``Int64`` columns doubles and read naive timestamps in the Python process's local time
+    zone, silently shifting them by its offset from the session's.
 
     >>> to_spark_dataframe(42, None, model_name="m")
     Traceback (most recent call last):
@@ -21,7 +31,13 @@ def to_spark_dataframe(result: Any, spark: Any, *, model_name: str) -> Any:
     if isinstance(result, DataFrame):
         return result
     if type(result).__module__.startswith("pandas") and type(result).__name__ == "DataFrame":
-        return spark.createDataFrame(result)
+        with _ARROW_SWITCH:
+            before = spark.conf.get(_ARROW, "false")
+            spark.conf.set(_ARROW, "true")
+            try:
+                return spark.createDataFrame(result)
+            finally:
+                spark.conf.set(_ARROW, before)
     raise DbtRuntimeError(
         f"Python model {model_name} returned {type(result).__name__}: return a Spark or pandas DataFrame"
     )

@@ -1,0 +1,42 @@
+"""What a Python model's pandas DataFrame becomes in Spark: the values the model returned, whatever the time zone of
+the process dbt runs in (regression: NaN stayed a value, nullable ``Int64`` became ``double``, and naive timestamps
+were read in the process's local time zone, shifting them by its offset from the session's UTC)."""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import pytest
+
+from partialcow.dbt_adapter.python_models import to_spark_dataframe
+
+pytestmark = [pytest.mark.spark]
+
+
+@pytest.fixture()
+def new_york(monkeypatch):
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_pandas_result_keeps_its_nulls_integers_and_wall_clock_times(spark, new_york) -> None:
+    frame = pd.DataFrame({
+        "id": [1, 2],
+        "v": [1.5, None],
+        "n": pd.array([7, None], dtype="Int64"),
+        "ts": [pd.Timestamp("2024-01-01 00:00"), pd.Timestamp("2024-07-01 12:30:00.000001")],
+        "s": ["a", None],
+    })
+    df = to_spark_dataframe(frame, spark, model_name="pandas_model")
+    assert dict(df.dtypes) == {"id": "bigint", "v": "double", "n": "bigint", "ts": "timestamp", "s": "string"}
+    rows = df.selectExpr("id", "v", "v IS NULL AS v_null", "n", "CAST(ts AS STRING) AS ts", "s").orderBy("id").collect()
+    assert [tuple(r) for r in rows] == [
+        (1, 1.5, False, 7, "2024-01-01 00:00:00", "a"),
+        (2, None, True, None, "2024-07-01 12:30:00.000001", None),
+    ]
+    assert spark.conf.get("spark.sql.execution.arrow.pyspark.enabled", "false") == "false"  # left as it was
+
