@@ -88,3 +88,25 @@ def test_a_key_name_moved_to_another_column_is_indexed_again(spark, schema):
     got = {r["k"]: (r["old_k"], r["v"]) for r in spark.table(name).collect()}
     assert len(got) == 51
     assert got[101] == (1, "v1") and got[1] == (1, "new")
+
+
+def test_merge_exclude_columns_in_other_letter_case_keep_their_values(spark, schema):
+    """Regression: ``merge_exclude_columns=['CREATED_AT']`` was compared with the table's ``created_at`` letter for
+    letter, so the column was updated anyway, silently (dbt compares them in lower case)."""
+    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="excluded", exclude_columns=("CREATED_AT",))
+    name = f"{schema}.excluded_{uuid.uuid4().hex[:8]}"
+    ddl = "k bigint, v string, created_at bigint, _op string"
+    create_table(spark, name, spark.createDataFrame([(k, f"v{k}", 1, "I") for k in range(20)], ddl), spec)
+    apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                  spark.createDataFrame([(1, "changed", 2, "U")], ddl), spec)
+    spark.catalog.refreshTable(name)
+    assert spark.sql(f"SELECT v, created_at FROM {name} WHERE k = 1").first() == ("changed", 1)
+
+
+def test_merge_update_and_exclude_columns_together_are_refused():
+    from dbt_common.exceptions import DbtRuntimeError
+
+    from partialcow.dbt_adapter.materialization import change_spec
+
+    with pytest.raises(DbtRuntimeError, match="merge_update_columns or merge_exclude_columns, not both"):
+        change_spec({"unique_key": "k", "merge_update_columns": ["v"], "merge_exclude_columns": ["w"]}, model="m")

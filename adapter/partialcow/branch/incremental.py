@@ -155,7 +155,7 @@ def _stage(changes: DataFrame, spec: ChangeSpec, current: DataFrame) -> tuple[Da
         if unknown:
             raise BranchError(f"model {model}: merge_update_columns {unknown} are not columns of the model")
         values = [c for c in values if c in spec.update_columns]
-    return staged, [c for c in values if c not in spec.exclude_columns]
+    return staged, [c for c in values if not spec.excludes(c)]
 
 
 def _of_batch(rows: DataFrame, staged: DataFrame, keys: Sequence[str]) -> DataFrame:

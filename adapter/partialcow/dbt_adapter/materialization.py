@@ -147,6 +147,11 @@ def change_spec(config: Mapping[str, Any], *, model: str) -> Any:
     if unknown:
         raise DbtRuntimeError(f"model {model}: op_codes keys {unknown} are not among insert, update, delete")
     update_columns = _names(config.get("merge_update_columns"), "merge_update_columns", model)
+    exclude_columns = _names(config.get("merge_exclude_columns"), "merge_exclude_columns", model)
+    if update_columns and exclude_columns:  # as dbt's get_merge_update_columns refuses them together
+        raise DbtRuntimeError(
+            f"model {model}: set merge_update_columns or merge_exclude_columns, not both"
+        )
     properties = config.get("tblproperties") or {}
     if not isinstance(properties, Mapping):
         raise DbtRuntimeError(f"model {model}: tblproperties must be a mapping of table properties, got {properties!r}")
@@ -158,7 +163,7 @@ def change_spec(config: Mapping[str, Any], *, model: str) -> Any:
         delete_ops=_names(op_codes["delete"], "op_codes.delete", model),
         sequence_column=(_names(config.get("sequence_column"), "sequence_column", model) or (None,))[0],
         update_columns=update_columns or None,
-        exclude_columns=_names(config.get("merge_exclude_columns"), "merge_exclude_columns", model),
+        exclude_columns=exclude_columns,
         on_schema_change=on_schema_change,
         model=model,
         extra_table_properties={str(k): str(v) for k, v in properties.items()},

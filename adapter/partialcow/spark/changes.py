@@ -138,7 +138,7 @@ def _value_columns(spec: ChangeSpec, table_columns: Sequence[str], staged_column
         if unknown:
             raise ChangeFeedError(f"model {spec.model}: merge_update_columns {unknown} are not columns of the table")
         candidates = [c for c in candidates if c in spec.update_columns]
-    return [c for c in candidates if c not in spec.exclude_columns]
+    return [c for c in candidates if not spec.excludes(c)]
 
 
 def _open_index(table: LakehouseTable, spec: ChangeSpec, table_schema: StructType) -> RowIndex:

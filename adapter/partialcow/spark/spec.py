@@ -31,6 +31,15 @@ class ChangeSpec:
     model: str = "changes"  # named in every error message
     extra_table_properties: dict[str, str] = field(default_factory=dict)
 
+    def excludes(self, column: str) -> bool:
+        """Whether ``merge_exclude_columns`` names ``column`` (in any letter case, as dbt compares them: Spark's
+        column names are case-insensitive).
+
+        >>> ChangeSpec(key_columns=("id",), exclude_columns=("CREATED_AT",)).excludes("created_at")
+        True
+        """
+        return column.lower() in {c.lower() for c in self.exclude_columns}
+
     @property
     def control_columns(self) -> tuple[str, ...]:
         """Columns that steer the change but are not stored: the op code and the sequence."""
