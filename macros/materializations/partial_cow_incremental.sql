@@ -111,6 +111,7 @@
       'partition_by': config.get('partition_by'),
       'clustered_by': config.get('clustered_by'),
       'incremental_predicates': config.get('incremental_predicates'),
+      'location_root': config.get('location_root'),
   }) }}
 {% endmacro %}
 

@@ -75,7 +75,8 @@
     {{ check_time_data_types(build_sql) }}
     {%- if partial_cow -%}
       {%- set response = adapter.partialcow_snapshot_create(target_relation, build_sql, columns, file_format,
-                                                                  strategy=strategy, source_sql=sql) -%}
+                                                                  strategy=strategy, source_sql=sql,
+                                                                  config=model['config']) -%}
       {%- do store_result('main', response=response) -%}
     {%- else -%}
       {%- call statement('main') -%}

@@ -6,7 +6,7 @@ the timestamp strategy and ``dbt_valid_to_current`` (dbt-spark's own snapshot fa
 import pytest
 from dbt.tests.adapter.basic.test_snapshot_check_cols import BaseSnapshotCheckCols
 from dbt.tests.adapter.basic.test_snapshot_timestamp import BaseSnapshotTimestamp
-from dbt.tests.util import run_dbt
+from dbt.tests.util import run_dbt, run_dbt_and_capture
 from snapshot_cases import HardDeletes
 
 pytestmark = [pytest.mark.dbt, pytest.mark.spark, pytest.mark.iceberg]
@@ -152,3 +152,38 @@ class TestSnapshotOfAnOverriddenStrategy:
         got = sorted(tuple(r) for r in project.run_sql(
             f"select value, dbt_valid_to is null from {project.test_schema}.snap_backdated", fetch="all"))
         assert got == [("a", False), ("b", True)]
+
+
+PROPERTIES_SNAPSHOT = """
+{% snapshot snap_props %}
+{{ config(unique_key='id', strategy='check', check_cols=['value'], target_schema=schema,
+          tblproperties={'owner_team': 'crm'}) }}
+select * from values (1, 'a') as t(id, value)
+{% endsnapshot %}
+"""
+
+PARTITIONED_SNAPSHOT = """
+{% snapshot snap_partitioned %}
+{{ config(unique_key='id', strategy='check', check_cols=['value'], target_schema=schema, partition_by='id') }}
+select * from values (1, 'a') as t(id, value)
+{% endsnapshot %}
+"""
+
+
+class TestSnapshotTableSettings:
+    """Regression: a partial copy-on-write snapshot created its table without the snapshot's ``tblproperties``
+    and without its ``partition_by``, ``clustered_by`` or ``location_root``, silently (dbt-spark's CREATE TABLE AS
+    SELECT honours them). Properties are set now; the others are refused before anything is written."""
+
+    @pytest.fixture(scope="class")
+    def snapshots(self):
+        return {"snap_props.sql": PROPERTIES_SNAPSHOT, "snap_partitioned.sql": PARTITIONED_SNAPSHOT}
+
+    def test_properties_are_set_and_partitioning_is_refused(self, project):
+        run_dbt(["snapshot", "-s", "snap_props"])
+        properties = dict(project.run_sql(f"show tblproperties {project.test_schema}.snap_props", fetch="all"))
+        assert properties.get("owner_team") == "crm"
+        _, out = run_dbt_and_capture(["snapshot", "-s", "snap_partitioned"], expect_pass=False)
+        assert "snapshot_write='partial_cow' cannot honour partition_by" in out
+        tables = [r[1] for r in project.run_sql(f"show tables in {project.test_schema}", fetch="all")]
+        assert "snap_partitioned" not in tables

@@ -132,7 +132,8 @@ def test_position_deletes_on_a_file_to_rewrite_are_refused(spark, base_table):
 BAD_MODEL = """
 {{ config(materialized='partial_cow_incremental', unique_key=var('key', ['k1', 'k2']), op_column='_op',
           sequence_column='_ts', on_schema_change='fail', file_format=var('file_format', 'iceberg'),
-          partition_by=var('partition_by', none), incremental_predicates=var('predicates', none)) }}
+          partition_by=var('partition_by', none), incremental_predicates=var('predicates', none),
+          location_root=var('location_root', none)) }}
 {% set case = var('case', 'base') %}
 {% if case == 'base' %}
 select * from values (1L, 'a', 10, 'I', 1L), (2L, 'a', 20, 'I', 1L), (3L, 'b', 30, 'I', 1L) as t(k1, k2, v, _op, _ts)
@@ -164,6 +165,7 @@ class TestBadInputThroughDbt:
                                 # regression: settings partial copy-on-write cannot honour were silently ignored
                                 ("{case: unreadable, partition_by: k2}", ["bad_feed", "partition_by", "unpartitioned"]),
                                 ("{case: unreadable, predicates: ['k1 > 0']}", ["bad_feed", "incremental_predicates"]),
+                                ("{case: unreadable, location_root: /tmp/elsewhere}", ["bad_feed", "location_root"]),
                                 ("{case: null_key}", ["bad_feed", "k1", "null"]),
                                 ("{case: unreadable}", ["bad_feed", "partialcow_no_such_relation"]),
                                 ("{case: new_column}", ["bad_feed", "extra", "on_schema_change='fail'"])]:

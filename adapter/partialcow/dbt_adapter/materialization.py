@@ -92,6 +92,7 @@ _NOT_HONOURED = {
     "partition_by": "its tables are unpartitioned (pages are rewritten within files; a Delta table's partitions are "
                     "refused), remove the setting",
     "clustered_by": "its tables are not bucketed, remove the setting",
+    "location_root": "its tables are created where the catalog puts them, remove the setting",
     "incremental_predicates": "a batch finds its rows through the row index, not a MERGE condition, so predicates "
                               "that leave rows out would not be applied; remove the setting",
 }

@@ -30,6 +30,39 @@ _LOGGER = AdapterLogger("partialcow")
 CHANGE_TYPE = "dbt_change_type"
 
 
+# dbt-spark settings of a snapshot's table that snapshot_write='partial_cow' would otherwise go without
+_NOT_HONOURED = {
+    "partition_by": "its tables are unpartitioned",
+    "clustered_by": "its tables are not bucketed",
+    "location_root": "its tables are created where the catalog puts them",
+}
+
+
+def snapshot_properties(config: Mapping[str, Any], *, model: str) -> dict[str, str]:
+    """The table properties (``tblproperties``) a partial copy-on-write snapshot is created with; a setting it
+    cannot honour is refused before anything is written.
+
+    >>> snapshot_properties({"tblproperties": {"owner": "crm"}}, model="snap")
+    {'owner': 'crm'}
+    >>> snapshot_properties({"partition_by": "id"}, model="snap")
+    Traceback (most recent call last):
+    ...
+    dbt_common.exceptions.base.DbtRuntimeError: Runtime Error
+      snapshot snap: snapshot_write='partial_cow' cannot honour partition_by (its tables are unpartitioned); remove the setting or set snapshot_write='merge' (dbt-spark's MERGE)
+    """  # noqa: E501 - a doctest line cannot wrap
+    for setting, why in _NOT_HONOURED.items():
+        if config.get(setting):
+            raise DbtRuntimeError(
+                f"snapshot {model}: snapshot_write='partial_cow' cannot honour {setting} ({why}); remove the setting "
+                "or set snapshot_write='merge' (dbt-spark's MERGE)"
+            )
+    properties = config.get("tblproperties") or {}
+    if not isinstance(properties, Mapping):
+        raise DbtRuntimeError(f"snapshot {model}: tblproperties must be a mapping of table properties, got "
+                              f"{properties!r}")
+    return {str(k): str(v) for k, v in properties.items()}
+
+
 def snapshot_spec(columns: Mapping[str, str], *, model: str, staged: bool) -> Any:
     """The ``ChangeSpec`` of a snapshot's rows: the first build's (``staged=False``: versions keyed by
     ``dbt_scd_id``) or a later run's staged changes (``staged=True``).
@@ -133,13 +166,18 @@ class SnapshotMixin(metaclass=AdapterMeta):
     @available
     def partialcow_snapshot_create(self, relation: Any, build_sql: str, columns: Mapping[str, str],
                                    file_format: str = "iceberg", strategy: Mapping[str, Any] | None = None,
-                                   source_sql: str | None = None) -> Any:
+                                   source_sql: str | None = None, config: Mapping[str, Any] | None = None) -> Any:
         """First run of a snapshot: its versions become a table (``file_format``: iceberg or delta) with our layout
         and row index. ``strategy`` and ``source_sql`` (the snapshot's query) name the rows at fault when the
-        versions repeat a dbt_scd_id (see ``_snapshot_write``)."""
+        versions repeat a dbt_scd_id (see ``_snapshot_write``); ``config``: the snapshot's (see
+        :func:`snapshot_properties`)."""
+        import dataclasses
+
         from partialcow.spark.changes import create_table
 
-        spec = snapshot_spec(columns, model=str(relation.identifier), staged=False)
+        properties = snapshot_properties(config or {}, model=str(relation.identifier))
+        spec = dataclasses.replace(snapshot_spec(columns, model=str(relation.identifier), staged=False),
+                                   extra_table_properties=properties)
 
         def create(spark: Any, name: str) -> Any:
             # not pinned: the first build reads its rows in one query, whose current_timestamp() is one value.
