@@ -112,4 +112,8 @@ print(build_python_model_on_branch(spark, df, {{ tojson(tojson(spec)) }}))
     {{ return(none) }}
   {%- endif -%}
   {{ spark__persist_docs(relation, model, for_relation, for_columns) }}
+  {#-- dbt-spark writes a table's comment in CREATE TABLE AS SELECT, which our writes do not run --#}
+  {%- if for_relation and config.persist_relation_docs() and model.description and relation.type == 'table' -%}
+    {%- do adapter.partialcow_table_comment(relation, model.description) -%}
+  {%- endif -%}
 {%- endmacro %}

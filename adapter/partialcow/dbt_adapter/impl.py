@@ -21,6 +21,7 @@ from partialcow.dbt_adapter.python_models import sql_literal
 from partialcow.dbt_adapter.python_submission import SessionPythonJobHelper
 from partialcow.dbt_adapter.snapshots import SnapshotMixin
 from partialcow.spark.metastore import EMBEDDED_LIMITS
+from partialcow.table.base import quote_identifier
 
 _TABLE_TYPE = re.compile(r"\btable_type=([A-Za-z_-]+)")
 
@@ -126,6 +127,21 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
                 r = r.incorporate(is_iceberg=True)
             listed.append(r)
         return listed
+
+    @available
+    def partialcow_table_comment(self, relation: Any, description: str) -> bool:
+        """Make ``description`` the comment of table ``relation`` (``persist_docs: {relation: true}``) unless it is
+        already; True when it wrote. dbt-spark sets it in CREATE TABLE AS SELECT, which partial_cow_incremental,
+        partial copy-on-write snapshots and Python models do not run; an unchanged comment is not written again,
+        since on Delta every ALTER is a table version."""
+        from partialcow.table.java import bind_to_current_thread
+
+        spark = bind_to_current_thread(self.connections.spark_session())  # type: ignore[attr-defined]
+        name = f"{relation.schema}.{relation.identifier}"
+        if (spark.catalog.getTable(name).description or "") == description:
+            return False
+        spark.sql(f"COMMENT ON TABLE {quote_identifier(name)} IS {sql_literal(description)}")
+        return True
 
     @available
     def partialcow_sql_literal(self, value: Any) -> str:
