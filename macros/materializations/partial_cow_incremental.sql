@@ -68,11 +68,12 @@
     {%- endcall -%}
   {%- endif -%}
 
-  {{ run_hooks(post_hooks) }}
-
   {%- set should_revoke = should_revoke(existing_relation, full_refresh_mode=full_refresh_mode) -%}
   {%- do apply_grants(target_relation, config.get('grants'), should_revoke=should_revoke) -%}
   {%- do persist_docs(target_relation, model) -%}
+
+  {#-- after grants and documentation, as dbt-spark's materializations run them: a hook's ALTER has the last word --#}
+  {{ run_hooks(post_hooks) }}
 
   {{ return({'relations': [target_relation]}) }}
 

@@ -15,6 +15,9 @@ models:
   - name: feed
     description: "Orders, one row per order (it's the feed's)"
     config: {persist_docs: {relation: true}}
+    columns:
+      - name: v
+        description: "from the model's documentation"
   - name: py_table
     description: "Built in Python"
     config: {persist_docs: {relation: true}}
@@ -24,7 +27,11 @@ snapshots:
     config: {persist_docs: {relation: true}}
 """
 
-FEED = """{{ config(materialized='partial_cow_incremental', unique_key='id') }}
+# the post-hook's comment has the last word, as after dbt-spark's materializations (regression: it ran before
+# persist_docs, which then wrote the model's description over it)
+FEED = """{{ config(materialized='partial_cow_incremental', unique_key='id',
+                  persist_docs={'relation': true, 'columns': true},
+                  post_hook="alter table {{ this }} alter column v comment 'from the hook'") }}
 select 1 as id, 'a' as v"""
 
 PY_TABLE = """
@@ -58,3 +65,5 @@ class TestRelationDocs:
                    for name in ("feed", "py_table", "snap")}
             assert got == {"feed": "Orders, one row per order (it's the feed's)", "py_table": "Built in Python",
                            "snap": "Order history"}
+            comments = {c.name: c.description for c in spark.catalog.listColumns(f"{project.test_schema}.feed")}
+            assert comments["v"] == "from the hook"
