@@ -40,3 +40,12 @@ def test_a_pandas_result_keeps_its_nulls_integers_and_wall_clock_times(spark, ne
     ]
     assert spark.conf.get("spark.sql.execution.arrow.pyspark.enabled", "false") == "false"  # left as it was
 
+
+
+def test_an_empty_pandas_result_is_an_empty_frame_of_its_dtypes(spark) -> None:
+    """Regression: a Python model with no changes to deliver returned an empty DataFrame, and Spark could not infer
+    a schema from no rows (CANNOT_INFER_EMPTY_SCHEMA): every quiet run failed."""
+    frame = pd.DataFrame({"id": pd.Series([], dtype="int64"), "s": pd.Series([], dtype="object"),
+                          "ts": pd.Series([], dtype="datetime64[ns]")})
+    df = to_spark_dataframe(frame, spark, model_name="empty_model")
+    assert df.dtypes == [("id", "bigint"), ("s", "string"), ("ts", "timestamp")] and df.count() == 0

@@ -31,6 +31,8 @@ def to_spark_dataframe(result: Any, spark: Any, *, model_name: str) -> Any:
     if isinstance(result, DataFrame):
         return result
     if type(result).__module__.startswith("pandas") and type(result).__name__ == "DataFrame":
+        if result.empty:  # a batch with no changes: Spark infers no schema from no rows, the dtypes tell it
+            return spark.createDataFrame([], _empty_frame_schema(result))
         with _ARROW_SWITCH:
             before = spark.conf.get(_ARROW, "false")
             spark.conf.set(_ARROW, "true")
@@ -41,6 +43,17 @@ def to_spark_dataframe(result: Any, spark: Any, *, model_name: str) -> Any:
     raise DbtRuntimeError(
         f"Python model {model_name} returned {type(result).__name__}: return a Spark or pandas DataFrame"
     )
+
+
+def _empty_frame_schema(frame: Any) -> Any:
+    """The Spark schema of an empty pandas DataFrame, from its dtypes (an ``object`` column, whose type no value
+    tells, is a string column)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    schema = pa.Schema.from_pandas(frame, preserve_index=False)
+    fields = [pa.field(f.name, pa.string()) if pa.types.is_null(f.type) else f for f in schema]
+    return from_arrow_schema(pa.schema(fields))
 
 
 def sql_literal(value: Any) -> str:
