@@ -52,6 +52,8 @@ CASES = [
      ["bad_feed", "(k=1)", "'_ts'"]),
     # op codes and sequence
     ("op column missing", row(_op=None), {}, ChangeFeedError, ["bad_feed", "'_op'", "missing"]),
+    # regression: a column named with a dot failed inside PySpark's Arrow tasks, naming neither model nor a fix
+    ("a column name with a dot", row(**{"`x.y`": "1"}), {}, ChangeFeedError, ["bad_feed", "['x.y']", "dot", "x_y"]),
     ("op code outside the configured ones", rows(row(_op="'X'"), row(k="2L")), {}, ChangeFeedError,
      ["bad_feed", "'_op'", "'X'", "(k=1)", "op_codes"]),
     ("null op code", row(_op="cast(null as string)"), {}, ChangeFeedError, ["bad_feed", "'_op'", "None"]),

@@ -39,7 +39,21 @@ def keys_text(rows: Sequence[Any], key_columns: Sequence[str]) -> str:
 
 
 def require_columns(columns: Sequence[str], spec: ChangeSpec) -> list[str]:
-    """``columns`` (a batch's), after checking that the key and control columns are among them."""
+    """``columns`` (a batch's), after checking that the key and control columns are among them and that no name
+    holds a dot.
+
+    >>> require_columns(["id", "a.b"], ChangeSpec(key_columns=("id",), model="orders"))
+    Traceback (most recent call last):
+    ...
+    partialcow.exceptions.ChangeFeedError: model orders: column name(s) ['a.b'] contain a dot, which partial copy-on-write cannot write (PySpark's Arrow tasks read such a name as a nested field); rename them in the model, e.g. `a.b` AS a_b
+    """  # noqa: E501 - a doctest output line cannot wrap
+    dotted = [c for c in columns if "." in c]
+    if dotted:
+        raise ChangeFeedError(
+            f"model {spec.model}: column name(s) {dotted} contain a dot, which partial copy-on-write cannot write "
+            f"(PySpark's Arrow tasks read such a name as a nested field); rename them in the model, e.g. "
+            f"`{dotted[0]}` AS {dotted[0].replace('.', '_')}"
+        )
     for column in (*spec.key_columns, *spec.control_columns):
         if column not in columns:
             raise ChangeFeedError(
