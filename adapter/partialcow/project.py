@@ -73,9 +73,9 @@ class ProfileTarget:
     @property
     def warehouse(self) -> str:
         """The warehouse folder, a relative one resolved against the project folder (as the adapter does)."""
-        raw = str(self.settings.get("warehouse") or "warehouse")
-        path = Path(raw).expanduser()
-        return str(path if path.is_absolute() or raw.startswith("file:") else self.project_dir / path)
+        from partialcow.spark.session import resolve_warehouse
+
+        return resolve_warehouse(str(self.settings.get("warehouse") or "warehouse"), self.project_dir)
 
     def describe(self) -> str:
         return f"profile {self.profile}, target {self.target} ({self.profiles_file})"

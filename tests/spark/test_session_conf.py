@@ -146,3 +146,25 @@ def test_unwritable_warehouse_is_refused_before_spark_starts(tmp_path: Path) -> 
     blocker.write_text("x")
     with pytest.raises(ConfigurationError, match="a-file/wh"):
         get_or_create_session(table_format="iceberg", warehouse=str(blocker / "wh"), iceberg_runtime="maven")
+
+
+def test_a_users_session_extension_is_added_to_ours() -> None:
+    """Regression: a profile adding another library's extension (Sedona's) replaced Iceberg's, and MERGE and CALL
+    then failed to parse, far from the setting that caused it."""
+    conf = _conf(extra={"spark.sql.extensions": "org.apache.sedona.sql.SedonaSqlExtensions"})
+    assert conf["spark.sql.extensions"].split(",") == [
+        "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions", "org.apache.sedona.sql.SedonaSqlExtensions"]
+
+
+def test_a_profiles_warehouse_is_found_from_the_project_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: the adapter joined a ``file:`` warehouse to the project folder (``<project>/file:/data/wh``: a
+    second metastore, silently) and resolved ``dbt debug``'s against the current folder."""
+    from partialcow.spark.session import resolve_warehouse
+
+    monkeypatch.chdir(tmp_path)
+    assert resolve_warehouse(f"file://{tmp_path}/wh", "/proj") == f"{tmp_path}/wh"
+    assert resolve_warehouse("wh", "/proj") == "/proj/wh"
+    assert resolve_warehouse("~/wh", "/proj") == str(Path.home() / "wh")
+    assert resolve_warehouse("wh", None) == str(tmp_path / "wh")
+    with pytest.raises(ConfigurationError, match="s3a://b/wh"):
+        resolve_warehouse("s3a://b/wh", "/proj")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -11,6 +10,7 @@ from dbt.adapters.base import PythonJobHelper, available
 from dbt.adapters.contracts.connection import AdapterResponse
 from dbt.adapters.contracts.relation import RelationType
 from dbt.adapters.spark.impl import SparkAdapter
+from dbt.flags import get_flags
 from dbt_common.exceptions import DbtRuntimeError
 
 from partialcow.branch.naming import IMAGE_OF_PROPERTY
@@ -21,6 +21,7 @@ from partialcow.dbt_adapter.python_models import sql_literal
 from partialcow.dbt_adapter.python_submission import SessionPythonJobHelper
 from partialcow.dbt_adapter.snapshots import SnapshotMixin
 from partialcow.spark.metastore import EMBEDDED_LIMITS
+from partialcow.spark.session import resolve_warehouse
 from partialcow.table.base import quote_identifier
 
 _TABLE_TYPE = re.compile(r"\btable_type=([A-Za-z_-]+)")
@@ -92,10 +93,9 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
     def __init__(self, config: Any, mp_context: Any) -> None:
         super().__init__(config, mp_context)
         credentials = config.credentials
-        project_root = getattr(config, "project_root", None)
-        if project_root and not os.path.isabs(os.path.expanduser(credentials.warehouse)):
-            credentials.warehouse = os.path.join(project_root, credentials.warehouse)
-        credentials.warehouse = os.path.abspath(os.path.expanduser(credentials.warehouse))
+        # `dbt debug` passes a profile without the project: its folder is then the --project-dir flag's
+        project_root = getattr(config, "project_root", None) or getattr(get_flags(), "PROJECT_DIR", None)
+        credentials.warehouse = resolve_warehouse(credentials.warehouse, project_root)
         start_session_early(credentials, _dbt_command(config))
 
     def pre_model_hook(self, config: Mapping[str, Any]) -> Any:

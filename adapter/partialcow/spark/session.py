@@ -86,6 +86,21 @@ def warehouse_path(warehouse: str) -> Path:
     return Path(warehouse).expanduser().absolute()
 
 
+def resolve_warehouse(warehouse: str, project_dir: str | os.PathLike[str] | None) -> str:
+    """The folder a profile's ``warehouse`` names: a ``file:`` URI's folder, a relative path in the dbt project's
+    folder (not the current one); a remote URI is refused (see :func:`warehouse_path`).
+
+    >>> resolve_warehouse("file:///tmp/wh", "/proj"), resolve_warehouse("wh", "/proj"), resolve_warehouse("/w", "/p")
+    ('/tmp/wh', '/proj/wh', '/w')
+    """
+    if warehouse.startswith("file:") or "://" in warehouse:
+        return warehouse_path(warehouse).as_posix()
+    path = Path(warehouse).expanduser()
+    if not path.is_absolute() and project_dir:
+        path = Path(project_dir) / path
+    return os.path.abspath(path)
+
+
 def _jars(table_format: str, iceberg_runtime: str, delta_jars: Sequence[str] | None) -> JarSet:
     if table_format == "iceberg":
         return resolve_iceberg_runtime(iceberg_runtime)
@@ -201,8 +216,11 @@ def _conf(
     # Java options are appended: the last -D of a property wins, so the user's override ours one by one.
     if users_java:
         user["spark.driver.extraJavaOptions"] = f"{conf['spark.driver.extraJavaOptions']} {users_java}"
-    # Jar lists are merged, not replaced: a user adding a JDBC driver jar must not silently lose the Iceberg runtime.
-    for key, ours in (("spark.jars", jars.jars), ("spark.jars.packages", jars.packages)):
+    # Lists are merged, not replaced: a user adding a JDBC driver jar, or a session extension of another library
+    # (Sedona's), must not silently lose the table format's runtime or its SQL (MERGE, CALL).
+    extensions = [e for e in conf.get("spark.sql.extensions", "").split(",") if e]
+    for key, ours in (("spark.jars", jars.jars), ("spark.jars.packages", jars.packages),
+                      ("spark.sql.extensions", extensions)):
         items = [*ours, *(i.strip() for i in user.pop(key, "").split(",") if i.strip())]
         if items:
             conf[key] = ",".join(dict.fromkeys(items))
