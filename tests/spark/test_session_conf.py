@@ -168,3 +168,35 @@ def test_a_profiles_warehouse_is_found_from_the_project_folder(tmp_path: Path, m
     assert resolve_warehouse("wh", None) == str(tmp_path / "wh")
     with pytest.raises(ConfigurationError, match="s3a://b/wh"):
         resolve_warehouse("s3a://b/wh", "/proj")
+
+
+def test_a_metastore_another_process_holds_is_named_after_a_wait(tmp_path: Path) -> None:
+    """Regression: a second process on the warehouse failed deep inside Hive's client after its retries, with
+    thousands of lines of stack traces. The lock here is taken as Derby takes it (a POSIX lock on dbex.lck), by
+    another process."""
+    import subprocess
+    import sys
+    import time
+
+    from partialcow.spark.metastore import wait_for_embedded_metastore
+
+    database = tmp_path / "metastore_db"
+    database.mkdir()
+    (database / "dbex.lck").write_bytes(b"")
+    conf = {"spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={database};create=true"}
+    wait_for_embedded_metastore(conf, timeout=0.5)  # free: returns at once
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'rb+'); "
+         "fcntl.lockf(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(30)", str(database / "dbex.lck")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        with pytest.raises(ConfigurationError, match=f"{database} is in use by another process"):
+            wait_for_embedded_metastore(conf, timeout=0.5)
+        assert time.monotonic() - started >= 0.5
+        wait_for_embedded_metastore({**conf, "spark.hadoop.hive.metastore.uris": "thrift://hms:9083"}, timeout=0.5)
+    finally:
+        holder.kill()
+        holder.wait()
+    wait_for_embedded_metastore(conf, timeout=0.5)  # released when its process ended

@@ -23,6 +23,11 @@ failed to boot Derby ("Another instance of Derby may have already booted the dat
 for seconds, printing thousands of lines of Java stack traces. Derby is shut down when the Python process exits
 (:func:`prepare_embedded_metastore` registers it), which releases the lock before the JVM is told to end.
 
+**One process.** Derby admits one process per database. A second process on the same warehouse (two dbt commands
+at once, a ``partialcow`` command beside a run) failed deep inside Hive's client after its retries; it now waits a
+moment for Derby's file lock (a process that is ending releases it) and else says which folder is in use
+(:func:`wait_for_embedded_metastore`).
+
 **Type changes.** The metastore refuses to replace a table whose columns change to an incompatible type (``int`` to
 ``string``), which Iceberg allows: ``CREATE OR REPLACE TABLE`` of a model whose cast changed failed.
 :data:`EMBEDDED_METASTORE_CONF` lets it through; a remote metastore keeps its own setting.
@@ -31,13 +36,25 @@ for seconds, printing thousands of lines of Java stack traces. Derby is shut dow
 from __future__ import annotations
 
 import atexit
+import re
+from collections.abc import Mapping
 from contextlib import suppress
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from partialcow.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["EMBEDDED_LIMITS", "EMBEDDED_METASTORE_CONF", "LOCK_CONF", "is_embedded_derby", "prepare_embedded_metastore"]
+__all__ = [
+    "EMBEDDED_LIMITS",
+    "EMBEDDED_METASTORE_CONF",
+    "LOCK_CONF",
+    "is_embedded_derby",
+    "prepare_embedded_metastore",
+    "wait_for_embedded_metastore",
+]
 
 # Hive locks around every Iceberg commit to the session catalog (ours and Spark SQL's).
 LOCK_CONF = {
@@ -68,6 +85,46 @@ EMBEDDED_LIMITS = {
     "column comment": _VARCHAR_MAX,
     "table comment": _VARCHAR_MAX,  # a table property (TABLE_PARAMS.PARAM_VALUE), compared by Hive's filters
 }
+
+
+#: how long a new process waits for another one to release the embedded metastore (one that is ending)
+METASTORE_WAIT_SECONDS = 15.0
+
+
+def wait_for_embedded_metastore(conf: Mapping[str, str], *, timeout: float = METASTORE_WAIT_SECONDS) -> None:
+    """Before this process's JVM starts: wait until no other process holds the embedded Derby metastore that
+    ``conf`` (a session's settings) names, up to ``timeout`` seconds, else raise ``ConfigurationError`` naming it.
+    Nothing to wait for with another metastore, or a database not created yet.
+
+    Derby's lock is a POSIX lock on ``dbex.lck``: only tested here, from a process whose JVM has not booted the
+    database (closing a file releases every lock its process holds on it).
+    """
+    import fcntl
+    import time
+
+    url = conf.get("spark.hadoop.javax.jdo.option.ConnectionURL", "")
+    match = re.match(r"jdbc:derby:;databaseName=([^;]+)", url)
+    if match is None or conf.get("spark.hadoop.hive.metastore.uris"):
+        return
+    lock = Path(match.group(1)) / "dbex.lck"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(lock, "rb+") as handle:
+                fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.lockf(handle, fcntl.LOCK_UN)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise ConfigurationError(
+                    f"the embedded metastore {lock.parent} is in use by another process (another dbt or partialcow "
+                    f"command on this warehouse, waited {timeout:.0f} s): the embedded metastore admits one process "
+                    "at a time. Wait for it, or point spark_config at a shared metastore (README: the embedded "
+                    "metastore)"
+                ) from None
+            time.sleep(0.2)
 
 
 def is_embedded_derby(spark: SparkSession) -> bool:

@@ -25,7 +25,12 @@ from partialcow.formats import TABLE_FORMATS, TableFormat
 from partialcow.spark.class_cache import driver_class_sharing_options
 from partialcow.spark.executors import check_executors, worker_environment, worker_python
 from partialcow.spark.jars import JarSet, ensure_jars, resolve_delta_jars, resolve_iceberg_runtime
-from partialcow.spark.metastore import EMBEDDED_METASTORE_CONF, LOCK_CONF, prepare_embedded_metastore
+from partialcow.spark.metastore import (
+    EMBEDDED_METASTORE_CONF,
+    LOCK_CONF,
+    prepare_embedded_metastore,
+    wait_for_embedded_metastore,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -308,6 +313,7 @@ def start_session(settings: SessionSettings) -> SparkSession:
     for key, value in conf.items():
         builder = builder.config(key, value)
     python = worker_python(conf)
+    wait_for_embedded_metastore(conf)
     try:
         with worker_environment(python):
             session = builder.getOrCreate()
