@@ -93,7 +93,10 @@ def profile_target(project_dir: Path, *, profiles_dir: str | None = None, target
     name = project.get("profile")
     if not name:
         raise ConfigurationError(f"{project_dir / 'dbt_project.yml'} names no profile")
-    folders = [profiles_dir, os.environ.get("DBT_PROFILES_DIR"), str(project_dir), str(Path.home() / ".dbt")]
+    # dbt's order (the flag, DBT_PROFILES_DIR, the current folder, ~/.dbt), so that both read the same profile;
+    # then the project's folder, where dbt would need --profiles-dir
+    folders = [profiles_dir, os.environ.get("DBT_PROFILES_DIR"), os.getcwd(), str(Path.home() / ".dbt"),
+               str(project_dir)]
     files = [Path(f).expanduser() / "profiles.yml" for f in folders if f]
     found = next((f for f in files if f.is_file()), None)
     if found is None:

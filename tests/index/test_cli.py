@@ -83,3 +83,49 @@ def test_iceberg_by_name_in_a_dbt_project_with_progress(spark, spark_warehouse, 
         assert capsys.readouterr().err == ""
     finally:
         spark.sql("DROP TABLE IF EXISTS default.cli_proj PURGE")
+
+
+def test_an_iceberg_table_is_opened_with_the_profiles_spark_config(tmp_path, monkeypatch) -> None:
+    """Regression: ``partialcow index`` took the warehouse from the profile but not its ``spark_config``: a profile
+    pointing at its own metastore had the command boot an empty embedded one and report the table missing."""
+    import argparse
+
+    from partialcow.cli import index
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "dbt_project.yml").write_text("name: p\nversion: '1.0'\nconfig-version: 2\nprofile: p\n")
+    (project / "profiles.yml").write_text(json.dumps({"p": {"target": "t", "outputs": {"t": {
+        "type": "partialcow", "schema": "s", "warehouse": "wh", "class_cache": False,
+        "spark_config": {"spark.hadoop.hive.metastore.uris": "thrift://hms:9083"}}}}}))
+    calls = []
+    monkeypatch.setattr("partialcow.spark.session.get_or_create_session", lambda **kwargs: calls.append(kwargs))
+    args = argparse.Namespace(warehouse=None, project_dir=str(project), profiles_dir=None, target=None,
+                              master="local[1]")
+    index._session(args, "iceberg")
+    (call,) = calls
+    assert call["extra"] == {"spark.hadoop.hive.metastore.uris": "thrift://hms:9083"}
+    assert call["warehouse"] == str(project / "wh") and call["class_cache"] is False
+
+
+def test_the_profile_is_found_where_dbt_finds_it(tmp_path, monkeypatch) -> None:
+    """Regression: the project's own profiles.yml was read before ~/.dbt's, where dbt (run from another folder)
+    reads ~/.dbt's first: the two inspected different warehouses."""
+    from partialcow.project import profile_target
+
+    project, home = tmp_path / "proj", tmp_path / "home"
+    (home / ".dbt").mkdir(parents=True)
+    project.mkdir()
+    (project / "dbt_project.yml").write_text("name: p\nversion: '1.0'\nconfig-version: 2\nprofile: p\n")
+    for folder, warehouse in ((project, "project_wh"), (home / ".dbt", "/home_wh")):
+        (folder / "profiles.yml").write_text(json.dumps({"p": {"target": "t", "outputs": {"t": {
+            "type": "partialcow", "schema": "s", "warehouse": warehouse}}}}))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("DBT_PROFILES_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert profile_target(project).warehouse == "/home_wh"
+    monkeypatch.chdir(project)  # dbt reads the current folder's profiles.yml first
+    assert profile_target(project).warehouse == str(project / "project_wh")
+    (home / ".dbt" / "profiles.yml").unlink()
+    monkeypatch.chdir(tmp_path)  # nowhere else: the project's, as before
+    assert profile_target(project).warehouse == str(project / "project_wh")

@@ -76,6 +76,8 @@ def _session(args: argparse.Namespace, table_format: str) -> SparkSession:
             .getOrCreate()
         )
     warehouse, runtime = args.warehouse, "auto"
+    extra: dict[str, str] = {}
+    class_cache = True
     if not warehouse:
         from partialcow.project import find_project, profile_target
 
@@ -87,10 +89,13 @@ def _session(args: argparse.Namespace, table_format: str) -> SparkSession:
             )
         target = profile_target(project, profiles_dir=args.profiles_dir, target=args.target)
         warehouse, runtime = target.warehouse, str(target.settings.get("iceberg_runtime") or "auto")
+        # the session dbt runs with: a profile's own metastore or catalog (spark_config) is where its tables are
+        extra = {str(k): str(v) for k, v in (target.settings.get("spark_config") or {}).items()}
+        class_cache = bool(target.settings.get("class_cache", True))
     from partialcow.spark.session import get_or_create_session
 
     return get_or_create_session(table_format="iceberg", warehouse=warehouse, master=args.master,
-                                 iceberg_runtime=runtime)
+                                 iceberg_runtime=runtime, extra=extra, class_cache=class_cache)
 
 
 def _source(args: argparse.Namespace, progress: Progress) -> TableSource:
