@@ -94,3 +94,19 @@ def test_doctor_checks_the_warehouse_of_the_project_around_it(monkeypatch, tmp_p
     assert _checks(capsys)["warehouse"]["detail"].startswith("/tmp/elsewhere ")
     doctor.run(_args("--project-dir", str(root), "--warehouse", str(tmp_path / "given"), "--output", "json"))
     assert _checks(capsys)["warehouse"]["detail"].startswith(f"{tmp_path / 'given'} ")
+
+
+def test_a_delta_profile_without_delta_spark_is_not_usable(monkeypatch, tmp_path, capsys) -> None:
+    """Regression: the exit code counted Iceberg's checks only, so a Delta profile whose delta-spark jar is missing
+    was reported usable (exit 0), and every Delta model then failed in dbt."""
+    monkeypatch.delenv("DBT_PROFILES_DIR", raising=False)
+    root = tmp_path / "shop"
+    (root / "models").mkdir(parents=True)
+    (root / "dbt_project.yml").write_text('name: shop\nversion: "1.0"\nconfig-version: 2\nprofile: shop\n')
+    (root / "profiles.yml").write_text(json.dumps({"shop": {"target": "t", "outputs": {"t": {
+        "type": "partialcow", "schema": "s", "table_format": "delta", "delta_jars": [str(tmp_path / "no.jar")]}}}}))
+    monkeypatch.chdir(root)
+    assert doctor.run(_args("--output", "json")) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert (report["table_format"], report["usable"]) == ("delta", False)
+    assert report["checks"][[c["name"] for c in report["checks"]].index("delta-spark")]["status"] == "fail"

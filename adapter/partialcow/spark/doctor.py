@@ -174,9 +174,9 @@ def collect(
     return checks
 
 
-def _settings(args: argparse.Namespace) -> tuple[Check, str, str, list[str]]:
-    """The project check, and the warehouse, Iceberg runtime and Delta jars to check: the arguments, else the
-    project profile's, else the defaults."""
+def _settings(args: argparse.Namespace) -> tuple[Check, str, str, list[str], str]:
+    """The project check, and the warehouse, Iceberg runtime, Delta jars and table format to check: the arguments,
+    else the project profile's, else the defaults."""
     from partialcow.project import find_project, profile_target
 
     project = find_project(args.project_dir)
@@ -196,20 +196,34 @@ def _settings(args: argparse.Namespace) -> tuple[Check, str, str, list[str]]:
             settings, warehouse = target.settings, target.warehouse
     delta = settings.get("delta_jars") or []
     return (check, args.warehouse or warehouse, args.iceberg_runtime or str(settings.get("iceberg_runtime") or "auto"),
-            list(args.delta_jar or (delta if isinstance(delta, list) else [delta])))
+            list(args.delta_jar or (delta if isinstance(delta, list) else [delta])),
+            str(settings.get("table_format") or "iceberg"))
+
+
+def _usable(checks: list[Check], table_format: str) -> bool:
+    """Whether the profile's table format works here: Iceberg's checks, or Java, PySpark and a delta-spark jar
+    found (a Delta profile's models are built through delta-spark)."""
+    iceberg = not any(c.status == "fail" and c.needed_for_iceberg for c in checks)
+    if table_format != "delta":
+        return iceberg
+    basics = not any(c.status == "fail" and c.name in ("java", "pyspark") for c in checks)
+    return basics and any(c.name == "delta-spark" and c.status == "ok" for c in checks)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the report; exit code 0 if Iceberg in Spark is usable here."""
-    project, warehouse, runtime, delta_jars = _settings(args)
+    """Print the report; exit code 0 if the profile's table format (Iceberg by default) is usable in Spark here."""
+    project, warehouse, runtime, delta_jars, table_format = _settings(args)
     checks = [project, *collect(iceberg_runtime=runtime, delta_jars=delta_jars, warehouse=warehouse,
                                 probe=args.probe, progress=Progress())]
-    usable = not any(c.status == "fail" and c.needed_for_iceberg for c in checks)
+    usable = _usable(checks, table_format)
+    iceberg = _usable(checks, "iceberg")
+    label = "Delta" if table_format == "delta" else "Iceberg"
     if args.output == "json":
-        print(json.dumps({"iceberg_usable": usable, "checks": [asdict(c) for c in checks]}, indent=2))
+        print(json.dumps({"table_format": table_format, "usable": usable, "iceberg_usable": iceberg,
+                          "checks": [asdict(c) for c in checks]}, indent=2))
     else:
         width = max(len(c.name) for c in checks)
         for c in checks:
             print(f"{c.name:<{width}}  {c.status:<4}  {c.detail}")
-        print(f"\nIceberg in Spark: {'usable' if usable else 'NOT usable'}")
+        print(f"\n{label} in Spark: {'usable' if usable else 'NOT usable'}")
     return 0 if usable else 1
