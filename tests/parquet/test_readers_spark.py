@@ -256,3 +256,22 @@ def test_spark_readers_agree_with_the_oracle_on_random_rewrites(utc_spark, tmp_p
             if problem is not None:
                 failures.append(f"vectorized={vectorized} {dst.parent.name} [{label}]: {problem}")
     assert not failures, "\n".join(failures)
+
+
+def test_a_spliced_chunks_string_bounds_are_values_of_the_chunk(spark, tmp_path: Path) -> None:
+    """Regression: parquet-java cuts binary column-index entries to 64 bytes. When the row holding a chunk's min
+    was deleted, the new chunk min came from a copied page's cut entry and was published as a value (Iceberg and
+    Delta answer MIN from such bounds). Now such a chunk has no bounds unless they are values of it."""
+    # 104 characters each; the first page holds the chunk's min (row 0) and otherwise values above every later page
+    long = lambda i: (f"{i:04d}" if i == 0 or i >= 500 else f"9{i:04d}") + "x" * 100  # noqa: E731
+    folder = tmp_path / "spark"
+    (spark.createDataFrame([(i, long(i)) for i in range(4000)], "k int, s string").coalesce(1)
+     .write.option("parquet.page.size", "4096").option("parquet.page.row.count.limit", "500").parquet(str(folder)))
+    (src,) = folder.glob("*.parquet")
+    assert pq.ParquetFile(src).metadata.created_by.startswith("parquet-mr")
+    dst = tmp_path / "out.parquet"
+    rewrite_file(src, dst, deletes=[0])  # the row holding the min of s
+    stats = pq.ParquetFile(dst).metadata.row_group(0).column(1).statistics
+    values = set(pq.read_table(dst, columns=["s"])["s"].to_pylist())
+    assert stats is None or not stats.has_min_max or (stats.min in values and stats.max in values), (
+        stats.min, stats.max)

@@ -169,13 +169,14 @@ def _boundary_order(leaf_key: SortKey | None, null_pages: list[int], mins: list[
 
 
 def _chunk_bounds(leaf_key: SortKey | None, old: TStruct | None, copied: list[PageBounds] | None,
-                  reencoded: list[PageBounds] | None) -> tuple[bytes, bytes] | None:
+                  reencoded: list[PageBounds] | None, *, copied_exact: bool = True) -> tuple[bytes, bytes] | None:
     """The min/max of a spliced chunk from its pages' column-index entries, or None when unknown (pages without
     entries, bounds that cannot be compared). ``copied``: the entries of the copied pages, whose bounds are narrowed
     by the old chunk's (a copied page's values lie within both, so a truncated entry is not widened further);
     ``reencoded``: of the re-encoded pages. Never the old chunk's bounds alone: the values that set them may have
     been replaced or deleted, and table formats publish these bounds as exact (Delta's and Iceberg's MIN/MAX
-    answered from metadata)."""
+    answered from metadata). ``copied_exact=False``: the copied entries may be truncated values (parquet-java cuts
+    binary column-index entries to 64 bytes), so a bound they alone give is not a value: None."""
     if leaf_key is None or copied is None or reencoded is None:
         return None
     cands: list[tuple[bytes, bytes]] = []
@@ -188,6 +189,8 @@ def _chunk_bounds(leaf_key: SortKey | None, old: TStruct | None, copied: list[Pa
             if narrow and old is not None and F.ST_MIN_VALUE in old and F.ST_MAX_VALUE in old:
                 old_lo, old_hi = bytes(old.val(F.ST_MIN_VALUE)), bytes(old.val(F.ST_MAX_VALUE))
                 # a copied page still starting at the old bound holds it (the usual case: no key function to run)
+                if not copied_exact and (old_lo not in lows or old_hi not in highs):
+                    return None
                 lo = old_lo if old_lo in lows else max(min(lows, key=leaf_key), old_lo, key=leaf_key)
                 hi = old_hi if old_hi in highs else min(max(highs, key=leaf_key), old_hi, key=leaf_key)
             else:

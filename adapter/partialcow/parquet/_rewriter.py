@@ -590,7 +590,10 @@ class _Rewriter:
             old_nulls = old_st.val(F.ST_NULL_COUNT)
             if old_nulls is not None:
                 st.put(F.ST_NULL_COUNT, T_I64, old_nulls - removed_nulls + added_nulls)
-            bounds = _chunk_bounds(key, old_st, copied_bounds, new_bounds)
+            # Arrow's writer stores whole values in the column index; other writers may truncate binary ones
+            exact = (leaf.element.val(F.SE_TYPE) != F.BYTE_ARRAY
+                     or bytes(lay.fmd.val(F.FMD_CREATED_BY, b"")).startswith(b"parquet-cpp"))
+            bounds = _chunk_bounds(key, old_st, copied_bounds, new_bounds, copied_exact=exact)
             nulls = st.val(F.ST_NULL_COUNT)
             if bounds is not None:
                 st.put(F.ST_MAX_VALUE, T_BINARY, bounds[1])
