@@ -200,3 +200,29 @@ def test_a_metastore_another_process_holds_is_named_after_a_wait(tmp_path: Path)
         holder.kill()
         holder.wait()
     wait_for_embedded_metastore(conf, timeout=0.5)  # released when its process ended
+
+
+def test_a_remote_warehouse_in_spark_config_is_left_to_spark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: with ``spark.sql.warehouse.dir: s3a://...`` in ``spark_config`` (a profile's own storage), the
+    session start created a local ``s3a:/...`` folder in the current one, and every later start in the process (each
+    Python model's) refused the running session's warehouse as not local."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    from partialcow.spark import session as sessions
+
+    monkeypatch.chdir(tmp_path)
+    settings = sessions.SessionSettings(table_format="iceberg", warehouse=str(tmp_path / "wh"),
+                                        extra={"spark.sql.warehouse.dir": "s3a://bucket/wh"})
+    conf = sessions.spark_conf(settings)
+
+    class Running:  # what a started session reports: the settings it was started with
+        class sparkContext:  # noqa: N801
+            @staticmethod
+            def getConf():
+                return conf
+
+    monkeypatch.setattr(SparkContext, "_active_spark_context", object())
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", lambda self: Running)
+    assert sessions.start_session(settings) is Running
+    assert not (tmp_path / "s3a:").exists()

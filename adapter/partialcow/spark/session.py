@@ -233,10 +233,21 @@ def _conf(
     return conf
 
 
+def _local_folder(warehouse: str) -> Path | None:
+    """The local folder a ``spark.sql.warehouse.dir`` names; None for a remote URI (a profile's own storage, set
+    through ``spark_config``).
+
+    >>> _local_folder("file:/tmp/wh").as_posix(), _local_folder("s3a://bucket/wh")
+    ('/tmp/wh', None)
+    """
+    return warehouse_path(warehouse) if warehouse.startswith("file:") or "://" not in warehouse else None
+
+
 def _normalised(key: str, value: str | None) -> str | None:
-    """Spark reports the warehouse as a ``file:`` URI; compare folders, not spellings."""
+    """Spark reports the warehouse as a ``file:`` URI; compare folders, not spellings (a remote URI as it is)."""
     if key == "spark.sql.warehouse.dir" and value is not None:
-        return warehouse_path(value).as_posix()
+        folder = _local_folder(value)
+        return value if folder is None else folder.as_posix()
     return value
 
 
@@ -287,8 +298,9 @@ def start_session(settings: SessionSettings) -> SparkSession:
     (static settings cannot change in a running JVM).
     """
     conf = spark_conf(settings)
-    folder = Path(conf["spark.sql.warehouse.dir"])
-    _check_writable(folder)
+    folder = _local_folder(conf["spark.sql.warehouse.dir"])
+    if folder is not None:  # a remote warehouse is the user's storage: nothing to create here
+        _check_writable(folder)
 
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
