@@ -110,3 +110,19 @@ def test_merge_update_and_exclude_columns_together_are_refused():
 
     with pytest.raises(DbtRuntimeError, match="merge_update_columns or merge_exclude_columns, not both"):
         change_spec({"unique_key": "k", "merge_update_columns": ["v"], "merge_exclude_columns": ["w"]}, model="m")
+
+
+def test_a_key_column_dropped_and_added_again_holds_no_old_key(spark, schema):
+    """A key column dropped and added again is a new column whose rows hold null; reading the indexed snapshot by
+    the name would have read the dropped column's values, and key 1 would have updated a row whose key is null."""
+    name = f"{schema}.rekeyed_{uuid.uuid4().hex[:8]}"
+    create_table(spark, name, spark.createDataFrame([(k, f"v{k}", "I") for k in range(20)],
+                                                    "k bigint, v string, _op string"), SPEC)
+    spark.sql(f"ALTER TABLE {name} DROP COLUMN k")
+    spark.sql(f"ALTER TABLE {name} ADD COLUMNS (k bigint)")
+    metrics = apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                            spark.createDataFrame([(1, "new", "U")], "k bigint, v string, _op string"), SPEC)
+    assert (metrics.rows_updated, metrics.rows_inserted) == (0, 1)
+    spark.catalog.refreshTable(name)
+    rows = sorted((r["k"] is None, r["v"]) for r in spark.table(name).collect())
+    assert rows == sorted([(True, f"v{k}") for k in range(20)] + [(False, "new")])

@@ -187,8 +187,11 @@ class IcebergTable:
         then = _names_at(self._jvm, table, version)
 
         def key(column: str) -> str:
-            name = then.get(ids[column.lower()], column) if column.lower() in ids else column
-            read = quote_identifier(name)
+            field_id = ids.get(column.lower())
+            if then and field_id is not None and field_id not in then:
+                read = "NULL"  # the column was added after that snapshot (its old namesake, if any, is another)
+            else:
+                read = quote_identifier(then.get(field_id, column) if field_id is not None else column)
             return (f"CAST({read} AS {current[column.lower()]}) AS {quote_identifier(column)}"
                     if column.lower() in current else f"{read} AS {quote_identifier(column)}")
 
