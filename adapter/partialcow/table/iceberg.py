@@ -182,9 +182,8 @@ class IcebergTable:
         # to another column would still read the old column: each key is read by its field id, typed as now.
         now = self.spark.table(quote_identifier(self._name)).schema
         current = {f.name.lower(): f.dataType.simpleString() for f in now.fields}
-        table = self._table()
-        ids = {name.lower(): field_id for name, field_id in top_level_field_ids(self._jvm, table).items()}
-        then = _names_at(self._jvm, table, version)
+        ids = self.column_ids()
+        then = _names_at(self._jvm, self._table(), version)
 
         def key(column: str) -> str:
             field_id = ids.get(column.lower())
