@@ -18,6 +18,7 @@ __all__ = [
     "InvalidChangeError",
     "JarNotFoundError",
     "LostCommitError",
+    "MetastoreInUseError",
     "ParentTableDroppedError",
     "ParquetRewriteError",
     "PartialCowError",
@@ -35,6 +36,10 @@ class PartialCowError(Exception):
 
 class ConfigurationError(PartialCowError):
     """A profile or model setting is wrong (unknown format, unwritable warehouse, ...)."""
+
+
+class MetastoreInUseError(ConfigurationError):
+    """Another process holds the embedded metastore of the warehouse, and kept it for the whole wait."""
 
 
 class JarNotFoundError(ConfigurationError):

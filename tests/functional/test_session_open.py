@@ -16,6 +16,8 @@ from partialcow.dbt_adapter.connections import PartialcowConnectionManager, Part
 
 pytestmark = [pytest.mark.dbt]
 
+REAL_CONFIGURED_SESSION = connections.configured_session
+
 
 class FakeSession:
     def __init__(self, context: object) -> None:
@@ -129,3 +131,24 @@ def test_threads_opening_at_once_start_one_session(starts: list[tuple[str, str]]
     for thread in threads:
         thread.join()
     assert len(starts) == 1 and len(got) == 4 and all(g is got[0] for g in got)
+
+
+def test_an_early_start_that_waited_for_the_metastore_is_not_started_again(
+        starts: list[tuple[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: with the embedded metastore held by another process, the early start waited 15 s for it, and
+    ``open`` then started again and waited 15 s more before the same error."""
+    from dbt_common.exceptions import DbtRuntimeError
+
+    from partialcow.exceptions import MetastoreInUseError
+
+    def start_session(settings: Any) -> FakeSession:
+        starts.append((threading.current_thread().name, Path(settings.warehouse).name))
+        raise MetastoreInUseError("the embedded metastore /wh/metastore_db is in use by another process")
+
+    monkeypatch.setattr(connections, "configured_session", REAL_CONFIGURED_SESSION)  # the real error handling
+    monkeypatch.setattr("partialcow.spark.session.start_session", start_session)
+    credentials = _credentials(tmp_path)
+    assert start_session_early(credentials, "run")
+    with pytest.raises(DbtRuntimeError, match="is in use by another process"):
+        PartialcowConnectionManager._profile_session(credentials)
+    assert starts == [("partialcow-session-start", "wh")]

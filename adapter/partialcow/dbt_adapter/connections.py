@@ -27,7 +27,7 @@ from dbt.adapters.spark.connections import SparkConnectionManager, SparkConnecti
 from dbt_common.dataclass_schema import ValidationError
 from dbt_common.exceptions import DbtRuntimeError
 
-from partialcow.exceptions import PartialCowError
+from partialcow.exceptions import MetastoreInUseError, PartialCowError
 from partialcow.formats import TABLE_FORMATS
 
 if TYPE_CHECKING:
@@ -166,6 +166,10 @@ class PartialcowConnectionManager(SparkConnectionManager):
         return bind_to_current_thread(self._profile_session(connection.credentials))
 
 
+class MetastoreInUse(DbtRuntimeError):
+    """The session could not start: another process kept the embedded metastore for the whole wait."""
+
+
 def configured_session(credentials: PartialcowCredentials) -> Any:
     """The profile's SparkSession (created or reused), with a configuration problem as one dbt error line instead
     of a Java stack trace."""
@@ -173,6 +177,8 @@ def configured_session(credentials: PartialcowCredentials) -> Any:
 
     try:
         session = start_session(credentials.session_settings())
+    except MetastoreInUseError as exc:
+        raise MetastoreInUse(str(exc)) from None
     except PartialCowError as exc:
         raise DbtRuntimeError(str(exc)) from None
     from partialcow.spark.prewarm import start_prewarm
@@ -223,7 +229,7 @@ def start_session_early(credentials: PartialcowCredentials, command: str | None)
 
 def _early_session(credentials: PartialcowCredentials, settings: SessionSettings) -> Any:
     """The session started early for these settings, once it runs; None when none was started, it failed or
-    another session runs now."""
+    another session runs now. Raises ``MetastoreInUse`` when it failed for that reason."""
     from pyspark import SparkContext
 
     with _early_lock:
@@ -232,6 +238,8 @@ def _early_session(credentials: PartialcowCredentials, settings: SessionSettings
         return None
     try:
         session = started[1].result()  # waited for even when unused: never two starts at once
+    except MetastoreInUse:
+        raise  # it already waited for the other process: a second start would wait as long again, then fail
     except BaseException:  # noqa: BLE001 - the caller starts the session itself and reports the error
         return None
     if started[0] != settings or session.sparkContext is not SparkContext._active_spark_context:

@@ -42,7 +42,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from partialcow.exceptions import ConfigurationError
+from partialcow.exceptions import MetastoreInUseError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -93,7 +93,7 @@ METASTORE_WAIT_SECONDS = 15.0
 
 def wait_for_embedded_metastore(conf: Mapping[str, str], *, timeout: float = METASTORE_WAIT_SECONDS) -> None:
     """Before this process's JVM starts: wait until no other process holds the embedded Derby metastore that
-    ``conf`` (a session's settings) names, up to ``timeout`` seconds, else raise ``ConfigurationError`` naming it.
+    ``conf`` (a session's settings) names, up to ``timeout`` seconds, else raise ``MetastoreInUseError`` naming it.
     Nothing to wait for with another metastore, or a database not created yet.
 
     Derby's lock is a POSIX lock on ``dbex.lck``: only tested here, from a process whose JVM has not booted the
@@ -118,7 +118,7 @@ def wait_for_embedded_metastore(conf: Mapping[str, str], *, timeout: float = MET
             return
         except OSError:
             if time.monotonic() >= deadline:
-                raise ConfigurationError(
+                raise MetastoreInUseError(
                     f"the embedded metastore {lock.parent} is in use by another process (another dbt or partialcow "
                     f"command on this warehouse, waited {timeout:.0f} s): the embedded metastore admits one process "
                     "at a time. Wait for it, or point spark_config at a shared metastore (README: the embedded "
