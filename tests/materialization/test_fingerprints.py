@@ -118,29 +118,3 @@ def test_sidecars_of_files_another_writer_replaced_go_with_the_next_batch(spark,
     assert all(got[k] == (_row(k, 2)[1], f"s{k}") for k in range(0, N, 2))
     assert all(got[k][1] == "other writer" for k in range(1, N, 2))
 
-
-
-def test_a_first_build_leaves_each_file_its_fingerprints(spark, created, pipeline_path, monkeypatch):
-    """The first build writes every data file's sidecar (value columns only: a batch never updates its keys), so
-    the first batch of full row images after it finds its real changes by fingerprints, as later batches do,
-    instead of decoding every column and hashing every row of its files."""
-    name, table = created
-    files = _data_files(spark, name)
-    assert files
-    for path in files:
-        _assert_matches(path)
-    if pipeline_path == "driver":  # the rewrites run in this process: the full decode can be watched
-        import partialcow.parquet._screen as screen
-
-        def refused(*args, **kwargs):
-            raise AssertionError("the first batch decoded every column: its files had no fingerprints")
-
-        monkeypatch.setattr(screen, "_decode_and_build", refused)
-    rows = [_row(k, 1) for k in range(0, N, 2)]
-    metrics = apply_changes(spark, table, _frame(spark, rows), SPEC)
-    assert metrics.rows_updated == len([k for k in range(0, N, 2) if k % 7 == 1])
-    got = {r.k: (r.q, str(r.p), r.s) for r in spark.table(name).collect()}
-    assert all(got[k] == (q, str(Decimal(p)), s) for k, q, p, s, _, _ in rows)
-    for path in _data_files(spark, name):
-        _assert_matches(path)
-    assert leftovers(spark, name) == []

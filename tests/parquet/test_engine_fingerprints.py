@@ -20,7 +20,7 @@ from corpus import ALL_FLAT, fresh_column, make_table, write_source
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import apply_changes, assert_same_rows, read_duckdb, take
-from partialcow.parquet import ROW_POSITION, _screen, rewrite_file, write_fingerprints, write_table
+from partialcow.parquet import ROW_POSITION, _screen, rewrite_file
 from partialcow.parquet._fingerprints import (
     column_hashes,
     fingerprint,
@@ -228,42 +228,3 @@ def test_a_small_batch_of_full_images_keeps_the_sidecar(batch_file, tmp_path, mo
         pq.read_table(mid), few, [second.column(ROW_POSITION)[5].as_py()], ROW_POSITION), "pyarrow")
     assert_sidecar_matches(tmp_path / "out.parquet")
 
-
-
-@PROFILE
-@given(spec=source_files(writers=("pyarrow",), allowed=ALL_FLAT), data=st.data())
-def test_fingerprints_written_with_a_file_serve_its_first_batch(spec: dict, data: st.DataObject,
-                                                                 tmp_path_factory) -> None:
-    """``write_fingerprints`` (a first build's files) gives the sidecar a rewrite would have worked out by decoding
-    the file: it matches the file, and the first full-image batch is screened by it with the same result."""
-    folder = tmp_path_factory.mktemp("fpw")
-    n = max(spec["n"], 200)
-    table = make_table(n, columns=spec["columns"], seed=spec["seed"], null_density=spec["null_density"],
-                       low_cardinality=spec["low_cardinality"])
-    src, out, ref = (folder / f"{x}.parquet" for x in ("src", "out", "ref"))
-    write_source("pyarrow", table, src, **spec["opts"])
-    written = pq.read_table(src)
-    if not write_fingerprints(src, written, skip=["id"]):
-        return  # no hashable column besides the key
-    assert_sidecar_matches(src)
-    assert "id" not in load_sidecar(str(src), n, _read_schema(ParquetLayout(src))).columns  # type: ignore[union-attr]
-    rng = np.random.default_rng(spec["seed"])
-    batch = full_images(written, rng, share=data.draw(st.sampled_from([0.3, 0.6]), label="share"),
-                        changed_columns=data.draw(st.integers(0, 3), label="changed columns"))
-    r = rewrite_file(src, out, updates=batch, fingerprints=True)
-    r_ref = rewrite_file(src, ref, updates=batch)
-    assert_same_rows(pq.read_table(out), apply_changes(written, batch, None, ROW_POSITION), "pyarrow")
-    assert (r.rows_updated, r.pages_rewritten, r.pages_copied) == (r_ref.rows_updated, r_ref.pages_rewritten,
-                                                                   r_ref.pages_copied)
-    if r.screening != "none":
-        assert r.screening == "fingerprints", r.screening
-        assert_sidecar_matches(out)
-
-
-def test_fingerprints_of_rows_that_are_not_the_files_are_not_written(tmp_path) -> None:
-    path = tmp_path / "t.parquet"
-    write_table(pa.table({"id": [1, 2], "v": [1.5, 2.5]}), path)
-    assert not write_fingerprints(path, pa.table({"id": [1], "v": [1.5]}), skip=["id"])  # a row short
-    assert not write_fingerprints(path, pa.table({"id": [1, 2], "w": [1.5, 2.5]}), skip=["id"])  # another column
-    assert not write_fingerprints(path, pa.table({"id": [1, 2], "v": [1.5, 2.5]}), skip=["id", "v"])  # keys only
-    assert not os.path.exists(sidecar_path(str(path)))

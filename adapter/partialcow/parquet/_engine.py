@@ -44,7 +44,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from partialcow.exceptions import InvalidChangeError
 from partialcow.metrics import WriteMetrics
 from partialcow.parquet import _format as F
 from partialcow.parquet._changes import ROW_POSITION, _appended_rows, _Changes, _distinct_rows, _prepare
@@ -56,7 +55,7 @@ from partialcow.parquet._rewriter import _Rewriter, _Task
 from partialcow.parquet._screen import screen_columns
 from partialcow.parquet._verify import verify_output
 
-__all__ = ["MERGE_TAIL_ROWS", "ROW_POSITION", "RewriteReport", "rewrite_file", "write_fingerprints"]
+__all__ = ["MERGE_TAIL_ROWS", "ROW_POSITION", "RewriteReport", "rewrite_file"]
 
 # a last row group below this many rows is re-encoded with rows appended after it (see rewrite_file's merge_tail_rows)
 MERGE_TAIL_ROWS = 65_536
@@ -272,41 +271,3 @@ def _full_file_reason(lay: ParquetLayout, changes: _Changes, threshold: float, c
     if total and touched > threshold * total:
         return f"{touched / total:.0%} of the page bytes hold changes (threshold {threshold:.0%})"
     return None
-
-
-def write_fingerprints(path: str | os.PathLike[str], rows: pa.Table, *, skip: Sequence[str] = ()) -> bool:
-    """Give data file ``path``, just written from ``rows`` (all its columns, in its row order), the sidecar of row
-    fingerprints a rewrite leaves (see ``_fingerprints``), over its hashable columns except ``skip`` (the key
-    columns, which a batch never updates). Returns whether a sidecar was written.
-
-    Without it, the first batch of full row images after a first build decodes every column of the touched row
-    groups and hashes every row to find its few real changes; with it, only the changed columns are decoded.
-
-    >>> import pyarrow as pa, tempfile, os
-    >>> from partialcow.parquet.writer import write_table
-    >>> p = os.path.join(tempfile.mkdtemp(), "t.parquet")
-    >>> rows = pa.table({"k": [1, 2], "v": ["a", None]})
-    >>> _ = write_table(rows, p)
-    >>> write_fingerprints(p, rows, skip=["k"]), os.path.exists(os.path.join(os.path.dirname(p), ".t.parquet.pcfp"))
-    (True, True)
-    """
-    from partialcow.parquet._fingerprints import Sidecar, hashable
-
-    path = os.fspath(path)
-    skipped = set(skip)
-    with ParquetLayout(path) as lay:
-        if lay.num_rows != rows.num_rows or not lay.row_groups:
-            return False
-        read_schema = _read_schema(lay)
-        covered = [f for f in read_schema if f.name not in skipped and hashable(f.type)]
-        if not covered:
-            return False
-        try:  # the values as a rewrite sees them: in the types the file's pages decode to
-            values = _appended_rows(lay, read_schema, rows)
-        except InvalidChangeError:
-            return False  # rows that are not the file's: no sidecar (a rewrite then decodes, as without one)
-    sidecar = Sidecar(tuple(f.name for f in covered), tuple(str(f.type) for f in covered), Sidecar.new_seed(),
-                      np.zeros(0, np.uint64), np.zeros(0, np.uint64))
-    sidecar.fp, sidecar.sig = sidecar.marks(sidecar.hashes(values.column))
-    store_sidecar(path, sidecar)
-    return True

@@ -4,9 +4,8 @@ An incremental batch must find its keys in the table; a first build has nothing 
 the incremental pipeline does to locate rows (and its shuffle of every row by key). One Spark job writes it:
 
 1. each task validates its rows (null and NaN keys, op codes, sequence ties), writes them with our Parquet layout
-   into data files of at most ``ROW_GROUP_ROWS`` rows, named after the task, each with its row fingerprints (so the
-   first batch of full row images finds its real changes as cheaply as later ones), and writes each row's key, key
-   hash, file and position (a few bytes per row) to an entry file of its own in the write's scratch folder;
+   into data files of at most ``ROW_GROUP_ROWS`` rows, named after the task, and writes each row's key, key hash,
+   file and position (a few bytes per row) to an entry file of its own in the write's scratch folder;
 2. the entries are grouped by index bucket (from the hash Spark computed on the way in) and sorted by key, on the
    driver with pyarrow, or by a Spark job over the entry files when there are very many: a key that appears twice
    is found there (a batch without a sequence column may not repeat a key) and each bucket file is written.
@@ -37,7 +36,6 @@ from partialcow.faults import checkpoint
 from partialcow.index.bucket_files import key_hash_expr
 from partialcow.index.hashing import SUPPORTED_KEY_TYPES
 from partialcow.metrics import PhaseClock, WriteMetrics
-from partialcow.parquet import write_fingerprints
 from partialcow.parquet.writer import ROW_GROUP_ROWS, conform, open_writer
 from partialcow.spark.decimal_transfer import Decimals, restore_decimals, send_unscaled, unscaled_decimals
 from partialcow.spark.rewrite_job import DELETE
@@ -408,7 +406,6 @@ def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str
     tmp = f"{run}.{attempt}.tmp"  # an attempt's file appears whole or not at all
     entries: Any = None  # the entry file's writer, opened with the first entries
     entry_count = 0
-    key_names = [name for name, value in zip(schema.names, values) if value in key_columns]
 
     def add_entries(rows: pa.Table | pa.RecordBatch, file_ids: np.ndarray, positions: np.ndarray) -> None:
         nonlocal entries, entry_count
@@ -428,11 +425,8 @@ def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str
         table = conform(rows.select(values).rename_columns(schema.names), schema)
         file_id = next_file
         next_file += 1
-        path = os.path.join(data_dir, _file_name(prefix, file_id))
-        with open_writer(path, schema) as writer:
+        with open_writer(os.path.join(data_dir, _file_name(prefix, file_id)), schema) as writer:
             writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
-        # the first batch of full row images then decodes only the columns that change (see partialcow.parquet)
-        write_fingerprints(path, table, skip=key_names)
         done.append({"file_id": file_id, "rows": table.num_rows, "run": None})
         add_entries(rows, np.full(table.num_rows, file_id, np.int32), np.arange(table.num_rows, dtype=np.int64))
         pending, pending_rows = [], 0
