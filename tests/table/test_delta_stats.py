@@ -207,3 +207,27 @@ def test_regression_supplementary_plane_string_stats_are_raw_utf8(tmp_path) -> N
         assert pl.scan_delta(root).filter(pl.col("name") == value).collect()["name"].to_list() == [value], "polars"
         found = QueryBuilder().register("t", table).execute(f"SELECT name FROM t WHERE name = '{value}'").read_all()
         assert pa.table(found)["name"].to_pylist() == [value], "delta-rs DataFusion"
+
+
+def test_regression_a_bound_past_year_9999_is_left_out_not_a_crash(tmp_path) -> None:
+    """The usual "valid until" marker 9999-12-31 23:59:59.999999 rounds up to milliseconds into year 10000: the
+    commit of any file holding it failed with OverflowError. Its max is now left out (unknown to readers); the min
+    and the other columns keep theirs. Dates past 9999 (which Arrow holds) likewise."""
+    end = dt.datetime(9999, 12, 31, 23, 59, 59, 999999)
+    table = pa.table({
+        "id": pa.array([1, 2], pa.int64()),
+        "valid_to": pa.array([dt.datetime(2024, 1, 1), end], pa.timestamp("us")),
+        "until": pa.array([dt.datetime(2024, 1, 1), end], pa.timestamp("us", tz="UTC")),
+        "day": pa.array([0, (dt.date(9999, 12, 31) - dt.date(1970, 1, 1)).days + 1], pa.date32()),
+    })
+    path = tmp_path / "f.parquet"
+    pq.write_table(table, path)
+    schema = {"fields": [{"name": "id", "type": "long", "nullable": True},
+                         {"name": "valid_to", "type": "timestamp_ntz", "nullable": True},
+                         {"name": "until", "type": "timestamp", "nullable": True},
+                         {"name": "day", "type": "date", "nullable": True}]}
+    stats = json.loads(file_stats(pq.ParquetFile(path).metadata, schema, [], {}, "f.parquet", str(tmp_path)))
+    assert stats["maxValues"] == {"id": 2}
+    assert stats["minValues"] == {"id": 1, "valid_to": "2024-01-01T00:00:00.000", "until": "2024-01-01T00:00:00.000Z",
+                                  "day": "1970-01-01"}
+    assert stats["nullCount"] == {"id": 0, "valid_to": 0, "until": 0, "day": 0}

@@ -32,6 +32,11 @@ STATS_STRING_PREFIX = 32
 _INTEGER_TYPES = frozenset({"byte", "short", "integer", "long"})
 _TIME_UNITS = {"milliseconds": 1_000, "microseconds": 1_000_000, "nanoseconds": 1_000_000_000}
 _EPOCH = _dt.datetime(1970, 1, 1)
+# the bounds Python's datetime (years 1 to 9999) can write, as days and milliseconds since the epoch
+_MIN_DAYS = (_dt.date.min - _EPOCH.date()).days
+_MAX_DAYS = (_dt.date.max - _EPOCH.date()).days
+_MIN_MILLIS = (_dt.datetime.min - _EPOCH) // _dt.timedelta(milliseconds=1)
+_MAX_MILLIS = (_dt.datetime.max - _EPOCH) // _dt.timedelta(milliseconds=1)
 
 
 def partition_strings(values: Mapping[str, Any]) -> dict[str, str | None]:
@@ -293,7 +298,9 @@ def _stat_value(dtype: str, chunk: Any, raw: Any, *, upper: bool) -> Any:
         unsigned = logical.get("Type") == "Int" and not logical.get("isSigned", True)
         return int(raw) if physical in ("INT32", "INT64") and not unsigned else None
     if dtype == "date":
-        return _EPOCH.date() + _dt.timedelta(days=int(raw)) if physical == "INT32" else None
+        if physical != "INT32" or not _MIN_DAYS <= int(raw) <= _MAX_DAYS:
+            return None  # a date Python's calendar (years 1-9999), and Delta's stats, cannot write
+        return _EPOCH.date() + _dt.timedelta(days=int(raw))
     if dtype in ("timestamp", "timestamp_ntz"):
         if physical != "INT64" or logical.get("Type") != "Timestamp":
             return None  # INT96 and untyped integers: no trustworthy bound
@@ -301,6 +308,9 @@ def _stat_value(dtype: str, chunk: Any, raw: Any, *, upper: bool) -> Any:
         per_milli = per_second // 1000
         # Delta keeps milliseconds: round the lower bound down and the upper bound up so both stay bounds.
         millis = -(-int(raw) // per_milli) if upper else int(raw) // per_milli
+        if not _MIN_MILLIS <= millis <= _MAX_MILLIS:
+            # 9999-12-31 23:59:59.999999 (a common "valid until" marker) rounds up into year 10000: no bound
+            return None
         return ("ts_utc" if dtype == "timestamp" else "ts_ntz", millis)
     if dtype.startswith("decimal"):
         if logical.get("Type") != "Decimal":
