@@ -88,6 +88,13 @@ VALUES = [
     ("double", "float", 1e300, False),  # but never overflows
     ("double", "float", float("inf"), True), ("double", "float", float("nan"), True),
     ("dec38_10", "double", decimal.Decimal("0.1000000000"), True),
+    # the largest integers round up to 2**(bits-1) and came back clamped to themselves: stored changed
+    ("bigint", "double", 2**63 - 1, False), ("int", "float", 2**31 - 1, False), ("bigint", "float", 2**63 - 1, False),
+    ("bigint", "double", -(2**63), True), ("int", "float", -(2**31), True),
+    ("int", "float", 2**31 - 128, True), ("bigint", "double", 2**63 - 1024, True),  # the largest exact ones
+    # 2**63 passed the cast's overflow check and was clamped to 2**63 - 1
+    ("double", "bigint", 2.0**63, False), ("float", "bigint", 2.0**63, False), ("float", "int", 2.0**31, False),
+    ("double", "bigint", -(2.0**63), True), ("double", "bigint", 2.0**62, True), ("float", "int", -(2.0**31), True),
 ]
 
 

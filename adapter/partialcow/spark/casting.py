@@ -41,6 +41,8 @@ Conversion = Literal["same", "widen", "checked", "refuse"]
 # integer digits a value of each integral type may need
 _INTEGRAL_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 19}
 _INTEGRAL_RANK = {"tinyint": 0, "smallint": 1, "int": 2, "bigint": 3}
+_INTEGRAL_BITS = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
+_MANTISSA_BITS = {"float": 24, "double": 53}
 # integral types every value of which a float (24-bit mantissa) or double (53-bit) represents exactly
 _EXACT_IN = {"float": {"tinyint", "smallint"}, "double": {"tinyint", "smallint", "int"}}
 
@@ -135,6 +137,17 @@ def lossy_value(quoted: str, source: DataType, target: DataType, *, exact: bool)
         return failed | overflow
     # NaN != NaN would flag every NaN; NaN into an integer or decimal already fails the cast
     changed = ~casted.cast(source.simpleString()).eqNullSafe(column)
+    # Casts clamp at the integer range's end, so a round trip can come back to the value it started from:
+    s = _name(source)
+    if s in _INTEGRAL_RANK and t in _MANTISSA_BITS:
+        # the integers above the largest one the float holds below 2**(bits-1) round to it (changed, which the round
+        # trip sees) or up to 2**(bits-1), which casts back clamped to the largest integer (tested on the integer:
+        # Spark's optimizer folds a test of the float against 2**(bits-1) to false)
+        top = _INTEGRAL_BITS[s] - 1
+        changed = changed | (column > F.lit(2**top - 2 ** max(0, top - _MANTISSA_BITS[t])).cast(s))
+    elif t in _INTEGRAL_RANK and s in _MANTISSA_BITS:
+        # 2**(bits-1) passes the cast's overflow test where the largest integer rounds to it, and is clamped
+        changed = changed | (column.cast("double") >= F.lit(float(2 ** (_INTEGRAL_BITS[t] - 1))))
     return failed | (column.isNotNull() & changed)
 
 
