@@ -24,6 +24,7 @@ import pytest
 
 deltalake = pytest.importorskip("deltalake")
 from deltalake import DeltaTable, write_deltalake  # noqa: E402
+from deltalake.schema import Field as DeltaField  # noqa: E402
 
 from partialcow.table.base import FileReplacement, Table  # noqa: E402
 from partialcow.table.delta import STATS_STRING_PREFIX, DeltaRsTable  # noqa: E402
@@ -845,3 +846,18 @@ def test_gives_up_after_max_attempts_and_cleans_up(tmp_path: Path, monkeypatch: 
     assert len(appended) == 3 and not (root / new).exists()
     rows = live_rows(root)
     assert set(rows) == set(range(12)) | set(appended) and rows[0]["name"] != "x"
+
+
+def test_a_rewritten_file_older_than_an_added_column_commits(tmp_path: Path) -> None:
+    """Regression: after the table gained a nullable column (``ALTER TABLE ... ADD COLUMNS``), replacing a file
+    written before it with a copy that keeps the file's columns (what the page engine writes) failed with "new file
+    ... lacks columns"; delta-spark's committer already accepted it. Readers read the column as null."""
+    root = make_table(tmp_path, files=1)
+    DeltaTable(str(root)).alter.add_columns(DeltaField("note", "string", nullable=True))
+    c = DeltaRsTable(str(root))
+    old = file_with_id(c, 2)
+    new = rewrite(root, old, {2: "changed-2"})
+    assert "note" not in pq.read_schema(root / new).names
+    c.replace_files(FileReplacement(base_version=c.current_version(), removed=[old], added=[new]))
+    got = rows_by_id(DeltaTable(str(root)).to_pyarrow_table())
+    assert got[2]["name"] == "changed-2" and got[2]["note"] is None and len(got) == 6

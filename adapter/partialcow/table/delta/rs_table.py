@@ -503,8 +503,10 @@ class DeltaRsTable:
                 f"new file {rel} of Delta table {self._table_uri} is not readable Parquet: {exc}"
             ) from exc
         meta = head.metadata()
+        # a rewritten copy of a file older than a column the table gained keeps the file's columns (as delta-spark's
+        # committer, see spark_table): readers read the missing nullable column as null
         stats = file_stats(metadata, json.loads(head.schema().to_json()), list(meta.partition_columns),
-                           dict(meta.configuration), rel, self._table_uri)
+                           dict(meta.configuration), rel, self._table_uri, missing_nullable_ok=True)
         mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
         return AddAction(
             path=rel,
