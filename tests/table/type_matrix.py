@@ -4,7 +4,8 @@ Rows are a pure function of (row id, generation), so a test states what it chang
 without running the code under test. Timestamps sit where a time zone would show: a wall clock that does not exist
 in America/Los_Angeles (the 2021 spring-forward gap), one that exists twice there (the autumn overlap), before 1970,
 sub-millisecond. No dates before 1582-10-15 or timestamps before 1900: Spark refuses those in Parquet files of
-writers it does not know (calendar rebasing), whoever wrote them. Decimals reach precision 38; strings hold
+writers it does not know (calendar rebasing), such as delta-rs, which the matrix also writes with; the files we write
+say their calendar and read back (``tests/delta_spark/test_delta_ancient_dates.py``). Decimals reach precision 38; strings hold
 supplementary-plane characters and run past Delta's 32-character stats prefix; binary holds zero bytes.
 
 >>> row = make_row(1, 1)

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 __all__ = [
+    "CALENDAR_METADATA",
     "DEFAULT_WRITE_OPTIONS",
     "ROWS_PER_PAGE",
     "ROW_GROUP_ROWS",
@@ -70,6 +71,12 @@ class WriterOptions:
         }
 
 
+# Said in every file we write: its dates and timestamps are in the proleptic Gregorian calendar. Spark reads a file
+# of a writer it does not know with spark.sql.parquet.datetimeRebaseModeInRead (EXCEPTION by default), so a date
+# before 1582-10-15 (or a timestamp before 1900) failed every read of a Delta table holding one; a file that carries
+# a Spark version from 3.0.0 on, without Spark's legacy-calendar key, is read as written, as Spark's own files are.
+CALENDAR_METADATA = {b"org.apache.spark.version": b"3.0.0"}
+
 #: the layout every new data file gets
 WRITER_OPTIONS = WriterOptions()
 DEFAULT_WRITE_OPTIONS: dict[str, Any] = WRITER_OPTIONS.pyarrow_options()
@@ -114,7 +121,7 @@ def write_table(table: pa.Table, path: str | os.PathLike[str], **overrides: Any)
     """
     path = os.fspath(path)
     options = {**DEFAULT_WRITE_OPTIONS, "use_dictionary": dictionary_columns(table.schema), **overrides}
-    pq.write_table(table, path, **options)
+    pq.write_table(table.replace_schema_metadata(_with_calendar(table.schema)), path, **options)
     meta = pq.ParquetFile(path).metadata
     return WrittenFile(path, meta.num_rows, os.path.getsize(path), meta.num_row_groups)
 
@@ -132,7 +139,11 @@ def open_writer(path: str | os.PathLike[str], schema: pa.Schema, **overrides: An
     """
     options = {**DEFAULT_WRITE_OPTIONS, "use_dictionary": dictionary_columns(schema), **overrides}
     options.pop("row_group_size", None)
-    return pq.ParquetWriter(os.fspath(path), schema, **options)
+    return pq.ParquetWriter(os.fspath(path), schema.with_metadata(_with_calendar(schema)), **options)
+
+
+def _with_calendar(schema: pa.Schema) -> dict[bytes, bytes]:
+    return {**(schema.metadata or {}), **CALENDAR_METADATA}
 
 
 def conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
