@@ -179,3 +179,28 @@ class TestBadInputThroughDbt:
         assert sorted(tuple(r) for r in spark.table(relation).collect()) == [(1, "a", 10, 1), (2, "a", 23, 3),
                                                                              (4, "c", 40, 3)]
         assert Path(project.project_root, "target", "run_results.json").exists()
+
+
+@pytest.mark.parametrize("sql, fragments", [
+    ("select 6L k1, 'a' k2, 1099511627776L v, 'n' name, 'U' _op, 5L _ts union all "
+     "select 7L, 'a', 7L, 'n', 'U', 5L", ["bad_feed", "'v'", "1099511627776", "(k1=6, k2='a')"]),
+    ("select 6L k1, 'a' k2, 'six' v, 'n' name, 'U' _op, 5L _ts", ["bad_feed", "'v'", "'six'", "(k1=6, k2='a')"]),
+], ids=["overflow", "not a number"])
+def test_values_the_column_cannot_hold_are_named_with_ansi_on(spark, base_table, sql, fragments):
+    """Regression: with ``spark.sql.ansi.enabled`` (a profile's spark_config; Spark 4's default) the driver path
+    evaluated the conversions with the checks, so a value that does not fit failed the Spark job with
+    CAST_OVERFLOW (no column, no keys) instead of the error the Spark path gives."""
+    from dataclasses import replace
+
+    before = table_state(spark, base_table)
+    spark.conf.set("spark.sql.ansi.enabled", "true")
+    try:
+        with pytest.raises(ChangeFeedError) as info:
+            apply_changes(spark, open_table(spark, base_table, table_format="iceberg"), spark.sql(sql),
+                          replace(SPEC, on_schema_change="ignore"))
+    finally:
+        spark.conf.unset("spark.sql.ansi.enabled")
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    assert table_state(spark, base_table) == before

@@ -460,8 +460,12 @@ def assigned(name: str, plan: dict[str, tuple[str, DataType, DataType]], spec: C
 
     column = F.col(quote_identifier(name))
     kind, _, target = plan.get(name, ("same", batch_type, batch_type))
-    if kind in ("widen", "checked"):
+    if kind == "widen":
         column = column.cast(target)
+    elif kind == "checked":
+        # the value of a row that passed the checks; evaluated with them on the driver path, where a plain cast
+        # would fail the query under spark.sql.ansi.enabled before the checks name the column and keys
+        column = F.expr(f"try_cast({quote_identifier(name)} as {target.simpleString()})")
     if name in spec.key_columns:
         column = zero_normalized(column, target)
     return column.alias(name)
