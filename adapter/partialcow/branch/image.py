@@ -75,6 +75,7 @@ from partialcow.branch.types import (
 )
 from partialcow.exceptions import BranchError
 from partialcow.spark.rewrite_job import DELETE, FILE, POS
+from partialcow.spark.tables import iceberg_file_schema
 from partialcow.table.java import jvm as java_gateway
 
 if TYPE_CHECKING:
@@ -471,7 +472,8 @@ def _build(spark: SparkSession, table: Any, *, branch: str, start: int, changed:
         if mode == COPY_ON_WRITE:
             key_names = {k.lower() for k in keys}
             results = rewrite_in_place(spark, table, changed, fork=start, stage=stage, marks=marks,
-                                        update_columns=[c for c in root_columns if c.lower() not in key_names])
+                                        update_columns=[c for c in root_columns if c.lower() not in key_names],
+                                        table_schema=iceberg_file_schema(spark, root))
         rewritten = [r["src"] for r in results]
         in_place = F.col(FILE).isin(rewritten) if rewritten else F.lit(False)
         positions = [

@@ -108,8 +108,9 @@ def marked(update: Any, marks: dict[str, str]) -> Any:
 
 
 def rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: int, stage: str,
-                     marks: dict[str, str], update_columns: Sequence[str]) -> list[Any]:
-    """Rewrite the data files ``changed`` touches (those that can be) and commit them to ``stage``; one result row
+                     marks: dict[str, str], update_columns: Sequence[str], table_schema: pa.Schema) -> list[Any]:
+    """Rewrite the data files ``changed`` touches (those that can be: see ``rewrite_files_in_place``, given
+    ``table_schema``, the Arrow schema of the root table's new files) and commit them to ``stage``; one result row
     per file (``src``, ``dst``, rows and pages counts)."""
     # As for a model's batch (partialcow.spark.small_batch): changed rows that fit the driver are collected as Arrow
     # and the files rewritten here, without a Python worker (a fresh dbt process has none warm) or a second job.
@@ -129,7 +130,8 @@ def rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: int
     files = {p: f for p, (f, has_deletes) in fork_files(table, fork, touched).items() if not has_deletes}
     if not files:
         return []
-    job = partial(rewrite_files_in_place, rewritable=frozenset(files), update_columns=tuple(update_columns))
+    job = partial(rewrite_files_in_place, rewritable=frozenset(files), update_columns=tuple(update_columns),
+                  table_schema=table_schema)
     results: list[Any]
     if rows is not None:
         threads = max(1, spark.sparkContext.defaultParallelism)

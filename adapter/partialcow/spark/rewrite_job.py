@@ -525,25 +525,41 @@ _IN_PLACE_ARROW = pa.schema([
 
 
 def rewrite_files_in_place(
-    batches: Iterator[pa.RecordBatch], *, rewritable: frozenset[str], update_columns: Sequence[str], threads: int = 1
+    batches: Iterator[pa.RecordBatch], *, rewritable: frozenset[str], update_columns: Sequence[str], threads: int = 1,
+    table_schema: pa.Schema | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` over changed rows (``_pcow_file``, ``_pcow_pos``, ``_pcow_delete``, values) routed by file:
     rewrite each file of ``rewritable`` they touch with the page engine, one result row per new file.
 
-    A file that lacks one of ``update_columns`` (the table gained it later) is left alone: no result row, so the
-    caller hides its changed rows another way.
+    A file that may not hold the new values of ``update_columns`` is left alone: no result row, so the caller hides
+    its changed rows another way. That is a file lacking one (the table gained it later; by Parquet field id against
+    ``table_schema``, the schema new files get, where known: a column dropped and added again is another column), or
+    storing one in a narrower type or as required (the table promoted or relaxed it since).
     """
     batch_list = list(batches)
     if not batch_list:
         return
     rows = pa.Table.from_batches(batch_list)
     for src in pc.unique(rows[FILE]).to_pylist():
-        if src not in rewritable or not set(update_columns) <= set(pq.read_schema(_local(src)).names):
+        if src not in rewritable or not _takes_values(pq.read_schema(_local(src)), table_schema, update_columns):
             continue
         report = rewrite_changed_file(src, rows.filter(pc.equal(rows[FILE], src)), update_columns=update_columns,
                                       threads=threads)
         yield pa.RecordBatch.from_pylist([{field.name: report[field.name] for field in _IN_PLACE_ARROW}],
                                          schema=_IN_PLACE_ARROW)
+
+
+def _takes_values(written: pa.Schema, table: pa.Schema | None, columns: Sequence[str]) -> bool:
+    """Whether a file of schema ``written`` holds every table column of ``columns`` as the table types it (``table``;
+    None: by name only), so that any new value of theirs can be patched into its pages."""
+    for column in columns:
+        if not holds_column(written, table, column):
+            return False
+        if table is not None and column in table.names:
+            field, wanted = written.field(column), table.field(column)
+            if constrains(field.type, wanted.type) or (wanted.nullable and not field.nullable):
+                return False
+    return True
 
 
 def _repeated_keys(rows: pa.Table, key_columns: Sequence[str]) -> pa.Table:

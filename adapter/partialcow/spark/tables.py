@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
     from partialcow.spark.journal import WriteLease
 
-__all__ = ["LakehouseTable", "delta_root", "delta_spark_schema", "local_path", "open_table", "require_session_format"]
+__all__ = ["LakehouseTable", "delta_root", "delta_spark_schema", "iceberg_file_schema", "local_path", "open_table",
+           "require_session_format"]
 
 def local_path(uri: str) -> str:
     """The local file system path of a ``file:`` URI or plain path (the embedded warehouse is local).
@@ -120,16 +121,24 @@ class LakehouseTable:
         """The Arrow schema new data files are written with (Iceberg: with the table's Parquet field ids)."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        schema = to_arrow_schema(spark_schema)
         if self.table_format != "iceberg":
-            return schema
-        columns = {f["name"]: f for f in _iceberg_schema(self.spark, self.name)["fields"]}
-        fields = []
-        for field in schema:
-            if field.name not in columns:
-                raise ConfigurationError(f"Iceberg table {self.name} has no column {field.name!r}")
-            fields.append(with_iceberg_field_ids(field, columns[field.name]["id"], columns[field.name]["type"]))
-        return pa.schema(fields)
+            return to_arrow_schema(spark_schema)
+        return iceberg_file_schema(self.spark, self.name, spark_schema)
+
+
+def iceberg_file_schema(spark: SparkSession, name: str, spark_schema: Any = None) -> pa.Schema:
+    """The Arrow schema of Iceberg table ``name``'s new data files, with its Parquet field ids, for the columns of
+    ``spark_schema`` (default: the table's)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(spark.table(name).schema if spark_schema is None else spark_schema)
+    columns = {f["name"]: f for f in _iceberg_schema(spark, name)["fields"]}
+    fields = []
+    for field in schema:
+        if field.name not in columns:
+            raise ConfigurationError(f"Iceberg table {name} has no column {field.name!r}")
+        fields.append(with_iceberg_field_ids(field, columns[field.name]["id"], columns[field.name]["type"]))
+    return pa.schema(fields)
 
 
 def iceberg_referenced(spark: SparkSession, name: str) -> set[str]:
