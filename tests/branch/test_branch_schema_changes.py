@@ -62,3 +62,63 @@ def test_a_column_dropped_and_added_again_on_main(spark, meta):
     _build(spark, meta, dev, "id bigint, status string")
     assert _rows(spark, f"{meta}__br_dev.items") == dev
     drop_branch(spark, name="dev", meta_schema=meta)
+
+
+def test_a_refresh_after_main_lost_a_column_keeps_the_branch_readable(spark, meta):
+    """Regression: main rebuilt the model without column ``b``; ``refresh_branch`` dropped the branch's image and its
+    relation, then failed to create the view (``p.b`` unresolved): the model was gone from the branch and ``ref()``
+    read main's table. The refresh now refuses with the reason, before anything changes."""
+    from partialcow.branch import refresh_branch
+    from partialcow.exceptions import BranchError
+
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, a string, b string) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'a1', 'b1'), (2, 'a2', 'b2')")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    dev = {1: (1, "dev", "b1"), 2: (2, "a2", "b2")}
+    _build(spark, meta, dev, "id bigint, a string, b string")
+    spark.sql(f"CREATE OR REPLACE TABLE {root} USING iceberg AS SELECT id, a FROM {root}")
+    with pytest.raises(BranchError, match=r"(?s)items.*dev.*b"):
+        refresh_branch(spark, name="dev", meta_schema=meta)
+    assert _rows(spark, f"{meta}__br_dev.items") == dev
+    _build(spark, meta, {1: (1, "dev2"), 2: (2, "a2")}, "id bigint, a string")  # a rebuild on the branch mends it
+    assert _rows(spark, f"{meta}__br_dev.items") == {1: (1, "dev2"), 2: (2, "a2")}
+    drop_branch(spark, name="dev", meta_schema=meta)
+
+
+def test_an_image_that_cannot_be_built_leaves_the_view_over_the_parent(spark, meta, monkeypatch):
+    """Whatever makes an image build fail, the build publishes the view that joins the overlay with the live parent
+    (the same rows) instead of leaving the model without a relation on the branch."""
+    from partialcow.branch import overlay
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("image writer broke")
+
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, name string) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'a'), (2, 'b')")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    monkeypatch.setattr(overlay, "refresh_image", broken)
+    dev = {1: (1, "dev"), 2: (2, "b"), 3: (3, "new")}
+    _build(spark, meta, dev, "id bigint, name string")
+    assert _rows(spark, f"{meta}__br_dev.items") == dev
+    assert "LEFT ANTI JOIN" in spark.sql(f"SHOW CREATE TABLE {meta}__br_dev.items").collect()[0][0]
+    assert {r["name"] for r in spark.sql(f"SELECT name FROM {root}.refs").collect()} == {"main"}
+    drop_branch(spark, name="dev", meta_schema=meta)
+
+
+def test_dropping_a_branch_whose_model_lost_its_relation_removes_its_image_ref(spark, meta):
+    """Regression: ``drop_branch`` found models by their reader relation, so a model whose relation was gone (dropped
+    by hand, or by a failed build before this fix) kept its image ref on the root table for good, which holds old
+    snapshots and files past ``expire_snapshots``."""
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, name string) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'a'), (2, 'b')")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    _build(spark, meta, {1: (1, "dev"), 2: (2, "b")}, "id bigint, name string")
+    refs = lambda: {r["name"] for r in spark.sql(f"SELECT name FROM {root}.refs").collect()}  # noqa: E731
+    assert refs() == {"main", "partialcow_dev"}
+    spark.sql(f"DROP TABLE {meta}__br_dev.items")  # the image table: unregistered, its files are the root's
+    drop_branch(spark, name="dev", meta_schema=meta)
+    assert refs() == {"main"}
+    assert not spark.catalog.databaseExists(f"{meta}__br_dev")

@@ -16,6 +16,7 @@ from partialcow.branch.naming import (
     SEQ_COLUMN,
     base_schema_of,
     full_table,
+    model_of_overlay,
     overlay_schema,
     overlay_table,
     qualified,
@@ -38,7 +39,6 @@ __all__ = [
 
 _PROP_KEYS = "partialcow.branch.key_columns"
 _PROP_MODE = "partialcow.branch.mode"
-_OVERLAY_SUFFIX = "__pcow_overlay"
 
 
 def distinct_models(models: Sequence[Sequence[str]]) -> list[tuple[str, str]]:
@@ -128,8 +128,9 @@ def branch_models(spark: SparkSession, branch: str, base_schemas: Sequence[str])
     for base_schema in sorted(set(base_schemas)):
         database = overlay_schema(base_schema, branch)
         for table in sorted(list_tables(spark, database)):  # none when the schema does not exist
-            if table.endswith(_OVERLAY_SUFFIX):
-                info = overlay_info(spark, database, table[: -len(_OVERLAY_SUFFIX)])
+            model = model_of_overlay(table)
+            if model is not None:
+                info = overlay_info(spark, database, model)
                 if info is not None:
                     found.append(info)
     return found

@@ -23,8 +23,8 @@ from partialcow.branch.naming import (
     OP_UPSERT,
     base_schema_of,
     full_table,
+    model_of_overlay,
     overlay_schema,
-    overlay_table,
     qualified,
     quote,
     validate_branch_name,
@@ -170,9 +170,11 @@ def drop_branch(
     for schema in schemas:
         tables = spark.catalog.listTables(schema)
         names = {t.name for t in tables}
-        models = sorted(n for n in names if overlay_table(n) in names)
+        # by their overlays: a model whose reader relation is missing still has an image ref on the root table
+        models = sorted({m for n in names if (m := model_of_overlay(n)) is not None})
         for identifier in models:  # what readers query first (views read the tables; image tables the image)
-            drop_reader_relation(spark, schema, identifier)
+            if identifier in names:
+                drop_reader_relation(spark, schema, identifier)
             drop_image(spark, base_schema_of(schema), identifier, name)  # the image ref on the root table
         for table in sorted(tables, key=lambda t: t.tableType != "VIEW"):
             if table.isTemporary or table.name in models:

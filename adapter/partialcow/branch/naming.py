@@ -25,10 +25,12 @@ __all__ = [
     "OP_COLUMN",
     "OP_DELETE",
     "OP_UPSERT",
+    "OVERLAY_SUFFIX",
     "SEQ_COLUMN",
     "base_image_table",
     "base_schema_of",
     "full_table",
+    "model_of_overlay",
     "overlay_schema",
     "overlay_table",
     "qualified",
@@ -103,13 +105,26 @@ def base_schema_of(schema: str) -> str:
     return match.group("base") if match else schema
 
 
+OVERLAY_SUFFIX = "__pcow_overlay"
+
+
 def overlay_table(identifier: str) -> str:
     """Name of the overlay table of model ``identifier`` (inside the overlay schema).
 
     >>> overlay_table("orders")
     'orders__pcow_overlay'
     """
-    return f"{_identifier(identifier, 'model')}__pcow_overlay"
+    return f"{_identifier(identifier, 'model')}{OVERLAY_SUFFIX}"
+
+
+def model_of_overlay(table: str) -> str | None:
+    """The model whose overlay table ``table`` is, None for another table.
+
+    >>> model_of_overlay("orders__pcow_overlay"), model_of_overlay("orders")
+    ('orders', None)
+    """
+    return table[: -len(OVERLAY_SUFFIX)] if table.endswith(OVERLAY_SUFFIX) and len(table) > len(OVERLAY_SUFFIX) \
+        else None
 
 
 def full_table(identifier: str) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import operator
 import time
 from collections.abc import Sequence
@@ -55,6 +56,8 @@ from partialcow.branch.naming import (
 from partialcow.branch.store import BranchStore
 from partialcow.branch.types import OverlayInfo, OverlayMode
 from partialcow.exceptions import BranchError, RepeatedKeysError
+
+_LOG = logging.getLogger("partialcow")
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -312,12 +315,24 @@ def create_branch_view(spark: SparkSession, *, store: BranchStore, branch: str, 
     parent = None if above is None else (overlay_schema(base_schema, above), identifier)
     materialized = table_exists(spark, schema, full_table(identifier))
     source, image = None, None
+    if not materialized and parent is not None:
+        # before anything is dropped: a parent that lost one of the model's columns cannot be read through, and the
+        # branch keeps showing what it shows until the model is built on it again (ref() must never fall back to
+        # the parent's table while the overlay holds the branch's changes)
+        _require_readable(spark, view_sql(info, parent, materialized=False), branch, f"{base_schema}.{identifier}",
+                          ".".join(parent))
     # parent is None exactly when above is: testing both narrows both names for the type checker
     if materialized or parent is None or above is None:
         drop_image(spark, base_schema, identifier, branch)
     else:
-        image = refresh_image(spark, info=info, branch=branch, parent_level=above, base_schema=base_schema,
-                              identifier=identifier, mode=branches[branch].image_mode)
+        try:
+            image = refresh_image(spark, info=info, branch=branch, parent_level=above, base_schema=base_schema,
+                                  identifier=identifier, mode=branches[branch].image_mode)
+        except Exception as exc:  # noqa: BLE001 - the view over the live parent shows the same rows, only slower
+            _LOG.warning("model %s.%s on branch %s: its image was not built (%s); it is read through the view over "
+                         "its parent, and the next build tries again", base_schema, identifier, branch,
+                         str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            drop_image(spark, base_schema, identifier, branch)
         if image is not None:
             root_columns = [c.lower() for c in spark.table(qualified(base_schema, identifier)).columns]
             if root_columns == [c.lower() for c in info.columns]:
@@ -335,6 +350,21 @@ def create_branch_view(spark: SparkSession, *, store: BranchStore, branch: str, 
         f"{view_sql(info, parent, materialized=materialized, source=source)}"
     )
     return image
+
+
+def _require_readable(spark: SparkSession, sql: str, branch: str, model: str, parent: str) -> None:
+    """Raise ``BranchError`` when ``sql``, the model's view over its parent, does not analyse (no job runs)."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        spark.sql(sql).schema  # noqa: B018 - analysis is the check
+    except AnalysisException as exc:
+        reason = str(exc).strip().splitlines()[0]
+        raise BranchError(
+            f"model {model} on branch {branch} cannot be read over its parent {parent} as it is now ({reason}); "
+            "the branch still shows what it showed. Build the model on the branch again (its columns changed on "
+            "the parent)"
+        ) from None
 
 
 def refresh_descendant_views(
