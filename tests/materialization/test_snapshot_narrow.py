@@ -81,7 +81,8 @@ def test_candidates_are_the_records_dbt_can_change(spark, tables, strategy):
     plan, why = plan_narrowing(strategy_name=strategy_name, unique_key="id", check_cols=check_cols,
                                source_columns=source.columns,
                                source_types=[t for _, t in source.dtypes], target_columns=target_columns,
-                               meta_columns=META, updated_at="upd", valid_to_current=None)
+                               meta_columns=META, updated_at="upd", valid_to_current=None,
+                               hard_deletes="new_record")
     assert plan is not None, why
     want = {key for key, case in enumerate(CASES) if case[column]} | {None}
     names = {key: case[0] for key, case in enumerate(CASES)}
@@ -187,3 +188,23 @@ def test_nested_values_are_compared_whole(spark, schema):
         assert plan is not None, why
         got = {r[0] for r in spark.sql(candidate_keys_sql(plan, source_sql, f"{schema}.narrow_nested")).collect()}
         assert got == {key for key, case in enumerate(NESTED_CASES) if case[3]}, check_cols
+
+
+@pytest.mark.parametrize(("hard_deletes", "want"), [("ignore", set()), ("invalidate", {2, 3}), ("new_record", {2, 4})])
+def test_records_gone_from_the_source_are_candidates_only_where_dbt_acts_on_them(spark, schema, hard_deletes, want):
+    """Regression (a candidate set that only grew): with ``hard_deletes='ignore'`` dbt does nothing for a record
+    the source no longer has, and with ``'new_record'`` nothing for one whose current version already records its
+    deletion; every such record was a candidate on every run (read, pinned and fed to dbt's query). Keys: 1 the same
+    on both sides; 2 gone from the source; 3 gone, its current version a deletion record; 4 back in the source after
+    its deletion."""
+    spark.sql(f"create or replace table {schema}.narrow_hd using iceberg as select * from values "
+              "(1L, 'a', 'False', cast(null as timestamp)), (2L, 'b', 'False', null), (3L, 'c', 'True', null), "
+              "(4L, 'd', 'True', null) as t(id, v, dbt_is_deleted, dbt_valid_to)")
+    source_sql = "select * from values (1L, 'a'), (4L, 'd') as t(id, v)"
+    plan, why = plan_narrowing(strategy_name="check", unique_key="id", check_cols=["v"], source_columns=["id", "v"],
+                               source_types=["bigint", "string"],
+                               target_columns=["id", "v", "dbt_is_deleted", "dbt_valid_to"], meta_columns=META,
+                               updated_at=None, valid_to_current=None, hard_deletes=hard_deletes)
+    assert plan is not None, why
+    got = {r[0] for r in spark.sql(candidate_keys_sql(plan, source_sql, f"{schema}.narrow_hd")).collect()}
+    assert got == want

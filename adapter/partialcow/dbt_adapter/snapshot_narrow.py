@@ -6,16 +6,18 @@ change. So one narrow join runs first, each side contributing its key and only w
 ``check`` with named ``check_cols`` those columns, ``check_cols='all'`` a 96-bit fingerprint of every primitive column
 and the array and struct columns themselves (Spark's hashes skip NULL elements and fields and leave an array's length
 out: ``[1, NULL]``, ``[NULL, 1]`` and ``[1]`` hash alike), ``timestamp`` the source's ``updated_at`` and the snapshot's
-``dbt_valid_from`` (plus the deletion flag of ``hard_deletes='new_record'``). A record is a *candidate* when it is on
-one side only, when its checked values differ (NULL against NULL is no change, as in dbt's test), when dbt's
-``timestamp`` test says it changed, or when its current version is a deletion record. The candidates' rows are read once
-into memory, and dbt's own staging query then runs unchanged over them.
+``dbt_valid_from`` (plus the deletion flag of ``hard_deletes='new_record'``). A record is a *candidate* when it is new
+in the source; when it is gone from the source and dbt acts on that (``hard_deletes`` ``invalidate``, or ``new_record``
+while its current version does not record the deletion yet); when its checked values differ (NULL against NULL is no
+change, as in dbt's test) or dbt's ``timestamp`` test says it changed; or, under ``new_record``, when it is back in
+the source after its deletion. The candidates' rows are read once into memory, and dbt's own staging query then runs
+unchanged over them.
 
 Why that gives dbt's answer: for a record outside the candidates, ``row_changed`` is false (it tests nothing else),
-the record is on both sides (no insertion, no hard delete), and it is no deletion record: dbt's query yields nothing
-for it either way. Every row of a candidate record reaches dbt's query, as do rows with a NULL key part, which never
-join in dbt's query. Equal fingerprints of different values would need a collision of xxhash64 and murmur3 at once
-(different fingerprints of equal values, -0.0, only add candidates).
+it is not new (no insertion), dbt leaves its absence from the source alone, and it is no deletion record back in the
+source: dbt's query yields nothing for it either way. Every row of a candidate record reaches dbt's query, as do
+rows with a NULL key part, which never join in dbt's query. Equal fingerprints of different values would need a
+collision of xxhash64 and murmur3 at once (different fingerprints of equal values, -0.0, only add candidates).
 
 It does not narrow where that reasoning does not hold: other strategies, a source column the snapshot lacks (dbt's
 ``check_cols='all'`` then treats every row as changed), checked columns Spark cannot compare (maps), ``check_cols``
@@ -60,6 +62,8 @@ class NarrowPlan:
     valid_from: str | None = None
     # hard_deletes='new_record': the snapshot's dbt_is_deleted column, when the snapshot has it
     is_deleted: str | None = None
+    # what dbt does with a record the source no longer has: ignore, invalidate or new_record
+    hard_deletes: str = "invalidate"
 
     @property
     def key_names(self) -> tuple[str, ...]:
@@ -69,9 +73,10 @@ class NarrowPlan:
 def plan_narrowing(*, strategy_name: str, unique_key: str | Sequence[str], check_cols: str | Sequence[str] | None,
                    source_columns: Sequence[str], source_types: Sequence[str], target_columns: Sequence[str],
                    meta_columns: dict[str, str], updated_at: str | None, valid_to_current: str | None,
-                   target_types: Sequence[str] | None = None) -> tuple[NarrowPlan | None, str]:
+                   target_types: Sequence[str] | None = None, hard_deletes: str = "invalidate",
+                   ) -> tuple[NarrowPlan | None, str]:
     """The plan, or ``None`` and why the run is not narrowed. ``target_types``: the snapshot's column types, in
-    ``target_columns``' order (``DataFrame.dtypes``'s spelling).
+    ``target_columns``' order (``DataFrame.dtypes``'s spelling); ``hard_deletes``: the snapshot's setting.
 
     >>> plan, why = plan_narrowing(strategy_name="check", unique_key="id", check_cols=["v"],
     ...     source_columns=["id", "v"], source_types=["bigint", "string"], target_columns=["id", "v", "dbt_valid_to"],
@@ -130,7 +135,9 @@ def plan_narrowing(*, strategy_name: str, unique_key: str | Sequence[str], check
         fingerprinted=fingerprinted,
         updated_at=updated_at if timestamp else None,
         valid_from=quote_identifier(meta_columns["dbt_valid_from"]) if timestamp else None,
-        is_deleted=quote_identifier(is_deleted) if is_deleted and is_deleted in target_columns else None,
+        is_deleted=quote_identifier(is_deleted) if is_deleted and is_deleted in target_columns
+        and hard_deletes == "new_record" else None,
+        hard_deletes=hard_deletes,
     ), ""
 
 
@@ -216,17 +223,24 @@ def candidate_keys_sql(plan: NarrowPlan, source_sql: str, target: str, *, shuffl
     full outer join (select id as __pcow_k0, `v` as __pcow_c0, true as __pcow_m
       from s.snap where `dbt_valid_to` is null) t
     on s.__pcow_k0 = t.__pcow_k0
-    where s.__pcow_m is null or t.__pcow_m is null or not (s.__pcow_c0 <=> t.__pcow_c0)
-    """
+    where t.__pcow_m is null or s.__pcow_m is null or (s.__pcow_m and t.__pcow_m and (not (s.__pcow_c0 <=> t.__pcow_c0)))
+    """  # noqa: E501 - a doctest line cannot wrap
     source_extra = _side(plan) + (f", {plan.updated_at} as __pcow_upd" if plan.updated_at else "")
-    changed = ["s.__pcow_m is null", "t.__pcow_m is null"]
-    changed += [f"not (s.__pcow_c{i} <=> t.__pcow_c{i})" for i in range(len(plan.compared))]
+    # on both sides, by dbt's row_changed
+    differ = [f"not (s.__pcow_c{i} <=> t.__pcow_c{i})" for i in range(len(plan.compared))]
     if plan.fingerprinted:
-        changed += ["s.__pcow_h1 <> t.__pcow_h1", "s.__pcow_h2 <> t.__pcow_h2"]
+        differ += ["s.__pcow_h1 <> t.__pcow_h1", "s.__pcow_h2 <> t.__pcow_h2"]
     if plan.updated_at:
-        changed.append("t.__pcow_vf < s.__pcow_upd")  # dbt's timestamp row_changed, as dbt writes it
+        differ.append("t.__pcow_vf < s.__pcow_upd")  # dbt's timestamp row_changed, as dbt writes it
+    changed = ["t.__pcow_m is null"]  # new in the source
+    # gone from the source: dbt acts on it under invalidate, and under new_record unless its current version already
+    # records the deletion; never under ignore
+    if plan.hard_deletes != "ignore":
+        changed.append("(s.__pcow_m is null and not t.__pcow_del)" if plan.is_deleted else "s.__pcow_m is null")
+    if differ:
+        changed.append(f"(s.__pcow_m and t.__pcow_m and ({' or '.join(differ)}))")
     if plan.is_deleted:
-        changed.append("t.__pcow_del")
+        changed.append("(s.__pcow_m and t.__pcow_del)")  # back in the source after its deletion
     coalesced = ", ".join(f"coalesce(s.{k}, t.{k}) as {k}" for k in plan.key_names)
     on = " and ".join(f"s.{k} = t.{k}" for k in plan.key_names)
     hint = "/*+ SHUFFLE_HASH(t) */ " if shuffle_hash else ""

@@ -134,7 +134,8 @@ class SnapshotMixin(metaclass=AdapterMeta):
             source_columns=source.columns, source_types=[t for _, t in source.dtypes], target_columns=target_columns,
             target_types=[t for _, t in table_frame.dtypes],
             meta_columns=dict(columns), updated_at=strategy.get("updated_at"),
-            valid_to_current=config.get("dbt_valid_to_current"))
+            valid_to_current=config.get("dbt_valid_to_current"), hard_deletes=strategy.get("hard_deletes") or (
+                "invalidate" if strategy.get("invalidate_hard_deletes") else "ignore"))
         if plan is None:
             _LOGGER.info(f"snapshot {name}: dbt's staging query reads every record ({why})")
             return False
