@@ -122,3 +122,18 @@ def test_dropping_a_branch_whose_model_lost_its_relation_removes_its_image_ref(s
     drop_branch(spark, name="dev", meta_schema=meta)
     assert refs() == {"main"}
     assert not spark.catalog.databaseExists(f"{meta}__br_dev")
+
+
+def test_a_column_name_with_a_dot_gets_an_image(spark, meta):
+    """Regression: the image's appended rows were selected by bare column names, so a column named ``a.b`` was read
+    as field ``b`` of a struct ``a`` and the image build failed."""
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, `a.b` string) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'x'), (2, 'y')")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    frame = spark.createDataFrame([(1, "dev"), (2, "y"), (3, "new")], "id bigint, `a.b` string")
+    summary = build_model(spark, frame, branch="dev", base_schema=meta, identifier="items", key_columns=["id"],
+                          meta_schema=meta)
+    assert summary.image is not None
+    assert _rows(spark, f"{meta}__br_dev.items") == {1: (1, "dev"), 2: (2, "y"), 3: (3, "new")}
+    drop_branch(spark, name="dev", meta_schema=meta)

@@ -488,7 +488,7 @@ def _build(spark: SparkSession, table: Any, *, branch: str, start: int, changed:
         spark.catalog.refreshTable(root)
         if rewritten:
             upserts = key_join(upserts, changed.filter(in_place & ~F.col(DELETE)), keys, "left_anti")
-        upserts = upserts.select(*root_columns)
+        upserts = upserts.select(*[quote(c) for c in root_columns])
         # An overlay that only changes rows the fork has (a batch of updates) appends nothing: a quick look for one
         # row costs less than an INSERT job that writes none.
         if not upserts.isEmpty():
