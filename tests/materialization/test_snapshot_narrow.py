@@ -208,3 +208,19 @@ def test_records_gone_from_the_source_are_candidates_only_where_dbt_acts_on_them
     assert plan is not None, why
     got = {r[0] for r in spark.sql(candidate_keys_sql(plan, source_sql, f"{schema}.narrow_hd")).collect()}
     assert got == want
+
+
+def test_an_integer_column_widened_in_the_source_changes_no_fingerprint(spark, schema):
+    """Regression: with ``check_cols='all'``, a snapshot column ``int`` against the source's ``bigint`` (widened,
+    values unchanged) made every record a candidate on every run: Spark hashes an int and a bigint apart."""
+    spark.sql(f"create or replace table {schema}.narrow_int using iceberg as select * from values "
+              "(1L, 10, 'a', cast(null as timestamp)), (2L, 20, 'b', null) as t(id, v, w, dbt_valid_to)")
+    source_sql = "select * from values (1L, 10L, 'a'), (2L, 21L, 'b') as t(id, v, w)"
+    plan, why = plan_narrowing(strategy_name="check", unique_key="id", check_cols="all",
+                               source_columns=["id", "v", "w"], source_types=["bigint", "bigint", "string"],
+                               target_columns=["id", "v", "w", "dbt_valid_to"],
+                               target_types=["bigint", "int", "string", "timestamp"], meta_columns=META,
+                               updated_at=None, valid_to_current=None)
+    assert plan is not None, why
+    got = {r[0] for r in spark.sql(candidate_keys_sql(plan, source_sql, f"{schema}.narrow_int")).collect()}
+    assert got == {2}

@@ -64,6 +64,8 @@ class NarrowPlan:
     is_deleted: str | None = None
     # what dbt does with a record the source no longer has: ignore, invalidate or new_record
     hard_deletes: str = "invalidate"
+    # fingerprinted integer columns, hashed as bigint: Spark hashes an int and a bigint of one value apart
+    integral: tuple[str, ...] = ()
 
     @property
     def key_names(self) -> tuple[str, ...]:
@@ -138,6 +140,7 @@ def plan_narrowing(*, strategy_name: str, unique_key: str | Sequence[str], check
         is_deleted=quote_identifier(is_deleted) if is_deleted and is_deleted in target_columns
         and hard_deletes == "new_record" else None,
         hard_deletes=hard_deletes,
+        integral=tuple(c for c in fingerprinted if types[c].lower() in _INTEGRAL),
     ), ""
 
 
@@ -176,7 +179,9 @@ def _side(plan: NarrowPlan) -> str:
         # a NULL argument is skipped by Spark's hashes: each value travels with its null flag, so (NULL, 1) and
         # (1, NULL) differ. Only primitive columns are hashed: the same skipping inside an array or a struct cannot
         # be flagged from here (plan_narrowing compares those by value)
-        args = ", ".join(f"{quote_identifier(c)}, isnull({quote_identifier(c)})" for c in plan.fingerprinted)
+        hashed = [(f"cast({quote_identifier(c)} as bigint)" if c in plan.integral else quote_identifier(c), c)
+                  for c in plan.fingerprinted]
+        args = ", ".join(f"{value}, isnull({quote_identifier(c)})" for value, c in hashed)
         parts += [f"xxhash64({args}) as __pcow_h1", f"hash({args}) as __pcow_h2"]
     return "".join(f", {p}" for p in parts)
 
