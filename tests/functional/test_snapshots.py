@@ -187,3 +187,35 @@ class TestSnapshotTableSettings:
         assert "snapshot_write='partial_cow' cannot honour partition_by" in out
         tables = [r[1] for r in project.run_sql(f"show tables in {project.test_schema}", fetch="all")]
         assert "snap_partitioned" not in tables
+
+
+SAME_UPDATED_AT_SNAPSHOT = """
+{% snapshot snap_same_upd %}
+{{ config(unique_key='id', strategy='check', check_cols=['value'], updated_at='updated_at',
+          target_schema=schema) }}
+select * from {{ target.schema }}.src_same_upd
+{% endsnapshot %}
+"""
+
+
+class TestSnapshotOfACheckedChangeWithTheSameUpdatedAt:
+    @pytest.fixture(scope="class")
+    def snapshots(self):
+        return {"snap_same_upd.sql": SAME_UPDATED_AT_SNAPSHOT}
+
+    def test_the_run_is_refused_and_the_record_keeps_its_version(self, project):
+        """Regression: with the check strategy and an ``updated_at`` column, a record whose checked value changed
+        while its updated_at did not was staged as an update and an insert with one dbt_scd_id; the insert was
+        dropped as an existing version and the update closed the record's only current version, silently (dbt-spark's
+        Iceberg MERGE fails on the same input)."""
+        schema = project.test_schema
+        project.run_sql(f"create table {schema}.src_same_upd using iceberg as select * from values "
+                        "(1, 'a', timestamp'2026-01-01 00:00:00'), (2, 'b', timestamp'2026-01-01 00:00:00') "
+                        "as t(id, value, updated_at)")
+        run_dbt(["snapshot"])
+        project.run_sql(f"update {schema}.src_same_upd set value = 'changed' where id = 1")
+        results = run_dbt(["snapshot"], expect_pass=False)
+        message = results.results[0].message
+        assert "snap_same_upd" in message and "id=1" in message and "updated_at" in message, message
+        rows = project.run_sql(f"select id, value, dbt_valid_to from {schema}.snap_same_upd order by id", fetch="all")
+        assert [(r[0], r[1], r[2]) for r in rows] == [(1, "a", None), (2, "b", None)]

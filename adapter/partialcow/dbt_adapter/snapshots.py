@@ -211,6 +211,7 @@ class SnapshotMixin(metaclass=AdapterMeta):
             batch = staged.select(*[_as_stored(staged, field, columns) for field in table_schema
                                     if field.name in staged.columns], quote_identifier(CHANGE_TYPE))
             if not _scd_ids_are_new(strategy):
+                _refuse_reused_ids(batch, str(columns["dbt_scd_id"]), name, strategy)
                 batch = _without_existing_versions(batch, spark.table(quote_identifier(versions_view or name)),
                                                    str(columns["dbt_scd_id"]))
             clock = PhaseClock()
@@ -350,6 +351,37 @@ def _scd_ids_are_new(strategy: Mapping[str, Any] | None) -> bool:
     (True, False)
     """
     return strategy is not None and str(strategy.get("updated_at", "")).strip().lower() == _RUN_TIME
+
+
+def _refuse_reused_ids(batch: Any, scd_id: str, name: str, strategy: Mapping[str, Any] | None) -> None:
+    """Refuse a run whose new version of a record has the dbt_scd_id of the version it closes.
+
+    dbt hashes a version's key and ``updated_at`` into its id, so a ``check`` snapshot with an ``updated_at`` column
+    whose checked columns changed while ``updated_at`` did not stages both with one id. dbt-spark's Iceberg MERGE
+    fails on it (two staged rows match one version); applied, the close would stand and the new version be dropped as
+    already there, leaving the record with no current version and no error."""
+    from pyspark.sql import functions as F
+
+    from partialcow.spark.staging import SAMPLE
+    from partialcow.table.base import quote_identifier
+
+    kind, ident = F.col(quote_identifier(CHANGE_TYPE)), quote_identifier(scd_id)
+    closing = batch.where(kind.isin("update", "delete")).select(F.col(ident).alias("__pcow_closed_id"))
+    reused = batch.where(kind == F.lit("insert")).join(
+        closing, F.col(ident) == F.col("__pcow_closed_id"), "left_semi").limit(SAMPLE).collect()
+    if not reused:
+        return
+    key = (strategy or {}).get("unique_key")
+    keys = [str(k) for k in (key if isinstance(key, (list, tuple)) else [key])] if key else []
+    shown = [", ".join(f"{k}={row[k]!r}" for k in keys if k in row.asDict()) or f"{scd_id}={row[scd_id]!r}"
+             for row in reused]
+    updated_at = (strategy or {}).get("updated_at")
+    raise DbtRuntimeError(
+        f"snapshot {name}: record(s) {'; '.join(shown)} changed their check_cols but kept their updated_at "
+        f"({updated_at}), so the new version would have the id of the version it closes and the record would be "
+        "left with no current version. Give changed rows a new updated_at, or drop updated_at from the check "
+        "strategy's config"
+    )
 
 
 def _without_existing_versions(batch: Any, versions: Any, scd_id: str) -> Any:
