@@ -106,7 +106,13 @@ class WriteLease:
         with open(tmp, "w") as out:
             json.dump(entry, out)
         os.replace(tmp, os.path.join(self._dir, f"{self.write_id}.json"))
-        self.recovered = self._recover()
+        try:
+            self.recovered = self._recover()
+        except BaseException as exc:
+            # __exit__ does not run for a failed __enter__: release the lease here, or every other write in this
+            # process's lifetime would take this one for alive
+            self.__exit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -157,7 +163,10 @@ class WriteLease:
             if not name.endswith(".lock") or name == f"{self.write_id}.lock":
                 continue
             write_id = name[: -len(".lock")]
-            fd = os.open(os.path.join(self._dir, name), os.O_RDWR)
+            try:
+                fd = os.open(os.path.join(self._dir, name), os.O_RDWR)
+            except FileNotFoundError:
+                continue  # that write finished (and removed its lease) since the listing
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
