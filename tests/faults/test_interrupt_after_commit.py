@@ -48,3 +48,45 @@ def test_an_interrupt_after_the_commit_keeps_its_files(spark, interrupt):
         assert spark.sql(f"select v from {name} where k = 6").first()[0] == "later"
     finally:
         spark.sql(f"drop schema {schema} cascade")
+
+
+@pytest.mark.parametrize("where", ["format", "iceberg read-back"])
+def test_an_error_after_the_commit_landed_keeps_its_files(spark, monkeypatch, where):
+    """Regression: an ordinary error raised once the commit had landed (reading the new snapshot back, refreshing
+    Spark's cache, or anything else in the format's commit call) deleted the new files as if nothing had been
+    committed: the table's current snapshot named deleted files and every read failed. It is an unknown outcome now:
+    the files stay, and the next write finds the commit."""
+    from partialcow.exceptions import CommitStateUnknownError
+    from partialcow.table import iceberg
+
+    schema = f"pcow_after_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    name = f"{schema}.t"
+    try:
+        create_table(spark, name, spark.createDataFrame([(k, f"v{k}", "I") for k in range(100)], SCHEMA), SPEC)
+        table = open_table(spark, name, table_format="iceberg")
+        if where == "format":
+            commit = table.format_table.replace_files
+
+            def commit_then_fail(change):
+                commit(change)
+                raise RuntimeError("the format broke after committing")
+
+            table.format_table.replace_files = commit_then_fail  # type: ignore[method-assign]
+        else:
+            def fail(*args, **kwargs):
+                raise RuntimeError("metastore hiccup")
+
+            monkeypatch.setattr(iceberg.IcebergTable, "_find_snapshot", fail)
+        with pytest.raises(CommitStateUnknownError):
+            apply_changes(spark, table, spark.createDataFrame([(5, "new", "U"), (500, "x", "I")], SCHEMA), SPEC)
+        monkeypatch.undo()
+        spark.catalog.refreshTable(name)
+        rows = dict(spark.sql(f"select k, v from {name}").collect())
+        assert len(rows) == 101 and rows[5] == "new" and rows[500] == "x"
+        apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                      spark.createDataFrame([(6, "later", "U")], SCHEMA), SPEC)
+        spark.catalog.refreshTable(name)
+        assert spark.sql(f"select v from {name} where k = 6").first()[0] == "later"
+    finally:
+        spark.sql(f"drop schema {schema} cascade")

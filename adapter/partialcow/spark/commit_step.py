@@ -9,6 +9,7 @@ from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from partialcow.exceptions import (
+    CommitError,
     CommitStateUnknownError,
     LostCommitError,
     StaleIndexError,
@@ -50,6 +51,7 @@ def _commit(table: LakehouseTable, index: RowIndex, results: list[dict[str, Any]
     rewritten = [r for r in results if r["kind"] == "rewrite" and r not in unchanged]
     new_files = [r["dst"] for r in results if r["kind"] == "insert"] + [r["dst"] for r in rewritten]
     new_files += [r["moved_dst"] for r in rewritten if r["moved_dst"]]
+    committing = False  # set just before the format's commit call
     try:
         metrics = WriteMetrics(rows_inserted=inserts, files_added=len(new_files), files_removed=len(rewritten))
         for r in rewritten:
@@ -76,11 +78,19 @@ def _commit(table: LakehouseTable, index: RowIndex, results: list[dict[str, Any]
             conflict_keys_complete=conflict_keys is not None,
             metrics=metrics,
         )
+        committing = True
         with clock("commit"):
             result = table.format_table.replace_files(change)
     except (CommitStateUnknownError, LostCommitError):
         raise  # the files may be referenced now: never delete them (the next write checks, see journal)
-    except Exception:
+    except Exception as exc:
+        if committing and not isinstance(exc, CommitError):
+            # the format's commit call failed in a way it does not say happened before the commit (its refusals are
+            # CommitErrors, and it deletes the files then): they may be the table's now, so they stay
+            raise CommitStateUnknownError(
+                f"the commit of {len(new_files)} new file(s) may or may not have landed ({type(exc).__name__}: "
+                f"{exc}); they are kept, and the next write removes them if no snapshot took them"
+            ) from exc
         _discard(new_files)
         raise
     # An interrupt (KeyboardInterrupt, SystemExit) keeps the files: it can surface after the commit call has

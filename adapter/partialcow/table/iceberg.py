@@ -320,8 +320,15 @@ class IcebergTable:
                 f"{java_message(exc)}"
             ) from exc
 
-        snapshot = self._find_snapshot(table, commit_id)
-        self.spark.catalog.refreshTable(self._name)
+        try:
+            snapshot = self._find_snapshot(table, commit_id)
+            self.spark.catalog.refreshTable(self._name)
+        except Exception as exc:
+            # the commit landed: its files are the table's now, whatever failed after it
+            raise CommitStateUnknownError(
+                f"commit to Iceberg table {self._name} landed, but reading it back failed: {exc}; the new files are "
+                "kept, and the next write brings the row index up to it"
+            ) from exc
         parent = snapshot.parentId()
         return CommitResult(
             version=int(snapshot.snapshotId()),
