@@ -17,6 +17,7 @@
       not stage into one view --#}
   {%- set changes_view = this.schema ~ '__' ~ this.identifier ~ '__pcow_changes' -%}
 
+  {{ run_hooks(pre_hooks, inside_transaction=False) }}
   {{ run_hooks(pre_hooks) }}
 
   {%- if branch is not none -%}
@@ -49,7 +50,7 @@
   {%- if branch is none -%}
     {%- set create = existing_relation is none or full_refresh_mode -%}
     {%- set response = adapter.partial_cow_apply(target_relation, changes_view, settings, create,
-                                                 changes_sql=changes_sql) -%}
+                                                 changes_sql=changes_sql, model_name=model.name) -%}
   {%- else -%}
     {#-- the batch applied to the branch's view of the model, stored as its overlay (the table is not written) --#}
     {%- set response = adapter.partialcow_branch_apply(this, changes_view, settings, branch, target.schema,
@@ -74,6 +75,7 @@
 
   {#-- after grants and documentation, as dbt-spark's materializations run them: a hook's ALTER has the last word --#}
   {{ run_hooks(post_hooks) }}
+  {{ run_hooks(post_hooks, inside_transaction=False) }}
 
   {{ return({'relations': [target_relation]}) }}
 
@@ -87,7 +89,8 @@
   {%- for column in get_column_schema_from_query(source) if column.name | lower != (settings.op_column or '') | lower -%}
     {%- do kept.append(adapter.quote(column.name)) -%}
   {%- endfor -%}
-  {{ return('select ' ~ kept | join(', ') ~ ' from (' ~ source ~ ') as partialcow_contract') }}
+  {#-- on lines of their own: a model whose last line is a -- comment would swallow the closing parenthesis --#}
+  {{ return('select ' ~ kept | join(', ') ~ ' from (\n' ~ source ~ '\n) as partialcow_contract') }}
 {% endmacro %}
 
 

@@ -210,16 +210,17 @@ class PartialCowMixin(metaclass=AdapterMeta):
     @available
     def partial_cow_apply(
         self, relation: Any, changes_view: str, config: Mapping[str, Any], create: bool,
-        changes_sql: str | None = None,
+        changes_sql: str | None = None, model_name: str | None = None,
     ) -> PartialCowResponse:
         """Create the table from the changes (first run, full refresh) or apply them to it: the rows of the query
-        ``changes_sql`` when given (a SQL model), else of the temporary view ``changes_view``."""
+        ``changes_sql`` when given (a SQL model), else of the temporary view ``changes_view``. ``model_name``: the
+        model's name in the project, which errors name (the relation may have an alias)."""
         from pyspark.sql import SparkSession
 
         from partialcow.spark.changes import apply_changes, create_pending, create_table
         from partialcow.spark.tables import open_table, require_session_format
 
-        model = str(relation.identifier)
+        model = model_name or str(relation.identifier)
         spec, file_format = model_settings(config, model=model)
         from partialcow.table.java import bind_to_current_thread
 
@@ -236,7 +237,9 @@ class PartialCowMixin(metaclass=AdapterMeta):
             if not create and file_format == "delta" and create_pending(spark, name):
                 create = True  # its first build died before its first commit: build it again
             if create:
-                metrics = create_table(spark, name, changes, spec, table_format=file_format)
+                # every column nullable, as dbt-spark's CREATE TABLE AS SELECT makes them: a column the first
+                # batch happened to fill everywhere (coalesce, a literal) must take a null in a later batch
+                metrics = create_table(spark, name, changes, spec, table_format=file_format, nullable=True)
             else:
                 with clock("open"):
                     table = open_table(spark, name, table_format=file_format)

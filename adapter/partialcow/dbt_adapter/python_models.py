@@ -64,15 +64,21 @@ def sql_literal(value: Any) -> str:
     null true 1.50 '2026-01-02'
     >>> print(sql_literal("it's a \ path"))
     'it\'s a \\ path'
+    >>> print(*(sql_literal(v) for v in (decimal.Decimal("NaN"), float("inf"), decimal.Decimal("-Infinity"))))
+    'NaN' 'Infinity' '-Infinity'
     """
     import datetime
     import decimal
+    import math
 
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float, decimal.Decimal)):
+        if not isinstance(value, int) and not math.isfinite(value):
+            # as strings, which Spark casts to the special values; a bare NaN is a column name to it
+            return "'NaN'" if math.isnan(value) else ("'Infinity'" if value > 0 else "'-Infinity'")
         return str(value)
     if isinstance(value, datetime.datetime):
         return "'" + value.isoformat(sep=" ") + "'"

@@ -15,7 +15,7 @@ class SessionPythonJobHelper(PythonJobHelper):
     """Executes a compiled Python model with the global ``spark`` the compiled code expects."""
 
     def __init__(self, parsed_model: dict[str, Any], credentials: Any) -> None:
-        self.model_name = parsed_model.get("alias") or parsed_model.get("name", "<python model>")
+        self.model_name = parsed_model.get("name") or parsed_model.get("alias") or "<python model>"
         self.credentials = credentials
 
     def submit(self, compiled_code: str) -> Any:
