@@ -21,6 +21,17 @@ SPEC = ChangeSpec(key_columns=("k",), op_column="_op", model="interrupted")
 SCHEMA = "k bigint, v string, _op string"
 
 
+def _assert_committed_and_usable(spark, name: str) -> None:
+    """The batch (key 5 updated, key 500 inserted) is in the table, and the next batch works on that version."""
+    spark.catalog.refreshTable(name)
+    rows = dict(spark.sql(f"select k, v from {name}").collect())
+    assert len(rows) == 101 and rows[5] == "new" and rows[500] == "x"
+    apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                  spark.createDataFrame([(6, "later", "U")], SCHEMA), SPEC)
+    spark.catalog.refreshTable(name)
+    assert spark.sql(f"select v from {name} where k = 6").first()[0] == "later"
+
+
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
 def test_an_interrupt_after_the_commit_keeps_its_files(spark, interrupt):
     schema = f"pcow_intr_{uuid.uuid4().hex[:8]}"
@@ -38,14 +49,7 @@ def test_an_interrupt_after_the_commit_keeps_its_files(spark, interrupt):
         table.format_table.replace_files = commit_then_interrupt  # type: ignore[method-assign]
         with pytest.raises(interrupt):
             apply_changes(spark, table, spark.createDataFrame([(5, "new", "U"), (500, "x", "I")], SCHEMA), SPEC)
-        spark.catalog.refreshTable(name)
-        rows = dict(spark.sql(f"select k, v from {name}").collect())
-        assert len(rows) == 101 and rows[5] == "new" and rows[500] == "x"
-        # the next batch works on the committed version
-        apply_changes(spark, open_table(spark, name, table_format="iceberg"),
-                      spark.createDataFrame([(6, "later", "U")], SCHEMA), SPEC)
-        spark.catalog.refreshTable(name)
-        assert spark.sql(f"select v from {name} where k = 6").first()[0] == "later"
+        _assert_committed_and_usable(spark, name)
     finally:
         spark.sql(f"drop schema {schema} cascade")
 
@@ -81,12 +85,6 @@ def test_an_error_after_the_commit_landed_keeps_its_files(spark, monkeypatch, wh
         with pytest.raises(CommitStateUnknownError):
             apply_changes(spark, table, spark.createDataFrame([(5, "new", "U"), (500, "x", "I")], SCHEMA), SPEC)
         monkeypatch.undo()
-        spark.catalog.refreshTable(name)
-        rows = dict(spark.sql(f"select k, v from {name}").collect())
-        assert len(rows) == 101 and rows[5] == "new" and rows[500] == "x"
-        apply_changes(spark, open_table(spark, name, table_format="iceberg"),
-                      spark.createDataFrame([(6, "later", "U")], SCHEMA), SPEC)
-        spark.catalog.refreshTable(name)
-        assert spark.sql(f"select v from {name} where k = 6").first()[0] == "later"
+        _assert_committed_and_usable(spark, name)
     finally:
         spark.sql(f"drop schema {schema} cascade")
