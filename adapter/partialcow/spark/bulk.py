@@ -46,6 +46,7 @@ from partialcow.spark.staging import (
     NULL_KEY,
     NULL_SEQUENCE,
     SAMPLE,
+    batch_spelling,
     check_sequence_type,
     keys_text,
     problem_error,
@@ -101,6 +102,7 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
 
     clock = PhaseClock()
     with clock("stage"):
+        spec = batch_spelling(changes, spec)
         frame, values = _validated(changes, spec)
         key_types = tuple(dict(frame.dtypes)[c] for c in spec.key_columns)
         unsupported = [f"{c} {t}" for c, t in zip(spec.key_columns, key_types) if t not in SUPPORTED_KEY_TYPES]

@@ -60,7 +60,15 @@ from partialcow.spark.rewrite_job import (
 )
 from partialcow.spark.small_batch import append_target, collect_small_batch
 from partialcow.spark.spec import ChangeSpec, OnSchemaChange
-from partialcow.spark.staging import SAMPLE, keys_text, repeated_keys_error, stage, stage_changes, table_spelling
+from partialcow.spark.staging import (
+    SAMPLE,
+    batch_spelling,
+    keys_text,
+    repeated_keys_error,
+    stage,
+    stage_changes,
+    table_spelling,
+)
 from partialcow.spark.tables import LakehouseTable, local_path
 from partialcow.table.base import quote_identifier
 
@@ -184,6 +192,7 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
         table.check_supported(removing=False, partitioned_ok=False)
         with clock("schema"):
             table_schema = table.spark_schema()
+            spec = batch_spelling(changes, spec)
             changes = table_spelling(changes, spec, table_schema.fieldNames())
         with clock("index_open"):
             index = _open_index(table, spec, table_schema)

@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 __all__ = ["ChangeSpec", "OnSchemaChange"]
@@ -39,6 +40,30 @@ class ChangeSpec:
         True
         """
         return column.lower() in {c.lower() for c in self.exclude_columns}
+
+    def spelled_for(self, columns: Sequence[str]) -> ChangeSpec:
+        """This spec with each column it names spelled as the batch's ``columns`` spell it, where it names one of
+        them in other letter case only (Spark resolves names case-insensitively, and dbt-spark's MERGE matches
+        ``unique_key='ID'`` to a column ``id``); names matching no column, or several, stay as they are.
+
+        >>> ChangeSpec(key_columns=("ID",), op_column="_OP", update_columns=("V",)).spelled_for(["id", "_op", "v"])
+        ChangeSpec(key_columns=('id',), op_column='_op', ... update_columns=('v',), ...)
+        """
+        by_lower: dict[str, list[str]] = {}
+        for column in columns:
+            by_lower.setdefault(column.lower(), []).append(column)
+
+        def spelled(name: str) -> str:
+            found = by_lower.get(name.lower(), [])
+            return found[0] if name not in columns and len(found) == 1 else name
+
+        return replace(
+            self,
+            key_columns=tuple(map(spelled, self.key_columns)),
+            op_column=spelled(self.op_column) if self.op_column else None,
+            sequence_column=spelled(self.sequence_column) if self.sequence_column else None,
+            update_columns=None if self.update_columns is None else tuple(map(spelled, self.update_columns)),
+        )
 
     @property
     def control_columns(self) -> tuple[str, ...]:

@@ -339,6 +339,14 @@ def repeated_keys_error(spec: ChangeSpec, keys: str) -> RepeatedKeysError:
     )
 
 
+def batch_spelling(changes: DataFrame, spec: ChangeSpec) -> ChangeSpec:
+    """``spec`` with the columns it names spelled as the batch spells them (see ``ChangeSpec.spelled_for``), unless
+    Spark compares names case-sensitively (``spark.sql.caseSensitive``)."""
+    if str(changes.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() == "true":
+        return spec
+    return spec.spelled_for(changes.columns)
+
+
 def table_spelling(changes: DataFrame, spec: ChangeSpec, table_columns: Sequence[str]) -> DataFrame:
     """``changes`` with each column that names a table column in other letter case renamed to the table's spelling,
     as Spark resolves names (``spark.sql.caseSensitive`` off, its default) and dbt-spark's MERGE matches them.
