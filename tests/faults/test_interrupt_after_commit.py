@@ -88,3 +88,36 @@ def test_an_error_after_the_commit_landed_keeps_its_files(spark, monkeypatch, wh
         _assert_committed_and_usable(spark, name)
     finally:
         spark.sql(f"drop schema {schema} cascade")
+
+
+def test_the_files_of_a_lost_commit_go_with_the_next_write(spark):
+    """Regression: a commit another writer's replaced (``LostCommitError``, a catalog without compare-and-swap) keeps
+    its files while a snapshot could name them; the batch was retried and committed, and the lost attempt's files
+    stayed in the table folder for good, referenced by nothing. The write's lease now stays for the next write's
+    recovery, which removes them."""
+    from partialcow.exceptions import LostCommitError
+    from tablestate import leftovers
+
+    schema = f"pcow_lost_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    name = f"{schema}.t"
+    try:
+        create_table(spark, name, spark.createDataFrame([(k, f"v{k}", "I") for k in range(100)], SCHEMA), SPEC)
+        table = open_table(spark, name, table_format="iceberg")
+        commit = table.format_table.replace_files
+        attempts = []
+
+        def lost_once(change):
+            attempts.append(change)
+            if len(attempts) == 1:
+                raise LostCommitError("replaced by another writer's commit from the same base")
+            return commit(change)
+
+        table.format_table.replace_files = lost_once  # type: ignore[method-assign]
+        metrics = apply_changes(spark, table, spark.createDataFrame([(5, "new", "U"), (500, "x", "I")], SCHEMA), SPEC)
+        assert len(attempts) == 2 and metrics.commit_retries == 1
+        assert leftovers(spark, name)  # the lost attempt's files, until the next write
+        _assert_committed_and_usable(spark, name)
+        assert leftovers(spark, name) == []
+    finally:
+        spark.sql(f"drop schema {schema} cascade")

@@ -37,6 +37,7 @@ import numpy as np
 from partialcow.exceptions import (
     ChangeFeedError,
     CommitConflictError,
+    LostCommitError,
 )
 from partialcow.faults import checkpoint
 from partialcow.index import RowIndex
@@ -224,6 +225,8 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
                     metrics = _attempt(spark, table, index, staged, spec, table_schema, batch_rows, lease, clock)
                 break
             except CommitConflictError as exc:
+                if isinstance(exc, LostCommitError):
+                    lease.keep_for_recovery = True  # its files stay unreferenced: the next write removes them
                 # Delta through delta-rs: its committer already re-checks and rebases on other writers' commits
                 if retries >= _MAX_COMMIT_RETRIES or not (table.table_format == "iceberg" or table.delta_spark):
                     raise

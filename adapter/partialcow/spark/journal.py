@@ -79,6 +79,9 @@ class WriteLease:
         self.referenced = referenced
         self.write_id = uuid.uuid4().hex
         self.recovered = Recovered()
+        # set when the write's files may outlive it unreferenced (a lost commit's, kept while a snapshot could
+        # still name them): the lease then stays for the next write's recovery, as after a crash
+        self.keep_for_recovery = False
         self._fd: int | None = None
         self._dir = self.store.path(JOURNAL_DIR) if self.store.is_local else None
 
@@ -123,10 +126,11 @@ class WriteLease:
             # Index states older than the last two are unreferenced now; no maintainer can be about to publish one
             # (each holds a lease), so their bucket files go at once rather than after an hour.
             self.store.garbage_collect(min_age_seconds=0.0, keep={self._scratch})
-        if exc_type is not None and (not issubclass(exc_type, Exception)
-                                     or issubclass(exc_type, CommitStateUnknownError)):
-            # An interrupt (KeyboardInterrupt, SystemExit) may have come after the commit landed, and a commit whose
-            # outcome is unknown may have landed, so the write kept its files: the lease stays, and the next write
+        if self.keep_for_recovery or (exc_type is not None and (not issubclass(exc_type, Exception)
+                                                                or issubclass(exc_type, CommitStateUnknownError))):
+            # An interrupt (KeyboardInterrupt, SystemExit) may have come after the commit landed, a commit whose
+            # outcome is unknown may have landed, and a lost commit's files stay while a snapshot could still name
+            # them, so the write kept its files: the lease stays, and the next write
             # removes those no snapshot references, as after a killed write.
             os.close(self._fd)
             self._fd = None
