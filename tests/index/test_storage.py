@@ -179,3 +179,25 @@ def test_merge_reads_every_file_of_a_bucket_and_deltas_take_the_base_types(tmp_p
     with pytest.raises(DuplicateKeyError, match="db.t"):
         write_delta(base, str(tmp_path / "bad2.parquet"), key_columns=["k", "t"], added=entries([3, 3], 2),
                     table="db.t")
+
+
+def test_garbage_collections_at_once_tolerate_each_other(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: two writes collecting at once (each after its own commit) raised FileNotFoundError for a file the
+    other had just removed, and an assertion for a state the other had just removed; the write's commit had landed,
+    so dbt reported a committed batch as failed."""
+    store = IndexStore(str(tmp_path))
+    data = tmp_path / INDEX_DIR / "data"
+    data.mkdir(parents=True)
+    for name in ("b00000-a", "b00000-b", "b00000-c"):
+        (data / f"{name}.parquet").write_bytes(b"x")
+    for version, name in enumerate(("a", "b", "c"), start=1):
+        store.write_state(_state(version, (f"data/b00000-{name}.parquet", None)))
+    other = IndexStore(str(tmp_path))
+    listed = store.list_dir("data")
+    other.garbage_collect(min_age_seconds=0)  # the other write collected first: v1 and b00000-a are gone
+    monkeypatch.setattr(store, "_state_versions", lambda: [1, 2, 3])  # what this write listed before that
+    monkeypatch.setattr(store, "list_dir", lambda rel: listed if rel == "data" else [])
+    assert store.garbage_collect(min_age_seconds=0) == []  # nothing left to remove, and no error
+    monkeypatch.setattr(store, "_state_versions", lambda: [1, 2, 3, 4])  # v2 and v3 kept: v3 is known, v4 is not
+    assert store.garbage_collect(min_age_seconds=0, keep_states=2) == []  # a kept state gone: leave it to others
+    assert sorted(p.name for p in data.iterdir()) == ["b00000-b.parquet", "b00000-c.parquet"]

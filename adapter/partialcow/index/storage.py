@@ -28,7 +28,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -260,24 +260,36 @@ class IndexStore:
         kept = versions[-keep_states:]
         referenced: set[str] = set()
         for v in kept:
-            state = self.read_state(v)
-            assert state is not None
+            try:
+                state = self.read_state(v)
+            except FileNotFoundError:
+                state = None
+            if state is None:
+                return []  # another collection removed it, so newer states exist: theirs to collect
             referenced.update(state.all_bucket_files())
         cutoff = time.time() - min_age_seconds
         deleted: list[str] = []
+        # another collection may remove the same files at the same time: a file already gone is fine
         for v in versions[: len(versions) - len(kept)]:
-            self.fs.delete_file(self.path(f"_state/v{v:08d}.json"))
-            deleted.append(f"_state/v{v:08d}.json")
+            if _gone(self.fs.delete_file, self.path(f"_state/v{v:08d}.json")):
+                deleted.append(f"_state/v{v:08d}.json")
         for info in self.list_dir("data"):
             rel = f"data/{info.base_name}"
-            if rel not in referenced and _older(info, cutoff):
-                self.fs.delete_file(info.path)
+            if rel not in referenced and _older(info, cutoff) and _gone(self.fs.delete_file, info.path):
                 deleted.append(rel)
         for info in self.list_dir("_tmp"):
-            if f"_tmp/{info.base_name}" not in keep and _older(info, cutoff):
-                self.fs.delete_dir(info.path)
+            if f"_tmp/{info.base_name}" not in keep and _older(info, cutoff) and _gone(self.fs.delete_dir, info.path):
                 deleted.append(f"_tmp/{info.base_name}")
         return deleted
+
+
+def _gone(delete: Callable[[str], None], path: str) -> bool:
+    """Delete ``path``; False when it was not there any more."""
+    try:
+        delete(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _older(info: pafs.FileInfo, cutoff: float) -> bool:
