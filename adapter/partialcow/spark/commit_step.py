@@ -84,15 +84,18 @@ def _commit(table: LakehouseTable, index: RowIndex, results: list[dict[str, Any]
     except (CommitStateUnknownError, LostCommitError):
         raise  # the files may be referenced now: never delete them (the next write checks, see journal)
     except Exception as exc:
-        if committing and not isinstance(exc, CommitError):
-            # the format's commit call failed in a way it does not say happened before the commit (its refusals are
-            # CommitErrors, and it deletes the files then): they may be the table's now, so they stay
-            raise CommitStateUnknownError(
-                f"the commit of {len(new_files)} new file(s) may or may not have landed ({type(exc).__name__}: "
-                f"{exc}); they are kept, and the next write removes them if no snapshot took them"
-            ) from exc
-        _discard(new_files)
-        raise
+        if not committing:
+            _discard(new_files)
+            raise
+        if isinstance(exc, CommitError):
+            # refused: the format deleted the new files no version references, and keeps those it must (a path
+            # already live, one a concurrent version points at)
+            raise
+        # a failure the format does not say came before the commit: the files may be the table's now, so they stay
+        raise CommitStateUnknownError(
+            f"the commit of {len(new_files)} new file(s) may or may not have landed ({type(exc).__name__}: {exc}); "
+            "they are kept, and the next write removes them if no snapshot took them"
+        ) from exc
     # An interrupt (KeyboardInterrupt, SystemExit) keeps the files: it can surface after the commit call has
     # landed the commit, as a kill would; the next write removes them if no commit took them (see journal).
     checkpoint("committed")
