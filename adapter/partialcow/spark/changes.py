@@ -406,7 +406,8 @@ def _removing_written_on_failure(lease: WriteLease) -> Iterator[None]:
     try:
         yield
     except Exception:
-        lease.remove_written()
+        if not lease.keep_for_recovery:  # after a lost commit its files are among them: recovery sorts them out
+            lease.remove_written()
         raise
 
 
