@@ -8,6 +8,7 @@ version then referenced deleted files and no reader could read it.
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import pytest
@@ -118,6 +119,47 @@ def test_the_files_of_a_lost_commit_go_with_the_next_write(spark):
         assert len(attempts) == 2 and metrics.commit_retries == 1
         assert leftovers(spark, name)  # the lost attempt's files, until the next write
         _assert_committed_and_usable(spark, name)
+        assert leftovers(spark, name) == []
+    finally:
+        spark.sql(f"drop schema {schema} cascade")
+
+
+def test_a_retry_after_a_lost_commit_that_fails_leaves_the_lost_files_to_recovery(spark, monkeypatch):
+    """A retry after a lost commit whose rewrite fails removed every file of the write, the lost attempt's included
+    (a reader that picked up the lost snapshot could still name them); they are now left to the next write's
+    recovery, which removes them once nothing references them."""
+    from partialcow.exceptions import LostCommitError
+    from partialcow.spark import rewrite_job
+    from tablestate import leftovers
+
+    monkeypatch.delenv("PARTIALCOW_DRIVER_MAX_ROWS", raising=False)  # the driver path: rewrites in this process
+    schema = f"pcow_lost2_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    name = f"{schema}.t"
+    try:
+        create_table(spark, name, spark.createDataFrame([(k, f"v{k}", "I") for k in range(100)], SCHEMA), SPEC)
+        table = open_table(spark, name, table_format="iceberg")
+        rewrite = rewrite_job.rewrite_changed_file
+        calls = []
+
+        def fails_the_second_time(*args, **kwargs):
+            calls.append(1)
+            if len(calls) > 1:
+                raise OSError("disk full")
+            return rewrite(*args, **kwargs)
+
+        def lost(change):
+            raise LostCommitError("replaced by another writer's commit from the same base")
+
+        monkeypatch.setattr(rewrite_job, "rewrite_changed_file", fails_the_second_time)
+        table.format_table.replace_files = lost  # type: ignore[method-assign]
+        with pytest.raises(Exception, match="disk full"):
+            apply_changes(spark, table, spark.createDataFrame([(5, "new", "U")], SCHEMA), SPEC)
+        lost_files = [p for p in leftovers(spark, name) if f"{os.sep}data{os.sep}" in p]
+        assert lost_files and all(os.path.exists(p) for p in lost_files)
+        monkeypatch.undo()
+        apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                      spark.createDataFrame([(6, "later", "U")], SCHEMA), SPEC)
         assert leftovers(spark, name) == []
     finally:
         spark.sql(f"drop schema {schema} cascade")
