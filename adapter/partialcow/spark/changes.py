@@ -214,6 +214,10 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
             # only a batch that passed every check may change the table's schema
             if _evolve_schema(spark, table, staged.schema, spec):
                 table_schema = table.spark_schema()
+                # on Delta the ALTER is a version of its own: the batch is based on it, or the commit would take it
+                # for another writer's change and do the batch again
+                with clock("index_open"):
+                    index = _open_index(table, spec, table_schema)
         checkpoint("staged")
         retries = 0
         while True:
