@@ -89,7 +89,10 @@ def _commit(table: LakehouseTable, index: RowIndex, results: list[dict[str, Any]
             raise
         if isinstance(exc, CommitError):
             # refused: the format deleted the new files no version references, and keeps those it must (a path
-            # already live, one a concurrent version points at)
+            # already live, one a concurrent version points at); the fingerprints of those it deleted go too
+            for path in new_files:
+                if not os.path.exists(local_path(path)):
+                    remove_sidecar(local_path(path))
             raise
         # a failure the format does not say came before the commit: the files may be the table's now, so they stay
         raise CommitStateUnknownError(
