@@ -186,3 +186,24 @@ def test_a_writer_of_the_same_timestamp_ntz_key_conflicts_whatever_the_process_t
         monkeypatch.undo()
         time.tzset()
         spark.sql(f"drop schema {schema} cascade")
+
+
+def test_a_table_with_a_map_column_retries_after_a_writer_of_other_keys(spark):
+    """Regression: the check that another writer changed none of the batch's keys compared rows with a set
+    operation, which Spark refuses on map columns: a safe retry failed with "Cannot have map type columns"."""
+    schema = f"pcow_map_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    name = f"{schema}.t"
+    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="racer")
+    rows = "select id as k, map('a', id) as m, struct(map('b', id) as inner) as s, 'I' as _op from range(50)"
+    try:
+        create_table(spark, name, spark.sql(rows), spec)
+        table = open_table(spark, name, table_format="iceberg")
+        table.format_table = OtherWriterFirst(table.format_table, lambda: spark.sql(
+            f"UPDATE {name} SET m = map('a', 77) WHERE k = 7"))
+        ours = spark.sql("select 5L as k, map('a', 500L) as m, struct(map('b', 500L) as inner) as s, 'U' as _op")
+        assert apply_changes(spark, table, ours, spec).commit_retries == 1
+        got = {r.k: r.m["a"] for r in spark.table(name).collect()}
+        assert got[5] == 500 and got[7] == 77 and len(got) == 50
+    finally:
+        spark.sql(f"drop schema {schema} cascade")

@@ -445,10 +445,20 @@ def _keys_changed_since(spark: SparkSession, table: LakehouseTable, staged: Data
     # base -1: the table was empty, so any row of one of our keys is someone else's
     before = now.limit(0) if base_version == -1 else table.read(base_version)
     columns = [c for c in now.columns if c in before.columns]
-    now = now.select(*map(quote_identifier, columns)).join(batch_keys, list(spec.key_columns), "left_semi")
-    before = before.select(*map(quote_identifier, columns)).join(batch_keys, list(spec.key_columns), "left_semi")
+    now = _comparable(now, columns).join(batch_keys, list(spec.key_columns), "left_semi")
+    before = _comparable(before, columns).join(batch_keys, list(spec.key_columns), "left_semi")
     differ = now.exceptAll(before).unionByName(before.exceptAll(now)).select(*keys).limit(SAMPLE).collect()
     return keys_text(differ, spec.key_columns)
+
+
+def _comparable(frame: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """``frame``'s ``columns``, those holding a map as JSON: Spark refuses set operations on map columns (two equal
+    maps whose entries come in another order then compare as different: a refused retry, never a wrong one)."""
+    from pyspark.sql import functions as F
+
+    types = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
+    return frame.select(*[F.to_json(F.col(quote_identifier(c))).alias(c) if "map<" in types[c]
+                          else F.col(quote_identifier(c)) for c in columns])
 
 
 @dataclass(frozen=True)
