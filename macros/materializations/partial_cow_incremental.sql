@@ -50,7 +50,8 @@
   {%- if branch is none -%}
     {%- set create = existing_relation is none or full_refresh_mode -%}
     {%- set response = adapter.partial_cow_apply(target_relation, changes_view, settings, create,
-                                                 changes_sql=changes_sql, model_name=model.name) -%}
+                                                 changes_sql=changes_sql, model_name=model.name,
+                                                 not_null_columns=partialcow_not_null_columns()) -%}
   {%- else -%}
     {#-- the batch applied to the branch's view of the model, stored as its overlay (the table is not written) --#}
     {%- set response = adapter.partialcow_branch_apply(this, changes_view, settings, branch, target.schema,
@@ -128,3 +129,21 @@ from partialcow.dbt_adapter.python_models import to_spark_dataframe
 dbt = dbtObj(spark.table)
 to_spark_dataframe(model(dbt, spark), spark, model_name="{{ model.name }}").createOrReplaceTempView("{{ changes_view }}")
 {%- endmacro %}
+
+
+{#- The columns an enforced contract declares not_null: a first build creates them NOT NULL (every other column is
+    nullable, as dbt-spark's CREATE TABLE AS SELECT makes them). -#}
+{% macro partialcow_not_null_columns() %}
+  {%- set names = [] -%}
+  {%- if config.get('contract').enforced -%}
+    {%- for name, column in model.columns.items() -%}
+      {%- for constraint in column.get('constraints', []) if constraint.type == 'not_null' -%}
+        {%- do names.append(name) -%}
+      {%- endfor -%}
+    {%- endfor -%}
+    {%- for constraint in model.get('constraints', []) if constraint.type == 'not_null' -%}
+      {%- do names.extend(constraint.columns or []) -%}
+    {%- endfor -%}
+  {%- endif -%}
+  {{ return(names) }}
+{% endmacro %}

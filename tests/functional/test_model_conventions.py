@@ -26,6 +26,7 @@ models:
     columns:
       - name: id
         data_type: int
+        constraints: [{type: not_null}]
       - name: v
         data_type: string
 """
@@ -75,9 +76,12 @@ class TestModelConventions:
         run_dbt(["run", "--select", "feed"])
         assert project.run_sql(f"select x from {project.test_schema}.hook_ran", fetch="one")[0] == 1
 
-    def test_a_contract_builds_a_model_ending_in_a_comment(self, project):
+    def test_a_contract_builds_a_model_ending_in_a_comment(self, project, spark):
+        """... and its not_null columns are created NOT NULL, the others nullable."""
         run_dbt(["run", "--select", "contracted"])
         assert project.run_sql(f"select v from {project.test_schema}.contracted", fetch="one")[0] == "a"
+        schema = spark.table(f"{project.test_schema}.contracted").schema
+        assert (schema["id"].nullable, schema["v"].nullable) == (False, True)
 
     def test_an_error_names_the_model_not_its_alias(self, project):
         results = run_dbt(["run", "--select", "orders_model"], expect_pass=False)

@@ -210,11 +210,12 @@ class PartialCowMixin(metaclass=AdapterMeta):
     @available
     def partial_cow_apply(
         self, relation: Any, changes_view: str, config: Mapping[str, Any], create: bool,
-        changes_sql: str | None = None, model_name: str | None = None,
+        changes_sql: str | None = None, model_name: str | None = None, not_null_columns: Sequence[str] = (),
     ) -> PartialCowResponse:
         """Create the table from the changes (first run, full refresh) or apply them to it: the rows of the query
         ``changes_sql`` when given (a SQL model), else of the temporary view ``changes_view``. ``model_name``: the
-        model's name in the project, which errors name (the relation may have an alias)."""
+        model's name in the project, which errors name (the relation may have an alias); ``not_null_columns``: the
+        columns an enforced contract declares not_null, which a first build creates NOT NULL."""
         from pyspark.sql import SparkSession
 
         from partialcow.spark.changes import apply_changes, create_pending, create_table
@@ -239,7 +240,8 @@ class PartialCowMixin(metaclass=AdapterMeta):
             if create:
                 # every column nullable, as dbt-spark's CREATE TABLE AS SELECT makes them: a column the first
                 # batch happened to fill everywhere (coalesce, a literal) must take a null in a later batch
-                metrics = create_table(spark, name, changes, spec, table_format=file_format, nullable=True)
+                metrics = create_table(spark, name, changes, spec, table_format=file_format, nullable=True,
+                                       not_null=tuple(not_null_columns))
             else:
                 with clock("open"):
                     table = open_table(spark, name, table_format=file_format)

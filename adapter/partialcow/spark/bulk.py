@@ -92,7 +92,8 @@ def driver_index_entries() -> int:
 
 
 def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: ChangeSpec, *,
-                properties: dict[str, str], table_format: str = "iceberg", nullable: bool = False) -> WriteMetrics:
+                properties: dict[str, str], table_format: str = "iceberg", nullable: bool = False,
+                not_null: Sequence[str] = ()) -> WriteMetrics:
     """Create (or replace) table ``name`` from a first batch of changes, with its row index.
 
     The batch's latest change per key is written (deletes dropped); errors are those of ``apply_changes``.
@@ -114,6 +115,12 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
     with clock("create"):
         schema = frame.select(*map(quote_identifier, values)).schema
         schema = as_nullable(schema) if nullable else schema
+        if not_null:
+            from pyspark.sql.types import StructField, StructType
+
+            required = {c.lower() for c in not_null}
+            schema = StructType([StructField(f.name, f.dataType, f.nullable and f.name.lower() not in required,
+                                             f.metadata) for f in schema.fields])
         target: _Target = (_IcebergTarget(spark, name, schema, properties) if table_format == "iceberg"
                            else _DeltaTarget(spark, name, schema, properties, spec))
     os.makedirs(target.data_dir, exist_ok=True)

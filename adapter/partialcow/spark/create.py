@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from partialcow.formats import TableFormat
@@ -56,12 +57,13 @@ def create_table(
     *,
     table_format: TableFormat = "iceberg",
     nullable: bool = False,
+    not_null: Sequence[str] = (),
 ) -> WriteMetrics:
     """Create (or replace) ``name`` from a first batch of changes and build its row index.
 
     ``nullable``: every column nullable, as Spark's CREATE TABLE AS SELECT creates them (dbt's snapshots need it:
     the rows that close a deleted record hold null in every column); by default a column the batch cannot make
-    null is created NOT NULL.
+    null is created NOT NULL. ``not_null``: top-level columns created NOT NULL in any case (a contract's).
 
     The batch's latest change per key is written (deletes dropped) by the Parquet engine's writer (page index,
     small pages) in one Spark job that also builds the index, then committed in one commit (see
@@ -78,7 +80,7 @@ def create_table(
         require_session_format(spark, table_format, what=f"model {spec.model}")
         defaults = iceberg_table_properties() if table_format == "iceberg" else DELTA_TABLE_PROPERTIES
         return bulk_create(spark, name, changes, spec, properties={**defaults, **spec.extra_table_properties},
-                           table_format=table_format, nullable=nullable)
+                           table_format=table_format, nullable=nullable, not_null=not_null)
 
 
 def sql_string(text: str) -> str:
