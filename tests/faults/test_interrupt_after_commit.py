@@ -33,30 +33,37 @@ def _assert_committed_and_usable(spark, name: str) -> None:
     assert spark.sql(f"select v from {name} where k = 6").first()[0] == "later"
 
 
-@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
-def test_an_interrupt_after_the_commit_keeps_its_files(spark, interrupt):
-    schema = f"pcow_intr_{uuid.uuid4().hex[:8]}"
+@pytest.fixture
+def built(spark):
+    """A table of keys 0-99 (v = 'v<k>') in a schema of its own, dropped afterwards; yields its name."""
+    schema = f"pcow_after_{uuid.uuid4().hex[:8]}"
     spark.sql(f"create schema {schema}")
     name = f"{schema}.t"
     try:
         create_table(spark, name, spark.createDataFrame([(k, f"v{k}", "I") for k in range(100)], SCHEMA), SPEC)
-        table = open_table(spark, name, table_format="iceberg")
-        commit = table.format_table.replace_files
-
-        def commit_then_interrupt(change):
-            commit(change)
-            raise interrupt()
-
-        table.format_table.replace_files = commit_then_interrupt  # type: ignore[method-assign]
-        with pytest.raises(interrupt):
-            apply_changes(spark, table, spark.createDataFrame([(5, "new", "U"), (500, "x", "I")], SCHEMA), SPEC)
-        _assert_committed_and_usable(spark, name)
+        yield name
     finally:
         spark.sql(f"drop schema {schema} cascade")
 
 
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_after_the_commit_keeps_its_files(spark, built, interrupt):
+    name = built
+    table = open_table(spark, name, table_format="iceberg")
+    commit = table.format_table.replace_files
+
+    def commit_then_interrupt(change):
+        commit(change)
+        raise interrupt()
+
+    table.format_table.replace_files = commit_then_interrupt  # type: ignore[method-assign]
+    with pytest.raises(interrupt):
+        apply_changes(spark, table, spark.createDataFrame([(5, "new", "U"), (500, "x", "I")], SCHEMA), SPEC)
+    _assert_committed_and_usable(spark, name)
+
+
 @pytest.mark.parametrize("where", ["format", "iceberg read-back"])
-def test_an_error_after_the_commit_landed_keeps_its_files(spark, monkeypatch, where):
+def test_an_error_after_the_commit_landed_keeps_its_files(spark, built, monkeypatch, where):
     """Regression: an ordinary error raised once the commit had landed (reading the new snapshot back, refreshing
     Spark's cache, or anything else in the format's commit call) deleted the new files as if nothing had been
     committed: the table's current snapshot named deleted files and every read failed. It is an unknown outcome now:
@@ -64,34 +71,28 @@ def test_an_error_after_the_commit_landed_keeps_its_files(spark, monkeypatch, wh
     from partialcow.exceptions import CommitStateUnknownError
     from partialcow.table import iceberg
 
-    schema = f"pcow_after_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {schema}")
-    name = f"{schema}.t"
-    try:
-        create_table(spark, name, spark.createDataFrame([(k, f"v{k}", "I") for k in range(100)], SCHEMA), SPEC)
-        table = open_table(spark, name, table_format="iceberg")
-        if where == "format":
-            commit = table.format_table.replace_files
+    name = built
+    table = open_table(spark, name, table_format="iceberg")
+    if where == "format":
+        commit = table.format_table.replace_files
 
-            def commit_then_fail(change):
-                commit(change)
-                raise RuntimeError("the format broke after committing")
+        def commit_then_fail(change):
+            commit(change)
+            raise RuntimeError("the format broke after committing")
 
-            table.format_table.replace_files = commit_then_fail  # type: ignore[method-assign]
-        else:
-            def fail(*args, **kwargs):
-                raise RuntimeError("metastore hiccup")
+        table.format_table.replace_files = commit_then_fail  # type: ignore[method-assign]
+    else:
+        def fail(*args, **kwargs):
+            raise RuntimeError("metastore hiccup")
 
-            monkeypatch.setattr(iceberg.IcebergTable, "_find_snapshot", fail)
-        with pytest.raises(CommitStateUnknownError):
-            apply_changes(spark, table, spark.createDataFrame([(5, "new", "U"), (500, "x", "I")], SCHEMA), SPEC)
-        monkeypatch.undo()
-        _assert_committed_and_usable(spark, name)
-    finally:
-        spark.sql(f"drop schema {schema} cascade")
+        monkeypatch.setattr(iceberg.IcebergTable, "_find_snapshot", fail)
+    with pytest.raises(CommitStateUnknownError):
+        apply_changes(spark, table, spark.createDataFrame([(5, "new", "U"), (500, "x", "I")], SCHEMA), SPEC)
+    monkeypatch.undo()
+    _assert_committed_and_usable(spark, name)
 
 
-def test_the_files_of_a_lost_commit_go_with_the_next_write(spark):
+def test_the_files_of_a_lost_commit_go_with_the_next_write(spark, built):
     """Regression: a commit another writer's replaced (``LostCommitError``, a catalog without compare-and-swap) keeps
     its files while a snapshot could name them; the batch was retried and committed, and the lost attempt's files
     stayed in the table folder for good, referenced by nothing. The write's lease now stays for the next write's
@@ -99,32 +100,26 @@ def test_the_files_of_a_lost_commit_go_with_the_next_write(spark):
     from partialcow.exceptions import LostCommitError
     from tablestate import leftovers
 
-    schema = f"pcow_lost_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {schema}")
-    name = f"{schema}.t"
-    try:
-        create_table(spark, name, spark.createDataFrame([(k, f"v{k}", "I") for k in range(100)], SCHEMA), SPEC)
-        table = open_table(spark, name, table_format="iceberg")
-        commit = table.format_table.replace_files
-        attempts = []
+    name = built
+    table = open_table(spark, name, table_format="iceberg")
+    commit = table.format_table.replace_files
+    attempts = []
 
-        def lost_once(change):
-            attempts.append(change)
-            if len(attempts) == 1:
-                raise LostCommitError("replaced by another writer's commit from the same base")
-            return commit(change)
+    def lost_once(change):
+        attempts.append(change)
+        if len(attempts) == 1:
+            raise LostCommitError("replaced by another writer's commit from the same base")
+        return commit(change)
 
-        table.format_table.replace_files = lost_once  # type: ignore[method-assign]
-        metrics = apply_changes(spark, table, spark.createDataFrame([(5, "new", "U"), (500, "x", "I")], SCHEMA), SPEC)
-        assert len(attempts) == 2 and metrics.commit_retries == 1
-        assert leftovers(spark, name)  # the lost attempt's files, until the next write
-        _assert_committed_and_usable(spark, name)
-        assert leftovers(spark, name) == []
-    finally:
-        spark.sql(f"drop schema {schema} cascade")
+    table.format_table.replace_files = lost_once  # type: ignore[method-assign]
+    metrics = apply_changes(spark, table, spark.createDataFrame([(5, "new", "U"), (500, "x", "I")], SCHEMA), SPEC)
+    assert len(attempts) == 2 and metrics.commit_retries == 1
+    assert leftovers(spark, name)  # the lost attempt's files, until the next write
+    _assert_committed_and_usable(spark, name)
+    assert leftovers(spark, name) == []
 
 
-def test_a_retry_after_a_lost_commit_that_fails_leaves_the_lost_files_to_recovery(spark, monkeypatch):
+def test_a_retry_after_a_lost_commit_that_fails_leaves_the_lost_files_to_recovery(spark, built, monkeypatch):
     """A retry after a lost commit whose rewrite fails removed every file of the write, the lost attempt's included
     (a reader that picked up the lost snapshot could still name them); they are now left to the next write's
     recovery, which removes them once nothing references them."""
@@ -133,33 +128,27 @@ def test_a_retry_after_a_lost_commit_that_fails_leaves_the_lost_files_to_recover
     from tablestate import leftovers
 
     monkeypatch.delenv("PARTIALCOW_DRIVER_MAX_ROWS", raising=False)  # the driver path: rewrites in this process
-    schema = f"pcow_lost2_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {schema}")
-    name = f"{schema}.t"
-    try:
-        create_table(spark, name, spark.createDataFrame([(k, f"v{k}", "I") for k in range(100)], SCHEMA), SPEC)
-        table = open_table(spark, name, table_format="iceberg")
-        rewrite = rewrite_job.rewrite_changed_file
-        calls = []
+    name = built
+    table = open_table(spark, name, table_format="iceberg")
+    rewrite = rewrite_job.rewrite_changed_file
+    calls = []
 
-        def fails_the_second_time(*args, **kwargs):
-            calls.append(1)
-            if len(calls) > 1:
-                raise OSError("disk full")
-            return rewrite(*args, **kwargs)
+    def fails_the_second_time(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError("disk full")
+        return rewrite(*args, **kwargs)
 
-        def lost(change):
-            raise LostCommitError("replaced by another writer's commit from the same base")
+    def lost(change):
+        raise LostCommitError("replaced by another writer's commit from the same base")
 
-        monkeypatch.setattr(rewrite_job, "rewrite_changed_file", fails_the_second_time)
-        table.format_table.replace_files = lost  # type: ignore[method-assign]
-        with pytest.raises(Exception, match="disk full"):
-            apply_changes(spark, table, spark.createDataFrame([(5, "new", "U")], SCHEMA), SPEC)
-        lost_files = [p for p in leftovers(spark, name) if f"{os.sep}data{os.sep}" in p]
-        assert lost_files and all(os.path.exists(p) for p in lost_files)
-        monkeypatch.undo()
-        apply_changes(spark, open_table(spark, name, table_format="iceberg"),
-                      spark.createDataFrame([(6, "later", "U")], SCHEMA), SPEC)
-        assert leftovers(spark, name) == []
-    finally:
-        spark.sql(f"drop schema {schema} cascade")
+    monkeypatch.setattr(rewrite_job, "rewrite_changed_file", fails_the_second_time)
+    table.format_table.replace_files = lost  # type: ignore[method-assign]
+    with pytest.raises(Exception, match="disk full"):
+        apply_changes(spark, table, spark.createDataFrame([(5, "new", "U")], SCHEMA), SPEC)
+    lost_files = [p for p in leftovers(spark, name) if f"{os.sep}data{os.sep}" in p]
+    assert lost_files and all(os.path.exists(p) for p in lost_files)
+    monkeypatch.undo()
+    apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                  spark.createDataFrame([(6, "later", "U")], SCHEMA), SPEC)
+    assert leftovers(spark, name) == []
