@@ -52,24 +52,65 @@ Behaviour:
 
 from __future__ import annotations
 
-from partialcow.branch.diff import diff_branch
-from partialcow.branch.levels import resolve_parent
-from partialcow.branch.lifecycle import create_branch, drop_branch, list_branches, materialize_branch, refresh_branch
-from partialcow.branch.merge import merge_branch
-from partialcow.branch.naming import (
-    MAIN,
-    OP_COLUMN,
-    SEQ_COLUMN,
-    base_schema_of,
-    full_table,
-    overlay_schema,
-    overlay_table,
-    validate_branch_name,
-)
-from partialcow.branch.options import parse_options, run_operation
-from partialcow.branch.overlay import build_model
-from partialcow.branch.store import BranchStore
-from partialcow.branch.types import BranchRecord
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from partialcow.branch.diff import diff_branch
+    from partialcow.branch.levels import resolve_parent
+    from partialcow.branch.lifecycle import (
+        create_branch,
+        drop_branch,
+        list_branches,
+        materialize_branch,
+        refresh_branch,
+    )
+    from partialcow.branch.merge import merge_branch
+    from partialcow.branch.naming import (
+        MAIN,
+        OP_COLUMN,
+        SEQ_COLUMN,
+        base_schema_of,
+        full_table,
+        overlay_schema,
+        overlay_table,
+        validate_branch_name,
+    )
+    from partialcow.branch.options import parse_options, run_operation
+    from partialcow.branch.overlay import build_model
+    from partialcow.branch.store import BranchStore
+    from partialcow.branch.types import BranchRecord
+
+# Loaded on first use: dbt imports this package with the adapter, before the Spark session can start, and a
+# `naming` lookup (every dbt process) must not pay for the image and merge machinery (pyarrow, the page engine).
+_HOME = {
+    "diff_branch": "diff",
+    "resolve_parent": "levels",
+    **dict.fromkeys(
+        ("create_branch", "drop_branch", "list_branches", "materialize_branch", "refresh_branch"), "lifecycle"
+    ),
+    "merge_branch": "merge",
+    **dict.fromkeys(
+        ("MAIN", "OP_COLUMN", "SEQ_COLUMN", "base_schema_of", "full_table", "overlay_schema", "overlay_table",
+         "validate_branch_name"),
+        "naming",
+    ),
+    "parse_options": "options",
+    "run_operation": "options",
+    "build_model": "overlay",
+    "BranchStore": "store",
+    "BranchRecord": "types",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MAIN",

@@ -7,11 +7,14 @@ session. So ``open`` creates it first, from the profile, and dbt-spark's calls t
 A fresh ``dbt run`` creates the adapter before it parses the project, and parses before it opens a connection: for
 commands that run SQL, :func:`start_session_early` starts the session in a background thread at that point, so the
 JVM starts while dbt parses (a scheduled job passing ``--vars`` parses in full every time), and ``open`` waits for
-it. ``PARTIALCOW_EARLY_SESSION=0`` turns that off.
+it. ``PARTIALCOW_EARLY_SESSION=0`` turns that off. At the end of such a process :func:`skip_final_collection` spares
+the interpreter's last garbage collection over dbt's parsed project.
 """
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import threading
 import time
@@ -245,3 +248,18 @@ def _early_session(credentials: PartialcowCredentials, settings: SessionSettings
     if started[0] != settings or session.sparkContext is not SparkContext._active_spark_context:
         return None
     return session
+
+
+_final_collection_skipped = False
+
+
+def skip_final_collection() -> None:
+    """At interpreter exit, after the exit handlers registered later than this call (Spark's, ours), move every
+    object to the collector's permanent generation: the interpreter's last collection then skips the parsed project
+    and the Spark proxies, whose memory the process gives back anyway. Only finalizers of objects left in reference
+    cycles are skipped, which Python does not promise to run at exit; handlers registered earlier (logging's flush)
+    still run."""
+    global _final_collection_skipped
+    if not _final_collection_skipped:
+        _final_collection_skipped = True
+        atexit.register(gc.freeze)

@@ -15,7 +15,11 @@ from dbt_common.exceptions import DbtRuntimeError
 
 from partialcow.branch.naming import IMAGE_OF_PROPERTY
 from partialcow.dbt_adapter.branching import BranchingMixin
-from partialcow.dbt_adapter.connections import PartialcowConnectionManager, start_session_early
+from partialcow.dbt_adapter.connections import (
+    PartialcowConnectionManager,
+    skip_final_collection,
+    start_session_early,
+)
 from partialcow.dbt_adapter.materialization import PartialCowMixin
 from partialcow.dbt_adapter.python_models import sql_literal
 from partialcow.dbt_adapter.python_submission import SessionPythonJobHelper
@@ -96,7 +100,10 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
         # `dbt debug` passes a profile without the project: its folder is then the --project-dir flag's
         project_root = getattr(config, "project_root", None) or getattr(get_flags(), "PROJECT_DIR", None)
         credentials.warehouse = resolve_warehouse(credentials.warehouse, project_root)
-        start_session_early(credentials, _dbt_command(config))
+        command = _dbt_command(config)
+        start_session_early(credentials, command)
+        if command is not None:
+            skip_final_collection()
 
     def pre_model_hook(self, config: Mapping[str, Any]) -> Any:
         # The profile's table_format is the default file_format of every model that sets none: dbt-spark's
