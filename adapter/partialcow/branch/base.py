@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from partialcow.branch.catalog import iceberg_snapshot, list_tables, load_iceberg, table_exists
-from partialcow.branch.frames import _has_floats, key_join, same_key, same_key_sql
+from partialcow.branch.frames import _has_floats, holds_map, key_join, same_key, same_key_sql
 from partialcow.branch.image import image_ref
 from partialcow.branch.levels import chain_tables, overlay_info, resolve_parent
 from partialcow.branch.naming import (
@@ -215,6 +215,8 @@ def _same_value_sql(a: str, b: str, data_type: Any) -> str:
     """:func:`partialcow.branch.frames.same_value` as SQL (``a``, ``b``: qualified columns)."""
     from pyspark.sql.types import DoubleType, FloatType
 
+    if holds_map(data_type):
+        return f"to_json(array({a})) <=> to_json(array({b}))"
     if not _has_floats(data_type):
         return f"{a} <=> {b}"
     if isinstance(data_type, (FloatType, DoubleType)):

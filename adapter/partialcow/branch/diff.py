@@ -10,7 +10,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from partialcow.branch.frames import key_join, key_string, same_key, same_value
+from partialcow.branch.frames import comparable, key_join, key_string, same_key, same_types, same_value
 from partialcow.branch.levels import branch_models, resolve_parent
 from partialcow.branch.naming import OP_COLUMN, OP_UPSERT, base_schema_of, overlay_schema, qualified, quote
 from partialcow.branch.store import BranchStore
@@ -91,17 +91,18 @@ def _compare_detached(spark: SparkSession, info: OverlayInfo, parent: tuple[str,
     if parent is None:
         return DetachedDiff(rows=ours.count(), parent_rows=None, only_ours=None, only_theirs=None)
     theirs = spark.table(qualified(*parent))
-    same_columns = [(f.name.lower(), f.dataType) for f in ours.schema.fields] == [
-        (f.name.lower(), f.dataType) for f in theirs.schema.fields
-    ]
+    same_columns = len(ours.schema.fields) == len(theirs.schema.fields) and all(
+        o.name.lower() == t.name.lower() and same_types(o.dataType, t.dataType)
+        for o, t in zip(ours.schema.fields, theirs.schema.fields)
+    )
     counts = ours.select(F.count(F.lit(1))).crossJoin(theirs.select(F.count(F.lit(1)))).collect()[0]
     if not same_columns:
         return DetachedDiff(rows=counts[0], parent_rows=counts[1], only_ours=None, only_theirs=None)
     return DetachedDiff(
         rows=counts[0],
         parent_rows=counts[1],
-        only_ours=ours.exceptAll(theirs).count(),
-        only_theirs=theirs.exceptAll(ours).count(),
+        only_ours=comparable(ours).exceptAll(comparable(theirs)).count(),
+        only_theirs=comparable(theirs).exceptAll(comparable(ours)).count(),
     )
 
 

@@ -22,7 +22,10 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType
 
-__all__ = ["all_of", "key_join", "key_string", "same_key", "same_key_sql", "same_value"]
+__all__ = [
+    "all_of", "comparable", "holds_map", "key_join", "key_string", "same_key", "same_key_sql", "same_types",
+    "same_value",
+]
 
 
 def all_of(conditions: Sequence[Column]) -> Column:
@@ -82,12 +85,23 @@ def _has_floats(data_type: DataType) -> bool:
     return _holds(data_type, (FloatType, DoubleType))
 
 
+def holds_map(data_type: DataType) -> bool:
+    """Whether ``data_type`` is or holds a map: Spark refuses ``<=>`` and set operations on maps."""
+    from pyspark.sql.types import MapType
+
+    return _holds(data_type, (MapType,))
+
+
 def same_value(a: Column, b: Column, data_type: DataType) -> Column:
     """Whether two values of type ``data_type`` are the same, nulls included: ``<=>``, and for floating values (also
-    inside arrays, maps and structs) their text, which tells ``-0.0`` from ``0.0`` (every NaN is the same NaN)."""
+    inside arrays, maps and structs) their text, which tells ``-0.0`` from ``0.0`` (every NaN is the same NaN). Values
+    holding a map compare as JSON (equal maps whose entries come in another order count as different: a change
+    reported or a key held by the overlay that needed not be, never a change lost)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import DoubleType, FloatType
 
+    if holds_map(data_type):
+        return F.to_json(F.array(a)).eqNullSafe(F.to_json(F.array(b)))
     equal = a.eqNullSafe(b)
     if not _has_floats(data_type):
         return equal
@@ -95,6 +109,42 @@ def same_value(a: Column, b: Column, data_type: DataType) -> Column:
         return equal & a.cast("string").eqNullSafe(b.cast("string"))
     # nested: JSON writes doubles as Java's shortest round-trip text; <=> above still compares everything else
     return equal & F.to_json(F.array(a)).eqNullSafe(F.to_json(F.array(b)))
+
+
+def same_types(a: DataType, b: DataType) -> bool:
+    """Whether two column types are the same apart from the nullability of what they hold: Spark's CTAS makes array
+    elements, map values and struct fields nullable, while a query's ``array(id)`` or ``named_struct`` says they are
+    not; a model read back from its table and the same SQL run again must count as one layout.
+
+    >>> from pyspark.sql.types import ArrayType, LongType
+    >>> same_types(ArrayType(LongType(), False), ArrayType(LongType(), True))
+    True
+    >>> same_types(LongType(), ArrayType(LongType()))
+    False
+    """
+    return _nullable(a) == _nullable(b)
+
+
+def _nullable(data_type: DataType) -> DataType:
+    from pyspark.sql.types import ArrayType, MapType, StructField, StructType
+
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_nullable(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(_nullable(data_type.keyType), _nullable(data_type.valueType), True)
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, _nullable(f.dataType), True) for f in data_type.fields])
+    return data_type
+
+
+def comparable(frame: DataFrame) -> DataFrame:
+    """``frame`` with each column holding a map as JSON text, for set operations (see :func:`same_value`)."""
+    from pyspark.sql import functions as F
+
+    return frame.select(*[
+        F.to_json(F.array(F.col(quote(f.name)))).alias(f.name) if holds_map(f.dataType) else F.col(quote(f.name))
+        for f in frame.schema.fields
+    ])
 
 
 def row_hash(columns: Sequence[str], types: dict[str, DataType]) -> Column:

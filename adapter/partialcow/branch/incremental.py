@@ -263,8 +263,11 @@ def apply_changes_on_branch(
     from pyspark.sql import functions as F
 
     from partialcow.spark.changes import stage_changes
+    from partialcow.spark.staging import batch_spelling, table_spelling
 
     model = f"{base_schema}.{identifier}"
+    # columns named in other letter case than the batch's or the model's, matched as on main (spark/changes.py)
+    spec = batch_spelling(changes, spec)
     keys = tuple(spec.key_columns)
     schema = overlay_schema(base_schema, branch)
     store = BranchStore(spark, meta_schema=meta_schema)
@@ -285,7 +288,7 @@ def apply_changes_on_branch(
                       meta_schema=meta_schema, counts=(rows.count(), 0, 0))
     current = spark.table(qualified(schema, identifier))
     _match(model, current.columns, keys, "unique_key")
-    staged, values = _stage(changes, spec, current)
+    staged, values = _stage(table_spelling(changes, spec, current.columns), spec, current)
     seq = time.time_ns() // 1_000_000
     materialized = table_exists(spark, schema, full_table(identifier))
     image_mode = store.require(branch).image_mode

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from partialcow.branch.catalog import iceberg_snapshot, load_iceberg, table_exists
-from partialcow.branch.frames import all_of, key_join, key_string, row_hash, same_key, same_value
+from partialcow.branch.frames import all_of, key_join, key_string, row_hash, same_key, same_types, same_value
 from partialcow.branch.image import _OVERLAY_MARK
 from partialcow.branch.levels import overlay_info
 from partialcow.branch.naming import (
@@ -358,7 +358,8 @@ def _check_plan(
     if parent_info is not None:
         theirs = {f.name.lower(): f.dataType for f in spark.table(parent_info.table).schema.fields}
         ours = {f.name.lower(): f.dataType for f in spark.table(info.table).schema.fields}
-        differ = [c for c in info.columns if theirs.get(c.lower()) != ours[c.lower()]]
+        differ = [c for c in info.columns
+                  if c.lower() not in theirs or not same_types(theirs[c.lower()], ours[c.lower()])]
         if differ:
             raise BranchError(
                 f"{where}: the parent branch's overlay {parent_info.table} lacks column(s) {differ} or holds them "

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from partialcow.branch.base import capture_base
 from partialcow.branch.catalog import holds_no_rows, table_exists
-from partialcow.branch.frames import all_of, same_key, same_key_sql, same_value
+from partialcow.branch.frames import all_of, same_key, same_key_sql, same_types, same_value
 from partialcow.branch.image import (
     ImageReport,
     drop_image,
@@ -143,7 +143,7 @@ def _same_layout(result: DataFrame, parent: DataFrame) -> bool:
     # Same column names (case-insensitive) with the same types: the view can then union the two row sets.
     ours = {f.name.lower(): f.dataType for f in result.schema.fields}
     theirs = {f.name.lower(): f.dataType for f in parent.schema.fields}
-    return ours == theirs
+    return ours.keys() == theirs.keys() and all(same_types(t, theirs[c]) for c, t in ours.items())
 
 
 def _diff_against_parent(result: DataFrame, parent: DataFrame, keys: Sequence[str], seq: int) -> DataFrame:
