@@ -3,9 +3,10 @@
 ``partialcow doctor`` and ``partialcow index`` look at the warehouse (and Iceberg runtime) of the project's profile,
 as ``dbt`` would, instead of a ``./warehouse`` of whatever folder they were started in. The project is found like
 dbt finds it: ``--project-dir``, else ``DBT_PROJECT_DIR``, else the current folder or the nearest parent holding a
-``dbt_project.yml``; its profile in ``--profiles-dir``, ``DBT_PROFILES_DIR``, the project folder or ``~/.dbt``.
-Profiles are read as YAML with ``{{ env_var('NAME') }}`` / ``{{ env_var('NAME', 'default') }}`` replaced; other
-Jinja is left as it is (this module does not import dbt).
+``dbt_project.yml``; its profile in ``--profiles-dir`` or ``DBT_PROFILES_DIR`` (only there, as dbt), else the
+current folder, ``~/.dbt`` or the project folder. Profiles are read as YAML, then ``{{ env_var('NAME') }}`` /
+``{{ env_var('NAME', 'default') }}`` are replaced in the values of the chosen profile and target only (as dbt renders
+only the profile it uses); other Jinja is left as it is (this module does not import dbt).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def find_project(project_dir: str | None = None, *, start: Path | None = None) -
     here = (start or Path.cwd()).absolute()
     for folder in (here, *here.parents):
         # a dbt package without a profile (such as this adapter's own macros) is not a project one runs
-        if (folder / "dbt_project.yml").is_file() and _yaml(folder / "dbt_project.yml").get("profile"):
+        if (folder / "dbt_project.yml").is_file() and _project_profile(folder):
             return folder
     return None
 
@@ -81,34 +82,74 @@ class ProfileTarget:
         return f"profile {self.profile}, target {self.target} ({self.profiles_file})"
 
 
-def _yaml(path: Path) -> Any:
+def _yaml(path: Path) -> dict[str, Any]:
+    """The YAML mapping in ``path``, unrendered: Jinja is rendered later, and only in the values that are used."""
     import yaml  # type: ignore[import-untyped]  # dbt-core's dependency; no stubs installed
 
-    return yaml.safe_load(render_env_vars(path.read_text())) or {}
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"{path} is not valid YAML: {exc}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigurationError(f"{path}: expected a mapping at the top level, found a {type(loaded).__name__}")
+    return loaded
+
+
+def _rendered(value: Any) -> Any:
+    """``value`` (a parsed YAML value) with ``env_var`` rendered in every string in it."""
+    if isinstance(value, str):
+        return render_env_vars(value)
+    if isinstance(value, dict):
+        return {k: _rendered(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rendered(v) for v in value]
+    return value
+
+
+def _project_profile(project_dir: Path) -> str | None:
+    """The profile ``dbt_project.yml`` names (rendered: dbt allows ``env_var`` there), None when it names none."""
+    name = _rendered(_yaml(project_dir / "dbt_project.yml").get("profile"))
+    return str(name) if name else None
+
+
+def _profiles_file(project_dir: Path, profiles_dir: str | None) -> Path:
+    """The profiles.yml dbt would read for the project at ``project_dir``."""
+    for origin, folder in (("--profiles-dir", profiles_dir), ("DBT_PROFILES_DIR", os.environ.get("DBT_PROFILES_DIR"))):
+        if folder:
+            # dbt looks nowhere else when told where: falling back would read another warehouse's profile
+            path = Path(folder).expanduser().absolute() / "profiles.yml"
+            if not path.is_file():
+                raise ConfigurationError(f"{origin} {folder}: no profiles.yml in {path.parent} (dbt reads the "
+                                         "profile only there): point it at the folder that holds profiles.yml")
+            return path
+    # dbt's default (the current folder, then ~/.dbt), so that both read the same profile; then the project's
+    # folder, where dbt would need --profiles-dir
+    files = [Path(f) / "profiles.yml" for f in (os.getcwd(), Path.home() / ".dbt", project_dir)]
+    found = next((f for f in files if f.is_file()), None)
+    if found is None:
+        raise ConfigurationError(f"no profiles.yml for project {project_dir} (looked in {', '.join(map(str, files))}; "
+                                 "pass --profiles-dir)")
+    return found
 
 
 def profile_target(project_dir: Path, *, profiles_dir: str | None = None, target: str | None = None) -> ProfileTarget:
     """The profile output the project at ``project_dir`` runs with (``target``: the profile's default target)."""
-    project = _yaml(project_dir / "dbt_project.yml")
-    name = project.get("profile")
+    name = _project_profile(project_dir)
     if not name:
         raise ConfigurationError(f"{project_dir / 'dbt_project.yml'} names no profile")
-    # dbt's order (the flag, DBT_PROFILES_DIR, the current folder, ~/.dbt), so that both read the same profile;
-    # then the project's folder, where dbt would need --profiles-dir
-    folders = [profiles_dir, os.environ.get("DBT_PROFILES_DIR"), os.getcwd(), str(Path.home() / ".dbt"),
-               str(project_dir)]
-    files = [Path(f).expanduser() / "profiles.yml" for f in folders if f]
-    found = next((f for f in files if f.is_file()), None)
-    if found is None:
-        raise ConfigurationError(f"no profiles.yml for project {project_dir} (looked in {', '.join(map(str, files))})")
+    found = _profiles_file(project_dir, profiles_dir)
     profiles = _yaml(found)
-    if name not in profiles:
+    profile = profiles.get(name)
+    if not isinstance(profile, dict):
         raise ConfigurationError(f"{found} has no profile {name!r} (the profile of {project_dir / 'dbt_project.yml'})")
-    chosen = target or os.environ.get("DBT_TARGET") or profiles[name].get("target")
-    outputs = profiles[name].get("outputs") or {}
-    if chosen not in outputs:
-        raise ConfigurationError(f"profile {name} in {found} has no target {chosen!r} (targets: {', '.join(outputs)})")
-    settings = dict(outputs[chosen])
+    chosen = target or os.environ.get("DBT_TARGET") or _rendered(profile.get("target"))
+    outputs = profile.get("outputs") or {}
+    if chosen not in outputs or not isinstance(outputs[chosen], dict):
+        raise ConfigurationError(
+            f"profile {name} in {found} has no target {chosen!r} (targets: {', '.join(map(str, outputs))})")
+    settings = _rendered(outputs[chosen])
     if settings.get("type") != "partialcow":
         raise ConfigurationError(f"profile {name}, target {chosen} in {found} is of type {settings.get('type')!r}, "
                                  "not partialcow")

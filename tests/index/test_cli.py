@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import uuid
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from index_oracle import corrupt_bucket
 
@@ -12,6 +15,7 @@ from partialcow.cli import main
 from partialcow.index import RowIndex
 from partialcow.table.delta import DeltaRsTable
 from partialcow.table.iceberg import IcebergTable
+from partialcow.table.paths import local_path
 
 deltalake = pytest.importorskip("deltalake")
 
@@ -129,3 +133,50 @@ def test_the_profile_is_found_where_dbt_finds_it(tmp_path, monkeypatch) -> None:
     (home / ".dbt" / "profiles.yml").unlink()
     monkeypatch.chdir(tmp_path)  # nowhere else: the project's, as before
     assert profile_target(project).warehouse == str(project / "project_wh")
+
+
+def _dead_write(root: Path, data_dir: Path) -> Path:
+    """The leftovers of a write killed before its commit: its lease (lock free: its process is gone) and a data file
+    no snapshot references."""
+    from partialcow.spark.journal import JOURNAL_DIR, data_file_prefix
+
+    write_id = uuid.uuid4().hex
+    journal = root / "_partialcow_index" / JOURNAL_DIR
+    journal.mkdir(parents=True, exist_ok=True)
+    (journal / f"{write_id}.json").write_text(json.dumps({"write_id": write_id, "pid": 0}))
+    (journal / f"{write_id}.lock").touch()
+    orphan = data_dir / f"{data_file_prefix(write_id)}{uuid.uuid4().hex}.parquet"
+    pq.write_table(pa.table({"k": [1]}), orphan)
+    return orphan
+
+
+def test_a_rebuild_recovers_a_dead_write_instead_of_orphaning_its_files(spark, tmp_path, monkeypatch) -> None:
+    """Regression: ``index rebuild`` took its write lease with no data folders, so its recovery of a dead write found
+    none of that write's files and then removed the write's lease: the files stayed, unreferenced, for good. (Then
+    the table by a relative folder, which was looked up as an Iceberg table name before.)"""
+    root = tmp_path / "events"
+    deltalake.write_deltalake(str(root), pa.table({"k": list(range(100)), "v": ["x"] * 100}))
+    orphan = _dead_write(root, root)
+    assert main(["index", "rebuild", str(root), "--key", "k", "--buckets", "2"]) == 0
+    assert not orphan.exists()
+    assert not list((root / "_partialcow_index" / "_writes").iterdir())  # the dead lease went, and the rebuild's own
+    monkeypatch.chdir(tmp_path)
+    assert main(["index", "verify", "events"]) == 0  # the table's own files are all there
+    assert main(["index", "rebuild", "./events"]) == 0
+
+
+@pytest.mark.iceberg
+def test_an_iceberg_rebuild_recovers_a_dead_write(spark, spark_warehouse, capsys) -> None:
+    spark.sql("CREATE TABLE default.cli_lease (id bigint) USING iceberg")
+    try:
+        spark.sql("INSERT INTO default.cli_lease VALUES (1), (2), (3)")
+        table = IcebergTable(spark, "default.cli_lease")
+        root = Path(local_path(table.location))
+        kept = Path(local_path(table.live_files()[0].path))
+        orphan = _dead_write(root, root / "data")
+        warehouse = str(spark_warehouse)
+        assert main(["index", "rebuild", "default.cli_lease", "--warehouse", warehouse, "--key", "id"]) == 0
+        assert not orphan.exists() and kept.exists()
+        assert main(["index", "verify", "default.cli_lease", "--warehouse", warehouse]) == 0
+    finally:
+        spark.sql("DROP TABLE IF EXISTS default.cli_lease PURGE")

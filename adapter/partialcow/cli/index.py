@@ -2,8 +2,8 @@
 
 How a table is named on the command line:
 
-- a Delta table by its folder (a path or URI whose folder holds ``_delta_log``), e.g. ``partialcow index verify
-  /data/events``; read with a plain local SparkSession (no Delta jar needed);
+- a Delta table by its folder (a path, relative or absolute, or a ``file:`` URI whose folder holds ``_delta_log``),
+  e.g. ``partialcow index verify /data/events``; read with a plain local SparkSession (no Delta jar needed);
 - an Iceberg table by its name in the embedded catalog, with the warehouse that catalog lives in, e.g.
   ``partialcow index verify analytics.events --warehouse ./warehouse``; without ``--warehouse``, the warehouse of the
   dbt project's profile (``--project-dir``, or the project around the current folder; see :mod:`partialcow.project`).
@@ -22,7 +22,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from partialcow.exceptions import ConfigurationError
-from partialcow.formats import TABLE_FORMATS
+from partialcow.formats import TABLE_FORMATS, TableFormat
 from partialcow.index.row_index import RowIndex, VerifyReport
 from partialcow.progress import Progress
 from partialcow.table.base import TableSource
@@ -31,6 +31,8 @@ from partialcow.table.iceberg import IcebergTable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from partialcow.spark.journal import WriteLease
 
 __all__ = ["add_arguments", "run"]
 
@@ -46,21 +48,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "project's, from its profile)")
     parser.add_argument("--project-dir", help="dbt project whose profile names the warehouse (default: "
                         "DBT_PROJECT_DIR, else the current folder or the nearest parent with a dbt_project.yml)")
-    parser.add_argument(
-        "--profiles-dir", help="folder of profiles.yml (default: DBT_PROFILES_DIR, the project, ~/.dbt)"
-    )
-    parser.add_argument("--target", help="profile target (default: the profile's)")
+    parser.add_argument("--profiles-dir", help="folder of profiles.yml (default: DBT_PROFILES_DIR; else the current "
+                        "folder, ~/.dbt, then the project's folder)")
+    parser.add_argument("--target", help="profile target (default: DBT_TARGET, else the profile's)")
     parser.add_argument("--key", help="comma-separated key columns (rebuild of a table without an index)")
     parser.add_argument("--buckets", type=int, help="bucket count (rebuild; default: from the table's row count)")
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     parser.add_argument("--output", choices=["text", "json"], default="text")
 
 
-def _is_delta(table: str) -> bool:
+def _delta_folder(table: str) -> str | None:
+    """The absolute local folder of ``table`` when it names a Delta table (its folder holds ``_delta_log``)."""
     from partialcow.table.paths import local_path
 
     local = local_path(table)
-    return local is not None and os.path.isdir(os.path.join(local, "_delta_log"))
+    if local is None and "://" not in table and not table.startswith("file:"):
+        # a relative folder (``data/events``): taken against the current folder, as a shell user means it
+        local = os.path.abspath(table)
+    return local if local is not None and os.path.isdir(os.path.join(local, "_delta_log")) else None
 
 
 def _session(args: argparse.Namespace, table_format: str) -> SparkSession:
@@ -98,16 +103,38 @@ def _session(args: argparse.Namespace, table_format: str) -> SparkSession:
                                  iceberg_runtime=runtime, extra=extra, class_cache=class_cache)
 
 
-def _source(args: argparse.Namespace, progress: Progress) -> TableSource:
-    table_format = args.format
-    if table_format == "auto":
-        table_format = "delta" if _is_delta(args.table) else "iceberg"
-    with progress.step("starting Spark"):
-        spark = _session(args, table_format)
-    progress.watch(spark)
+def _locate(args: argparse.Namespace) -> tuple[TableFormat, str]:
+    """The table's format and the name to open it by (a Delta table's folder made absolute)."""
+    delta_folder = _delta_folder(args.table)
+    table_format: TableFormat = args.format if args.format != "auto" else "delta" if delta_folder else "iceberg"
+    if table_format == "delta" and delta_folder:
+        return table_format, delta_folder
+    return table_format, args.table
+
+
+def _source(spark: SparkSession, table_format: TableFormat, name: str) -> TableSource:
     if table_format == "delta":
-        return DeltaRsTable(args.table, spark=spark)
-    return IcebergTable(spark, args.table)
+        return DeltaRsTable(name, spark=spark)
+    return IcebergTable(spark, name)
+
+
+def _write_lease(spark: SparkSession, table_format: TableFormat, name: str, source: TableSource) -> WriteLease:
+    """The lease a rebuild holds while it writes index files, so that writers of the table leave them alone.
+
+    Taking a lease recovers dead writes, so it is a write's own (``LakehouseTable.write_lease``): with the table's
+    data folders and referenced files. Without them a dead write's lease went while its data files stayed,
+    unreferenced, with nothing left to find them.
+    """
+    from partialcow.spark.journal import WriteLease
+    from partialcow.table.paths import local_path
+
+    if local_path(source.location) is None:
+        # partial copy-on-write writes local tables only: a remote one has no write leases to recover (and
+        # WriteLease takes none there)
+        return WriteLease(source.location, [], referenced=set)
+    from partialcow.spark.tables import open_table
+
+    return open_table(spark, name, table_format=table_format).write_lease()
 
 
 def _render_report(report: VerifyReport) -> str:
@@ -134,7 +161,11 @@ def _render_report(report: VerifyReport) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run ``verify`` or ``rebuild``; the exit code is 0 on success, 1 when verification fails."""
     progress = Progress()
-    source = _source(args, progress)
+    table_format, name = _locate(args)
+    with progress.step("starting Spark"):
+        spark = _session(args, table_format)
+    progress.watch(spark)
+    source = _source(spark, table_format, name)
     if args.action == "verify":
         with progress.step(f"verifying the row index of {args.table} against a scan of the table"):
             report = RowIndex.open(source).verify()
@@ -144,10 +175,7 @@ def run(args: argparse.Namespace) -> int:
             print(_render_report(report))
         return 0 if report.ok else 1
     keys = [k.strip() for k in args.key.split(",") if k.strip()] if args.key else None
-    from partialcow.spark.journal import WriteLease
-
-    # a rebuild writes index files: it holds a write lease so that writers of the table leave them alone
-    with WriteLease(source.location, [], referenced=set), progress.step(f"rebuilding the row index of {args.table}"):
+    with _write_lease(spark, table_format, name, source), progress.step(f"rebuilding the row index of {args.table}"):
         if RowIndex.exists(source) and keys is None:
             index = RowIndex.open(source)
             metrics = index.rebuild(num_buckets=args.buckets)
