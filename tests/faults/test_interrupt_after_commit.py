@@ -152,3 +152,38 @@ def test_a_retry_after_a_lost_commit_that_fails_leaves_the_lost_files_to_recover
     apply_changes(spark, open_table(spark, name, table_format="iceberg"),
                   spark.createDataFrame([(6, "later", "U")], SCHEMA), SPEC)
     assert leftovers(spark, name) == []
+
+
+def test_a_first_build_whose_commit_call_failed_unexpectedly_keeps_its_files(spark, monkeypatch):
+    """Regression: an error of another kind than the formats' own (the py4j connection dropped once the catalog had
+    taken the commit) deleted the first build's files: the new table named missing files. It is an unknown outcome
+    now; the table reads, and the next batch works on it."""
+    from py4j.protocol import Py4JNetworkError
+
+    from partialcow.exceptions import CommitStateUnknownError
+    from partialcow.spark import bulk
+
+    commit = bulk._IcebergTarget.commit
+
+    def commit_then_lose_the_connection(self, paths, metrics):
+        commit(self, paths, metrics)
+        raise Py4JNetworkError("Answer from Java side is empty")
+
+    monkeypatch.setattr(bulk._IcebergTarget, "commit", commit_then_lose_the_connection)
+    schema = f"pcow_first_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    name = f"{schema}.t"
+    try:
+        rows = [(k, f"v{k}", "I") for k in range(100)]
+        with pytest.raises(CommitStateUnknownError, match="may or may not have landed"):
+            create_table(spark, name, spark.createDataFrame(rows, SCHEMA), SPEC)
+        monkeypatch.undo()
+        spark.catalog.refreshTable(name)
+        assert spark.sql(f"select count(*) from {name}").first()[0] == 100
+        apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                      spark.createDataFrame([(5, "new", "U"), (500, "x", "I")], SCHEMA), SPEC)
+        spark.catalog.refreshTable(name)
+        rows_now = dict(spark.sql(f"select k, v from {name}").collect())
+        assert len(rows_now) == 101 and rows_now[5] == "new" and rows_now[500] == "x"
+    finally:
+        spark.sql(f"drop schema {schema} cascade")

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from partialcow.exceptions import CommitStateUnknownError, ConfigurationError, DuplicateKeyError
+from partialcow.exceptions import CommitStateUnknownError, ConfigurationError, DuplicateKeyError, PartialCowError
 from partialcow.faults import checkpoint
 from partialcow.index.bucket_files import key_hash_expr
 from partialcow.index.hashing import SUPPORTED_KEY_TYPES
@@ -149,7 +149,7 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
                                               entries=sum(int(r["rows"]) for r in done if r["run"] is not None))
                 metrics = WriteMetrics(rows_inserted=rows, files_added=len(written))
                 with clock("commit"):
-                    result = target.commit(written, metrics)
+                    result = _commit(target, written, metrics, name)
             except CommitStateUnknownError:
                 raise  # the commit may have landed with these files: they stay (the lease stays for the next run)
             except Exception:  # not an interrupt, which may come once the commit landed (the lease stays then too)
@@ -171,6 +171,20 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
     metrics.phase_ms = clock.ms
     metrics.duration_ms = sum(clock.ms.values())
     return metrics
+
+
+def _commit(target: _Target, paths: list[str], metrics: WriteMetrics, name: str) -> CommitResult:
+    """``target.commit``, where any error that is not one of our refusals (a lost connection to the JVM, a catalog
+    failing in a way the format does not name) is an unknown outcome: the catalog may have taken the commit, so the
+    files stay for the next run to settle (deleting them broke a table whose commit had landed)."""
+    try:
+        return target.commit(paths, metrics)
+    except PartialCowError:
+        raise
+    except Exception as exc:
+        raise CommitStateUnknownError(
+            f"the first commit of table {name} may or may not have landed: {type(exc).__name__}: {exc}; its "
+            "files are kept, and the next run settles it") from exc
 
 
 class _Target(Protocol):
