@@ -307,3 +307,29 @@ def test_the_copies_hash_tells_apart_what_xxhash64_alone_does_not(spark, ddl, on
     types = {f.name: f.dataType for f in frame.schema.fields}
     hashes = [r[0] for r in frame.select(row_hash(frame.columns, types)).collect()]
     assert hashes[0] != hashes[1]
+
+
+def test_a_parent_commit_between_staging_and_applying_is_not_overwritten(spark, monkeypatch):
+    """Regression: a merge classified each key against the parent when it staged the model; another writer's commit
+    to the parent after that (here while the merge checked its plans) was overwritten by the branch's row, and no
+    conflict was reported. The merge now refuses the model, and the next merge sees the conflict."""
+    meta = f"lostupd_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    spark.createDataFrame([(1, "a"), (2, "b")], COLS).writeTo(f"{meta}.t").using("iceberg").create()
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "t")])
+    build_model(spark, spark.createDataFrame([(1, "branch"), (2, "b")], COLS), branch="dev", base_schema=meta,
+                identifier="t", key_columns=["id"], meta_schema=meta)
+    check = merge_module._check_plan
+
+    def another_writer_commits(spark_, plan, **kwargs):
+        spark.sql(f"UPDATE {meta}.t SET v = 'other writer' WHERE id = 1")
+        monkeypatch.setattr(merge_module, "_check_plan", check)
+        return check(spark_, plan, **kwargs)
+
+    monkeypatch.setattr(merge_module, "_check_plan", another_writer_commits)
+    with pytest.raises(BranchError, match="changed while the merge ran"):
+        merge_branch(spark, name="dev", meta_schema=meta)
+    assert _rows(spark, f"{meta}.t") == [(1, "other writer"), (2, "b")]
+    with pytest.raises(BranchError, match="1 conflicting key"):
+        merge_branch(spark, name="dev", meta_schema=meta)
+    assert _rows(spark, f"{meta}__br_dev.t") == [(1, "branch"), (2, "b")]

@@ -345,8 +345,8 @@ def merge_branch(
                                          key_columns=info.key_columns, base_schema=base_schema,
                                          levels=parent_levels, parent=parent)
             # a parent branch's refresh changes what it shows without committing to a chain table: its image counts
-            fast_forward = chain_state(spark, base_schema, info.identifier, parent_levels) == recorded_state(
-                record.base_snapshots, base_schema, info.identifier, parent_levels)
+            seen = chain_state(spark, base_schema, info.identifier, parent_levels)
+            fast_forward = seen == recorded_state(record.base_snapshots, base_schema, info.identifier, parent_levels)
             if fast_forward and info.mode == "delta" and stale_base_image(
                 spark, record.base_snapshots, schema=info.schema, identifier=info.identifier, base_schema=base_schema,
                 levels=parent_levels,
@@ -361,6 +361,7 @@ def merge_branch(
                 info=info,
                 base_schema=base_schema,
                 parent=parent,
+                seen=seen,
                 merge=ModelMerge(
                     model=f"{base_schema}.{info.identifier}",
                     fast_forward=fast_forward,
@@ -431,6 +432,12 @@ def _merge_model(
     order that keeps a merge stopped anywhere correct, see the module docstring); returns the branch's record now.
     ``wanted``: for the last model, every model whose base the record then moves (and the merge time)."""
     info = plan.info
+    if chain_state(spark, plan.base_schema, info.identifier, parent_levels) != plan.seen:
+        # what was staged as "ours over an unchanged parent" would overwrite the other writer's commit
+        raise BranchError(
+            f"branch_merge: the parent of {plan.merge.model} changed while the merge ran (another writer committed "
+            "to it); nothing of this model was merged: run branch_merge again to merge against the parent as it is now"
+        )
     marked = not plan.merge.detached and bool(plan.merge.inserted + plan.merge.updated + plan.merge.deleted) and (
         mark_merging(spark, schema=info.schema, identifier=info.identifier, base_schema=plan.base_schema,
                      levels=parent_levels,

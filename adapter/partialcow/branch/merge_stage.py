@@ -102,6 +102,7 @@ class _Plan:
     parent: tuple[str, str] | None
     stage: str | None = None  # staged rows (delta models)
     rows_from: str | None = None  # a dropped parent: what holds the rows the branch shows (see _rows_the_branch_shows)
+    seen: dict[str, int] | None = None  # the parent's chain state the plan was made against (chain_state)
 
     @property
     def source(self) -> str:
