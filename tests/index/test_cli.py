@@ -180,3 +180,15 @@ def test_an_iceberg_rebuild_recovers_a_dead_write(spark, spark_warehouse, capsys
         assert main(["index", "verify", "default.cli_lease", "--warehouse", warehouse]) == 0
     finally:
         spark.sql("DROP TABLE IF EXISTS default.cli_lease PURGE")
+
+
+def test_a_delta_table_in_a_folder_with_a_space_and_a_hash_keeps_its_index_inside(tmp_path) -> None:
+    """delta-rs spells a table's root as a percent-encoded URI (``a%20b%231``); read as an Iceberg location (not
+    decoded), the index went to a folder named with the escapes, beside the table."""
+    root = tmp_path / "a b é#1"
+    deltalake.write_deltalake(str(root), pa.table({"k": list(range(50)), "v": ["x"] * 50}))
+    assert DeltaRsTable(str(root)).location == str(root)
+    assert main(["index", "rebuild", str(root), "--key", "k", "--buckets", "2"]) == 0
+    assert (root / "_partialcow_index").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a b é#1"]
+    assert main(["index", "verify", f"file://{root}".replace(" ", "%20").replace("#", "%23")]) == 0

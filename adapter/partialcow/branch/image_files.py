@@ -21,6 +21,7 @@ from partialcow.spark.rewrite_job import FILE, IN_PLACE_RESULT_SCHEMA, rewrite_f
 from partialcow.spark.small_batch import driver_max_rows
 from partialcow.table.iceberg_metrics import DataFileBuilder
 from partialcow.table.java import jvm as java_gateway
+from partialcow.table.paths import local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -80,7 +81,9 @@ def write_position_deletes(spark: SparkSession, table: Any, positions: Sequence[
             if partition is None
             else table.locationProvider().newDataLocation(spec, partition, name)
         )
-        filesystem, inner = pafs.FileSystem.from_uri(location)
+        # a local location is a path as it stands (a URI parser refuses its spaces and decodes its "%3A")
+        local = local_path(location)
+        filesystem, inner = (pafs.LocalFileSystem(), local) if local is not None else pafs.FileSystem.from_uri(location)
         filesystem.create_dir(inner.rsplit("/", 1)[0], recursive=True)
         arrays = [pa.array([path] * len(rows), pa.string()), pa.array(rows, pa.int64())]
         with filesystem.open_output_stream(inner) as sink:

@@ -59,9 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _delta_folder(table: str) -> str | None:
     """The absolute local folder of ``table`` when it names a Delta table (its folder holds ``_delta_log``)."""
-    from partialcow.table.paths import local_path
+    from partialcow.table.paths import uri_local_path
 
-    local = local_path(table)
+    local = uri_local_path(table)  # a Delta root given as a file: URI is percent-encoded, as delta-rs spells it
     if local is None and "://" not in table and not table.startswith("file:"):
         # a relative folder (``data/events``): taken against the current folder, as a shell user means it
         local = os.path.abspath(table)

@@ -70,10 +70,12 @@ def new_file_name(prefix: str = "pcow-") -> str:
     return f"{prefix}{uuid.uuid4().hex}.parquet"
 
 
-def _local(uri: str) -> str:
+def _local(location: str) -> str:
+    """A live file's local path. Its location is as the table format spells it (Iceberg's is unescaped: its partition
+    folders' "%3A" are on disk as they stand), so it is not decoded as a URI."""
     from partialcow.spark.tables import local_path
 
-    return local_path(uri)
+    return local_path(location)
 
 
 def narrower(written: pa.DataType, table: pa.DataType) -> bool:

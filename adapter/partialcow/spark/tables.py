@@ -18,12 +18,13 @@ import os
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 import pyarrow as pa
 
 from partialcow.exceptions import ConfigurationError, UnsupportedTableFeatureError
 from partialcow.formats import TABLE_FORMATS, TableFormat
+from partialcow.table import paths as _paths
 from partialcow.table.base import Table
 
 if TYPE_CHECKING:
@@ -32,23 +33,39 @@ if TYPE_CHECKING:
     from partialcow.spark.journal import WriteLease
 
 __all__ = ["LakehouseTable", "delta_root", "delta_spark_schema", "iceberg_file_schema", "local_path", "open_table",
-           "require_session_format"]
+           "require_session_format", "table_root", "uri_local_path"]
 
-def local_path(uri: str) -> str:
-    """The local file system path of a ``file:`` URI or plain path (the embedded warehouse is local).
+def local_path(location: str) -> str:
+    """The local file system path of an Iceberg/Hadoop location (``file:`` location or plain path), as spelled: not
+    percent-decoded, since Iceberg writes locations unescaped (see ``partialcow.table.paths``); a data file path that
+    any table format gives (Delta's are already local paths). The embedded warehouse is local.
 
-    >>> local_path("file:/tmp/t/data/a.parquet"), local_path("file:///tmp/x%20y.parquet"), local_path("/tmp/z")
-    ('/tmp/t/data/a.parquet', '/tmp/x y.parquet', '/tmp/z')
+    >>> local_path("file:/tmp/t/data/ts=2024-01-01T10%3A00%3A00/a.parquet"), local_path("/tmp/z")
+    ('/tmp/t/data/ts=2024-01-01T10%3A00%3A00/a.parquet', '/tmp/z')
     """
-    if "://" not in uri and not uri.startswith("file:"):
-        return uri
-    parsed = urlparse(uri)
-    if parsed.scheme != "file":
-        raise ConfigurationError(
-            f"{uri}: partial copy-on-write rewrites files on a local or mounted file system; "
-            f"the {parsed.scheme!r} scheme is not supported yet"
-        )
-    return unquote(parsed.path)
+    return _local_or_refuse(location, _paths.local_path(location))
+
+
+def uri_local_path(uri: str) -> str:
+    """The local file system path of a percent-encoded ``file:`` URI (a ``java.net.URI``'s, delta-rs's table root, a
+    Delta log's absolute path), decoded; a plain path unchanged.
+
+    >>> uri_local_path("file:///tmp/x%20y%23z"), uri_local_path("file:/tmp/a%3Ab"), uri_local_path("/tmp/a%20b")
+    ('/tmp/x y#z', '/tmp/a:b', '/tmp/a%20b')
+    """
+    return _local_or_refuse(uri, _paths.uri_local_path(uri))
+
+
+def _local_or_refuse(text: str, local: str | None) -> str:
+    if local is not None:
+        return local
+    if "://" not in text and not text.lower().startswith("file:"):
+        return text  # a relative path
+    scheme = text.split(":", 1)[0]
+    where = f"the {scheme!r} scheme is" if scheme.lower() != "file" else "a file URI naming another host is"
+    raise ConfigurationError(
+        f"{text}: partial copy-on-write rewrites files on a local or mounted file system; {where} not supported yet"
+    )
 
 
 @dataclass
@@ -63,13 +80,18 @@ class LakehouseTable:
     delta_spark: bool = False  # a Delta table read and committed through delta-spark
 
     @property
+    def root(self) -> str:
+        """The table's folder as a local path."""
+        return table_root(self.format_table.location, self.table_format)
+
+    @property
     def sql_name(self) -> str:
         """How Spark SQL names the table: the quoted catalog name, or ``delta.`<root>``` for a Delta table."""
         from partialcow.table.base import quote_identifier
 
         if self.table_format == "iceberg":
             return quote_identifier(self.name)
-        return "delta.`" + local_path(self.format_table.location).replace("`", "``") + "`"
+        return "delta.`" + self.root.replace("`", "``") + "`"
 
     def read(self, version: int | None = None) -> Any:
         """The table (at ``version``: a snapshot id for Iceberg, a version for Delta) as a DataFrame."""
@@ -82,7 +104,7 @@ class LakehouseTable:
         reader = self.spark.read.format("delta")
         if version is not None:
             reader = reader.option("versionAsOf", str(int(version)))
-        return reader.load(local_path(self.format_table.location))
+        return reader.load(self.root)
 
     def spark_schema(self) -> Any:
         """The table's schema as Spark sees it (the type every batch column is cast to)."""
@@ -108,14 +130,14 @@ class LakehouseTable:
         """A lease for one write of this table (see ``partialcow.spark.journal``): enter it before writing."""
         from partialcow.spark.journal import WriteLease
 
-        return WriteLease(local_path(self.format_table.location), [self.data_dir], referenced=self.referenced_files)
+        return WriteLease(self.root, [self.data_dir], referenced=self.referenced_files)
 
     def referenced_files(self) -> set[str]:
         """Local paths of every data file a snapshot of the table references (Iceberg: every snapshot, branch and
         tag; Delta: every version whose log entry or checkpoint is still there)."""
         if self.table_format == "iceberg":
             return iceberg_referenced(self.spark, self.name)
-        return delta_referenced(local_path(self.format_table.location))
+        return delta_referenced(self.root)
 
     def file_schema(self, spark_schema: Any) -> pa.Schema:
         """The Arrow schema new data files are written with (Iceberg: with the table's Parquet field ids)."""
@@ -124,6 +146,16 @@ class LakehouseTable:
         if self.table_format != "iceberg":
             return to_arrow_schema(spark_schema)
         return iceberg_file_schema(self.spark, self.name, spark_schema)
+
+
+def table_root(location: str, table_format: TableFormat) -> str:
+    """The local folder of a table whose format spells its root ``location``: Iceberg's is a Hadoop location taken as
+    it stands; a Delta root is a local path or, from delta-rs, a percent-encoded URI.
+
+    >>> table_root("file:/wh/a%20b", "iceberg"), table_root("file:///wh/a%20b", "delta")
+    ('/wh/a%20b', '/wh/a b')
+    """
+    return local_path(location) if table_format == "iceberg" else uri_local_path(location)
 
 
 def iceberg_file_schema(spark: SparkSession, name: str, spark_schema: Any = None) -> pa.Schema:
@@ -166,7 +198,8 @@ def delta_referenced(root: str) -> set[str]:
         elif ".checkpoint" in name and name.endswith(".parquet"):
             adds = pq.read_table(full, columns=["add"]).column("add").to_pylist()
             paths.update(a["path"] for a in adds if a)
-    return {local_path(p) if "://" in p or p.startswith("file:") else os.path.join(root, unquote(p)) for p in paths}
+    # the log's paths are URIs: percent-encoded, relative to the root or absolute
+    return {uri_local_path(p) if "://" in p or p.startswith("file:") else os.path.join(root, unquote(p)) for p in paths}
 
 
 def delta_spark_schema(schema_json: str, *, table: str) -> Any:
@@ -296,7 +329,7 @@ def delta_root(spark: SparkSession, name: str) -> str:
     log, a Spark job that a process's first Delta statement pays for in full.
     """
     if _is_path(name):
-        return local_path(name)
+        return uri_local_path(name)  # spelled as delta-rs reads it: a file: URI is percent-encoded
     session = spark._jsparkSession
     try:
         ident = session.sessionState().sqlParser().parseTableIdentifier(name)
@@ -309,7 +342,7 @@ def delta_root(spark: SparkSession, name: str) -> str:
     if (found or "").lower() != "delta":
         raise ConfigurationError(f"table {name} is not a Delta table (format {found!r}); use table_format='iceberg' "
                                  "or build it as a Delta table")
-    return local_path(str(entry.location().toString()))
+    return uri_local_path(str(entry.location().toString()))  # a java.net.URI: percent-encoded
 
 
 def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> LakehouseTable:
@@ -333,7 +366,7 @@ def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> 
         from partialcow.table.iceberg import IcebergTable
 
         format_table: Table = IcebergTable(spark, name)
-        data_dir = os.path.join(local_path(format_table.location), "data")
+        data_dir = os.path.join(table_root(format_table.location, table_format), "data")
     else:
         from partialcow.table.delta.spark_log import has_delta
 
@@ -351,7 +384,7 @@ def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> 
         from partialcow.table.delta import DeltaRsTable
 
         format_table = DeltaRsTable(name, spark=spark)
-        data_dir = local_path(format_table.location)
+        data_dir = table_root(format_table.location, table_format)
     os.makedirs(data_dir, exist_ok=True)
     return LakehouseTable(spark=spark, name=name, table_format=table_format, format_table=format_table,
                           data_dir=data_dir)

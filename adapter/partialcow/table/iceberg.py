@@ -40,6 +40,7 @@ from partialcow.table.java import (
     java_message,
     load_iceberg_table,
 )
+from partialcow.table.paths import local_path
 from partialcow.table.positions import files_frame
 
 __all__ = ["NO_SNAPSHOT", "IcebergTable", "top_level_field_ids"]
@@ -449,7 +450,10 @@ class IcebergTable:
     def _check_field_ids(self, path: str, known: set[int]) -> None:
         """Iceberg resolves Parquet columns by field id: a file without them would read back as nulls."""
         try:
-            filesystem, inner = pafs.FileSystem.from_uri(path)
+            # A local location is a path as it stands: read as a URI, a space or a non-ASCII character is refused,
+            # "%3A" in a partition folder is decoded, and a "#" cuts the path short.
+            local = local_path(path)
+            filesystem, inner = (pafs.LocalFileSystem(), local) if local is not None else pafs.FileSystem.from_uri(path)
             with filesystem.open_input_file(inner) as handle:
                 schema = pq.read_schema(handle)
         except (OSError, ValueError) as exc:

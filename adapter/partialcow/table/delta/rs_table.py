@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +39,7 @@ from partialcow.table.base import CommitResult, DataFile, FileReplacement
 from partialcow.table.delta.conflicts import check_concurrent
 from partialcow.table.delta.features import DeltaTableInfo, unsupported_features
 from partialcow.table.delta.stats import file_stats, partition_strings
+from partialcow.table.paths import uri_local_path
 from partialcow.table.positions import read_parquet_positions, refuse_partition_keys
 
 __all__ = ["DeltaRsTable"]
@@ -127,9 +128,10 @@ class DeltaRsTable:
 
     @property
     def location(self) -> str:
-        """The table root as delta-rs resolves it (no trailing slash)."""
+        """The table root as delta-rs resolves it (no trailing slash); a local one as a decoded path, as a Delta
+        table's location is everywhere else (delta-rs percent-encodes its ``file:`` URIs)."""
         if self._location is None:
-            self._location = str(self._open().table_uri).rstrip("/")
+            self._location = _absolute(str(self._open().table_uri))
         return self._location
 
     def column_ids(self) -> dict[str, int]:
@@ -633,12 +635,10 @@ def _is_absolute(path: str) -> bool:
 
 
 def _local_root(uri: str) -> str | None:
-    parsed = urlparse(uri)
-    if parsed.scheme == "file":
-        return os.path.abspath(unquote(parsed.path))
-    if "://" in uri:
-        return None
-    return os.path.abspath(uri)
+    if "://" not in uri and not uri.lower().startswith("file:"):
+        return os.path.abspath(uri)  # a path as it stands, relative or not
+    local = uri_local_path(uri)  # a file: URI is percent-encoded (a "#" in it is "%23", never a fragment)
+    return None if local is None else os.path.abspath(local)
 
 
 def _absolute(uri: str) -> str:
