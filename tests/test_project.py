@@ -95,7 +95,7 @@ def test_a_malformed_profiles_yml_is_a_configuration_error(project: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     """Regression: a YAML syntax error in profiles.yml ended the command with a Python traceback."""
     (project / "profiles.yml").write_text("p:\n  target: t\n  outputs: [unclosed\n")
-    assert main(["index", "verify", "s.t", "--project-dir", str(project)]) == 1
+    assert main(["index", "verify", "s.t", "--project-dir", str(project)]) == 2
     err = capsys.readouterr().err
     assert f"{project / 'profiles.yml'} is not valid YAML" in err
     assert "line 4" in err or "line 3" in err  # yaml's own description of where

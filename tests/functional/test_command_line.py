@@ -15,3 +15,27 @@ def test_help_is_plain_text(argv: list[str], capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     assert "usage: partialcow" in out
     assert "``" not in out
+
+
+def test_exit_status_tells_an_error_from_a_disagreeing_index_and_a_closed_pipe_is_success(tmp_path) -> None:
+    """Regression: every error exited 1, as `index verify` does for an index that disagrees with its table (a
+    script rebuilding on 1 rebuilt on a typo), and `partialcow inspect f.parquet | head` exited 1 after printing
+    what `head` wanted."""
+    import shlex
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "many.parquet"
+    pq.write_table(pa.table({f"c{i}": list(range(20000)) for i in range(20)}), path, row_group_size=500,
+                   data_page_size=256)
+    cli = [sys.executable, "-c", "import sys; from partialcow.cli import main; sys.exit(main())"]
+    command = f"{' '.join(map(shlex.quote, cli))} inspect {path} | head -1; exit ${{PIPESTATUS[0]}}"
+    piped = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert (piped.returncode, piped.stderr) == (0, ""), piped.stderr[-2000:]
+    assert len(piped.stdout.splitlines()) == 1
+    missing = subprocess.run([*cli, "inspect", str(tmp_path / "none.parquet")],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "partialcow inspect:" in missing.stderr and "Traceback" not in missing.stderr

@@ -26,9 +26,9 @@ def test_delta_rebuild_verify_and_corruption(spark, tmp_path, capsys) -> None:
     root = str(tmp_path / "events")
     for f in range(2):
         deltalake.write_deltalake(root, pa.table({"k": list(range(f * 300, f * 300 + 300)), "v": ["x"] * 300}), mode="append")
-    assert main(["index", "verify", root]) == 1  # no index yet: a typed error, exit 1
+    assert main(["index", "verify", root]) == 2  # no index yet: a typed error, exit 2
     assert "no row index" in capsys.readouterr().err
-    assert main(["index", "rebuild", root]) == 1  # first build needs --key
+    assert main(["index", "rebuild", root]) == 2  # first build needs --key
     assert "--key" in capsys.readouterr().err
     assert main(["index", "rebuild", root, "--key", "k", "--buckets", "3", "--output", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows_total"] == 600
@@ -51,7 +51,7 @@ def test_iceberg_by_name_with_warehouse(spark, spark_warehouse, capsys) -> None:
     try:
         spark.sql("INSERT INTO default.cli_idx VALUES (1, 'a'), (2, 'b'), (3, 'c')")
         warehouse = str(spark_warehouse)  # the fixture session's warehouse: the CLI reuses that session
-        assert main(["index", "verify", "default.cli_idx"]) == 1
+        assert main(["index", "verify", "default.cli_idx"]) == 2
         assert "--warehouse" in capsys.readouterr().err
         assert main(["index", "rebuild", "default.cli_idx", "--warehouse", warehouse, "--key", "id"]) == 0
         assert main(["index", "verify", "default.cli_idx", "--warehouse", warehouse]) == 0

@@ -26,7 +26,7 @@ def _format_opened(monkeypatch: pytest.MonkeyPatch, *argv: str) -> str:
         raise ConfigurationError("stopped before Spark")
 
     monkeypatch.setattr(index, "_session", stop)
-    assert main(["index", "verify", *argv]) == 1
+    assert main(["index", "verify", *argv]) == 2
     (table_format,) = formats
     return table_format
 

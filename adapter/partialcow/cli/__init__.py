@@ -31,6 +31,9 @@ _EXAMPLES = """examples:
   partialcow doctor --probe              # ... and start Spark once: create, write and drop a table
   partialcow index verify shop.customers --project-dir models_example
   partialcow index rebuild /data/events --key event_id   # a Delta table by folder
+
+exit status: 0 done (the index agrees with the table), 1 the index disagrees with the table (index verify) or the
+machine cannot run partialcow (doctor), 2 an error (the message says what to change)
 """
 
 
@@ -61,11 +64,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(getattr(importlib.import_module(module), function)(args) or 0)
     except PartialCowError as exc:
+        # 2, not 1: a script that rebuilds an index when `index verify` exits 1 must not do so on a typo
         print(f"partialcow {args.command}: {exc}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:  # the reader of our output went away (`| head`): nothing left to say
-        sys.stderr.close()
-        return 1
+        return 2
+    except BrokenPipeError:
+        # the reader of our output had what it wanted (`| head`): success, and nothing more is written (the
+        # interpreter's own flush of stdout at exit would fail again)
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -159,7 +159,7 @@ def _render_report(report: VerifyReport) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``verify`` or ``rebuild``; the exit code is 0 on success, 1 when verification fails."""
+    """Run ``verify`` or ``rebuild``; the exit code is 0 on success, 1 when verification fails (errors: 2, by main)."""
     progress = Progress()
     table_format, name = _locate(args)
     with progress.step("starting Spark"):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any
 
 from partialcow.parquet import _format as F
@@ -124,8 +123,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``partialcow inspect``."""
     if not os.path.isfile(args.file):
-        print(f"partialcow inspect: {args.file} is not a file", file=sys.stderr)
-        return 1
+        from partialcow.exceptions import ConfigurationError
+
+        raise ConfigurationError(f"{args.file} is not a file")
     if args.json:
         print(json.dumps(describe(args.file), indent=2))
     else:
