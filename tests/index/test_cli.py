@@ -192,3 +192,21 @@ def test_a_delta_table_in_a_folder_with_a_space_and_a_hash_keeps_its_index_insid
     assert (root / "_partialcow_index").is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a b é#1"]
     assert main(["index", "verify", f"file://{root}".replace(" ", "%20").replace("#", "%23")]) == 0
+
+
+def test_a_delta_rebuild_runs_its_workers_on_this_interpreter(tmp_path) -> None:
+    """Regression: the Delta session of `partialcow index` left PySpark's default worker Python, `python3` on the
+    PATH: run by its full path from a venv that was not activated, a rebuild's Python tasks failed (that Python has
+    no pyarrow). Its workers now run the interpreter the command runs, as the embedded session's do."""
+    import os
+    import subprocess
+    import sys
+
+    root = tmp_path / "events"
+    deltalake.write_deltalake(str(root), pa.table({"k": list(range(200)), "v": ["x"] * 200}))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")}
+    env["PATH"] = "/usr/bin:/bin"  # no venv on it: `python3` is the system's, if any
+    script = "import sys; from partialcow.cli import main; sys.exit(main())"
+    done = subprocess.run([sys.executable, "-c", script, "index", "rebuild", str(root), "--key", "k", "--master",
+                           "local[1]"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]

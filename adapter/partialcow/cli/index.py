@@ -72,14 +72,14 @@ def _session(args: argparse.Namespace, table_format: str) -> SparkSession:
     if table_format == "delta":
         from pyspark.sql import SparkSession
 
-        # Delta is read with Spark's own Parquet reader: no catalog or extra jars needed.
-        return (
-            SparkSession.builder.master(args.master)
-            .appName("partialcow-index")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "8")
-            .getOrCreate()
-        )
+        from partialcow.spark.executors import worker_python
+        from partialcow.spark.session import launch
+
+        # Delta is read with Spark's own Parquet reader: no catalog or extra jars needed. Its workers run this
+        # interpreter, as the embedded session's do (PySpark's default, `python3` on the PATH, may lack pyarrow).
+        builder = (SparkSession.builder.master(args.master).appName("partialcow-index")
+                   .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "8"))
+        return launch(builder, worker_python({"spark.master": args.master}))
     warehouse, runtime = args.warehouse, "auto"
     extra: dict[str, str] = {}
     class_cache = True

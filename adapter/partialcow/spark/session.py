@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from partialcow.exceptions import ConfigurationError
 from partialcow.formats import TABLE_FORMATS, TableFormat
@@ -39,6 +39,7 @@ __all__ = [
     "SessionSettings",
     "TableFormat",
     "get_or_create_session",
+    "launch",
     "session_table_format",
     "spark_conf",
     "start_session",
@@ -326,16 +327,7 @@ def start_session(settings: SessionSettings) -> SparkSession:
         builder = builder.config(key, value)
     python = worker_python(conf)
     wait_for_embedded_metastore(conf)
-    try:
-        with worker_environment(python):
-            session = builder.getOrCreate()
-    except Exception as exc:  # pyspark raises bare RuntimeError/PySparkRuntimeError when the JVM cannot start
-        if "JAVA_GATEWAY_EXITED" in str(exc) or "Java gateway process exited" in str(exc):
-            raise ConfigurationError(
-                f"Spark could not start a JVM (JAVA_HOME={os.environ.get('JAVA_HOME', 'unset')}): install Java 17 "
-                "and set JAVA_HOME; `partialcow doctor` shows what is found"
-            ) from exc
-        raise
+    session = launch(builder, python)
     if not conf["spark.master"].startswith("local") or python != sys.executable:
         # executors with another Python: one small task says what they lack before a model's tasks fail
         try:
@@ -345,6 +337,21 @@ def start_session(settings: SessionSettings) -> SparkSession:
             raise
     prepare_embedded_metastore(session, locks=settings.table_format == "iceberg")
     return session
+
+
+def launch(builder: Any, python: str | None) -> SparkSession:
+    """``builder.getOrCreate()`` with PySpark's workers started by ``python`` (see ``worker_python``), and a JVM
+    that cannot start reported in one line."""
+    try:
+        with worker_environment(python):
+            return builder.getOrCreate()  # type: ignore[no-any-return]
+    except Exception as exc:  # pyspark raises bare RuntimeError/PySparkRuntimeError when the JVM cannot start
+        if "JAVA_GATEWAY_EXITED" in str(exc) or "Java gateway process exited" in str(exc):
+            raise ConfigurationError(
+                f"Spark could not start a JVM (JAVA_HOME={os.environ.get('JAVA_HOME', 'unset')}): install Java 17 "
+                "and set JAVA_HOME; `partialcow doctor` shows what is found"
+            ) from exc
+        raise
 
 
 _SESSION_CATALOGS = {
