@@ -8,6 +8,7 @@ another tool) nothing is written. ``PARTIALCOW_PROGRESS=0`` or ``1`` overrides t
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 import time
@@ -47,13 +48,15 @@ class Progress:
     True
     """
 
-    def __init__(self, *, stream: IO[str] | None = None, enabled: bool | None = None, interval_s: float = 0.5) -> None:
+    def __init__(self, *, stream: IO[str] | None = None, enabled: bool | None = None, interval_s: float = 0.5,
+                 width: int | None = None) -> None:
         self.stream = sys.stderr if stream is None else stream
         if enabled is None:
             override = os.environ.get("PARTIALCOW_PROGRESS")
             enabled = override == "1" if override in ("0", "1") else _is_terminal(self.stream)
         self.enabled = enabled
         self.interval_s = interval_s
+        self.width = width  # columns of the terminal (None: asked for at each line)
         self.spark: Any = None
 
     def watch(self, spark: Any) -> None:
@@ -61,6 +64,11 @@ class Progress:
         self.spark = spark
 
     def _line(self, text: str, *, end: str = "") -> None:
+        # One screen row at most: "\r" goes back to the start of the last row only, so a wrapped line would leave
+        # a copy of its first rows behind at every redraw.
+        width = max(20, self.width or shutil.get_terminal_size().columns) - 1
+        if len(text) > width:
+            text = text[: width - 3] + "..."
         self.stream.write(f"\r\x1b[K{text}{end}")
         self.stream.flush()
 

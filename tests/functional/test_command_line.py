@@ -39,3 +39,21 @@ def test_exit_status_tells_an_error_from_a_disagreeing_index_and_a_closed_pipe_i
     missing = subprocess.run([*cli, "inspect", str(tmp_path / "none.parquet")],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "partialcow inspect:" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_a_progress_line_never_wraps(tmp_path) -> None:
+    """Regression: a step's line longer than the terminal wrapped, and each redraw ("\\r" returns to the start of the
+    last screen row only) left another copy of its first rows behind."""
+    import io
+
+    from partialcow.progress import Progress
+
+    stream = io.StringIO()
+    progress = Progress(stream=stream, enabled=True, interval_s=0.01, width=60)
+    with progress.step("verifying the row index of " + "/very/long/table/path" * 10):
+        import time
+
+        time.sleep(0.05)
+    lines = [part for chunk in stream.getvalue().split("\r") for part in chunk.split("\n") if part]
+    assert lines and all(len(line.replace("\x1b[K", "")) < 60 for line in lines)
+    assert lines[-1].replace("\x1b[K", "").startswith("  done: verifying the row index of /very")
