@@ -210,3 +210,13 @@ def test_a_delta_rebuild_runs_its_workers_on_this_interpreter(tmp_path) -> None:
     done = subprocess.run([sys.executable, "-c", script, "index", "rebuild", str(root), "--key", "k", "--master",
                            "local[1]"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_key_the_table_lacks_is_named_with_the_tables_columns(spark, tmp_path, capsys) -> None:
+    """Regression: `index rebuild --key K` for a column `k` failed with a Spark analysis error's traceback."""
+    root = tmp_path / "events"
+    deltalake.write_deltalake(str(root), pa.table({"k": list(range(10)), "v": ["x"] * 10}))
+    assert main(["index", "rebuild", str(root), "--key", "K"]) == 2
+    err = capsys.readouterr().err
+    assert "has no column(s) K (--key; did you mean k?); its columns: k, v" in err
+    assert not (root / "_partialcow_index").exists() or not any((root / "_partialcow_index").glob("state-*"))

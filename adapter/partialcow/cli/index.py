@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
@@ -137,6 +138,31 @@ def _write_lease(spark: SparkSession, table_format: TableFormat, name: str, sour
     return open_table(spark, name, table_format=table_format).write_lease()
 
 
+def _columns(spark: SparkSession, table_format: TableFormat, name: str) -> list[str]:
+    if table_format == "iceberg":
+        return list(spark.table(name).columns)
+    from deltalake import DeltaTable
+
+    return [field.name for field in DeltaTable(name).schema().fields]
+
+
+def _check_keys(table: str, keys: Sequence[str], columns: Sequence[str]) -> None:
+    """``--key`` columns the table lacks, named with the table's columns (the index would fail deep in a Spark job).
+
+    >>> _check_keys("t", ["ID"], ["id", "v"])
+    Traceback (most recent call last):
+    ...
+    partialcow.exceptions.ConfigurationError: table t has no column(s) ID (--key; did you mean id?); its columns: id, v
+    """
+    missing = [k for k in keys if k not in columns]
+    if missing:
+        by_lower = {c.lower(): c for c in columns}
+        hints = [by_lower[k.lower()] for k in missing if k.lower() in by_lower]
+        hint = f"; did you mean {', '.join(hints)}?" if hints else ""
+        raise ConfigurationError(f"table {table} has no column(s) {', '.join(missing)} (--key{hint}); its columns: "
+                                 f"{', '.join(columns)}")
+
+
 def _render_report(report: VerifyReport) -> str:
     lines = [
         f"table            {report.table}",
@@ -182,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             if not keys:
                 raise ConfigurationError(f"table {args.table} has no row index yet: pass --key <col1,col2,...>")
+            _check_keys(args.table, keys, _columns(spark, table_format, name))
             index = RowIndex.create(source, key_columns=keys, num_buckets=args.buckets)
             assert index.last_metrics is not None
             metrics = index.last_metrics
