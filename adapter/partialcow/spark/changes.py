@@ -369,7 +369,8 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
             vector = vectors.get(paths[file_id])
             append = whole_rows(insert_rows, insert_schema) if file_id == append_to else None
             report = rewrite_changed_file(paths[file_id], located.slice(start, size), update_columns=value_columns,
-                                          moved_schema=moved_schema, data_dir=table.data_dir, threads=threads,
+                                          moved_schema=moved_schema, table_schema=insert_schema,
+                                          data_dir=table.data_dir, threads=threads,
                                           file_prefix=prefix, key_columns=keys if indexable else (),
                                           index_dir=scratch if indexable else None,
                                           dropped=deleted_positions(vector, root) if vector is not None else None,

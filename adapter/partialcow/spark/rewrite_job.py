@@ -196,9 +196,29 @@ def holds_column(written: pa.Schema, table: pa.Schema | None, column: str) -> bo
     return None in ids or ids[0] == ids[1]
 
 
-def _moves(upserts: pa.Table, absent: Sequence[str], written: pa.Schema, present: Sequence[str]) -> pa.Array:
+def held_elsewhere(written: pa.Schema, table: pa.Schema | None, column: str) -> bool:
+    """Whether a file of schema ``written`` holds the table's ``column`` under another name: its Parquet field id on
+    a column of another name (renamed after the file was written; Iceberg reads it by id, the rewrite by name).
+
+    >>> old = pa.schema([pa.field("a", pa.int64(), metadata={_FIELD_ID: b"2"})])
+    >>> new = pa.schema([pa.field("b", pa.int64(), metadata={_FIELD_ID: b"2"})])
+    >>> held_elsewhere(old, new, "b"), held_elsewhere(old, old, "a"), held_elsewhere(old, None, "b")
+    (True, False, False)
+    """
+    if table is None or column not in table.names:
+        return False
+    wanted = (table.field(column).metadata or {}).get(_FIELD_ID)
+    return wanted is not None and any(
+        f.name != column and (f.metadata or {}).get(_FIELD_ID) == wanted for f in written)
+
+
+def _moves(upserts: pa.Table, absent: Sequence[str], written: pa.Schema, present: Sequence[str], *,
+           renamed: Sequence[str] = ()) -> pa.Array:
     """Rows that set a value in a column their file lacks (added to the table after the file was written), or a
-    value a column of their file cannot hold (see :func:`unfit`): written whole to a new file instead."""
+    value a column of their file cannot hold (see :func:`unfit`): written whole to a new file instead. With a
+    column the file holds under another name (``renamed``) every row moves: its old value is there, null or not."""
+    if renamed:
+        return pa.array(np.ones(upserts.num_rows, dtype=bool))
     mask = _none(upserts.num_rows)  # typed: a delete-only file has no upserts
     for column in absent:
         mask = pc.or_(mask, pc.is_valid(upserts[column]))
@@ -222,6 +242,7 @@ def rewrite_changed_file(
     index_dir: str | None = None,
     dropped: np.ndarray | None = None,
     append: pa.Table | None = None,
+    table_schema: pa.Schema | None = None,
 ) -> dict[str, object]:
     """Rewrite data file ``src`` with its changed rows ``mine`` (``_pcow_pos``, ``_pcow_delete``, keys, values) and
     report what was done.
@@ -232,15 +253,19 @@ def rewrite_changed_file(
     rewrite works on at once. ``dropped``: positions already deleted from ``src`` by the table format (a Delta
     deletion vector): left out of the new file, which replaces the vector; not counted as deleted rows.
     ``append``: new rows (the file's columns, see ``whole_rows``) added after the file's rows, from position
-    ``append_offset`` of the result on.
+    ``append_offset`` of the result on. ``table_schema``: the schema new files get (default ``moved_schema``), whose
+    Parquet field ids tell which of the file's columns is which table column (by name alone, a renamed column read as
+    one the file lacks, and columns that swapped names were patched into each other).
     """
     local_src = _local(src)
     written = pq.read_schema(local_src)
-    absent = [c for c in update_columns if not holds_column(written, moved_schema, c)]
+    identity = moved_schema if table_schema is None else table_schema
+    absent = [c for c in update_columns if not holds_column(written, identity, c)]
     present = [c for c in update_columns if c not in absent]
     is_delete = mine[DELETE].combine_chunks().fill_null(False)
     upserts = mine.filter(pc.invert(is_delete))
-    move = _moves(upserts, absent, written, present)
+    move = _moves(upserts, absent, written, present,
+                  renamed=[c for c in absent if held_elsewhere(written, identity, c)])
     moved = upserts.filter(move)
     upserts = upserts.filter(pc.invert(move))
     deletes = pa.concat_arrays([mine.filter(is_delete)[POS].combine_chunks(), moved[POS].combine_chunks()])
@@ -500,7 +525,7 @@ def run_file_tasks(
                                           data_dir=data_dir, threads=task.threads, file_prefix=file_prefix,
                                           key_columns=key_columns,
                                           index_dir=os.path.dirname(task.fragments[0]) if key_columns else None,
-                                          dropped=dropped)
+                                          dropped=dropped, table_schema=insert_schema)
             yield {"kind": "rewrite", **report}
         else:
             rows = rows.filter(pc.invert(rows[DELETE])).drop_columns([DELETE])
