@@ -41,7 +41,8 @@ __all__ = ["Sidecar", "column_hashes", "fingerprint", "hashable", "load_sidecar"
            "signature", "slot_mask", "store_sidecar"]
 
 _MAGIC = b"PCFP1\n"
-_VERSION = 1
+# 2: wide values' words keyed by the seed (version 1's digests let crafted values collide under every seed)
+_VERSION = 2
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
@@ -102,20 +103,20 @@ def column_hashes(values: pa.Array | pa.ChunkedArray, salt: int) -> np.ndarray:
     if pa.types.is_boolean(t):
         x = arr.fill_null(False).to_numpy(zero_copy_only=False).astype(np.uint64)
     elif pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
-        x = _bytes_digest(arr)
+        x = _bytes_digest(arr, key)
     else:
         width = t.bit_width // 8
         data = arr.buffers()[1]
         raw = (np.frombuffer(data, dtype=np.uint8, count=(arr.offset + n) * width)[arr.offset * width:]
                if data is not None else np.zeros(n * width, np.uint8))
         if pa.types.is_decimal128(t):
-            x = _decimal128_digest(raw.reshape(n, 16))
+            x = _decimal128_digest(raw.reshape(n, 16), key)
         elif width in _UINT:
             x = raw.view(_UINT[width]).astype(np.uint64)
             if pa.types.is_floating(t):
                 x[np.isnan(raw.view(_FLOAT[width]))] = np.uint64(_CANONICAL_NAN[width])
         else:
-            x = _wide_digest(raw.reshape(n, width))
+            x = _wide_digest(raw.reshape(n, width), key)
     x += key
     _mix(x)
     if arr.null_count:
@@ -125,34 +126,43 @@ def column_hashes(values: pa.Array | pa.ChunkedArray, salt: int) -> np.ndarray:
     return hashes
 
 
-def _decimal128_digest(rows: np.ndarray) -> np.ndarray:
+def _word_keys(key: np.uint64, count: int) -> np.ndarray:
+    """Per word position, a key derived from the seed: without one, words that trade places (each xored with the
+    other's position constant) summed to the same digest under every seed."""
+    keys = (np.arange(1, count + 1, dtype=np.uint64) * _GOLD) ^ key
+    return _mix(_mix(keys))
+
+
+def _decimal128_digest(rows: np.ndarray, key: np.uint64) -> np.ndarray:
     """A decimal128 value whose high word only repeats its low word's sign (every value of up to 18 digits) is that
-    low word; the others (wider precision, or values arrow let past their precision) are chained word by word."""
+    low word; the others (wider precision, or values arrow let past their precision) are chained word by word, keyed
+    by the seed (unkeyed, a wide value could be crafted to equal a narrow one's low word)."""
     words = rows.view(np.int64)
     x = words[:, 0].astype(np.uint64)
     odd = words[:, 1] != words[:, 0] >> np.int64(63)
     if odd.any():
-        x[odd] = _wide_digest(rows[odd])
+        x[odd] = _wide_digest(rows[odd], key)
     return x
 
 
-def _wide_digest(rows: np.ndarray) -> np.ndarray:
-    """Fixed-width values wider than 8 bytes (decimals, fixed-size binary) chained word by word."""
+def _wide_digest(rows: np.ndarray, key: np.uint64) -> np.ndarray:
+    """Fixed-width values wider than 8 bytes (decimals, fixed-size binary) chained word by word, keyed by the seed."""
     n, width = rows.shape
     padded = np.zeros((n, -(-width // 8) * 8), np.uint8)
     padded[:, :width] = rows
     words = padded.view(np.uint64)
-    h = np.zeros(n, np.uint64)
+    keys = _word_keys(key, words.shape[1])
+    h = np.full(n, keys[0], np.uint64)
     for i in range(words.shape[1]):
         h ^= words[:, i]
-        h += np.uint64((i + 1) * int(_GOLD) % 2**64)
+        h += keys[i]
         _mix(h)
     return h
 
 
-def _bytes_digest(arr: pa.Array) -> np.ndarray:
-    """Strings and binaries: each value zero-padded to 8-byte words, every word mixed with its index, summed per
-    value, then mixed with the length (so trailing zero bytes still count)."""
+def _bytes_digest(arr: pa.Array, key: np.uint64) -> np.ndarray:
+    """Strings and binaries: each value zero-padded to 8-byte words, every word mixed with a key of its index
+    derived from the seed, summed per value, then mixed with the length (so trailing zero bytes still count)."""
     n = len(arr)
     wide = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
     offs = np.frombuffer(arr.buffers()[1], np.int64 if wide else np.int32, count=arr.offset + n + 1)[arr.offset:]
@@ -175,7 +185,8 @@ def _bytes_digest(arr: pa.Array) -> np.ndarray:
             dest = np.arange(nbytes, dtype=np.int64) + np.repeat(wstart * 8 - (offs[a:b] - offs[a]), seg)
             buf[dest] = data[offs[a]:offs[a] + nbytes]
             words = buf.view(np.uint64).copy()
-            words ^= (np.arange(total, dtype=np.uint64) - np.repeat(wstart, nwords).astype(np.uint64)) * _GOLD
+            index = np.arange(total, dtype=np.int64) - np.repeat(wstart, nwords)
+            words ^= _word_keys(key, int(nwords.max()))[index]
             _mix(words)
             filled = nwords > 0
             out[a:b][filled] = np.add.reduceat(words, wstart[filled])
