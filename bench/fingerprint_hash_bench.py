@@ -4,8 +4,12 @@
 
 Prints the best of 5 runs per column type (strings of 10-60 bytes, decimal(38, 2), int64).
 """
-import time, numpy as np, pyarrow as pa
+import time
+
+import numpy as np
+import pyarrow as pa
 from partialcow.parquet._fingerprints import column_hashes
+
 rng = np.random.default_rng(0)
 n = 1_000_000
 strs = pa.array([f"customer-{i}-{'x' * (i % 40)}" for i in rng.integers(0, 10**9, n)])
