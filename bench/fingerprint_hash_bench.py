@@ -19,5 +19,7 @@ for name, arr in (("string", strs), ("decimal38", dec), ("int64", ints)):
     column_hashes(arr, 7)
     ts = []
     for _ in range(5):
-        s = time.perf_counter(); column_hashes(arr, 7); ts.append(time.perf_counter() - s)
+        started = time.perf_counter()
+        column_hashes(arr, 7)
+        ts.append(time.perf_counter() - started)
     print(name, f"{min(ts)*1000:.0f} ms")
