@@ -264,3 +264,22 @@ def test_values_crafted_to_collide_hash_apart_under_the_seed(seed: int) -> None:
     values = pa.array([wide, narrow], pa.decimal128(38, 0))
     hashes = column_hashes(values, seed)
     assert hashes[0] != hashes[1]
+
+
+def test_a_rewrite_without_fingerprints_removes_the_old_sidecar_of_its_path(tmp_path) -> None:
+    """Regression: a rewrite of a file onto its own path without fingerprints left the old sidecar, which still
+    matched: a value changed within its page's bounds keeps the file's size and footer (uncompressed, plain). The
+    next full image that set the earlier value again passed for unchanged, and the update was dropped."""
+    src, path = tmp_path / "s0.parquet", tmp_path / "s1.parquet"
+    pq.write_table(pa.table({"k": pa.array(range(4), pa.int64()), "v": pa.array([5, 5, 5, 9], pa.int64())}), src,
+                   compression="none", use_dictionary=False, write_statistics=True)
+
+    def image(value: int) -> pa.Table:
+        return pa.table({ROW_POSITION: pa.array([1], pa.int64()), "k": pa.array([1], pa.int64()),
+                         "v": pa.array([value], pa.int64())})
+
+    assert rewrite_file(src, path, updates=image(6), fingerprints=True).fingerprints_written
+    assert rewrite_file(path, path, updates=image(7)).rows_updated == 1  # in place, no fingerprints
+    report = rewrite_file(path, tmp_path / "s2.parquet", updates=image(6), fingerprints=True)
+    assert report.rows_updated == 1
+    assert pq.read_table(tmp_path / "s2.parquet").column("v").to_pylist() == [5, 6, 5, 9]

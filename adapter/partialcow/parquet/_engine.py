@@ -201,8 +201,9 @@ def rewrite_file(
             os.unlink(tmp)
             raise
         os.close(fd)
-    if fingerprints:
-        remove_sidecar(dst)  # a sidecar of an earlier file of that name would not match, but takes room
+    # A sidecar of an earlier file of that name goes, whether or not this rewrite writes one: it is tied to its file
+    # by the size and the footer, which a rewrite changing a value within its page's bounds may keep as they were.
+    remove_sidecar(dst)
     try:
         os.replace(tmp, dst)
     except BaseException:
