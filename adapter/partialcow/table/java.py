@@ -17,6 +17,7 @@ __all__ = [
     "java_errors",
     "java_map",
     "java_message",
+    "java_throwable",
     "jvm",
     "load_iceberg_table",
 ]
@@ -56,14 +57,16 @@ def java_errors() -> tuple[type[BaseException], ...]:
     return (Py4JJavaError, CapturedException)
 
 
-def _throwable(exc: BaseException) -> Any:
+def java_throwable(exc: BaseException) -> Any:
+    """The Java exception behind what a py4j call raised: a ``Py4JJavaError``, or an exception PySpark converted
+    (its own, or one a package registered, such as delta-spark's ``delta.exceptions``)."""
     return getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
 
 
 def java_class(exc: BaseException) -> str:
     """The Java class name of the exception a py4j call raised (the Python type's name when there is none)."""
     try:
-        return str(_throwable(exc).getClass().getName())
+        return str(java_throwable(exc).getClass().getName())
     except Exception:  # noqa: BLE001 - a broken gateway must not hide the original error
         return type(exc).__name__
 
@@ -71,7 +74,7 @@ def java_class(exc: BaseException) -> str:
 def java_message(exc: BaseException) -> str:
     """``SimpleClassName: message`` of the Java exception behind ``exc``, for error messages."""
     try:
-        java = _throwable(exc)
+        java = java_throwable(exc)
         return f"{java.getClass().getSimpleName()}: {java.getMessage()}"
     except Exception:  # noqa: BLE001
         text = str(exc).strip()

@@ -27,6 +27,7 @@ __all__ = [
     "known_empty",
     "latest_snapshot",
     "local_root",
+    "log_versions",
     "read_log_entry",
     "snapshot_at",
     "table_info",
@@ -121,6 +122,13 @@ def known_empty(root: str, version: int) -> bool:
     except (OSError, ValueError):
         return False
     return bool(checksum.get("numFiles") == 0)
+
+
+def log_versions(root: str, first: int = 0) -> list[int]:
+    """The versions from ``first`` on whose commit file (``<version>.json``) is in the table's log, in order."""
+    log = os.path.join(local_root(root), "_delta_log")
+    names = (n for n in os.listdir(log) if len(n) == 25 and n.endswith(".json") and n[:20].isdigit())
+    return sorted(v for v in (int(n[:20]) for n in names) if v >= first)
 
 
 def read_log_entry(root: str, version: int) -> list[dict[str, Any]]:

@@ -42,6 +42,7 @@ from partialcow.table.delta import spark_log
 from partialcow.table.delta.conflicts import check_concurrent
 from partialcow.table.delta.features import ENFORCED_BY_SPARK, DeltaTableInfo, unsupported_features
 from partialcow.table.delta.stats import file_stats
+from partialcow.table.java import java_errors, java_throwable
 from partialcow.table.java import jvm as java_gateway
 from partialcow.table.positions import positions, read_parquet_positions, refuse_partition_keys
 
@@ -271,8 +272,6 @@ class DeltaSparkTable:
 
     def _commit(self, change: FileReplacement, base: Any, removed: Sequence[Any], add_json: Sequence[str],
                 commit_id: str, started: float, *, metadata: str | None = None, overwrite: bool = False) -> int:
-        from py4j.protocol import Py4JJavaError
-
         jvm = java_gateway(self.spark)
         original = self.spark._jsparkSession
         # userMetadata comes from the session's SQL conf: a session of our own carries it, so no other writer of
@@ -300,7 +299,9 @@ class DeltaSparkTable:
                 # the batch found its new keys absent from the whole table: any data change since then may hold one
                 txn.readWholeTable()
             return int(txn.commit(utils.toSeq(actions), self._operation(overwrite), utils.toScalaMap(tags)))
-        except Py4JJavaError as exc:
+        except java_errors() as exc:
+            # also a converted one: once the `delta` Python package is imported, PySpark raises delta-spark's
+            # conflicts as `delta.exceptions.*`, which were taken for an unknown outcome
             landed = self._find_commit(commit_id, change.base_version + 1)
             if landed is not None:  # it landed, then something after the commit failed (a checkpoint, a hook)
                 return landed
@@ -320,7 +321,20 @@ class DeltaSparkTable:
 
     def _translate(self, exc: Any) -> CommitError:
         jvm = java_gateway(self.spark)
-        error = exc.java_exception
+        error = java_throwable(exc)
+
+        def conflict(first: str) -> CommitConflictError:
+            return CommitConflictError(
+                f"another writer changed Delta table {self.name} since the change's base version in a way Delta's "
+                f"conflict rules reject ({first}); nothing was committed. Re-run the change against the new version")
+
+        if error is None:
+            # delta-spark's Python package converts its conflicts (`delta.exceptions.*`, all Java
+            # ConcurrentModificationExceptions) without the Java exception: their class names tell
+            first = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:500]
+            if type(exc).__module__ == "delta.exceptions":
+                return conflict(first)
+            return CommitError(f"delta-spark refused the commit to Delta table {self.name}: {first}")
         first = str(error.toString()).splitlines()[0][:500]
 
         def is_a(class_name: str) -> bool:
@@ -332,9 +346,7 @@ class DeltaSparkTable:
             return False
 
         if is_a("java.util.ConcurrentModificationException"):
-            return CommitConflictError(
-                f"another writer changed Delta table {self.name} since the change's base version in a way Delta's "
-                f"conflict rules reject ({first}); nothing was committed. Re-run the change against the new version")
+            return conflict(first)
         if "UnsupportedTableFeature" in first or "InvalidProtocolVersion" in first:
             return UnsupportedTableFeatureError(f"delta-spark refused the commit to Delta table {self.name}: {first}")
         if is_a("java.io.IOException"):
@@ -344,17 +356,19 @@ class DeltaSparkTable:
         return CommitError(f"delta-spark refused the commit to Delta table {self.name}: {first}")
 
     def _find_commit(self, commit_id: str, first: int) -> int | None:
-        version = first
-        while True:
+        """The log version from ``first`` on that carries ``commit_id``, None when none does. Every version present
+        is read: log cleanup may have removed the first ones after a checkpoint (stopping at the first gap took a
+        commit that landed for one that did not, and its files were deleted)."""
+        for version in spark_log.log_versions(self.root, first):
             try:
                 entries = spark_log.read_log_entry(self.root, version)
             except FileNotFoundError:
-                return None
+                continue  # removed by log cleanup meanwhile
             for action in entries:
                 info = action.get("commitInfo")
                 if info is not None and (info.get("tags") or {}).get(COMMIT_ID_TAG) == commit_id:
                     return version
-            version += 1
+        return None
 
     # ---------------------------------------------------------------- internals
 
