@@ -16,9 +16,9 @@ Regression cases:
 from __future__ import annotations
 
 import math
-import uuid
 
 import pytest
+from branch_tables import fresh_schema, sorted_rows
 from budget import in_turn
 from partialcow.branch import build_model, create_branch, diff_branch, merge_branch
 from partialcow.exceptions import RepeatedKeysError
@@ -28,16 +28,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.iceberg, pytest.mark.slow]
 MODES = ["copy-on-write", "merge-on-read"]
 
 
-def _schema(spark, prefix: str) -> str:
-    meta = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"CREATE SCHEMA {meta}")
-    return meta
-
-
-def _rows(spark, relation: str) -> list:
-    return sorted((tuple(r) for r in spark.table(relation).collect()), key=repr)
-
-
 def _build(spark, meta: str, branch: str, rows, columns: str, keys):
     return build_model(spark, spark.createDataFrame(rows, columns), branch=branch, base_schema=meta,
                        identifier="items", key_columns=keys, meta_schema=meta)
@@ -45,7 +35,7 @@ def _build(spark, meta: str, branch: str, rows, columns: str, keys):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_parent_row_with_a_null_key_part_is_removed_and_merged(spark, mode):
-    meta = _schema(spark, "nullkey")
+    meta = fresh_schema(spark, "nullkey")
     columns = "k1 bigint, k2 string, v string"
     table = f"{meta}.items"
     spark.createDataFrame([(1, "x", "a"), (2, None, "n"), (3, "y", "c"), (None, "z", "m")], columns).writeTo(
@@ -55,7 +45,7 @@ def test_a_parent_row_with_a_null_key_part_is_removed_and_merged(spark, mode):
     summary = _build(spark, meta, "dev", result, columns, ["k1", "k2"])
     assert (summary.upserts, summary.tombstones) == (1, 2)
     assert summary.image is not None  # read through the image, not the live view
-    assert _rows(spark, f"{meta}__br_dev.items") == sorted(result, key=repr)
+    assert sorted_rows(spark, f"{meta}__br_dev.items") == sorted(result, key=repr)
 
     diff = diff_branch(spark, name="dev", meta_schema=meta)
     assert diff.counts[f"{meta}.items"] == {"updated": 1, "deleted": 2}
@@ -68,8 +58,8 @@ def test_a_parent_row_with_a_null_key_part_is_removed_and_merged(spark, mode):
     assert not merged.models[0].fast_forward
     assert (merged.models[0].updated, merged.models[0].deleted, merged.models[0].conflicts) == (1, 2, 0)
     expected = sorted([(1, "x", "main"), (3, "y", "C")], key=repr)
-    assert _rows(spark, table) == expected
-    assert _rows(spark, f"{meta}__br_dev.items") == expected
+    assert sorted_rows(spark, table) == expected
+    assert sorted_rows(spark, f"{meta}__br_dev.items") == expected
 
 
 # (case, the branch's result, what diff_branch counts, its changed columns)
@@ -87,7 +77,7 @@ _TWICE_RUNS = [(mode, *c) for i, c in enumerate(TWICE) for mode in in_turn(MODES
 @pytest.mark.parametrize("mode, case, result, counts, changed", _TWICE_RUNS,
                          ids=[f"{r[1]}-{r[0]}" for r in _TWICE_RUNS])
 def test_a_key_the_parent_holds_twice(spark, mode, case, result, counts, changed):
-    meta = _schema(spark, "twice")
+    meta = fresh_schema(spark, "twice")
     columns = "id bigint, v string"
     table = f"{meta}.items"
     spark.sql(f"CREATE TABLE {table} (id bigint, v string) USING iceberg")
@@ -95,7 +85,7 @@ def test_a_key_the_parent_holds_twice(spark, mode, case, result, counts, changed
     spark.createDataFrame([(1, "a")], columns).writeTo(table).append()  # key 1 twice, in two files
     create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")], image_mode=mode)
     _build(spark, meta, "dev", result, columns, ["id"])
-    shown = _rows(spark, f"{meta}__br_dev.items")
+    shown = sorted_rows(spark, f"{meta}__br_dev.items")
     assert shown == sorted(result), case  # the result's rows: key 1 once, or not at all
 
     diff = diff_branch(spark, name="dev", meta_schema=meta)
@@ -104,13 +94,13 @@ def test_a_key_the_parent_holds_twice(spark, mode, case, result, counts, changed
     assert spark.table(diff.table).count() == 1  # one row for key 1 or 2, not one per copy of key 1
 
     merge_branch(spark, name="dev", meta_schema=meta)
-    assert _rows(spark, table) == shown
-    assert _rows(spark, f"{meta}__br_dev.items") == shown
+    assert sorted_rows(spark, table) == shown
+    assert sorted_rows(spark, f"{meta}__br_dev.items") == shown
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_negative_zero_and_nan_survive_build_and_merge(spark, mode):
-    meta = _schema(spark, "floats")
+    meta = fresh_schema(spark, "floats")
     # no array<double>: main's page engine keeps [0.0] where a batch writes [-0.0] (reported apart)
     columns = "id bigint, f double, g float"
     table = f"{meta}.items"
@@ -141,7 +131,7 @@ def test_negative_zero_and_nan_survive_build_and_merge(spark, mode):
 
 
 def test_a_repeated_key_in_a_result_is_refused_before_anything_is_written(spark):
-    meta = _schema(spark, "repkey")
+    meta = fresh_schema(spark, "repkey")
     columns = "id bigint, v string"
     table = f"{meta}.items"
     spark.createDataFrame([(1, "a"), (2, "b")], columns).writeTo(table).using("iceberg").create()
@@ -152,7 +142,7 @@ def test_a_repeated_key_in_a_result_is_refused_before_anything_is_written(spark)
     def state() -> tuple:
         snapshots = spark.sql(f"SELECT snapshot_id FROM {overlay}.snapshots").collect()
         refs = sorted(tuple(r) for r in spark.sql(f"SELECT name, snapshot_id FROM {table}.refs").collect())
-        return snapshots, refs, _rows(spark, f"{meta}__br_dev.items"), _rows(spark, table)
+        return snapshots, refs, sorted_rows(spark, f"{meta}__br_dev.items"), sorted_rows(spark, table)
 
     before = state()
     cases = [

@@ -14,9 +14,9 @@ Regression cases:
 
 from __future__ import annotations
 
-import uuid
 
 import pytest
+from branch_tables import fresh_schema, sorted_rows
 from partialcow.branch import build_model, create_branch, diff_branch, merge_branch
 from partialcow.branch.incremental import apply_changes_on_branch
 from partialcow.spark.changes import ChangeSpec
@@ -24,18 +24,8 @@ from partialcow.spark.changes import ChangeSpec
 pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
 
 
-def _schema(spark, prefix: str) -> str:
-    meta = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"CREATE SCHEMA {meta}")
-    return meta
-
-
-def _rows(spark, relation: str) -> list:
-    return sorted((tuple(r) for r in spark.table(relation).collect()), key=repr)
-
-
 def test_a_batch_on_a_branch_matches_columns_spelled_in_other_letter_case(spark):
-    meta = _schema(spark, "brcase")
+    meta = fresh_schema(spark, "brcase")
     table = f"{meta}.items"
     spark.sql(f"CREATE TABLE {table} (k bigint, Amount bigint) USING iceberg")
     spark.sql(f"INSERT INTO {table} VALUES (1, 10), (2, 20)")
@@ -43,15 +33,15 @@ def test_a_batch_on_a_branch_matches_columns_spelled_in_other_letter_case(spark)
     batch = spark.sql("select 1L k, 5L amount, 'U' _op union all select 9L, 90L, 'I'")
     spec = ChangeSpec(key_columns=("K",), op_column="_op", model="items")
     apply_changes_on_branch(spark, batch, spec, branch="dev", base_schema=meta, identifier="items", meta_schema=meta)
-    assert _rows(spark, f"{meta}__br_dev.items") == [(1, 5), (2, 20), (9, 90)]
-    assert _rows(spark, table) == [(1, 10), (2, 20)]
+    assert sorted_rows(spark, f"{meta}__br_dev.items") == [(1, 5), (2, 20), (9, 90)]
+    assert sorted_rows(spark, table) == [(1, 10), (2, 20)]
 
     merge_branch(spark, name="dev", meta_schema=meta)
-    assert _rows(spark, table) == [(1, 5), (2, 20), (9, 90)]
+    assert sorted_rows(spark, table) == [(1, 5), (2, 20), (9, 90)]
 
 
 def test_nested_types_that_differ_only_in_nullability_keep_the_model_keyed(spark):
-    meta = _schema(spark, "brnull")
+    meta = fresh_schema(spark, "brnull")
     table = f"{meta}.items"
     spark.sql(f"CREATE TABLE {table} USING iceberg AS SELECT id, array(id) tags, named_struct('n', id) s "
               "FROM range(3)")
@@ -72,7 +62,7 @@ def test_nested_types_that_differ_only_in_nullability_keep_the_model_keyed(spark
 
 
 def test_a_model_with_a_map_column_builds_diffs_and_merges_on_a_branch(spark):
-    meta = _schema(spark, "brmap")
+    meta = fresh_schema(spark, "brmap")
     table = f"{meta}.items"
     spark.sql(f"CREATE TABLE {table} (id bigint, attrs map<string, int>) USING iceberg")
     spark.sql(f"INSERT INTO {table} VALUES (1, map('a', 1)), (2, map('b', 2)), (3, null)")
@@ -95,7 +85,7 @@ def test_a_model_with_a_map_column_builds_diffs_and_merges_on_a_branch(spark):
 
 
 def test_a_detached_model_with_a_map_column_is_diffed(spark):
-    meta = _schema(spark, "brmapd")
+    meta = fresh_schema(spark, "brmapd")
     table = f"{meta}.items"
     spark.sql(f"CREATE TABLE {table} (id bigint, attrs map<string, int>) USING iceberg")
     spark.sql(f"INSERT INTO {table} VALUES (1, map('a', 1)), (2, map('b', 2))")
