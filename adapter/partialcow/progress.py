@@ -64,10 +64,10 @@ class Progress:
         self.spark = spark
 
     def _line(self, text: str, *, end: str = "") -> None:
-        # One screen row at most: "\r" goes back to the start of the last row only, so a wrapped line would leave
-        # a copy of its first rows behind at every redraw.
-        width = max(20, self.width or shutil.get_terminal_size().columns) - 1
-        if len(text) > width:
+        # A line redrawn stays on one screen row: "\r" goes back to the start of the last row only, so a wrapped
+        # line would leave a copy of its first rows behind at every redraw. The final line (end="\n") is whole.
+        width = max(20, self.width or _columns(self.stream)) - 1
+        if not end and len(text) > width:
             text = text[: width - 3] + "..."
         self.stream.write(f"\r\x1b[K{text}{end}")
         self.stream.flush()
@@ -104,6 +104,14 @@ class Progress:
             stop.set()
             thread.join()
             self._line(f"  {outcome}: {label} ({time.monotonic() - started:.1f} s)", end="\n")
+
+
+def _columns(stream: IO[str]) -> int:
+    """The width of the terminal ``stream`` writes to (80 when it cannot tell)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return shutil.get_terminal_size().columns
 
 
 def _is_terminal(stream: IO[str]) -> bool:

@@ -55,5 +55,29 @@ def test_a_progress_line_never_wraps(tmp_path) -> None:
 
         time.sleep(0.05)
     lines = [part for chunk in stream.getvalue().split("\r") for part in chunk.split("\n") if part]
-    assert lines and all(len(line.replace("\x1b[K", "")) < 60 for line in lines)
-    assert lines[-1].replace("\x1b[K", "").startswith("  done: verifying the row index of /very")
+    redrawn, final = lines[:-1], lines[-1].replace("\x1b[K", "")
+    assert redrawn and all(len(line.replace("\x1b[K", "")) < 60 for line in redrawn)
+    assert final.startswith("  done: verifying the row index of /very") and final.endswith(" s)")  # whole
+
+
+def test_a_closed_pipe_keeps_the_commands_exit_status_and_other_errors_exit_2(monkeypatch, capsys) -> None:
+    """`index verify | head` of a long report must still say the index disagrees (1); an error that is not one of
+    ours exits 2 with its traceback, never 1."""
+    import subprocess
+    import sys
+
+    script = ("import sys; from partialcow.cli import emit\n"
+              "for _ in range(2000):\n    emit('x' * 100)\n"
+              "sys.exit(1)")
+    piped = subprocess.run(["bash", "-c", f"{sys.executable} -c \"{script}\" | head -1; exit ${{PIPESTATUS[0]}}"],
+                           capture_output=True, text=True, timeout=120)
+    assert (piped.returncode, piped.stderr) == (1, "")
+
+    from partialcow.parquet import inspect
+
+    def broken(args):
+        raise RuntimeError("not one of ours")
+
+    monkeypatch.setattr(inspect, "run", broken)
+    assert main(["inspect", "f.parquet"]) == 2
+    assert "RuntimeError: not one of ours" in capsys.readouterr().err

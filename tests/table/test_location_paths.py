@@ -89,3 +89,12 @@ def test_field_ids_are_checked_in_a_warehouse_with_odd_characters(tmp_path: Path
     bad = _iceberg_file(data.with_name("ts=2024-01-02T10%3A00%3A00"), field_ids=False)
     with pytest.raises(CommitError, match="no Parquet field id on column 'id'"):
         table._check_field_ids(f"file:{bad}", {1})
+
+
+def test_a_delta_table_named_by_a_relative_path_has_an_absolute_root(tmp_path, monkeypatch) -> None:
+    """Regression: a relative path stayed relative as the table's data folder while recovery compared it with
+    absolute referenced paths, so a dead write's committed files looked unreferenced."""
+    from partialcow.spark.tables import delta_root
+
+    monkeypatch.chdir(tmp_path)
+    assert delta_root(None, "data/events") == str(tmp_path / "data" / "events")  # type: ignore[arg-type]

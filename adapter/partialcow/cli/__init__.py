@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
+import traceback
 from collections.abc import Sequence
 
 from partialcow.exceptions import PartialCowError
 
-__all__ = ["main"]
+__all__ = ["emit", "main"]
 
 # subcommand -> (module, function, help); the function takes the parsed arguments and returns an exit code.
 _COMMANDS = {
@@ -68,12 +70,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"partialcow {args.command}: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:
-        # the reader of our output had what it wanted (`| head`): success, and nothing more is written (the
-        # interpreter's own flush of stdout at exit would fail again)
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # the reader of our output had what it wanted (`| head`); commands whose exit status says more than
+        # "done" write through `emit`, which keeps it
+        _silence_stdout()
         return 0
+    except Exception:  # noqa: BLE001 - not one of ours: its traceback is the report, and 1 would read as "disagrees"
+        traceback.print_exc()
+        return 2
+
+
+def emit(text: str) -> None:
+    """Print ``text`` to stdout; a reader that went away (`| head`) ends the output, not the command."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        _silence_stdout()
+
+
+def _silence_stdout() -> None:
+    # nothing more is written (the interpreter's own flush of stdout at exit would fail again)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
+from partialcow.cli import emit
 from partialcow.exceptions import ConfigurationError
 from partialcow.formats import TABLE_FORMATS, TableFormat
 from partialcow.index.row_index import RowIndex, VerifyReport
@@ -196,9 +197,9 @@ def run(args: argparse.Namespace) -> int:
         with progress.step(f"verifying the row index of {args.table} against a scan of the table"):
             report = RowIndex.open(source).verify()
         if args.output == "json":
-            print(json.dumps({**asdict(report), "ok": report.ok}, indent=1))
+            emit(json.dumps({**asdict(report), "ok": report.ok}, indent=1))
         else:
-            print(_render_report(report))
+            emit(_render_report(report))
         return 0 if report.ok else 1
     keys = [k.strip() for k in args.key.split(",") if k.strip()] if args.key else None
     with _write_lease(spark, table_format, name, source), progress.step(f"rebuilding the row index of {args.table}"):
@@ -213,9 +214,9 @@ def run(args: argparse.Namespace) -> int:
             assert index.last_metrics is not None
             metrics = index.last_metrics
     if args.output == "json":
-        print(json.dumps(asdict(metrics), indent=1))
+        emit(json.dumps(asdict(metrics), indent=1))
     else:
-        print(
+        emit(
             f"rebuilt index of {source.name}: {metrics.rows_total} rows, {metrics.num_buckets} buckets, "
             f"{len(metrics.files_reindexed)} files, {metrics.duration_ms} ms"
         )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -102,8 +104,8 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
         credentials.warehouse = resolve_warehouse(credentials.warehouse, project_root)
         command = _dbt_command(config)
         start_session_early(credentials, command)
-        if command is not None:
-            skip_final_collection()
+        if command is not None and os.path.basename(sys.argv[0]) in ("dbt", "dbt.exe"):
+            skip_final_collection()  # the dbt command line's own process, not a program that runs dbt inside it
 
     def pre_model_hook(self, config: Mapping[str, Any]) -> Any:
         # The profile's table_format is the default file_format of every model that sets none: dbt-spark's

@@ -329,7 +329,9 @@ def delta_root(spark: SparkSession, name: str) -> str:
     log, a Spark job that a process's first Delta statement pays for in full.
     """
     if _is_path(name):
-        return uri_local_path(name)  # spelled as delta-rs reads it: a file: URI is percent-encoded
+        # spelled as delta-rs reads it (a file: URI is percent-encoded); absolute, as the paths recovery compares
+        # with it are (a relative root made a dead write's committed files look unreferenced)
+        return os.path.abspath(uri_local_path(name))
     session = spark._jsparkSession
     try:
         ident = session.sessionState().sqlParser().parseTableIdentifier(name)

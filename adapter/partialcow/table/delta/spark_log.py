@@ -127,7 +127,11 @@ def known_empty(root: str, version: int) -> bool:
 def log_versions(root: str, first: int = 0) -> list[int]:
     """The versions from ``first`` on whose commit file (``<version>.json``) is in the table's log, in order."""
     log = os.path.join(local_root(root), "_delta_log")
-    names = (n for n in os.listdir(log) if len(n) == 25 and n.endswith(".json") and n[:20].isdigit())
+    try:
+        listed = os.listdir(log)
+    except FileNotFoundError:
+        return []
+    names = (n for n in listed if len(n) == 25 and n.endswith(".json") and n[:20].isdigit())
     return sorted(v for v in (int(n[:20]) for n in names) if v >= first)
 
 

@@ -332,7 +332,7 @@ class DeltaSparkTable:
             # delta-spark's Python package converts its conflicts (`delta.exceptions.*`, all Java
             # ConcurrentModificationExceptions) without the Java exception: their class names tell
             first = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:500]
-            if type(exc).__module__ == "delta.exceptions":
+            if type(exc).__module__.startswith("delta.exceptions"):
                 return conflict(first)
             return CommitError(f"delta-spark refused the commit to Delta table {self.name}: {first}")
         first = str(error.toString()).splitlines()[0][:500]
