@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from budget import LONG
 
 from partialcow.exceptions import CommitConflictError, CommitStateUnknownError
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
@@ -24,7 +25,8 @@ SPEC = ChangeSpec(key_columns=("id",), op_column="_op", model="delta_race")
 SCHEMA = "id bigint, name string, day date, _op string"
 
 
-@pytest.mark.parametrize("with_delta_python", [False, True])
+# without delta-spark's Python package: only in the long mode (tests/budget.py); the variant with it checks both
+@pytest.mark.parametrize("with_delta_python", [False, True] if LONG else [True])
 def test_a_key_appended_by_another_writer_during_the_commit_is_not_inserted_twice(spark, schema, monkeypatch, request,
                                                                                  with_delta_python):
     """Also with delta-spark's Python package loaded (a Python model using ``delta.tables``): PySpark then raises

@@ -59,3 +59,15 @@ def test_the_help_says_where_the_profile_is_looked_for() -> None:
     assert helps["profiles_dir"].endswith("(default: DBT_PROFILES_DIR; else the current folder, ~/.dbt, then the "
                                           "project's folder)")
     assert "DBT_TARGET" in helps["target"]
+
+
+def test_a_profile_flag_rendered_from_env_var_text_is_read_as_a_boolean() -> None:
+    """Regression: `class_cache: "{{ env_var('PCOW_CACHE', 'false') }}"` reached the command as the text "false",
+    and `bool("false")` turned the class cache on."""
+    from partialcow.cli.index import profile_flag
+    from partialcow.exceptions import ConfigurationError
+
+    assert profile_flag("false", "class_cache") is False
+    assert profile_flag("TRUE", "class_cache") is True
+    with pytest.raises(ConfigurationError, match="class_cache: 'maybe'"):
+        profile_flag("maybe", "class_cache")

@@ -98,7 +98,7 @@ def _session(args: argparse.Namespace, table_format: str) -> SparkSession:
         warehouse, runtime = target.warehouse, str(target.settings.get("iceberg_runtime") or "auto")
         # the session dbt runs with: a profile's own metastore or catalog (spark_config) is where its tables are
         extra = {str(k): str(v) for k, v in (target.settings.get("spark_config") or {}).items()}
-        class_cache = bool(target.settings.get("class_cache", True))
+        class_cache = profile_flag(target.settings.get("class_cache", True), "class_cache")
     from partialcow.spark.session import get_or_create_session
 
     return get_or_create_session(table_format="iceberg", warehouse=warehouse, master=args.master,
@@ -162,6 +162,22 @@ def _check_keys(table: str, keys: Sequence[str], columns: Sequence[str]) -> None
         hint = f"; did you mean {', '.join(hints)}?" if hints else ""
         raise ConfigurationError(f"table {table} has no column(s) {', '.join(missing)} (--key{hint}); its columns: "
                                  f"{', '.join(columns)}")
+
+
+def profile_flag(value: object, name: str) -> bool:
+    """A profile's boolean setting, also as text (what ``{{ env_var(...) }}`` renders: ``bool("false")`` is true).
+
+    >>> profile_flag("false", "class_cache"), profile_flag(" Yes", "class_cache"), profile_flag(False, "class_cache")
+    (False, True, False)
+    """
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("false", "0", "no", "off"):
+            return False
+        if text in ("true", "1", "yes", "on"):
+            return True
+        raise ConfigurationError(f"profile setting {name}: {value!r} is not true or false")
+    return bool(value)
 
 
 def _render_report(report: VerifyReport) -> str:
