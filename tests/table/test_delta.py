@@ -577,25 +577,48 @@ def test_partitioned_table_new_file_inherits_partition(tmp_path: Path) -> None:
     assert add["partitionValues"] == {"region": "eu west"}
 
 
-@pytest.mark.parametrize("spelling", ["2024-01-01 10:00:00.000000", "2024-01-01T10:00:00.000000Z"])
-def test_a_timestamp_partition_value_keeps_its_instant(tmp_path: Path, spelling: str) -> None:
-    """Regression: a rewritten file's timestamp partition value was written without a zone, which the protocol
-    reads in the reader's time zone: delta-spark in a non-UTC session saw every rewritten row's ``ts`` shifted.
-    Written as ISO 8601 in UTC it is one instant for every reader, whichever way the log spelled it before."""
-    root = tmp_path / "p"
+def _timestamp_partitioned(root: Path, spellings: list[str]) -> list[str]:
+    """A Delta table of one row per spelling, each in a file of partition ``ts`` 10:00 UTC spelled so in the log."""
     ts = dt.datetime(2024, 1, 1, 10, tzinfo=dt.timezone.utc)
-    write_deltalake(str(root), pa.table({"id": [1], "ts": pa.array([ts], pa.timestamp("us", tz="UTC"))}),
-                    partition_by=["ts"])
-    entry = root / "_delta_log" / f"{0:020d}.json"
-    entry.write_text(entry.read_text().replace('"ts":"2024-01-01 10:00:00.000000"', f'"ts":"{spelling}"'))
-    c = DeltaRsTable(str(root))
-    (old,) = [log_spelling(root, f.path) for f in c.live_files()]
+    for i, _ in enumerate(spellings):
+        write_deltalake(str(root), pa.table({"id": [i], "ts": pa.array([ts], pa.timestamp("us", tz="UTC"))}),
+                        partition_by=["ts"], mode="append")
+    for i, spelling in enumerate(spellings):
+        entry = root / "_delta_log" / f"{i:020d}.json"
+        entry.write_text(entry.read_text().replace('"ts":"2024-01-01 10:00:00.000000"', f'"ts":"{spelling}"'))
+    return [log_spelling(root, f.path) for f in DeltaRsTable(str(root)).live_files()]
+
+
+@pytest.mark.parametrize(
+    "spelling", ["2024-01-01 10:00:00.000000", "2024-01-01 10:00:00", "2024-01-01T10:00:00.000000Z"]
+)
+def test_a_timestamp_partition_value_keeps_the_logs_spelling(tmp_path: Path, spelling: str) -> None:
+    """Regression: a rewritten file's timestamp partition value was spelled anew. A value without a zone is read by
+    delta-spark in its session's time zone and by delta-rs in UTC (the typed value we had), so neither spelling we
+    could make up reads as before for both: spelled in UTC, the rows of a table delta-spark wrote in a New York
+    session moved by five hours for delta-spark. The new file takes the log's own spelling of the partition."""
+    root = tmp_path / "p"
+    (old,) = _timestamp_partitioned(root, [spelling])
     new_rel = str(Path(unquote(old)).parent / "pcow-new.parquet")
     pq.write_table(pq.read_table(root / unquote(old)), root / new_rel)
-    c.replace_files(FileReplacement(base_version=0, removed=[old], added=[new_rel]))
+    DeltaRsTable(str(root)).replace_files(FileReplacement(base_version=0, removed=[old], added=[new_rel]))
     add = next(a["add"] for a in log_entry(root, 1) if "add" in a)
-    assert add["partitionValues"] == {"ts": "2024-01-01T10:00:00.000000Z"}
+    assert add["partitionValues"] == {"ts": spelling}
+    ts = dt.datetime(2024, 1, 1, 10, tzinfo=dt.timezone.utc)
     assert DeltaTable(str(root)).to_pyarrow_table().column("ts").to_pylist() == [ts]
+
+
+def test_a_timestamp_partition_spelled_with_and_without_a_zone_is_written_in_utc(tmp_path: Path) -> None:
+    """Files of one delta-rs partition spelled both ways mean two instants to delta-spark in a session away from UTC:
+    the log cannot say which one the rows had, so the new file takes the one spelling that reads alike everywhere."""
+    root = tmp_path / "p"
+    old = _timestamp_partitioned(root, ["2024-01-01 10:00:00", "2024-01-01T10:00:00Z"])
+    first = sorted(old)[0]
+    new_rel = str(Path(unquote(first)).parent / "pcow-new.parquet")
+    pq.write_table(pq.read_table(root / unquote(first)), root / new_rel)
+    DeltaRsTable(str(root)).replace_files(FileReplacement(base_version=1, removed=[first], added=[new_rel]))
+    add = next(a["add"] for a in log_entry(root, 2) if "add" in a)
+    assert add["partitionValues"] == {"ts": "2024-01-01T10:00:00.000000Z"}
 
 
 def test_partitioned_table_refuses_mixed_partitions(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import unquote
 
@@ -38,7 +39,7 @@ from partialcow.parquet import INT96_UNIT
 from partialcow.table.base import CommitResult, DataFile, FileReplacement
 from partialcow.table.delta.conflicts import check_concurrent
 from partialcow.table.delta.features import DeltaTableInfo, unsupported_features
-from partialcow.table.delta.stats import file_stats, partition_strings
+from partialcow.table.delta.stats import file_stats, logged_partition_strings, partition_strings
 from partialcow.table.paths import uri_local_path
 from partialcow.table.positions import read_parquet_positions, refuse_partition_keys
 
@@ -474,7 +475,9 @@ class DeltaRsTable:
             f"from live_files({base_version}) (it may have been removed by another writer)"
         )
 
-    def _partition_values(self, head: Any, removed: Sequence[_AddAction], added: Sequence[str]) -> dict[str, Any]:
+    def _partition_values(
+        self, head: Any, removed: Sequence[_AddAction], added: Sequence[str]
+    ) -> dict[str, str | None]:
         columns = list(head.metadata().partition_columns)
         if not columns or not added:
             return {}
@@ -485,9 +488,12 @@ class DeltaRsTable:
                 f"the files they replace, so a change must remove files of exactly one partition (got "
                 f"{len(distinct)}); split it into one change per partition"
             )
-        return dict(removed[0].partition_values)
+        typed = removed[0].partition_values
+        if any(isinstance(v, datetime) and v.tzinfo is not None for v in typed.values()):
+            return logged_partition_strings(typed, head.partitions())
+        return partition_strings(typed)
 
-    def _add_action(self, head: Any, rel: str, partition_values: Mapping[str, Any]) -> Any:
+    def _add_action(self, head: Any, rel: str, partition_values: Mapping[str, str | None]) -> Any:
         from deltalake.transaction import AddAction
 
         try:
@@ -513,7 +519,7 @@ class DeltaRsTable:
         return AddAction(
             path=rel,
             size=int(info.size),
-            partition_values=partition_strings(partition_values),
+            partition_values=dict(partition_values),
             modification_time=int(mtime * 1000),
             data_change=True,
             stats=stats,

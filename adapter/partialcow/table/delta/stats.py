@@ -10,7 +10,8 @@ import datetime as _dt
 import decimal
 import json
 import math
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -22,6 +23,7 @@ __all__ = [
     "STATS_STRING_PREFIX",
     "delta_type",
     "file_stats",
+    "logged_partition_strings",
     "partition_strings",
     "truncate_string_max",
     "truncate_string_min",
@@ -60,6 +62,56 @@ def partition_strings(values: Mapping[str, Any]) -> dict[str, str | None]:
         else:
             out[name] = str(value)
     return out
+
+
+def logged_partition_strings(
+    values: Mapping[str, Any], logged: Iterable[Mapping[str, str | None]]
+) -> dict[str, str | None]:
+    """The log's own spelling of typed partition ``values``, from the partitions the log holds (``logged``).
+
+    A timestamp partition value written without a zone is read by delta-spark in its session's time zone and by
+    delta-rs in UTC, so no spelling we make up reads as the old one for every reader: a new file that replaces files
+    of a partition takes the spelling the log already has. Where none matches, or the log spells the instant both
+    with and without a zone, the value is spelled in UTC (:func:`partition_strings`).
+
+    >>> ts = _dt.datetime(2024, 1, 1, 10, tzinfo=_dt.timezone.utc)
+    >>> logged_partition_strings({"ts": ts}, [{"ts": "2024-01-01 09:00:00"}, {"ts": "2024-01-01 10:00:00"}])
+    {'ts': '2024-01-01 10:00:00'}
+    >>> logged_partition_strings({"ts": ts}, [{"ts": "2024-01-01 10:00:00"}, {"ts": "2024-01-01T10:00:00Z"}])
+    {'ts': '2024-01-01T10:00:00.000000Z'}
+    """
+    canonical = partition_strings(values)
+    matches = {tuple(sorted(raw.items())) for raw in logged if _spells(raw, values, canonical)}
+    zoned = {name for name, v in values.items() if isinstance(v, _dt.datetime) and v.tzinfo is not None}
+    forms = {tuple(_has_zone(dict(m)[name]) for name in sorted(zoned)) for m in matches}
+    if not matches or len(forms) > 1:
+        return canonical
+    return dict(min(matches))
+
+
+def _spells(raw: Mapping[str, str | None], values: Mapping[str, Any], canonical: Mapping[str, str | None]) -> bool:
+    if set(raw) != set(values):
+        return False
+    for name, value in values.items():
+        text = raw[name]
+        if value is None or text is None:
+            if value is not None or text is not None:
+                return False
+        elif isinstance(value, _dt.datetime) and value.tzinfo is not None:
+            try:
+                parsed = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+            except ValueError:
+                return False
+            # delta-rs reads a value without a zone in UTC: that is how it produced ``value``
+            if (parsed if parsed.tzinfo else parsed.replace(tzinfo=_dt.timezone.utc)) != value:
+                return False
+        elif text != canonical[name]:
+            return False
+    return True
+
+
+def _has_zone(text: str | None) -> bool:
+    return text is not None and (text.endswith("Z") or bool(re.search(r"[+-]\d\d:?\d\d$", text)))
 
 
 def _indexed_columns(config: Mapping[str, str], fields: Sequence[Mapping[str, Any]]) -> set[str]:
