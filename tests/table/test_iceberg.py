@@ -407,6 +407,62 @@ def test_identity_partition_is_carried_over(spark) -> None:
         spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
 
 
+@pytest.mark.parametrize("partition", ["0.0", "-1.5"])
+def test_a_floating_point_partition_of_zero_takes_its_rewritten_file(spark, partition: str) -> None:
+    """Regression: a file of partition ``d = 0.0`` has a lower bound of -0.0 (writers widen a zero bound so that no
+    zero is skipped), so the check that a rewritten file's rows lie in their partition refused every upsert there."""
+    name = f"commit_test.fpart{next(_counter)}"
+    spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
+    spark.sql(f"CREATE TABLE {name} (id BIGINT, v STRING, d DOUBLE) USING iceberg PARTITIONED BY (d)")
+    try:
+        spark.sql(f"INSERT INTO {name} SELECT /*+ COALESCE(1) */ * FROM VALUES (1, 'a', {partition}), "
+                  f"(2, 'b', {partition}) AS s(id, v, d)")
+        committer = IcebergTable(spark, name)
+        base = committer.current_version()
+        old = _file_with(committer, 2)
+        new = _rewrite(old, {2: "B"}, tag="p")
+        committer.replace_files(FileReplacement(base_version=base, removed=[old], added=[new], conflict_keys={"id": [2]}))
+        assert _rows(spark, f"SELECT id, v FROM {name}") == {1: "a", 2: "B"}
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+
+
+def test_a_partition_column_without_null_counts_is_counted(spark, monkeypatch) -> None:
+    """A writer may leave null counts out of a file's statistics: a null in a partition column of a file for
+    partition ``eu`` is then found by reading the column, not taken as no null."""
+    from partialcow.table.iceberg_metrics import DataFileBuilder
+
+    name = f"commit_test.nopart{next(_counter)}"
+    spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
+    spark.sql(f"CREATE TABLE {name} (id BIGINT, v STRING, region STRING) USING iceberg PARTITIONED BY (region)")
+    exact = DataFileBuilder.exact_metrics
+
+    def without_null_counts(self, path):
+        metrics = exact(self, path)
+        metrics.null_value_counts.clear()
+        return metrics
+
+    monkeypatch.setattr(DataFileBuilder, "exact_metrics", without_null_counts)
+    try:
+        spark.sql(f"INSERT INTO {name} VALUES (1, 'a', 'eu'), (2, 'b', 'eu')")
+        committer = IcebergTable(spark, name)
+        base = committer.current_version()
+        old = _file_with(committer, 2)
+        source = pq.read_table(_local(old))
+        index = source.schema.get_field_index("region")
+        holed = source.set_column(index, source.schema.field("region").with_nullable(True), pa.array(["eu", None]))
+        wrong = _local(old).replace(".parquet", "-null.parquet")
+        pq.write_table(holed, wrong)
+        with pytest.raises(CommitError, match="region"):
+            committer.replace_files(FileReplacement(base_version=base, removed=[old], added=[wrong]))
+        assert committer.current_version() == base
+        fine = _rewrite(old, {2: "B"}, tag="ok")
+        committer.replace_files(FileReplacement(base_version=base, removed=[old], added=[fine]))
+        assert _rows(spark, f"SELECT id, v FROM {name}") == {1: "a", 2: "B"}
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+
+
 def test_bucket_partition_is_refused(spark) -> None:
     name = f"commit_test.bucket{next(_counter)}"
     spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")

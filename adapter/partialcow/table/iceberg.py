@@ -15,6 +15,7 @@ import datetime as _dt
 import decimal
 import hashlib
 import json
+import struct
 import threading
 import time
 import uuid
@@ -487,14 +488,18 @@ class IcebergTable:
             nulls = exact.null_value_counts.get(source_id)
             values = exact.value_counts.get(source_id)
             column = table.schema().findColumnName(source_id)
+            if nulls is None:  # a writer that left null counts out: count them
+                nulls = _null_count(path, source_id)
             if value is None:
-                ok = nulls is not None and values is not None and nulls == values
+                ok = values is not None and nulls == values
             else:
                 expected = bytes(jvm.org.apache.iceberg.util.ByteBuffers.toByteArray(
                     jvm.org.apache.iceberg.types.Conversions.toByteBuffer(source_type, value)))
-                lower = exact.lower_bounds.get(source_id)
-                upper = exact.upper_bounds.get(source_id)
-                ok = (nulls is None or nulls == 0) and lower == expected and upper == expected
+                kind = str(source_type.typeId().name())
+                ok = nulls == 0 and all(
+                    _same_bound(exact_bound.get(source_id), expected, kind)
+                    for exact_bound in (exact.lower_bounds, exact.upper_bounds)
+                )
             if not ok:
                 raise CommitError(
                     f"new data file {path} holds rows whose {column} differs from its partition's value {value} in "
@@ -563,6 +568,29 @@ class IcebergTable:
             # cleanup of our own unreferenced files is best effort
             with contextlib.suppress(Exception):
                 io.deleteFile(path)
+
+
+def _same_bound(bound: bytes | None, expected: bytes, kind: str) -> bool:
+    """A bound equal to a partition value; for floating point by value, since writers widen a bound of 0.0 to -0.0."""
+    if bound is None:
+        return False
+    if kind in ("FLOAT", "DOUBLE") and len(bound) == len(expected):
+        fmt = "<f" if kind == "FLOAT" else "<d"
+        return bool(struct.unpack(fmt, bound)[0] == struct.unpack(fmt, expected)[0])
+    return bound == expected
+
+
+def _null_count(path: str, field_id: int) -> int | None:
+    """Nulls of the column with Iceberg field id ``field_id`` in a local Parquet file, read (None if not local)."""
+    local = local_path(path)
+    if local is None:
+        return None
+    parquet = pq.ParquetFile(local)
+    for name in parquet.schema_arrow.names:
+        field = parquet.schema_arrow.field(name)
+        if (field.metadata or {}).get(b"PARQUET:field_id") == str(field_id).encode():
+            return int(parquet.read(columns=[name]).column(0).null_count)
+    return None
 
 
 def _key_literal(value: object, iceberg_type: Any) -> object:
