@@ -64,6 +64,16 @@ def test_iceberg_by_name_with_warehouse(spark, spark_warehouse, capsys) -> None:
         spark.sql("DROP TABLE IF EXISTS default.cli_idx PURGE")
 
 
+def test_a_mistyped_warehouse_is_an_error_and_leaves_no_folder(spark, spark_warehouse, tmp_path, capsys) -> None:
+    """Regression: a --warehouse naming no embedded catalog created that folder with an empty catalog in it, and the
+    command reported the table missing rather than the warehouse."""
+    typo = tmp_path / "warehouse-typo"
+    assert main(["index", "verify", "default.anything", "--warehouse", str(typo)]) == 2
+    err = capsys.readouterr().err
+    assert "--warehouse" in err and "no embedded catalog" in err and str(typo) in err
+    assert not typo.exists()
+
+
 @pytest.mark.iceberg
 def test_iceberg_by_name_in_a_dbt_project_with_progress(spark, spark_warehouse, tmp_path, monkeypatch, capsys) -> None:
     """The warehouse comes from the project's profile; the steps are shown when asked for (a terminal)."""

@@ -20,6 +20,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from partialcow.cli import emit
@@ -85,6 +86,12 @@ def _session(args: argparse.Namespace, table_format: str) -> SparkSession:
     warehouse, runtime = args.warehouse, "auto"
     extra: dict[str, str] = {}
     class_cache = True
+    if warehouse and not (Path(warehouse) / "metastore_db").is_dir():
+        # the session would create an empty catalog there, and the table would be reported missing from it
+        raise ConfigurationError(
+            f"--warehouse {warehouse}: no embedded catalog there (no metastore_db folder); pass the warehouse folder "
+            "dbt's embedded session uses (the profile's `warehouse`), or --project-dir"
+        )
     if not warehouse:
         from partialcow.project import find_project, profile_target
 
