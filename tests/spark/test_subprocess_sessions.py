@@ -54,11 +54,12 @@ print(jvm[0], flush=True)
 @pytest.mark.iceberg
 @pytest.mark.slow
 def test_the_next_process_boots_the_metastore_while_the_last_jvm_still_ends(tmp_path: Path) -> None:
-    """Regression: the driver JVM outlives its Python process while it shuts down, holding the embedded Derby
+    """Regressions: a warehouse whose path holds a space stopped the JVM from starting. The driver JVM outlives its Python process while it shuts down, holding the embedded Derby
     metastore's lock; a dbt command started right after one ended (a scheduler's next job) failed to boot Derby,
     and Hive retried for seconds with thousands of lines of stack traces ("Another instance of Derby may have
     already booted the database")."""
-    warehouse = str(tmp_path / "wh")
+    # a warehouse path with a space and a quote: the JVM's options name derby.log in it (the JVM did not start)
+    warehouse = str(tmp_path / "a wh's")
     first = tmp_path / "first.py"
     first.write_text(_EXIT_WITH_THE_JVM_FROZEN)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ADAPTER), os.environ.get("PYTHONPATH", "")])}
@@ -80,3 +81,4 @@ def test_the_next_process_boots_the_metastore_while_the_last_jvm_still_ends(tmp_
     assert second.returncode == 0, second.stderr[-2000:]
     assert "'first'" in second.stdout, second.stdout
     assert "Another instance of Derby" not in second.stderr, second.stderr[-2000:]
+    assert (Path(warehouse) / "derby.log").is_file()

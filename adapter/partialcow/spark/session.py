@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -178,8 +179,9 @@ def _conf(
         "spark.hadoop.hive.metastore.schema.verification": "false",
         **EMBEDDED_METASTORE_CONF,
         # derby.log goes next to the metastore instead of the working folder; Spark's own log shows errors only.
-        "spark.driver.extraJavaOptions": f"-Dderby.stream.error.file={folder / 'derby.log'} "
-        f"-Dlog4j2.configurationFile={QUIET_LOG_CONFIG.as_uri()}",
+        # Spark's launcher splits these options as a shell would: a space in the warehouse's path would stop the JVM.
+        "spark.driver.extraJavaOptions": shlex.quote(f"-Dderby.stream.error.file={folder / 'derby.log'}")
+        + " " + shlex.quote(f"-Dlog4j2.configurationFile={QUIET_LOG_CONFIG.as_uri()}"),
         # PySpark's daemon with zip import caches kept and the task modules imported before forking (worker_daemon)
         "spark.python.daemon.module": "partialcow.spark.worker_daemon",
     }
