@@ -277,3 +277,12 @@ def test_two_maintainers_racing_for_the_same_state(spark, tmp_path) -> None:
         second.ensure_fresh()  # built on the same state version: loses, publishes nothing
     reopened = RowIndex.open(DeltaRsTable(root, spark=spark))
     assert reopened.state == first.state and reopened.verify().ok
+
+
+def test_lookup_local_finds_a_key_asked_for_twice_twice(spark, tmp_path) -> None:
+    """Regression: a key the caller passed twice was reported as a key the table holds twice."""
+    root = _table(str(tmp_path / "t"), files=1, rows=50)
+    index = RowIndex.create(DeltaRsTable(root, spark=spark), key_columns=KEYS, num_buckets=2)
+    keys = pa.Table.from_pylist([dict(zip(KEYS, _key(i))) for i in (2, 2, 5)])
+    found, missing = index.lookup_local(keys)
+    assert [tuple(r[c] for c in KEYS) for r in found.to_pylist()].count(_key(2)) == 2 and missing.num_rows == 0

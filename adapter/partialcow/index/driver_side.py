@@ -58,7 +58,7 @@ class _DriverSide:
         import pyarrow.parquet as pq
 
         from partialcow.index.hashing import bucket_of
-        from partialcow.index.lookup import normalized_key
+        from partialcow.index.lookup import bucket_entries, normalized_key
 
         state = self.state
         missing_columns = [c for c in state.key_columns if c not in keys.column_names]
@@ -67,7 +67,9 @@ class _DriverSide:
                 f"lookup on the index of {state.table}: the keys lack key column(s) {missing_columns}"
             )
         if not state.key_types:  # an index of an empty table
-            return keys.select(list(state.key_columns)).slice(0, 0), keys.select(list(state.key_columns))
+            none = keys.select(list(state.key_columns)).slice(0, 0)
+            found = none.append_column(file_column, pa.array([], pa.string()))
+            return found.append_column(pos_column, pa.array([], pa.int64())), keys.select(list(state.key_columns))
         schema = self._arrow_key_schema()
         # float keys compared as values on both sides (-0.0 is 0.0), as batches and Spark's lookup compare them
         typed = pa.table([normalized_key(keys.column(c).cast(schema.field(c).type)) for c in state.key_columns],
@@ -81,15 +83,13 @@ class _DriverSide:
         for b in wanted:
             for name in state.bucket_files(b):
                 with self._store.fs.open_input_file(self._store.path(name)) as handle:
-                    parts.append(pq.read_table(handle, coerce_int96_timestamp_unit=INT96_UNIT))
+                    part = pq.read_table(handle, columns=[*state.key_columns, FILE_ID, POS],
+                                         coerce_int96_timestamp_unit=INT96_UNIT)
+                parts.append(bucket_entries(part, state.key_columns, schema))
         if not parts:
             return typed.slice(0, 0).append_column(file_column, pa.array([], pa.string())).append_column(
                 pos_column, pa.array([], pa.int64())), typed
         index_rows = pa.concat_tables(parts)
-        # Spark may store keys with another physical type (e.g. INT96 timestamps): align before joining
-        for c in state.key_columns:
-            i = index_rows.schema.get_field_index(c)
-            index_rows = index_rows.set_column(i, c, normalized_key(index_rows.column(c).cast(schema.field(c).type)))
         paths = {f.file_id: f.path for f in state.files}
         ids = pa.table(
             {FILE_ID: pa.array(list(paths), pa.int32()), file_column: pa.array(list(paths.values()), pa.string())}
@@ -101,8 +101,11 @@ class _DriverSide:
             [*state.key_columns, file_column, pos_column]
         )
         missing = joined.filter(pc.invert(hit)).select(list(state.key_columns))
-        counts = found.group_by(list(state.key_columns)).aggregate([(file_column, "count")])
-        dups = counts.filter(pc.greater(counts.column(f"{file_column}_count"), 1))
+        # a key the table holds twice, not one the caller asked for twice (that is found twice)
+        asked = index_rows.join(typed.group_by(list(state.key_columns)).aggregate([]), list(state.key_columns),
+                                join_type="left semi")
+        counts = asked.group_by(list(state.key_columns)).aggregate([(FILE_ID, "count")])
+        dups = counts.filter(pc.greater(counts.column(f"{FILE_ID}_count"), 1))
         if dups.num_rows:
             raise self._duplicate_error(dups.slice(0, _DUPLICATE_SAMPLE).to_pylist())
         return found, missing

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from partialcow.parquet import INT96_UNIT
 
-__all__ = ["FILE_ID", "POS", "join_keys", "normalized_key", "read_buckets"]
+__all__ = ["FILE_ID", "POS", "bucket_entries", "join_keys", "normalized_key", "read_buckets"]
 
 FILE_ID = "_file_id"
 POS = "_pos"
@@ -34,18 +34,33 @@ def normalized_key(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.A
 
 
 def read_buckets(paths: Iterable[str], key_columns: Sequence[str], key_schema: pa.Schema) -> pa.Table | None:
-    """The entries (keys, ``_file_id``, ``_pos``) of the bucket files ``paths``, keys cast to ``key_schema``'s types
-    (Spark may have stored them with another physical type, e.g. INT96 timestamps) and normalised."""
-    parts = [pq.read_table(p, columns=[*key_columns, FILE_ID, POS], coerce_int96_timestamp_unit=INT96_UNIT)
+    """The entries (keys, ``_file_id``, ``_pos``) of the bucket files ``paths``, as :func:`bucket_entries` makes
+    them."""
+    parts = [bucket_entries(pq.read_table(p, columns=[*key_columns, FILE_ID, POS],
+                                          coerce_int96_timestamp_unit=INT96_UNIT), key_columns, key_schema)
              for p in paths]
-    if not parts:
-        return None
-    rows = pa.concat_tables(parts)
-    return pa.table(
-        [normalized_key(rows.column(c).cast(key_schema.field(c).type)) for c in key_columns]
-        + [rows.column(FILE_ID), rows.column(POS)],
-        names=[*key_columns, FILE_ID, POS],
-    )
+    return pa.concat_tables(parts) if parts else None
+
+
+def bucket_entries(rows: pa.Table, key_columns: Sequence[str], key_schema: pa.Schema) -> pa.Table:
+    """One bucket file's entries in the one schema every bucket's entries share: keys cast to ``key_schema``'s types
+    (Spark may have stored them with another physical type, e.g. INT96 timestamps, or another time zone) and
+    normalised, every column nullable (a file Spark wrote from a table's NOT NULL key says so, one rewritten by
+    Arrow does not, and Arrow concatenates only identical schemas).
+
+    >>> a = pa.table({"k": [1], FILE_ID: pa.array([0], pa.int32()), POS: [0]},
+    ...              schema=pa.schema([pa.field("k", pa.int64(), False), pa.field(FILE_ID, pa.int32(), False),
+    ...                                pa.field(POS, pa.int64(), False)]))
+    >>> b = pa.table({"k": [2], FILE_ID: pa.array([1], pa.int32()), POS: [3]})
+    >>> keys = pa.schema([("k", pa.int64())])
+    >>> pa.concat_tables([bucket_entries(t, ["k"], keys) for t in (a, b)]).column("k").to_pylist()
+    [1, 2]
+    """
+    fields = [pa.field(c, key_schema.field(c).type) for c in key_columns]
+    fields += [pa.field(FILE_ID, pa.int32()), pa.field(POS, pa.int64())]
+    columns = [normalized_key(rows.column(c).cast(key_schema.field(c).type)) for c in key_columns]
+    columns += [rows.column(FILE_ID).cast(pa.int32()), rows.column(POS).cast(pa.int64())]
+    return pa.table(columns, schema=pa.schema(fields))
 
 
 def join_keys(entries: pa.Table | None, keys: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
