@@ -185,7 +185,9 @@ class TestBadInputThroughDbt:
     ("select 6L k1, 'a' k2, 1099511627776L v, 'n' name, 'U' _op, 5L _ts union all "
      "select 7L, 'a', 7L, 'n', 'U', 5L", ["bad_feed", "'v'", "1099511627776", "(k1=6, k2='a')"]),
     ("select 6L k1, 'a' k2, 'six' v, 'n' name, 'U' _op, 5L _ts", ["bad_feed", "'v'", "'six'", "(k1=6, k2='a')"]),
-], ids=["overflow", "not a number"])
+    # regression: the driver path hashed the raw key cast to the key's type in the checks' own query
+    ("select 1e30D k1, 'a' k2, 1 v, 'n' name, 'U' _op, 5L _ts", ["bad_feed", "'k1'", "1e+30", "(k1=1e+30, k2='a')"]),
+], ids=["overflow", "not a number", "key overflow"])
 def test_values_the_column_cannot_hold_are_named_with_ansi_on(spark, base_table, sql, fragments):
     """Regression: with ``spark.sql.ansi.enabled`` (a profile's spark_config; Spark 4's default) the driver path
     evaluated the conversions with the checks, so a value that does not fit failed the Spark job with

@@ -150,9 +150,11 @@ def collect_small_batch(changes: DataFrame, spec: ChangeSpec, *, table_schema: S
         projection.append(lossy_value(quote_identifier(name), source, target,
                                       exact=name in spec.key_columns).alias(f"_pcow_lossy{i}"))
         projection.append(F.col(quote_identifier(name)).alias(f"_pcow_orig{i}"))
-    if bucket is not None:
-        projection.append(bucket.alias(BUCKET))
     frame = changes.select(*projection)
+    if bucket is not None:
+        # over the converted keys, as the Spark path hashes its staged batch: the raw key cast as part of the same
+        # query fails the job under ANSI mode where a key does not fit, before the checks can name it
+        frame = frame.withColumn(BUCKET, bucket)
     batches = frame.limit(max_rows + 1)._collect_as_arrow()
     batch = pa.Table.from_batches(batches) if batches else to_arrow_schema(frame.schema).empty_table()
     if batch.num_rows > max_rows:
@@ -231,7 +233,10 @@ def _raise_problems(batch: pa.Table, spec: ChangeSpec, checked: Sequence[str], p
         mask = _flag(batch, f"_pcow_lossy{i}")
         if mask.any():
             _, source, target = plan[name]
-            bad = sample(mask, f"_pcow_orig{i}")
+            # a key that does not fit is named as the model delivered it (its converted value is null)
+            originals = {k: f"_pcow_orig{j}" for j, k in enumerate(checked) if k in keys}
+            bad = [{**r, **{k: r[o] for k, o in originals.items()}}
+                   for r in sample(mask, f"_pcow_orig{i}", *originals.values())]
             raise lossy_error(spec, name, int(mask.sum()), source, target, [r[f"_pcow_orig{i}"] for r in bad], bad)
 
 
