@@ -116,6 +116,20 @@ def test_cache_dir_honours_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert jars.relocated_jackson_jar().parent == tmp_path / "partialcow"
 
 
+@pytest.mark.parametrize("xdg", [None, "relative/cache"])
+def test_cache_dir_without_a_home_folder_is_not_inside_the_project(monkeypatch: pytest.MonkeyPatch, xdg) -> None:
+    """Regression: with HOME unset and a user id without a passwd entry (containers), ``~`` stays ``~`` and the
+    cache (jars, the JVM's class archive: 160 MB) went to ``./~/.cache`` inside the dbt project."""
+    if xdg is None:
+        monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.setattr(jars.os.path, "expanduser", lambda path: path)  # what Python does without a passwd entry
+    folder = jars.cache_dir()
+    assert folder.is_absolute() and "~" not in folder.parts and folder.name == "partialcow"
+
+
 def test_auto_uses_the_wheel_plus_relocated_jackson_and_builds_it_once(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

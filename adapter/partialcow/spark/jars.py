@@ -87,6 +87,11 @@ def cache_dir() -> Path:
     'partialcow'
     """
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(base):
+        # no home folder (HOME unset, a user id without a passwd entry: "~" stays "~") or a relative setting: a
+        # relative folder would land inside the dbt project, so a per-user folder in the temporary directory
+        user = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
+        base = os.path.join(tempfile.gettempdir(), f"partialcow-cache-{user}")
     return Path(base) / "partialcow"
 
 
