@@ -26,13 +26,24 @@ BATCHES = {
         (9, "a", None, "D", 5), (3, "a", 32, "U", 6), (3, "a", 0, "D", 5)],
 }
 
+# regression: the type-hinted pandas UDF failed ("Unsupported signature: (s: 'pd.Series') -> 'pd.Series'") since
+# models were compiled with the adapter module's `from __future__ import annotations`
 PY_MODEL = f'''
 def model(dbt, session):
+    import pandas as pd
+    from pyspark.sql.functions import pandas_udf
+
     dbt.config(materialized="partial_cow_incremental", unique_key=["k1", "k2"], op_column="_op",
                sequence_column="_ts")
+
+    @pandas_udf("string")
+    def lower(s: pd.Series) -> pd.Series:
+        return s.str.lower()
+
     batches = {BATCHES!r}
     rows = batches[2 if dbt.is_incremental else 1]
-    return session.createDataFrame(rows, "k1 bigint, k2 string, v int, _op string, _ts bigint")
+    frame = session.createDataFrame(rows, "k1 bigint, k2 string, v int, _op string, _ts bigint")
+    return frame.withColumn("k2", lower("k2"))
 '''
 
 

@@ -24,9 +24,21 @@ class SessionPythonJobHelper(PythonJobHelper):
 
         # the profile's session (created or checked against the profile), never a bare getOrCreate()
         spark = bind_to_current_thread(configured_session(self.credentials))
-        namespace: dict[str, Any] = {"spark": spark, "__name__": f"dbt_model_{self.model_name}"}
-        try:
-            exec(compile(compiled_code, f"<dbt python model {self.model_name}>", "exec"), namespace)
-        except Exception as exc:  # the model's own error, attributed to the model
-            raise DbtRuntimeError(f"Python model {self.model_name} failed: {type(exc).__name__}: {exc}") from exc
-        return namespace.get("partialcow_result")
+        return run_model_code(compiled_code, self.model_name, spark)
+
+
+def run_model_code(compiled_code: str, model_name: str, spark: Any) -> Any:
+    r"""Run a compiled Python model with ``spark`` as its global; returns what it left in ``partialcow_result``.
+
+    The model is compiled on its own terms (``dont_inherit``): this module's ``from __future__ import annotations``
+    would turn the model's annotations into strings, which breaks type-hinted pandas UDFs.
+
+    >>> run_model_code("def f(s: int) -> int: return s\npartialcow_result = f.__annotations__", "m", None)
+    {'s': <class 'int'>, 'return': <class 'int'>}
+    """
+    namespace: dict[str, Any] = {"spark": spark, "__name__": f"dbt_model_{model_name}"}
+    try:
+        exec(compile(compiled_code, f"<dbt python model {model_name}>", "exec", dont_inherit=True), namespace)
+    except Exception as exc:  # the model's own error, attributed to the model
+        raise DbtRuntimeError(f"Python model {model_name} failed: {type(exc).__name__}: {exc}") from exc
+    return namespace.get("partialcow_result")
