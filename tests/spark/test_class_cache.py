@@ -95,6 +95,36 @@ def test_user_class_sharing_options_and_switch_turn_it_off(tmp_path: Path, monke
     assert "-XX:ArchiveClassesAtExit=" in _options(tmp_path)
 
 
+@pytest.mark.parametrize("variable", ["JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"])
+def test_class_sharing_options_in_the_jvms_variables_turn_it_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    """Regression: only the session's extraJavaOptions were looked at; an -Xshare:on of the user's in a variable every
+    JVM reads, with an archive the JVM refuses, stops the JVM."""
+    _options(tmp_path)
+    monkeypatch.setenv(variable, "-Xshare:on")
+    assert _options(tmp_path) == ""
+    monkeypatch.delenv(variable)
+    assert "-XX:ArchiveClassesAtExit=" in _options(tmp_path)
+
+
+def test_a_non_empty_folder_on_the_class_path_turns_it_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: with a non-empty folder on the class path (a SPARK_CONF_DIR holding spark-defaults.conf, a folder in
+    spark.driver.extraClassPath) the JVM refuses to write the archive when the process ends ("Cannot have non-empty
+    directory in paths", printed after dbt has exited), every hour again."""
+    cache, conf_dir = tmp_path / "cache", tmp_path / "conf"
+    conf_dir.mkdir()
+    _options(cache)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
+    assert "-XX:ArchiveClassesAtExit=" in _options(cache)  # an empty folder is no obstacle
+    (cache / f"{KEY}.claim").unlink()
+    (conf_dir / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
+    assert _options(cache) == ""
+    monkeypatch.delenv("SPARK_CONF_DIR")
+    assert _options(cache, {**CONF, "spark.driver.extraClassPath": str(conf_dir)}) == ""
+    assert "-XX:ArchiveClassesAtExit=" in _options(cache)
+
+
 def test_key_follows_the_jars(tmp_path: Path) -> None:
     jar = tmp_path / "a.jar"
     jar.write_bytes(b"one")

@@ -24,7 +24,9 @@ Java binary, Spark's jars and the session's jars, so that a changed set gets an 
 The archives live in ``<cache>/jvm/`` (``$XDG_CACHE_HOME/partialcow``, else ``~/.cache/partialcow``; or
 ``$PARTIALCOW_CLASS_CACHE_DIR``), about 160 MB each; the :data:`KEEP` most recently used stay.
 ``PARTIALCOW_CLASS_CACHE=0`` (or the profile's ``class_cache: false``) turns it off, and so does any class-sharing
-option of the user's own in ``spark.driver.extraJavaOptions``.
+option of the user's own (in the session's Java options or ``JAVA_TOOL_OPTIONS``-like variables) and a non-empty
+folder on the driver's class path (``SPARK_CONF_DIR``, ``spark.driver.extraClassPath``), with which the JVM writes
+no archive.
 """
 
 from __future__ import annotations
@@ -239,7 +241,9 @@ def driver_class_sharing_options(
     """
     if _not_used() is not None:
         return ""
-    if any(option in conf.get("spark.driver.extraJavaOptions", "") for option in _USER_OPTIONS):
+    if any(option in text for text in _java_option_texts(conf) for option in _USER_OPTIONS):
+        return ""
+    if _directory_on_class_path(conf):
         return ""
     folder = folder or class_cache_folder()
     if any(c in str(folder) for c in ' :"\''):
@@ -263,6 +267,27 @@ def driver_class_sharing_options(
         return ""
     dump, log = folder / f"{name}.jsa", folder / f"{name}.log"
     return f"-XX:ArchiveClassesAtExit={dump} {quiet} -Xlog:cds+dynamic=info:file={log}"
+
+
+def _java_option_texts(conf: Mapping[str, str]) -> list[str]:
+    """Everywhere a user's JVM options come from: the session's settings and the variables every JVM reads."""
+    return [conf.get("spark.driver.extraJavaOptions", ""), conf.get("spark.driver.defaultJavaOptions", ""),
+            *(os.environ.get(v, "") for v in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"))]
+
+
+def _directory_on_class_path(conf: Mapping[str, str]) -> bool:
+    """Whether a non-empty folder is on the driver's class path (Spark's configuration folder, the user's extra
+    class path): the JVM refuses to write an archive then, and says so on the terminal after dbt has exited."""
+    from partialcow.spark.jars import pyspark_jars_dir
+
+    spark_home = os.environ.get("SPARK_HOME")
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(spark_home or str(pyspark_jars_dir().parent), "conf")
+    entries = [conf_dir, *conf.get("spark.driver.extraClassPath", "").split(os.pathsep)]
+    for entry in filter(None, entries):
+        with contextlib.suppress(OSError):
+            if os.path.isdir(entry) and any(os.scandir(entry)):
+                return True
+    return False
 
 
 def describe(folder: Path | None = None) -> str:
