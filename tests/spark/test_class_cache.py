@@ -74,6 +74,40 @@ def test_unfinished_dump_is_waited_for_then_taken_over(tmp_path: Path, monkeypat
     assert "-XX:ArchiveClassesAtExit=" in again and again != writing
 
 
+def test_dumps_that_never_finish_stop_being_tried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: where every JVM is killed before it writes its archive (a container runtime ending the process
+    group at exit), each hour another session paid for a dump that never came."""
+    _options(tmp_path)
+    monkeypatch.setattr(class_cache, "STALE_DUMP_SECONDS", -1.0)  # every claim is old at once
+    for _ in range(2):
+        writing = _options(tmp_path)
+        assert "-XX:ArchiveClassesAtExit=" in writing
+        Path(writing.split("file=")[1].split()[0]).write_text("[1.0s][info][cds,dynamic] Regenerate MethodHandle\n")
+    assert _options(tmp_path) == ""  # two dumps died unfinished: none tried until they are a day old
+    day_old = time.time() - 2 * 86400
+    for log in tmp_path.glob(f"{KEY}.*.dump.log"):
+        os.utime(log, (day_old, day_old))
+    assert "-XX:ArchiveClassesAtExit=" in _options(tmp_path)
+
+
+def test_what_other_keys_left_is_swept_after_a_day(tmp_path: Path) -> None:
+    """Regression: dumps, claims and marks of keys no session uses any more (an older set of jars, another Java)
+    stayed for good (dumps of up to 160 MB)."""
+    old = {name: tmp_path / name for name in ("0123456789abcdef.1-2.dump.jsa", "0123456789abcdef.1-2.dump.log",
+                                              "0123456789abcdef.claim", "0123456789abcdef.seen")}
+    recent = tmp_path / "fedcba9876543210.seen"
+    for path in [*old.values(), recent]:
+        path.write_bytes(b"x")
+    day_old = time.time() - 2 * 86400
+    for path in old.values():
+        os.utime(path, (day_old, day_old))
+    _options(tmp_path)
+    _finish_dump(_options(tmp_path), size=10)
+    assert "-XX:SharedArchiveFile" in _options(tmp_path)
+    assert not any(p.exists() for p in old.values()) and recent.exists()
+    assert (tmp_path / f"{KEY}.seen").exists()
+
+
 def test_other_keys_are_evicted_beyond_keep(tmp_path: Path) -> None:
     for n in range(3):
         conf = {"spark.jars": f"/nonexistent/{n}.jar"}

@@ -21,6 +21,10 @@ started from a clean cache every time never pays for a dump it could not reuse.
 starts without the archive (its warning is silenced by ``-Xlog:cds*=off``). The key still covers the
 Java binary, Spark's jars and the session's jars, so that a changed set gets an archive of its own.
 
+**Dumps that never come are not retried for ever.** Where JVMs are killed before they write (a container runtime
+that ends the process group at exit), two unfinished dumps of a key stop further tries until they are a day old; a
+session that maps its archive sweeps what sessions of other keys left more than a day ago.
+
 The archives live in ``<cache>/jvm/`` (``$XDG_CACHE_HOME/partialcow``, else ``~/.cache/partialcow``; or
 ``$PARTIALCOW_CLASS_CACHE_DIR``), about 160 MB each; the :data:`KEEP` most recently used stay.
 ``PARTIALCOW_CLASS_CACHE=0`` (or the profile's ``class_cache: false``) turns it off, and so does any class-sharing
@@ -63,6 +67,8 @@ _MIN_FREE_BYTES = 2 << 30
 
 # A dump's files with no finished log after this long belong to a JVM that died (or never started).
 _ORPHAN_SECONDS = 86400.0
+# Dumps of a key that never finished after which no other is tried until they are a day old.
+_FAILED_DUMPS = 2
 _ARCHIVE_NAME = re.compile(r"[0-9a-f]{16}\.jsa")
 _WRITTEN = re.compile(r"Written dynamic archive .* (\d+) bytes total\]")
 _USER_OPTIONS = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-Xshare", "-XX:+AutoCreateSharedArchive")
@@ -188,6 +194,11 @@ def _claim_dump(folder: Path, key: str) -> str | None:
     if not seen.exists():
         seen.touch()
         return None
+    now = time.time()
+    unfinished = [log for log in folder.glob(f"{key}.*.dump.log")
+                  if now - log.stat().st_mtime > STALE_DUMP_SECONDS and _finished_size(log) is None]
+    if len(unfinished) >= _FAILED_DUMPS:
+        return None  # JVMs of this machine end before they write (a container killed at exit): retried a day later
     claim = folder / f"{key}.claim"
     try:
         if time.time() - claim.stat().st_mtime < STALE_DUMP_SECONDS:
@@ -209,6 +220,14 @@ def _evict(folder: Path, keep: int) -> None:
     archives.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     for old in archives[keep:]:
         _unlink(old, old.with_suffix(".seen"))  # a JVM that mapped the archive keeps its mapping
+    # what sessions of other keys (an older set of jars, another Java) left: dumps never promoted, claims, marks
+    now = time.time()
+    for path in folder.glob("*.*"):
+        leftover = ".dump." in path.name or path.suffix in (".claim", ".seen")
+        with contextlib.suppress(OSError):
+            if leftover and now - path.stat().st_mtime > _ORPHAN_SECONDS and not (
+                    folder / f"{path.name.split('.')[0]}.jsa").exists():
+                _unlink(path)
 
 
 def _not_used() -> str | None:
