@@ -175,6 +175,9 @@ def _promote(folder: Path, key: str) -> bool:
             complete = False
         if complete and not final.exists():
             with contextlib.suppress(FileNotFoundError):  # another session promoted it first
+                # on disk before it is named: a machine that stops right after the rename must not leave a short file
+                with dump.open("rb") as handle:
+                    os.fsync(handle.fileno())
                 os.replace(dump, final)
         _unlink(log, dump)
     if final.exists():
