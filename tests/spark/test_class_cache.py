@@ -49,7 +49,8 @@ def test_first_session_marks_second_writes_third_maps(tmp_path: Path) -> None:
     assert _options(tmp_path) == ""  # one dump per key at a time
     _finish_dump(writing, size=4096)
     mapped = _options(tmp_path)
-    assert mapped == f"-XX:SharedArchiveFile={tmp_path / f'{KEY}.jsa'} -Xlog:cds*=off"
+    assert mapped == f"-XX:SharedArchiveFile={tmp_path / f'{KEY}.jsa'} -Xlog:cds*=off " \
+        f"-XX:ErrorFile={tmp_path / 'hs_err_pid%p.log'}"
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{KEY}.jsa", f"{KEY}.seen"]  # claim and log are gone
     assert _options(tmp_path) == mapped
 
@@ -213,6 +214,32 @@ def test_fresh_processes_write_then_map_the_archive(tmp_path: Path) -> None:
         time.sleep(0.5)
     assert _session(tmp_path, "third") == "shared objects file (top)"
     assert len(list(cache.glob("*.jsa"))) == 1
+
+
+_DAMAGED = """
+import sys
+from partialcow.spark import session as session_module
+# what a damaged archive does to the JVM, without one: options with which it cannot start
+session_module.driver_class_sharing_options = lambda conf: f"-XX:SharedArchiveFile={sys.argv[2]} -Xshare:on"
+spark = session_module.get_or_create_session(table_format="iceberg", warehouse=sys.argv[1], master="local[1]")
+assert spark.sql("select 41 + 1").collect()[0][0] == 42
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.iceberg
+@pytest.mark.slow
+def test_a_jvm_that_cannot_start_with_the_archive_starts_without_it(tmp_path: Path) -> None:
+    """Regression: a truncated archive crashes every JVM that maps it (SIGBUS, an hs_err file in the dbt project),
+    and every run failed with "Spark could not start a JVM ... install Java 17" until the cache was deleted by hand.
+    The archive is discarded and the session starts without it."""
+    archive = tmp_path / "0123456789abcdef.jsa"
+    archive.write_bytes(b"\0" * 4096)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ADAPTER), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", _DAMAGED, str(tmp_path / "wh"), str(archive)],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not archive.exists()
 
 
 @pytest.mark.parametrize(

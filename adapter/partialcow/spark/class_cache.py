@@ -52,6 +52,7 @@ __all__ = [
     "archive_key",
     "class_cache_folder",
     "describe",
+    "discard",
     "driver_class_sharing_options",
     "java_feature_version",
 ]
@@ -274,7 +275,8 @@ def driver_class_sharing_options(
     key = archive_key(conf)
     # -Xlog:cds*=off: the JVM's class-sharing warnings (a refused archive, classes it cannot archive) would
     # otherwise be printed on dbt's output, some of them after dbt has exited
-    quiet = "-Xlog:cds*=off"
+    # (and a JVM that an archive crashes writes its report here, not into the dbt project it runs in)
+    quiet = f"-Xlog:cds*=off -XX:ErrorFile={folder / 'hs_err_pid%p.log'}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if _promote(folder, key):
@@ -310,6 +312,25 @@ def _directory_on_class_path(conf: Mapping[str, str]) -> bool:
             if os.path.isdir(entry) and any(os.scandir(entry)):
                 return True
     return False
+
+
+def discard(options: str) -> None:
+    """Give up the archive (or the dump) that ``options`` of :func:`driver_class_sharing_options` named, after a JVM
+    could not start with them: a damaged archive crashes every JVM that maps it, so it must not stay.
+
+    >>> import tempfile
+    >>> archive = Path(tempfile.mkdtemp()) / "0123456789abcdef.jsa"
+    >>> _ = archive.write_bytes(b"short")
+    >>> discard(f"-XX:SharedArchiveFile={archive} -Xlog:cds*=off")
+    >>> archive.exists()
+    False
+    """
+    for option in options.split():
+        for flag in ("-XX:SharedArchiveFile=", "-XX:ArchiveClassesAtExit="):
+            if option.startswith(flag):
+                path = Path(option[len(flag):])
+                # a dump's claim too: its JVM never ran, so no other session needs to wait an hour for it
+                _unlink(path, path.with_suffix(".log"), path.parent / f"{path.name.split('.')[0]}.claim")
 
 
 def describe(folder: Path | None = None) -> str:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from partialcow.exceptions import ConfigurationError
 from partialcow.formats import TABLE_FORMATS, TableFormat
+from partialcow.spark.class_cache import discard as discard_class_sharing
 from partialcow.spark.class_cache import driver_class_sharing_options
 from partialcow.spark.executors import check_executors, worker_environment, worker_python
 from partialcow.spark.jars import JarSet, ensure_jars, resolve_delta_jars, resolve_iceberg_runtime
@@ -320,16 +321,24 @@ def start_session(settings: SessionSettings) -> SparkSession:
         return session
 
     ensure_jars(_jars(settings.table_format, settings.iceberg_runtime, settings.delta_jars))
-    if settings.class_cache:
-        sharing = driver_class_sharing_options(conf)
-        if sharing:
-            conf["spark.driver.extraJavaOptions"] = f"{conf['spark.driver.extraJavaOptions']} {sharing}"
+    java_options = conf["spark.driver.extraJavaOptions"]
+    sharing = driver_class_sharing_options(conf) if settings.class_cache else ""
+    if sharing:
+        conf["spark.driver.extraJavaOptions"] = f"{java_options} {sharing}"
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
     python = worker_python(conf)
     wait_for_embedded_metastore(conf)
-    session = launch(builder, python)
+    try:
+        session = launch(builder, python)
+    except ConfigurationError:
+        if not sharing:
+            raise
+        # a JVM that cannot start with the class archive (a damaged one crashes it): the archive goes, the session
+        # starts without it
+        discard_class_sharing(sharing)
+        session = launch(builder.config("spark.driver.extraJavaOptions", java_options), python)
     if not conf["spark.master"].startswith("local") or python != sys.executable:
         # executors with another Python: one small task says what they lack before a model's tasks fail
         try:
