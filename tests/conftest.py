@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from budget import SUITE_SPARK_CONFIG
 from delta_env import DELTA_SESSION_ENV
 
 pytest_plugins = ["dbt.tests.fixtures.project"]
@@ -69,7 +70,8 @@ def spark(spark_warehouse: Path):
     """A local SparkSession with the embedded Iceberg catalog (the product's default), shared by the process."""
     from partialcow.spark.session import get_or_create_session
 
-    return get_or_create_session(table_format="iceberg", warehouse=str(spark_warehouse), master="local[2]")
+    return get_or_create_session(table_format="iceberg", warehouse=str(spark_warehouse), master="local[2]",
+                                 extra=SUITE_SPARK_CONFIG)
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +93,7 @@ def dbt_profile_target(spark_warehouse: Path) -> dict:
         "master": "local[2]",
         "warehouse": str(spark_warehouse),
         "table_format": "iceberg",
+        "spark_config": SUITE_SPARK_CONFIG,
     }
 
 
