@@ -11,18 +11,12 @@ import os
 from collections.abc import Sequence
 from typing import TypeVar
 
-__all__ = ["LONG", "SUITE_SPARK_CONFIG", "in_turn"]
+__all__ = ["LONG", "in_turn"]
 
 T = TypeVar("T")
 
 #: every variant of every case (and the longer plans of the crash and race tests)
 LONG = os.environ.get("PARTIALCOW_TESTS_LONG") == "1"
-
-#: Spark settings of the suite's in-process sessions (one per test process, alive for the whole run): the JVM's own
-#: JIT thresholds instead of the product's ``DRIVER_JIT``, which suits a fresh dbt process (it ends before most of
-#: the optimizing compiler's work pays back) and slows a session that runs for half an hour (bench/README.md, *The
-#: test suite's sessions*). Tests of fresh processes run with the product's settings.
-SUITE_SPARK_CONFIG = {"spark.driver.extraJavaOptions": "-XX:Tier4InvocationThreshold=5000"}
 
 
 def in_turn(variants: Sequence[T], case: int) -> list[T]:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from budget import SUITE_SPARK_CONFIG
 from delta_env import DELTA_SESSION_ENV
 
 pytest_plugins = ["dbt.tests.fixtures.project"]
@@ -70,8 +69,7 @@ def spark(spark_warehouse: Path):
     """A local SparkSession with the embedded Iceberg catalog (the product's default), shared by the process."""
     from partialcow.spark.session import get_or_create_session
 
-    return get_or_create_session(table_format="iceberg", warehouse=str(spark_warehouse), master="local[2]",
-                                 extra=SUITE_SPARK_CONFIG)
+    return get_or_create_session(table_format="iceberg", warehouse=str(spark_warehouse), master="local[2]")
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +91,6 @@ def dbt_profile_target(spark_warehouse: Path) -> dict:
         "master": "local[2]",
         "warehouse": str(spark_warehouse),
         "table_format": "iceberg",
-        "spark_config": SUITE_SPARK_CONFIG,
     }
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from budget import SUITE_SPARK_CONFIG
 from delta_env import NO_DELTA_SPARK, delta_spark_jars
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -43,7 +42,7 @@ def spark(spark_warehouse: Path):
     from partialcow.spark.session import get_or_create_session
 
     session = get_or_create_session(table_format="delta", warehouse=str(spark_warehouse), master="local[2]",
-                                    delta_jars=JARS, extra=SUITE_SPARK_CONFIG)
+                                    delta_jars=JARS)
     session.sparkContext.setLogLevel("ERROR")
     return session
 
@@ -67,7 +66,6 @@ def dbt_profile_target(spark_warehouse: Path) -> dict:
         "warehouse": str(spark_warehouse),
         "table_format": "delta",
         "delta_jars": JARS,
-        "spark_config": SUITE_SPARK_CONFIG,
     }
 
 

@@ -50,6 +50,14 @@ def test_driver_runs_the_parallel_collector(spark) -> None:
     assert sorted(bean.getName() for bean in beans) == ["PS MarkSweep", "PS Scavenge"]
 
 
+def test_driver_compiles_with_c2_late(spark) -> None:
+    jvm = spark._jvm
+    bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    assert bean.getVMOption("Tier4CompileThreshold").getValue() == "150000"
+    assert bean.getVMOption("TieredStopAtLevel").getValue() == "4"  # C2 still compiles what is hot enough
+
+
 def test_views_and_plain_tables_share_the_catalog(spark) -> None:
     # dbt creates views and may create non-Iceberg tables next to Iceberg ones: SparkSessionCatalog keeps both.
     spark.sql("CREATE SCHEMA IF NOT EXISTS session_test")

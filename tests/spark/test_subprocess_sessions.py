@@ -73,17 +73,12 @@ def test_the_next_process_boots_the_metastore_while_the_last_jvm_still_ends(tmp_
         second = _python(
             "from partialcow.spark.session import get_or_create_session; "
             f"spark = get_or_create_session(table_format='iceberg', warehouse={warehouse!r}, master='local[2]'); "
-            "print(sorted(r[0] for r in spark.sql('SHOW SCHEMAS').collect())); "
-            # the product's JIT (the suite's own sessions run with the JVM's, tests/budget.py)
-            "jvm = spark._jvm; print(jvm.java.lang.management.ManagementFactory.getPlatformMXBean("
-            "jvm.java.lang.Class.forName('com.sun.management.HotSpotDiagnosticMXBean'))"
-            ".getVMOption('Tier4CompileThreshold').getValue())",
+            "print(sorted(r[0] for r in spark.sql('SHOW SCHEMAS').collect()))",
             cwd=tmp_path, timeout=300,
         )
     finally:
         os.kill(jvm, signal.SIGKILL)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "'first'" in second.stdout, second.stdout
-    assert second.stdout.split()[-1] == "150000"  # C2 compiles late in a fresh process
     assert "Another instance of Derby" not in second.stderr, second.stderr[-2000:]
     assert (Path(warehouse) / "derby.log").is_file()
