@@ -43,6 +43,16 @@ _LONGEST = (
 )
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """CI's time budget: one variant per check (tests/budget.py, ``one_variant_each``); the long mode runs all."""
+    from budget import one_variant_each
+
+    kept, dropped = one_variant_each(items)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     from xdist.scheduler import LoadFileScheduling
 

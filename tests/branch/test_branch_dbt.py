@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from budget import LONG
 from merge_oracle import three_way
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 
@@ -103,6 +104,10 @@ def branch_args(name: str, **extra) -> str:
     return "{" + ", ".join([f"name: {name}"] + [f"{k}: {v}" for k, v in extra.items()]) + "}"
 
 
+# CI's time budget (3-4 minutes on 2 cores): the same operations run in CI from fresh processes
+# (test_branch_processes.py), with CDC batches and conflicts (test_branch_cdc.py) and through the library
+# (test_branch_api.py, test_branch_nested_base.py); this end-to-end run of them all, nesting included, in the long mode
+@pytest.mark.skipif(not LONG, reason="CI's time budget: PARTIALCOW_TESTS_LONG=1 runs it (see tests/budget.py)")
 class TestBranchLifecycle:
     @pytest.fixture(scope="class")
     def seeds(self):

@@ -44,10 +44,12 @@ class TestGenericTestsDelta(BaseGenericTests):
     pass
 
 
+@_LONG_ONLY  # dbt's singular tests read tables, whatever their format; on Iceberg they run in CI
 class TestSingularTestsDelta(BaseSingularTests):
     pass
 
 
+@_LONG_ONLY  # dbt-spark's append incremental; on Iceberg in CI, and ours on Delta in test_delta_dbt
 class TestIncrementalDelta(BaseIncremental):
     pass
 
@@ -100,6 +102,7 @@ class TestPythonModelsDelta(BasePythonModelTests):
     pass
 
 
+@_LONG_ONLY  # on Iceberg in CI; Python models of ours on Delta in test_delta_dbt
 class TestPythonIncrementalDelta(BasePythonIncrementalTests):
     pass
 
