@@ -51,3 +51,67 @@ def test_a_recovery_that_fails_releases_its_own_lease(tmp_path: Path, monkeypatc
     assert not [n for n in os.listdir(folder) if n.endswith((".lock", ".json"))]
     with _lease(tmp_path) as lease:  # the next write finds no write alive and nothing to recover
         assert lease.recovered.writes == []
+
+
+def _v2_checkpoint_log(root: Path, files: list[str], *, top_level: str) -> None:
+    """A Delta log as delta-spark leaves it with ``delta.checkpointPolicy=v2`` after its log cleanup: no commit
+    JSON, a top-level V2 checkpoint (JSON, as delta-spark 3.3 writes it, or Parquet) naming sidecars under
+    ``_delta_log/_sidecars`` that hold the ``add`` actions."""
+    import json
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    log = root / "_delta_log"
+    (log / "_sidecars").mkdir(parents=True)
+    add_type = pa.struct([("path", pa.string()), ("size", pa.int64()), ("dataChange", pa.bool_())])
+    sidecars = []
+    for part, names in enumerate([files[:1], files[1:], []], start=1):  # an empty part, as delta-spark writes
+        name = f"00000000000000000004.checkpoint.{part:010d}.0000000003.{uuid.uuid4()}.parquet"
+        adds = pa.array([{"path": n, "size": 1, "dataChange": False} for n in names], add_type)
+        removes = pa.nulls(len(names), pa.struct([("path", pa.string())]))
+        pq.write_table(pa.table({"add": adds, "remove": removes}), log / "_sidecars" / name)
+        sidecars.append({"path": name, "sizeInBytes": 1, "modificationTime": 0})
+    actions = [{"checkpointMetadata": {"version": 4}}] + [{"sidecar": s} for s in sidecars]
+    stem = f"00000000000000000004.checkpoint.{uuid.uuid4()}"
+    if top_level == "json":
+        (log / f"{stem}.json").write_text("".join(json.dumps(a) + "\n" for a in actions))
+    else:
+        table = pa.table({"checkpointMetadata": [actions[0]["checkpointMetadata"], None, None, None],
+                          "sidecar": [None, *sidecars]})
+        pq.write_table(table, log / f"{stem}.parquet")
+    (log / "_last_checkpoint").write_text(json.dumps({"version": 4, "size": len(actions)}))
+
+
+@pytest.mark.parametrize("top_level", ["json", "parquet"])
+def test_delta_files_named_only_in_v2_checkpoint_sidecars_are_referenced(tmp_path: Path, top_level: str) -> None:
+    """Regression: ``delta_referenced`` read the log's top level only, so with V2 checkpoints (whose adds live in
+    ``_delta_log/_sidecars``) it missed every live file once the commit JSONs were cleaned up, and a top-level
+    Parquet checkpoint without an ``add`` column failed it. Relative names are percent-decoded, as the log spells
+    them."""
+    from partialcow.spark.tables import delta_referenced
+
+    _v2_checkpoint_log(tmp_path, ["part-0.parquet", "p%3D1/part%201.parquet"], top_level=top_level)
+    assert delta_referenced(str(tmp_path)) == {str(tmp_path / "part-0.parquet"), str(tmp_path / "p=1" / "part 1.parquet")}
+
+
+def test_a_dead_writes_committed_file_named_in_a_sidecar_is_kept(tmp_path: Path) -> None:
+    """A write that died after its commit landed (its lease left behind) and whose file the log names only in a V2
+    checkpoint's sidecar: the next write's recovery keeps the file (deleting it would lose committed rows) and
+    removes the dead write's uncommitted one."""
+    from partialcow.spark.tables import delta_referenced
+
+    data = tmp_path / "data"
+    data.mkdir()
+    dead = WriteLease(str(tmp_path), [str(data)], referenced=set)
+    with dead:
+        committed, lost = dead.new_file_name(), dead.new_file_name()
+        for name in (committed, lost):
+            (data / name).write_bytes(b"PAR1")
+        dead.keep_for_recovery = True  # the lease stays, as after a kill
+    _v2_checkpoint_log(tmp_path, [f"data/{committed}"], top_level="json")
+    with WriteLease(str(tmp_path), [str(data)], referenced=lambda: delta_referenced(str(tmp_path))) as lease:
+        assert lease.recovered.writes == [dead.write_id]
+        assert lease.recovered.kept_referenced == [str(data / committed)]
+    assert sorted(os.listdir(data)) == [committed]

@@ -182,9 +182,14 @@ def iceberg_referenced(spark: SparkSession, name: str) -> set[str]:
 
 
 def delta_referenced(root: str) -> set[str]:
-    """Every ``add`` path in the Delta log's JSON entries and checkpoints under ``root`` (as local paths)."""
-    import pyarrow.parquet as pq
+    """Every ``add`` path in the Delta log's JSON entries, checkpoints and checkpoint sidecars under ``root`` (as
+    local paths).
 
+    A V2 checkpoint (``delta.checkpointPolicy=v2``) lists its files in sidecars under ``_delta_log/_sidecars``, and
+    its top-level file, JSON or Parquet, may hold no ``add`` at all. Every sidecar there is read, not only those the
+    newest checkpoint names: a file listed by any of them is kept, which is the safe side for a caller deciding
+    what to delete.
+    """
     log = os.path.join(root, "_delta_log")
     paths: set[str] = set()
     for name in os.listdir(log) if os.path.isdir(log) else []:
@@ -196,10 +201,23 @@ def delta_referenced(root: str) -> set[str]:
                     if add:
                         paths.add(add["path"])
         elif ".checkpoint" in name and name.endswith(".parquet"):
-            adds = pq.read_table(full, columns=["add"]).column("add").to_pylist()
-            paths.update(a["path"] for a in adds if a)
+            paths.update(_checkpoint_adds(full))
+    sidecars = os.path.join(log, "_sidecars")
+    for name in os.listdir(sidecars) if os.path.isdir(sidecars) else []:
+        if name.endswith(".parquet") and not name.startswith("."):
+            paths.update(_checkpoint_adds(os.path.join(sidecars, name)))
     # the log's paths are URIs: percent-encoded, relative to the root or absolute
     return {uri_local_path(p) if "://" in p or p.startswith("file:") else os.path.join(root, unquote(p)) for p in paths}
+
+
+def _checkpoint_adds(path: str) -> list[str]:
+    """The ``add`` paths of one checkpoint part or sidecar (none if it has no ``add`` column)."""
+    import pyarrow.parquet as pq
+
+    if "add" not in pq.read_schema(path).names:
+        return []
+    adds = pq.read_table(path, columns=["add"]).column("add").to_pylist()
+    return [a["path"] for a in adds if a]
 
 
 def delta_spark_schema(schema_json: str, *, table: str) -> Any:
