@@ -98,6 +98,7 @@ class TestIncrementalUniqueKeyDelta(BaseIncrementalUniqueKey):
     test__bad_unique_key_list = _run_on_iceberg("test__bad_unique_key_list")
 
 
+@_LONG_ONLY  # 32 s: dbt's Python-model suite; on Iceberg in CI, and Python models of ours on Delta in test_delta_dbt
 class TestPythonModelsDelta(BasePythonModelTests):
     pass
 
