@@ -79,3 +79,33 @@ class OtherWriterFirst:
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
+
+
+def commit_equality_delete(spark, name: str, column: str, values: list) -> None:
+    """Another writer's equality delete of ``column`` in ``values`` (as Flink's upserts write them; Spark writes
+    position deletes only): one delete file, written with pyarrow, committed as a row delta through Iceberg's API
+    with the metrics Iceberg's own Parquet reader takes from the file (so its bounds name the deleted values)."""
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from partialcow.table.java import load_iceberg_table
+
+    jvm = spark.sparkContext._jvm
+    table = load_iceberg_table(spark, name)
+    field = table.schema().findField(column)
+    arrow_type = {"long": pa.int64(), "int": pa.int32(), "string": pa.string()}[str(field.type())]
+    path = os.path.join(location(spark, name), "data", f"other-eq-delete-{uuid.uuid4().hex}.parquet")
+    schema = pa.schema([pa.field(column, arrow_type, nullable=False,
+                                 metadata={b"PARQUET:field_id": str(field.fieldId()).encode()})])
+    pq.write_table(pa.table({column: pa.array(values, arrow_type)}, schema=schema), path)
+    metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(
+        table.io().newInputFile(f"file:{path}"), jvm.org.apache.iceberg.MetricsConfig.forTable(table))
+    ids = spark.sparkContext._gateway.new_array(jvm.int, 1)
+    ids[0] = field.fieldId()
+    delete = (jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(table.spec()).ofEqualityDeletes(ids)
+              .withPath(f"file:{path}").withFormat("parquet").withFileSizeInBytes(os.path.getsize(path))
+              .withMetrics(metrics).build())
+    table.newRowDelta().addDeletes(delete).commit()
+    spark.catalog.refreshTable(name)

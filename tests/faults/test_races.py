@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 from budget import LONG
-from partialcow.exceptions import CommitConflictError
+from partialcow.exceptions import CommitConflictError, UnsupportedTableFeatureError
 from partialcow.index import RowIndex
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import open_table
@@ -103,6 +103,32 @@ def test_a_commit_beaten_by_a_writer_of_the_same_key_conflicts(spark, table, oth
     else:
         expected[5] = what
     _consistent(spark, table, expected)  # the other writer's change, whole; none of ours
+
+
+def _position_delete(spark, table: str, key: int) -> None:
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.delete.mode' = 'merge-on-read')")
+    spark.sql(f"DELETE FROM {table} WHERE k = {key}")
+
+
+def _equality_delete(spark, table: str, key: int) -> None:
+    from tablestate import commit_equality_delete
+
+    commit_equality_delete(spark, table, "k", [key])
+
+
+@pytest.mark.parametrize("delete", ["equality delete", "position delete"])
+def test_a_delete_file_for_another_key_beaten_to_the_commit_is_not_undone(spark, table, delete):
+    """Regression (the equality delete): a writer of equality deletes (Flink's upserts; Spark writes position
+    deletes) deleted key 8 while our batch rewrote the file holding keys 0..199 for key 5: our commit landed and key
+    8 came back. Now the commit conflicts; located again, the file has a delete file attached, which partial
+    rewrites refuse by name (compaction first), and nothing of ours lands. A merge-on-read ``DELETE`` (a position
+    delete file) takes the same way."""
+    target = open_table(spark, table, table_format="iceberg")
+    other = _equality_delete if delete == "equality delete" else _position_delete
+    target.format_table = OtherWriterFirst(target.format_table, lambda: other(spark, table, 8))
+    with pytest.raises(UnsupportedTableFeatureError, match="delete files attached"):
+        apply_changes(spark, target, spark.createDataFrame([(5, 500, "U")], SCHEMA), SPEC)
+    _consistent(spark, table, {k: k for k in [*range(200), *range(1000, 1200)] if k != 8})
 
 
 def test_writers_racing_in_threads_lose_nothing(spark, table):

@@ -172,6 +172,25 @@ def test_concurrent_insert_of_a_touched_key_conflicts(spark, table: str) -> None
     assert sorted(spark.sql(f"SELECT id, v FROM {table}").collect()) == sorted(expected)
 
 
+def test_an_equality_delete_of_another_key_of_a_replaced_file_conflicts(spark, table: str) -> None:
+    """Regression: another writer's equality delete of key 3 (a Flink upsert, say) committed while we rewrote the
+    file holding keys 1-3 for key 2. Iceberg validated the new delete files against our keys only, so the commit
+    landed, and our file, newer than the delete, brought key 3 back. The replaced file's rows are now in the
+    validation: the commit conflicts and key 3 stays deleted."""
+    from tablestate import commit_equality_delete
+
+    committer = IcebergTable(spark, table)
+    base = committer.current_version()
+    old = _file_with(committer, 2)
+    new = _rewrite(old, {2: "B"}, tag="eq")
+    commit_equality_delete(spark, table, "id", [3])
+    expected = {1: "a", 2: "b", 4: "d", 5: "e", 6: "f"}
+    assert _rows(spark, f"SELECT id, v FROM {table}") == expected
+    with pytest.raises(CommitConflictError):
+        committer.replace_files(FileReplacement(base_version=base, removed=[old], added=[new], conflict_keys={"id": [2]}))
+    assert _rows(spark, f"SELECT id, v FROM {table}") == expected
+
+
 def test_many_keys_become_a_range_filter(spark, table: str) -> None:
     # > 1000 keys: the filter is min..max, a superset, so a concurrent insert inside the range still conflicts.
     committer = IcebergTable(spark, table)
@@ -497,11 +516,52 @@ def test_conflict_filters_bind_for_common_key_types(spark) -> None:
         }
         jvm = spark._jvm
         for column, values in keys.items():
-            expression = committer._conflict_filter(table, {column: values})
+            expression = committer._conflict_filter(table, {column: values}, [])
             assert "true" != str(expression), f"{column} fell back to alwaysTrue"
             bound = jvm.org.apache.iceberg.expressions.Binder.bind(table.schema().asStruct(), expression, False)
             assert f"ref(id={table.schema().findField(column).fieldId()}," in str(bound)
-        assert str(committer._conflict_filter(table, {"s": [b"raw"]})) == "true"  # unsupported: conservative
+        assert str(committer._conflict_filter(table, {"s": [b"raw"]}, [])) == "true"  # unsupported: conservative
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+
+
+def test_new_files_key_ranges_bind_for_common_key_types(spark) -> None:
+    """The conflict filter's part for the new files' rows (``_key_ranges``): their key bounds as a range Iceberg can
+    bind, per key type; a double key, whose NaN lies outside any bounds, and a file without bounds fall back to
+    always true; no new file gives always false."""
+    name = f"commit_test.ranges{next(_counter)}"
+    spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
+    spark.sql(f"CREATE TABLE {name} (i INT, l BIGINT, s STRING, d DATE, ts TIMESTAMP, ntz TIMESTAMP_NTZ, "
+              "dec DECIMAL(10, 2), f DOUBLE) USING iceberg")
+    try:
+        committer = IcebergTable(spark, name)
+        table, jvm = committer._table(), spark._jvm
+        iceberg = jvm.org.apache.iceberg
+
+        def data_file(column, low, high):
+            field = table.schema().findField(column)
+            bounds = [jvm.java.util.HashMap(), jvm.java.util.HashMap()]
+            for bound, value in zip(bounds, (low, high)):
+                if value is not None:
+                    bound.put(field.fieldId(), iceberg.expressions.Literal.of(value).to(field.type()).toByteBuffer())
+            metrics = iceberg.Metrics(jvm.java.lang.Long(2), None, None, None, None, *bounds)
+            return (iceberg.DataFiles.builder(table.spec()).withPath(f"/nowhere/{column}.parquet")
+                    .withFileSizeInBytes(1).withFormat("parquet").withMetrics(metrics).build())
+
+        cases = {"i": (1, 9), "l": (2**40, 2**41), "s": ("a", "b"), "d": ("2024-01-02", "2024-02-03"),
+                 "ts": ("2024-01-02T03:04:05+00:00", "2024-01-02T04:04:05+00:00"),
+                 "ntz": ("2024-01-02T03:04:05", "2024-01-03T03:04:05"),
+                 "dec": (decimal.Decimal("1.50"), decimal.Decimal("2.50"))}
+        for column, (low, high) in cases.items():
+            expression = committer._key_ranges(table, column, [data_file(column, low, high)])
+            assert str(expression) not in ("true", "false"), column
+            bound = jvm.org.apache.iceberg.expressions.Binder.bind(table.schema().asStruct(), expression, False)
+            assert f"ref(id={table.schema().findField(column).fieldId()}," in str(bound), column
+        assert str(committer._key_ranges(table, "f", [data_file("f", 0.5, 1.5)])) == "true"
+        assert str(committer._key_ranges(table, "l", [data_file("l", None, None)])) == "true"
+        assert str(committer._key_ranges(table, "l", [])) == "false"
+        many = [data_file("l", n, n + 1) for n in range(40)]  # past _MAX_FILE_RANGES: one min..max range
+        assert str(committer._key_ranges(table, "l", many)).count(">=") == 1
     finally:
         spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
 

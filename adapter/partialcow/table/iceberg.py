@@ -2,10 +2,10 @@
 delete files that apply to each), positional reads of its keys, and commits.
 
 A partial rewrite replaces data files by rewritten copies; :class:`IcebergTable` commits that as one Iceberg
-``overwrite`` snapshot validated from the snapshot the rewrite read: a concurrent change that added data, deleted
-files or attached delete files matching the touched keys fails the commit (``CommitConflictError``), while unrelated
-concurrent appends are rebased by Iceberg. The Java API (not Spark SQL) is used because only it commits a chosen
-file set atomically with these validations.
+``overwrite`` snapshot validated from the snapshot the rewrite read: a concurrent change that added data holding
+the touched keys (or keys within the new files' key ranges), deleted a replaced file or attached delete files to
+one fails the commit (``CommitConflictError``), while concurrent appends of other keys are rebased by Iceberg. The
+Java API (not Spark SQL) is used because only it commits a chosen file set atomically with these validations.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import decimal
+import functools
 import hashlib
 import json
 import struct
@@ -51,6 +52,11 @@ NO_SNAPSHOT = -1
 # Above this many keys the conflict filter becomes a min..max range: a superset (never misses a conflict) that
 # keeps the expression small and avoids one py4j round trip per key.
 _MAX_IN_KEYS = 1000
+# Above this many new files their key ranges in the conflict filter become one min..max range (a superset).
+_MAX_FILE_RANGES = 32
+# Key types whose bounds order their values for Iceberg's metrics evaluation (floating point keys have NaN outside
+# any bounds, so their new files' rows are covered by an always-true term instead).
+_RANGED_TYPES = frozenset({"INTEGER", "LONG", "STRING", "DATE", "TIMESTAMP", "TIMESTAMP_NANO", "DECIMAL", "UUID"})
 _COMMIT_ID = "partialcow.commit-id"
 # The embedded Hive 2.3 metastore ignores the compare-and-swap condition of Iceberg's lock-free commits (enforced
 # from Hive 4, HIVE-26882): two threads committing to one table could both "win". Serialise ours per table.
@@ -283,7 +289,7 @@ class IcebergTable:
                 overwrite = overwrite.validateFromSnapshot(int(change.base_version))
             overwrite = (
                 overwrite.caseSensitive(False)  # Spark resolves column names case-insensitively
-                .conflictDetectionFilter(self._conflict_filter(table, change.conflict_keys))
+                .conflictDetectionFilter(self._conflict_filter(table, change.conflict_keys, new_files))
                 .validateNoConflictingData()
                 .validateNoConflictingDeletes()
             )
@@ -506,7 +512,19 @@ class IcebergTable:
                     f"Iceberg table {self._name}: a partial rewrite cannot move rows between partitions"
                 )
 
-    def _conflict_filter(self, table: Any, keys: Mapping[str, Sequence[object]]) -> Any:
+    def _conflict_filter(self, table: Any, keys: Mapping[str, Sequence[object]], new_files: Sequence[Any]) -> Any:
+        """The filter Iceberg validates concurrent commits with: the keys this change touches, or any row of the
+        files it adds.
+
+        Iceberg uses one filter for two checks. Concurrently added data files must not hold our keys, and the
+        replaced files must not have gained delete files. It drops a delete file whose column bounds miss the
+        filter before looking at the files it applies to. An equality delete (Flink, for one) of another key of a
+        replaced file misses our keys, so with the keys alone it passed, and the rewritten file, newer than the
+        delete, brought the deleted row back. Only rows the new files carry over can come back, so the new files'
+        key ranges (from the metrics we wrote them with) keep such a delete in view; a concurrent append of keys
+        inside those ranges now conflicts too (the write is located and committed again), while appends of keys
+        outside them are still rebased.
+        """
         expressions = self._jvm.org.apache.iceberg.expressions.Expressions
         if not keys:
             return expressions.alwaysTrue()  # unknown keys: any concurrent change of the data conflicts
@@ -537,6 +555,38 @@ class IcebergTable:
             except (_KeyTypeUnsupported, TypeError, decimal.InvalidOperation):
                 return expressions.alwaysTrue()
             result = getattr(expressions, "and")(result, term)
+        return getattr(expressions, "or")(result, self._key_ranges(table, next(iter(keys)), new_files))
+
+    def _key_ranges(self, table: Any, column: str, files: Sequence[Any]) -> Any:
+        """An expression true for every row the data ``files`` hold: their ``column`` bounds (always true when a
+        file lacks them or the type has no usable order)."""
+        expressions = self._jvm.org.apache.iceberg.expressions.Expressions
+        if not files:
+            return expressions.alwaysFalse()
+        field = table.schema().caseInsensitiveFindField(column)
+        key_type = field.type()
+        if not key_type.isPrimitiveType() or str(key_type.typeId().name()) not in _RANGED_TYPES:
+            return expressions.alwaysTrue()
+        conversions = self._jvm.org.apache.iceberg.types.Conversions
+        ranges = []
+        for data_file in files:
+            lower, upper = data_file.lowerBounds(), data_file.upperBounds()
+            low = None if lower is None else lower.get(field.fieldId())
+            high = None if upper is None else upper.get(field.fieldId())
+            if low is None or high is None:
+                return expressions.alwaysTrue()
+            ranges.append((conversions.fromByteBuffer(key_type, low), conversions.fromByteBuffer(key_type, high)))
+        if len(ranges) > _MAX_FILE_RANGES:
+            order = self._jvm.org.apache.iceberg.types.Comparators.forType(key_type)
+            low = functools.reduce(lambda a, b: a if order.compare(a, b) <= 0 else b, (r[0] for r in ranges))
+            high = functools.reduce(lambda a, b: a if order.compare(a, b) >= 0 else b, (r[1] for r in ranges))
+            ranges = [(low, high)]
+        result = expressions.alwaysFalse()
+        name = field.name()
+        for low, high in ranges:
+            within = getattr(expressions, "and")(expressions.greaterThanOrEqual(name, low),
+                                                 expressions.lessThanOrEqual(name, high))
+            result = getattr(expressions, "or")(result, within)
         return result
 
     def _find_snapshot(self, table: Any, commit_id: str) -> Any:
