@@ -172,13 +172,19 @@ def test_concurrent_insert_of_a_touched_key_conflicts(spark, table: str) -> None
     assert sorted(spark.sql(f"SELECT id, v FROM {table}").collect()) == sorted(expected)
 
 
-def test_an_equality_delete_of_another_key_of_a_replaced_file_conflicts(spark, table: str) -> None:
+@pytest.mark.parametrize("seen", ["before the commit", "during the commit"])
+def test_an_equality_delete_of_another_key_of_a_replaced_file_conflicts(spark, table: str, seen: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Regression: another writer's equality delete of key 3 (a Flink upsert, say) committed while we rewrote the
     file holding keys 1-3 for key 2. Iceberg validated the new delete files against our keys only, so the commit
-    landed, and our file, newer than the delete, brought key 3 back. The replaced file's rows are now in the
-    validation: the commit conflicts and key 3 stays deleted."""
+    landed, and our file, newer than the delete, brought key 3 back. Now a snapshot since the base that added
+    equality deletes makes every concurrent change a conflict, and one landing between that look and the commit
+    (simulated: the look finds none) meets the new file's key range in Iceberg's own validation: either way the
+    commit conflicts and key 3 stays deleted."""
     from tablestate import commit_equality_delete
 
+    if seen == "during the commit":
+        monkeypatch.setattr(IcebergTable, "_equality_deletes_since", lambda self, table, version: False)
     committer = IcebergTable(spark, table)
     base = committer.current_version()
     old = _file_with(committer, 2)
@@ -527,43 +533,75 @@ def test_conflict_filters_bind_for_common_key_types(spark) -> None:
 
 def test_new_files_key_ranges_bind_for_common_key_types(spark) -> None:
     """The conflict filter's part for the new files' rows (``_key_ranges``): their key bounds as a range Iceberg can
-    bind, per key type; a double key, whose NaN lies outside any bounds, and a file without bounds fall back to
-    always true; no new file gives always false."""
+    bind, per key type (an epoch timestamp included: a small microsecond count crossed py4j as an Integer, which
+    Iceberg does not turn into a timestamp); null keys where a file may hold some; past 32 files one min..max range
+    (over longs on both sides of 2**31, which Java's comparator could not compare); a double key, whose NaN lies
+    outside any bounds, and a file without bounds fall back to always true; no new file gives always false."""
     name = f"commit_test.ranges{next(_counter)}"
     spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
     spark.sql(f"CREATE TABLE {name} (i INT, l BIGINT, s STRING, d DATE, ts TIMESTAMP, ntz TIMESTAMP_NTZ, "
-              "dec DECIMAL(10, 2), f DOUBLE) USING iceberg")
+              "dec DECIMAL(10, 2), f DOUBLE, u STRING) USING iceberg")
     try:
         committer = IcebergTable(spark, name)
         table, jvm = committer._table(), spark._jvm
         iceberg = jvm.org.apache.iceberg
+        schema = table.schema()
 
-        def data_file(column, low, high):
-            field = table.schema().findField(column)
+        def data_file(column, low, high, nulls=0, type_=None):
+            field = schema.findField(column)
             bounds = [jvm.java.util.HashMap(), jvm.java.util.HashMap()]
             for bound, value in zip(bounds, (low, high)):
                 if value is not None:
-                    bound.put(field.fieldId(), iceberg.expressions.Literal.of(value).to(field.type()).toByteBuffer())
-            metrics = iceberg.Metrics(jvm.java.lang.Long(2), None, None, None, None, *bounds)
-            return (iceberg.DataFiles.builder(table.spec()).withPath(f"/nowhere/{column}.parquet")
+                    literal = iceberg.expressions.Literal.of(value).to(type_ or field.type())
+                    bound.put(field.fieldId(), literal.toByteBuffer())
+            null_counts = jvm.java.util.HashMap()
+            null_counts.put(field.fieldId(), jvm.java.lang.Long.valueOf(str(nulls)))
+            metrics = iceberg.Metrics(jvm.java.lang.Long.valueOf("2"), None, None, null_counts, None, *bounds)
+            return (iceberg.DataFiles.builder(table.spec()).withPath(f"/nowhere/{column}-{low}.parquet")
                     .withFileSizeInBytes(1).withFormat("parquet").withMetrics(metrics).build())
 
+        def bound(expression, column):
+            text = str(iceberg.expressions.Binder.bind(schema.asStruct(), expression, False))
+            assert f"ref(id={schema.findField(column).fieldId()}," in text, (column, text)
+            return text
+
         cases = {"i": (1, 9), "l": (2**40, 2**41), "s": ("a", "b"), "d": ("2024-01-02", "2024-02-03"),
-                 "ts": ("2024-01-02T03:04:05+00:00", "2024-01-02T04:04:05+00:00"),
+                 "ts": ("1970-01-01T00:00:00+00:00", "1970-01-01T00:00:01+00:00"),
                  "ntz": ("2024-01-02T03:04:05", "2024-01-03T03:04:05"),
                  "dec": (decimal.Decimal("1.50"), decimal.Decimal("2.50"))}
         for column, (low, high) in cases.items():
             expression = committer._key_ranges(table, column, [data_file(column, low, high)])
-            assert str(expression) not in ("true", "false"), column
-            bound = jvm.org.apache.iceberg.expressions.Binder.bind(table.schema().asStruct(), expression, False)
-            assert f"ref(id={table.schema().findField(column).fieldId()}," in str(bound), column
+            assert "is_null" not in bound(expression, column) and str(expression) not in ("true", "false"), column
+        uuid_type = iceberg.types.Types.UUIDType.get()  # UUID bounds over a string column: the literal path only
+        low, high = "00000000-0000-0000-0000-000000000001", "ffffffff-0000-0000-0000-000000000000"
+        assert _range_literal_ok(committer, data_file("u", low, high, type_=uuid_type), uuid_type)
+        assert "is_null" in bound(committer._key_ranges(table, "l", [data_file("l", 1, 2, nulls=1)]), "l")
+        many = [data_file("l", 2**31 - 20 + n, 2**31 - 19 + n) for n in range(40)]  # past _MAX_FILE_RANGES
+        merged = bound(committer._key_ranges(table, "l", many), "l")
+        assert merged.count(">=") == 1 and str(2**31 - 20) in merged and str(2**31 + 20) in merged, merged
+        strings = bound(committer._key_ranges(table, "s", [data_file("s", f"k{n:02}", f"k{n:02}z") for n in range(40)]),
+                        "s")
+        assert strings.count(">=") == 1 and "k00" in strings and "k39z" in strings, strings
         assert str(committer._key_ranges(table, "f", [data_file("f", 0.5, 1.5)])) == "true"
         assert str(committer._key_ranges(table, "l", [data_file("l", None, None)])) == "true"
         assert str(committer._key_ranges(table, "l", [])) == "false"
-        many = [data_file("l", n, n + 1) for n in range(40)]  # past _MAX_FILE_RANGES: one min..max range
-        assert str(committer._key_ranges(table, "l", many)).count(">=") == 1
     finally:
         spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+
+
+def _range_literal_ok(committer: IcebergTable, data_file, iceberg_type) -> bool:
+    """A UUID bound read back and spelled as a range literal binds to a UUID column."""
+    from partialcow.table.iceberg import _bound, _range_literal
+
+    jvm = committer.spark._jvm
+    field_id = next(iter(data_file.lowerBounds().keySet()))
+    value = _bound("UUID", jvm.org.apache.iceberg.types.Conversions.fromByteBuffer(
+        iceberg_type, data_file.lowerBounds().get(field_id)))
+    schema = jvm.org.apache.iceberg.Schema(jvm.java.util.List.of(
+        jvm.org.apache.iceberg.types.Types.NestedField.optional(1, "u", iceberg_type)))
+    expression = jvm.org.apache.iceberg.expressions.Expressions.greaterThanOrEqual(
+        "u", _range_literal("UUID", value, iceberg_type))
+    return "ref(id=1," in str(jvm.org.apache.iceberg.expressions.Binder.bind(schema.asStruct(), expression, False))
 
 
 def test_added_file_already_in_the_table_is_refused_and_kept(spark, table: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import decimal
-import functools
 import hashlib
 import json
 import struct
@@ -56,7 +55,7 @@ _MAX_IN_KEYS = 1000
 _MAX_FILE_RANGES = 32
 # Key types whose bounds order their values for Iceberg's metrics evaluation (floating point keys have NaN outside
 # any bounds, so their new files' rows are covered by an always-true term instead).
-_RANGED_TYPES = frozenset({"INTEGER", "LONG", "STRING", "DATE", "TIMESTAMP", "TIMESTAMP_NANO", "DECIMAL", "UUID"})
+_RANGED_TYPES = frozenset({"INTEGER", "LONG", "STRING", "DATE", "TIMESTAMP", "DECIMAL", "UUID"})
 _COMMIT_ID = "partialcow.commit-id"
 # The embedded Hive 2.3 metastore ignores the compare-and-swap condition of Iceberg's lock-free commits (enforced
 # from Hive 4, HIVE-26882): two threads committing to one table could both "win". Serialise ours per table.
@@ -289,7 +288,11 @@ class IcebergTable:
                 overwrite = overwrite.validateFromSnapshot(int(change.base_version))
             overwrite = (
                 overwrite.caseSensitive(False)  # Spark resolves column names case-insensitively
-                .conflictDetectionFilter(self._conflict_filter(table, change.conflict_keys, new_files))
+                .conflictDetectionFilter(
+                    self._jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue()
+                    if change.base_version != NO_SNAPSHOT and self._equality_deletes_since(table, change.base_version)
+                    else self._conflict_filter(table, change.conflict_keys, new_files)
+                )
                 .validateNoConflictingData()
                 .validateNoConflictingDeletes()
             )
@@ -523,7 +526,8 @@ class IcebergTable:
         delete, brought the deleted row back. Only rows the new files carry over can come back, so the new files'
         key ranges (from the metrics we wrote them with) keep such a delete in view; a concurrent append of keys
         inside those ranges now conflicts too (the write is located and committed again), while appends of keys
-        outside them are still rebased.
+        outside them are still rebased. (``replace_files`` uses an always-true filter instead when a snapshot since
+        the base added equality deletes: see :meth:`_equality_deletes_since`.)
         """
         expressions = self._jvm.org.apache.iceberg.expressions.Expressions
         if not keys:
@@ -558,36 +562,54 @@ class IcebergTable:
         return getattr(expressions, "or")(result, self._key_ranges(table, next(iter(keys)), new_files))
 
     def _key_ranges(self, table: Any, column: str, files: Sequence[Any]) -> Any:
-        """An expression true for every row the data ``files`` hold: their ``column`` bounds (always true when a
-        file lacks them or the type has no usable order)."""
+        """An expression true for every row the data ``files`` hold: their ``column`` bounds, and null keys where a
+        file may hold some (always true when a file lacks bounds or the type has no usable order)."""
         expressions = self._jvm.org.apache.iceberg.expressions.Expressions
         if not files:
             return expressions.alwaysFalse()
         field = table.schema().caseInsensitiveFindField(column)
         key_type = field.type()
-        if not key_type.isPrimitiveType() or str(key_type.typeId().name()) not in _RANGED_TYPES:
+        kind = str(key_type.typeId().name()) if key_type.isPrimitiveType() else ""
+        if kind not in _RANGED_TYPES:
             return expressions.alwaysTrue()
         conversions = self._jvm.org.apache.iceberg.types.Conversions
-        ranges = []
+        fid = field.fieldId()
+        ranges, nulls = [], False
         for data_file in files:
-            lower, upper = data_file.lowerBounds(), data_file.upperBounds()
-            low = None if lower is None else lower.get(field.fieldId())
-            high = None if upper is None else upper.get(field.fieldId())
+            lower, upper, null_counts = data_file.lowerBounds(), data_file.upperBounds(), data_file.nullValueCounts()
+            low = None if lower is None else lower.get(fid)
+            high = None if upper is None else upper.get(fid)
+            count = None if null_counts is None else null_counts.get(fid)
+            nulls = nulls or count is None or count > 0
             if low is None or high is None:
                 return expressions.alwaysTrue()
-            ranges.append((conversions.fromByteBuffer(key_type, low), conversions.fromByteBuffer(key_type, high)))
+            ranges.append((_bound(kind, conversions.fromByteBuffer(key_type, low)),
+                           _bound(kind, conversions.fromByteBuffer(key_type, high))))
         if len(ranges) > _MAX_FILE_RANGES:
-            order = self._jvm.org.apache.iceberg.types.Comparators.forType(key_type)
-            low = functools.reduce(lambda a, b: a if order.compare(a, b) <= 0 else b, (r[0] for r in ranges))
-            high = functools.reduce(lambda a, b: a if order.compare(a, b) >= 0 else b, (r[1] for r in ranges))
-            ranges = [(low, high)]
-        result = expressions.alwaysFalse()
-        name = field.name()
-        for low, high in ranges:
-            within = getattr(expressions, "and")(expressions.greaterThanOrEqual(name, low),
-                                                 expressions.lessThanOrEqual(name, high))
-            result = getattr(expressions, "or")(result, within)
+            ranges = [(min(r[0] for r in ranges), max(r[1] for r in ranges))]
+        result = expressions.isNull(field.name()) if nulls else expressions.alwaysFalse()
+        try:
+            for low, high in ranges:
+                within = getattr(expressions, "and")(
+                    expressions.greaterThanOrEqual(field.name(), _range_literal(kind, low, key_type)),
+                    expressions.lessThanOrEqual(field.name(), _range_literal(kind, high, key_type)),
+                )
+                result = getattr(expressions, "or")(result, within)
+        except OverflowError:  # a timestamp Python's datetime cannot spell
+            return expressions.alwaysTrue()
         return result
+
+    def _equality_deletes_since(self, table: Any, version: int) -> bool:
+        """Whether a snapshot committed after ``version`` added equality delete files (a full-row equality delete
+        keyed on another column can delete rows outside its bounds on ours, which the key ranges cannot see)."""
+        snapshot = table.currentSnapshot()
+        while snapshot is not None and int(snapshot.snapshotId()) != int(version):
+            summary = snapshot.summary()
+            if int(summary.get("added-equality-delete-files") or 0) > 0:
+                return True
+            parent = snapshot.parentId()
+            snapshot = None if parent is None else table.snapshot(parent)
+        return False
 
     def _find_snapshot(self, table: Any, commit_id: str) -> Any:
         """Our snapshot (found by the commit id in its summary), walking back from the current one.
@@ -689,6 +711,27 @@ def _names_at(jvm: Any, table: Any, version: int) -> dict[int, str]:
         return {}
     fields = json.loads(str(jvm.org.apache.iceberg.SchemaParser.toJson(schema)))["fields"]
     return {int(f["id"]): str(f["name"]) for f in fields}
+
+
+def _bound(kind: str, value: Any) -> Any:
+    """A bound as Iceberg's ``Conversions`` gives it, as a Python value ordered as Iceberg orders the type's values:
+    ints (dates in days, timestamps in microseconds), ``Decimal``, ``str`` (strings; UUIDs in their canonical form,
+    whose order is that of their bytes)."""
+    return str(value) if kind in ("STRING", "UUID") else value
+
+
+def _range_literal(kind: str, value: Any, iceberg_type: Any) -> Any:
+    """``value`` (from :func:`_bound`) in a form py4j passes as a literal Iceberg binds to the type: a timestamp as
+    ISO text (a small microsecond count would cross as a Java ``Integer``, which Iceberg does not convert to a
+    timestamp).
+
+    >>> _range_literal("LONG", 7, None), _range_literal("STRING", "a", None)
+    (7, 'a')
+    """
+    if kind != "TIMESTAMP":
+        return value
+    instant = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(microseconds=value)
+    return instant.isoformat() if bool(iceberg_type.shouldAdjustToUTC()) else instant.replace(tzinfo=None).isoformat()
 
 
 def _plain(path: str) -> str:
