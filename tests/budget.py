@@ -36,6 +36,12 @@ def in_turn(variants: Sequence[T], case: int) -> list[T]:
 VARIANTS = frozenset({"driver", "spark", "copy-on-write", "merge-on-read"})
 
 
+def _stable(value: Any) -> str:
+    """A parameter value as text that is the same in every process: xdist workers collect separately and must all
+    deselect the same items, and a function's repr holds its address."""
+    return getattr(value, "__qualname__", None) or repr(value)
+
+
 def one_variant_each(items: Sequence[Any]) -> tuple[list[Any], list[Any]]:
     """(kept, deselected) test items: outside the long mode, of the items that differ only in :data:`VARIANTS`
     values, one is kept, chosen by a stable hash of the test and its other parameters, so that each variant is still
@@ -45,13 +51,15 @@ def one_variant_each(items: Sequence[Any]) -> tuple[list[Any], list[Any]]:
         return list(items), []
     groups: dict[str, list[Any]] = {}
     for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
+        spec = getattr(item, "callspec", None)
+        params = getattr(spec, "params", {})
         varying = {k for k, v in params.items() if isinstance(v, str) and v in VARIANTS}
         if not varying:
             groups.setdefault(item.nodeid, []).append(item)
             continue
-        rest = sorted((k, repr(v)) for k, v in params.items() if k not in varying)
-        groups.setdefault(f"{item.path}::{item.originalname}::{rest}::{sorted(varying)}", []).append(item)
+        rest = sorted((k, _stable(v)) for k, v in params.items() if k not in varying)
+        test = item.nodeid.split("[", 1)[0]  # with its class: two classes' checks of one name are two checks
+        groups.setdefault(f"{test}::{rest}::{sorted(varying)}", []).append(item)
     kept, dropped = [], []
     for key, group in groups.items():
         chosen = zlib.crc32(key.encode()) % len(group)

@@ -27,7 +27,8 @@ class _Item:
 
     @property
     def nodeid(self) -> str:
-        return f"{self.path}::{self.originalname}{sorted(self.params.items())}"
+        ids = "-".join(str(getattr(v, "__name__", v)) for v in self.params.values())
+        return f"{self.path}::{self.originalname}[{ids}]"
 
 
 def test_one_item_per_check_and_every_variant_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -43,3 +44,21 @@ def test_one_item_per_check_and_every_variant_run(monkeypatch: pytest.MonkeyPatc
     assert kept == [i for i in items if i in kept]  # collection order kept
     monkeypatch.setattr(budget, "LONG", True)
     assert budget.one_variant_each(items) == (items, [])
+
+
+def test_every_worker_deselects_the_same_items_when_a_parameter_is_a_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    """xdist collects in every worker and refuses to run when their collections differ: a function-valued parameter
+    (its repr holds an address, different in each process) must not change which variant is kept."""
+    monkeypatch.setattr(budget, "LONG", False)
+
+    def collect() -> list[_Item]:
+        steps = []
+        for n in range(24):
+            def step() -> None: ...
+            step.__name__ = step.__qualname__ = f"step{n}"
+            steps.append(step)
+        return [_Item("test_f", {"step": s, "pipeline_path": path}) for s in steps for path in ("driver", "spark")]
+
+    first, second = budget.one_variant_each(collect())[0], budget.one_variant_each(collect())[0]
+    assert [i.nodeid for i in first] == [i.nodeid for i in second]
+    assert len(first) == 24
