@@ -677,3 +677,49 @@ def test_failed_commit_outcomes(spark, table: str, monkeypatch: pytest.MonkeyPat
     assert type(raised.value).__name__ == error and table in str(raised.value)
     assert os.path.exists(new) is kept  # an unknown outcome never deletes files the table may reference
     assert committer.current_version() == base
+
+
+def _files_under(location: str) -> list[str]:
+    return [os.path.join(d, f) for d, _, names in os.walk(_local(location)) for f in names]
+
+
+def test_purge_drops_the_table_and_every_file_through_the_catalog(spark, table, monkeypatch):
+    """Branch operations drop their overlays and base images this way: the catalog on the driver, never Spark's
+    ``DROP TABLE ... PURGE`` (whose file deletion runs as Spark jobs)."""
+    from partialcow.table.iceberg_create import purge_table
+    from partialcow.table.java import load_iceberg_table
+
+    schema, name = table.split(".")
+    location = str(load_iceberg_table(spark, table).location())
+    spark.sql(f"DELETE FROM {table} WHERE id = 2")  # a second snapshot: files only older metadata reaches
+    assert len([f for f in _files_under(location) if f.endswith(".parquet")]) >= 3
+    statements: list[str] = []
+    sql = spark.sql
+    monkeypatch.setattr(spark, "sql", lambda q, *a, **k: (statements.append(q), sql(q, *a, **k))[1])
+    assert purge_table(spark, schema, name) is True
+    assert statements == []
+    assert _files_under(location) == []
+    assert not spark.catalog.tableExists(table)
+    assert purge_table(spark, schema, name) is False
+    monkeypatch.undo()
+    # the name is free, and a table created under it again holds only its own rows (no cached object of the old one)
+    spark.sql(f"CREATE TABLE {table} (id BIGINT, v STRING) USING iceberg")
+    spark.sql(f"INSERT INTO {table} VALUES (7, 'g')")
+    assert _rows(spark, f"SELECT * FROM {table}") == {7: "g"}
+
+
+def test_purge_of_a_table_iceberg_cannot_load_takes_sparks_statement(spark):
+    from partialcow.table.iceberg_create import purge_table
+
+    spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
+    spark.sql("CREATE TABLE commit_test.plain_parquet (id BIGINT) USING parquet")
+    spark.sql("INSERT INTO commit_test.plain_parquet VALUES (1)")
+    assert purge_table(spark, "commit_test", "plain_parquet") is True
+    assert not spark.catalog.tableExists("commit_test.plain_parquet")
+    spark.sql("CREATE VIEW commit_test.a_view AS SELECT 1 AS id")
+    try:
+        with pytest.raises(Exception, match="(?i)view"):  # as DROP TABLE ... PURGE of a view: refused, kept
+            purge_table(spark, "commit_test", "a_view")
+        assert spark.catalog.tableExists("commit_test.a_view")
+    finally:
+        spark.sql("DROP VIEW commit_test.a_view")

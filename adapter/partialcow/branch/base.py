@@ -44,6 +44,7 @@ from partialcow.branch.naming import (
     quote,
 )
 from partialcow.branch.types import PRESENT_COLUMN, OverlayInfo
+from partialcow.table.iceberg_create import purge_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -360,7 +361,7 @@ def capture_base(
     wanted = keys_frame.select(*keys)
     if stale_base_image(spark, record.base_snapshots, schema=schema, identifier=identifier, base_schema=base_schema,
                         levels=parent_levels) or _other_columns(spark, image, columns):
-        spark.sql(f"DROP TABLE {qualified(schema, base_image_table(identifier))} PURGE")
+        purge_table(spark, schema, base_image_table(identifier))
         if table_exists(spark, schema, overlay_table(identifier)):
             wanted = wanted.unionByName(spark.table(qualified(schema, overlay_table(identifier))).select(*keys))
     wanted = wanted.distinct()

@@ -33,6 +33,7 @@ from partialcow.branch.overlay import create_branch_view, refresh_descendant_vie
 from partialcow.branch.store import BranchStore
 from partialcow.branch.types import COPY_ON_WRITE, BranchRecord, ImageMode, validate_image_mode
 from partialcow.exceptions import BranchError
+from partialcow.table.iceberg_create import purge_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -182,7 +183,7 @@ def drop_branch(
             if table.tableType == "VIEW":
                 spark.sql(f"DROP VIEW IF EXISTS {qualified(schema, table.name)}")
             else:
-                spark.sql(f"DROP TABLE IF EXISTS {qualified(schema, table.name)} PURGE")
+                purge_table(spark, schema, table.name)
         objects += len([t for t in tables if not t.isTemporary])
         spark.sql(f"DROP SCHEMA IF EXISTS {quote(schema)}")
     store.delete(name)

@@ -80,6 +80,7 @@ from partialcow.branch.store import BranchStore
 from partialcow.branch.types import BranchRecord, ConflictPolicy, validate_conflict_policy
 from partialcow.exceptions import BranchError
 from partialcow.faults import checkpoint
+from partialcow.table.iceberg_create import purge_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -212,7 +213,7 @@ def _apply_to_main(spark: SparkSession, schema: str, identifier: str, source: st
 
 def _unmaterialize(spark: SparkSession, schema: str, identifier: str) -> bool:
     if table_exists(spark, schema, full_table(identifier)):
-        spark.sql(f"DROP TABLE {qualified(schema, full_table(identifier))} PURGE")
+        purge_table(spark, schema, full_table(identifier))
         return True
     return False
 
@@ -413,7 +414,7 @@ def merge_branch(
     finally:
         for plan in plans:
             if plan.stage:
-                spark.sql(f"DROP TABLE IF EXISTS {plan.stage} PURGE")
+                purge_table(spark, *plan.stage.split(".", 1))
     result.seconds = time.perf_counter() - start
     return result
 
@@ -491,7 +492,7 @@ def _reset_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore,
         return  # replaced: the detached overlay now equals the parent's rows
     # emptied before the base image goes: an overlay left full without it would merge as a fast-forward
     spark.sql(f"DELETE FROM {plan.info.table}")
-    spark.sql(f"DROP TABLE IF EXISTS {qualified(plan.info.schema, base_image_table(plan.info.identifier))} PURGE")
+    purge_table(spark, plan.info.schema, base_image_table(plan.info.identifier))
     _unmaterialize(spark, plan.info.schema, plan.info.identifier)
     create_branch_view(spark, store=store, branch=branch, base_schema=plan.base_schema,
                        identifier=plan.info.identifier)
@@ -504,7 +505,7 @@ def _remove_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore
     drop_reader_relation(spark, info.schema, info.identifier)
     drop_image(spark, plan.base_schema, info.identifier, branch)
     for table in (base_image_table(info.identifier), full_table(info.identifier), overlay_table(info.identifier)):
-        spark.sql(f"DROP TABLE IF EXISTS {qualified(info.schema, table)} PURGE")
+        purge_table(spark, info.schema, table)
     plan.merge.removed = True
     refresh_descendant_views(spark, store=store, branch=branch, base_schema=plan.base_schema,
                              identifier=info.identifier)

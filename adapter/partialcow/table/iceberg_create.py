@@ -1,10 +1,15 @@
-"""Create (or replace) an Iceberg table together with its first data files, in one atomic commit.
+"""Create (or replace) an Iceberg table together with its first data files, in one atomic commit; drop one with
+its files.
 
 Iceberg's create-or-replace transaction assigns the new schema's field ids before anything is committed, so the
 data files can be written with those ids first and the table appears (or replaces the old one) only when the
 transaction commits with them: a first build or full refresh that fails half-way leaves no table, or the old table
 exactly as it was. This is what Spark's atomic CTAS does through a staging catalog; we need it from Python because
 our files are written by our own Parquet writer.
+
+Dropping with its files (:func:`purge_table`) goes through the catalog's Java API too: Spark's ``DROP TABLE ...
+PURGE`` runs Iceberg's ``deleteReachableFiles`` action as Spark jobs, which a branch operation pays for every
+overlay and base image it drops (``bench/README.md``, "Measurements behind code choices").
 """
 
 from __future__ import annotations
@@ -16,12 +21,12 @@ from typing import Any
 
 from partialcow.exceptions import CommitConflictError, CommitError, CommitStateUnknownError
 from partialcow.metrics import WriteMetrics
-from partialcow.table.base import CommitResult
+from partialcow.table.base import CommitResult, quote_identifier
 from partialcow.table.iceberg import NO_SNAPSHOT
 from partialcow.table.iceberg_metrics import DataFileBuilder
-from partialcow.table.java import java_errors, java_message, load_iceberg_table
+from partialcow.table.java import bind_to_current_thread, java_errors, java_message, load_iceberg_table
 
-__all__ = ["NewIcebergTable"]
+__all__ = ["NewIcebergTable", "purge_table"]
 
 _COMMIT_ID = "partialcow.commit-id"
 
@@ -104,3 +109,31 @@ class NewIcebergTable:
         return CommitResult(version=int(snapshot.snapshotId()),
                             previous_version=NO_SNAPSHOT if parent is None else int(parent),
                             removed=(), added=tuple(paths))
+
+
+def purge_table(spark: Any, schema: str, table: str) -> bool:
+    """``DROP TABLE IF EXISTS schema.table PURGE`` for an Iceberg table of the session catalog, done by the catalog on
+    the driver: the metastore entry, then every file its metadata reaches (so only for a table whose files are its
+    own, as with ``PURGE``). True when a table was dropped. Anything the catalog cannot drop that way (a view, a
+    table of another format, a session catalog that is not Iceberg's) takes Spark's statement.
+    """
+    jvm = spark._jvm
+    name = quote_identifier(f"{schema}.{table}")
+    try:
+        bind_to_current_thread(spark)
+        catalog = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergCatalog(spark._jsparkSession, "spark_catalog")
+        # False for a view or a table of another format, which Iceberg's catalog cannot load
+        if bool(catalog.tableExists(_identifier(spark, schema, table))):
+            return bool(catalog.dropTable(_identifier(spark, schema, table), True))
+        if not spark.catalog.tableExists(name):
+            return False
+    except java_errors():
+        pass
+    spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+    return True
+
+
+def _identifier(spark: Any, schema: str, table: str) -> Any:
+    names = spark.sparkContext._gateway.new_array(spark._jvm.java.lang.String, 2)
+    names[0], names[1] = schema, table
+    return spark._jvm.org.apache.iceberg.catalog.TableIdentifier.of(names)
