@@ -13,6 +13,7 @@ metastore) are never touched.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -169,12 +170,32 @@ class BranchStore:
 
     def put(self, record: BranchRecord) -> None:
         """Insert or replace ``record`` (one Iceberg commit). Its ``schemas`` are added to those the stored record
-        has (a branch's schemas only grow): a caller's record read before another writer added one loses nothing."""
+        has (a branch's schemas only grow): a caller's record read before another writer added one loses nothing.
+
+        A record this store read is replaced by an ``UPDATE`` of its row, which takes half the time of a ``MERGE``
+        (no join with a source; ``bench/README.md``, "Measurements behind code choices"): a branch merge writes its
+        record once per model. A branch dropped meanwhile then stays dropped, where a ``MERGE`` would insert it
+        again.
+        """
+        known = self.get(record.name) is not None
         self._records = None
         self._ensure()
+        if known:
+            # NULL (a record from before schemas were recorded) stays NULL only if both sides are: see base_schemas
+            new = _array_literal(record.schemas)
+            self.spark.sql(
+                f"UPDATE {self.table} SET parent = {_string_literal(record.parent)}, "
+                f"created_at = {_timestamp_literal(record.created_at)}, "
+                f"merged_at = {_timestamp_literal(record.merged_at)}, "
+                f"base_snapshots = {_map_literal(record.base_snapshots)}, "
+                f"image_mode = {_string_literal(record.image_mode)}, "
+                f"schemas = CASE WHEN schemas IS NULL THEN {new} WHEN {new} IS NULL THEN schemas "
+                f"ELSE array_sort(array_distinct(concat(schemas, {new}))) END "
+                f"WHERE name = {_string_literal(record.name)}"
+            )
+            return
         view = f"_pcow_branch_record_{uuid.uuid4().hex}"  # dbt runs models in threads: no shared temp names
         self._frame(record).createOrReplaceTempView(view)
-        # NULL (a record from before schemas were recorded) stays NULL only if both sides are: see base_schemas
         schemas = ("CASE WHEN t.schemas IS NULL THEN s.schemas WHEN s.schemas IS NULL THEN t.schemas "
                    "ELSE array_sort(array_distinct(concat(t.schemas, s.schemas))) END")
         try:
@@ -191,3 +212,36 @@ class BranchStore:
         self._records = None
         if self._exists():
             self.spark.sql(f"DELETE FROM {self.table} WHERE name = '{validate_branch_name(name)}'")
+
+
+def _string_literal(value: str | None) -> str:
+    r"""A Spark SQL string literal (backslash escapes are on, Spark's default).
+
+    >>> print(_string_literal("it's a \\ path"))
+    'it\'s a \\ path'
+    """
+    if value is None:
+        return "CAST(NULL AS STRING)"
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _timestamp_literal(value: datetime.datetime | None) -> str:
+    """The instant Spark stores for ``value`` when a DataFrame holds it (a naive value read in the process's time
+    zone), as microseconds: a text literal would be read in the session's time zone instead."""
+    from pyspark.sql.types import TimestampType
+
+    if value is None:
+        return "CAST(NULL AS TIMESTAMP)"
+    return f"timestamp_micros({int(TimestampType().toInternal(value))})"
+
+
+def _map_literal(value: Mapping[str, int]) -> str:
+    keys = ", ".join(_string_literal(k) for k in value)
+    values = ", ".join(f"{int(v)}L" for v in value.values())
+    return f"map_from_arrays(CAST(array({keys}) AS ARRAY<STRING>), CAST(array({values}) AS ARRAY<BIGINT>))"
+
+
+def _array_literal(value: tuple[str, ...] | None) -> str:
+    if value is None:
+        return "CAST(NULL AS ARRAY<STRING>)"
+    return f"CAST(array({', '.join(_string_literal(v) for v in value)}) AS ARRAY<STRING>)"

@@ -1,0 +1,71 @@
+"""The branch records table (``BranchStore``): what ``put`` writes reads back exactly, through the store and Spark."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import uuid
+
+import pytest
+
+from partialcow.branch.store import BranchStore
+from partialcow.branch.types import BranchRecord
+
+pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
+
+
+def _record(name: str, **changes) -> BranchRecord:
+    record = BranchRecord(name=name, parent="main", created_at=dt.datetime(2026, 3, 29, 1, 30, 5, 123456),
+                          base_snapshots={"shop.orders": 1}, merged_at=None, image_mode="copy-on-write",
+                          schemas=("shop",))
+    return dataclasses.replace(record, **changes)
+
+
+def test_put_replaces_a_record_field_by_field_and_only_adds_schemas(spark, monkeypatch):
+    meta = f"store_{uuid.uuid4().hex[:8]}"
+    store = BranchStore(spark, meta_schema=meta)
+    store.insert(_record("dev"))
+    store.insert(_record("other", schemas=None))
+    # a session time zone other than the process's: the instants must not move with it
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "Pacific/Chatham")
+    try:
+        wanted = _record("dev", parent="qa", merged_at=dt.datetime(2026, 11, 1, 23, 59, 59, 999999),
+                         base_snapshots={"shop.orders": 7, "it's.odd\\name": -1, "shop.items": 2**40},
+                         image_mode="merge-on-read", schemas=("sales",))
+        statements: list[str] = []
+        sql = spark.sql
+        monkeypatch.setattr(spark, "sql", lambda q, *a, **k: (statements.append(q), sql(q, *a, **k))[1])
+        store.put(wanted)
+        monkeypatch.setattr(spark, "sql", sql)
+        assert [q.split()[0] for q in statements if q.split()[0] in ("UPDATE", "MERGE")] == ["UPDATE"]
+        fresh = BranchStore(spark, meta_schema=meta)
+        assert fresh.require("dev") == dataclasses.replace(wanted, schemas=("sales", "shop"))
+        assert fresh.require("other") == _record("other", schemas=None)  # untouched
+        # an empty map and no schemas: the stored schemas stay (they only grow)
+        store.put(dataclasses.replace(wanted, base_snapshots={}, schemas=None, merged_at=None))
+        assert BranchStore(spark, meta_schema=meta).require("dev") == dataclasses.replace(
+            wanted, base_snapshots={}, schemas=("sales", "shop"), merged_at=None)
+        # a record that had none takes the new ones
+        store.put(_record("other", schemas=("x",)))
+        assert BranchStore(spark, meta_schema=meta).require("other").schemas == ("x",)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+    # the instants as Spark reads them in the process's zone: what insert and put store are the same instant
+    row = spark.sql(f"SELECT created_at FROM {meta}.partialcow_branches WHERE name = 'dev'").collect()[0]
+    assert row.created_at == _record("dev").created_at
+    spark.sql(f"DROP SCHEMA {meta} CASCADE")
+
+
+def test_put_of_a_record_dropped_meanwhile_leaves_it_dropped(spark):
+    meta = f"store_{uuid.uuid4().hex[:8]}"
+    store = BranchStore(spark, meta_schema=meta)
+    store.insert(_record("dev"))
+    record = store.require("dev")
+    BranchStore(spark, meta_schema=meta).delete("dev")  # another operation drops the branch
+    store.put(dataclasses.replace(record, merged_at=dt.datetime(2026, 11, 2)))
+    assert BranchStore(spark, meta_schema=meta).get("dev") is None
+    # a record the store never read is inserted
+    store.put(_record("new"))
+    assert BranchStore(spark, meta_schema=meta).require("new") == _record("new")
+    spark.sql(f"DROP SCHEMA {meta} CASCADE")
