@@ -26,9 +26,11 @@ def test_put_replaces_a_record_field_by_field_and_only_adds_schemas(spark, monke
     store = BranchStore(spark, meta_schema=meta)
     store.insert(_record("dev"))
     store.insert(_record("other", schemas=None))
-    # a session time zone other than the process's: the instants must not move with it
+    # a session time zone other than the process's (the instants must not move with it), and backslashes read
+    # literally in SQL text (a profile may set it)
     zone = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "Pacific/Chatham")
+    spark.conf.set("spark.sql.parser.escapedStringLiterals", "true")
     try:
         wanted = _record("dev", parent="qa", merged_at=dt.datetime(2026, 11, 1, 23, 59, 59, 999999),
                          base_snapshots={"shop.orders": 7, "it's.odd\\name": -1, "shop.items": 2**40},
@@ -51,6 +53,7 @@ def test_put_replaces_a_record_field_by_field_and_only_adds_schemas(spark, monke
         assert BranchStore(spark, meta_schema=meta).require("other").schemas == ("x",)
     finally:
         spark.conf.set("spark.sql.session.timeZone", zone)
+        spark.conf.unset("spark.sql.parser.escapedStringLiterals")
     # the instants as Spark reads them in the process's zone: what insert and put store are the same instant
     row = spark.sql(f"SELECT created_at FROM {meta}.partialcow_branches WHERE name = 'dev'").collect()[0]
     assert row.created_at == _record("dev").created_at

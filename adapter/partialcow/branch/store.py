@@ -215,14 +215,17 @@ class BranchStore:
 
 
 def _string_literal(value: str | None) -> str:
-    r"""A Spark SQL string literal (backslash escapes are on, Spark's default).
+    r"""A Spark SQL string literal. Text holding a quote or a backslash is spelled in hex: how Spark reads
+    backslashes depends on the session's ``spark.sql.parser.escapedStringLiterals``.
 
-    >>> print(_string_literal("it's a \\ path"))
-    'it\'s a \\ path'
+    >>> print(_string_literal("shop.orders"), _string_literal("it's"))
+    'shop.orders' decode(unhex('69742773'), 'UTF-8')
     """
     if value is None:
         return "CAST(NULL AS STRING)"
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if "'" in value or "\\" in value:
+        return f"decode(unhex('{value.encode().hex()}'), 'UTF-8')"
+    return f"'{value}'"
 
 
 def _timestamp_literal(value: datetime.datetime | None) -> str:
