@@ -723,3 +723,36 @@ def test_purge_of_a_table_iceberg_cannot_load_takes_sparks_statement(spark):
         assert spark.catalog.tableExists("commit_test.a_view")
     finally:
         spark.sql("DROP VIEW commit_test.a_view")
+
+
+def test_purge_of_a_table_without_garbage_collection_is_refused_and_deletes_nothing(spark, table):
+    """A branch's image table has ``gc.enabled=false`` and holds its root table's manifests and metadata log: Spark
+    refuses to purge it, and so must the catalog's drop (which would delete all but its data files)."""
+    from partialcow.table.iceberg_create import purge_table
+    from partialcow.table.java import load_iceberg_table
+
+    schema, name = table.split(".")
+    location = str(load_iceberg_table(spark, table).location())
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('gc.enabled'='false')")
+    files = sorted(_files_under(location))
+    with pytest.raises(Exception, match="(?i)gc"):
+        purge_table(spark, schema, name)
+    assert sorted(_files_under(location)) == files
+    assert _rows(spark, f"SELECT * FROM {table}") == {1: "a", 2: "b", 3: "c", 4: "d", 5: "e", 6: "f"}
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('gc.enabled'='true')")
+
+
+def test_purge_of_a_table_whose_metadata_log_is_full_deletes_its_older_metadata_too(spark, table):
+    """The catalog's drop deletes the metadata files its log lists; older ones (the log keeps
+    ``write.metadata.previous-versions-max``) only Spark's action finds."""
+    from partialcow.table.iceberg_create import purge_table
+    from partialcow.table.java import load_iceberg_table
+
+    schema, name = table.split(".")
+    location = str(load_iceberg_table(spark, table).location())
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.metadata.previous-versions-max'='1')")
+    for n in range(3):
+        spark.sql(f"INSERT INTO {table} VALUES ({10 + n}, 'x')")
+    assert len([f for f in _files_under(location) if f.endswith(".metadata.json")]) > 2
+    assert purge_table(spark, schema, name) is True
+    assert _files_under(location) == []

@@ -112,25 +112,45 @@ class NewIcebergTable:
 
 
 def purge_table(spark: Any, schema: str, table: str) -> bool:
-    """``DROP TABLE IF EXISTS schema.table PURGE`` for an Iceberg table of the session catalog, done by the catalog on
-    the driver: the metastore entry, then every file its metadata reaches (so only for a table whose files are its
-    own, as with ``PURGE``). True when a table was dropped. Anything the catalog cannot drop that way (a view, a
-    table of another format, a session catalog that is not Iceberg's) takes Spark's statement.
+    """``DROP TABLE IF EXISTS schema.table PURGE``, done by the session's Iceberg catalog on the driver when that
+    deletes what Spark's statement would (:func:`_catalog_purges_alike`): the metastore entry, then every file the
+    table's metadata reaches. True when a table was dropped. Anything else (a view, a table of another format, a
+    session catalog that is not Iceberg's, a table Spark would refuse to purge) takes Spark's statement, with its
+    errors.
     """
-    jvm = spark._jvm
     name = quote_identifier(f"{schema}.{table}")
+    catalog: Any = None
+    identifier: Any = None
+    loaded: Any = None
     try:
         bind_to_current_thread(spark)
-        catalog = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergCatalog(spark._jsparkSession, "spark_catalog")
-        # False for a view or a table of another format, which Iceberg's catalog cannot load
-        if bool(catalog.tableExists(_identifier(spark, schema, table))):
-            return bool(catalog.dropTable(_identifier(spark, schema, table), True))
-        if not spark.catalog.tableExists(name):
-            return False
+        catalog = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergCatalog(spark._jsparkSession,
+                                                                                     "spark_catalog")
+        identifier = _identifier(spark, schema, table)
+        loaded = catalog.loadTable(identifier)  # raises for a missing table, a view or another format
+        alike = _catalog_purges_alike(loaded)
     except java_errors():
-        pass
+        alike = False
+    if alike:
+        return bool(catalog.dropTable(identifier, True))
+    if loaded is None and not spark.catalog.tableExists(name):
+        return False
     spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
     return True
+
+
+def _catalog_purges_alike(table: Any) -> bool:
+    """Whether the catalog's drop with purge deletes the same files as Spark's ``PURGE`` (Iceberg's
+    ``deleteReachableFiles``). Not with garbage collection off: Spark refuses to purge such a table, whose files
+    may be another table's (a branch's image table holds its root table's manifests and metadata log), while the
+    catalog's drop deletes all but its data files. Nor when the metadata log is full: older metadata files than it
+    lists may exist, which Spark's action finds through the log and the catalog's drop leaves behind.
+    """
+    properties = table.properties()
+    if str(properties.getOrDefault("gc.enabled", "true")).lower() == "false":
+        return False
+    keep = int(properties.getOrDefault("write.metadata.previous-versions-max", "100"))
+    return int(table.operations().current().previousFiles().size()) < keep
 
 
 def _identifier(spark: Any, schema: str, table: str) -> Any:
