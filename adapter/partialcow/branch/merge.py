@@ -212,10 +212,7 @@ def _apply_to_main(spark: SparkSession, schema: str, identifier: str, source: st
 
 
 def _unmaterialize(spark: SparkSession, schema: str, identifier: str) -> bool:
-    if table_exists(spark, schema, full_table(identifier)):
-        purge_table(spark, schema, full_table(identifier))
-        return True
-    return False
+    return purge_table(spark, schema, full_table(identifier))
 
 
 def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_levels: Sequence[str]) -> None:

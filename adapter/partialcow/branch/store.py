@@ -181,23 +181,19 @@ class BranchStore:
         self._records = None
         self._ensure()
         if known:
-            # NULL (a record from before schemas were recorded) stays NULL only if both sides are: see base_schemas
-            new = _array_literal(record.schemas)
             self.spark.sql(
                 f"UPDATE {self.table} SET parent = {_string_literal(record.parent)}, "
                 f"created_at = {_timestamp_literal(record.created_at)}, "
                 f"merged_at = {_timestamp_literal(record.merged_at)}, "
                 f"base_snapshots = {_map_literal(record.base_snapshots)}, "
                 f"image_mode = {_string_literal(record.image_mode)}, "
-                f"schemas = CASE WHEN schemas IS NULL THEN {new} WHEN {new} IS NULL THEN schemas "
-                f"ELSE array_sort(array_distinct(concat(schemas, {new}))) END "
+                f"schemas = {_schemas_union('schemas', _array_literal(record.schemas))} "
                 f"WHERE name = {_string_literal(record.name)}"
             )
             return
         view = f"_pcow_branch_record_{uuid.uuid4().hex}"  # dbt runs models in threads: no shared temp names
         self._frame(record).createOrReplaceTempView(view)
-        schemas = ("CASE WHEN t.schemas IS NULL THEN s.schemas WHEN s.schemas IS NULL THEN t.schemas "
-                   "ELSE array_sort(array_distinct(concat(t.schemas, s.schemas))) END")
+        schemas = _schemas_union("t.schemas", "s.schemas")
         try:
             self.spark.sql(
                 f"MERGE INTO {self.table} t USING {view} s ON t.name = s.name WHEN MATCHED THEN UPDATE SET "
@@ -212,6 +208,13 @@ class BranchStore:
         self._records = None
         if self._exists():
             self.spark.sql(f"DELETE FROM {self.table} WHERE name = '{validate_branch_name(name)}'")
+
+
+def _schemas_union(stored: str, new: str) -> str:
+    """The schemas a record holds after a write: the stored ones and the new ones. NULL (a record from before
+    schemas were recorded) stays NULL only if both sides are: see ``BranchRecord.base_schemas``."""
+    return (f"CASE WHEN {stored} IS NULL THEN {new} WHEN {new} IS NULL THEN {stored} "
+            f"ELSE array_sort(array_distinct(concat({stored}, {new}))) END")
 
 
 def _string_literal(value: str | None) -> str:
