@@ -115,3 +115,43 @@ def test_a_dead_writes_committed_file_named_in_a_sidecar_is_kept(tmp_path: Path)
         assert lease.recovered.writes == [dead.write_id]
         assert lease.recovered.kept_referenced == [str(data / committed)]
     assert sorted(os.listdir(data)) == [committed]
+
+
+def test_a_write_starting_while_another_recovers_is_seen_alive(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: a lease's lock file was created, then locked. A recovery listing the leases in between could lock
+    it, take the write for a dead one and delete its lease files; that write then ran unseen, and a later write's
+    clean-up removed its scratch folder and unpublished index files."""
+    (tmp_path / "data").mkdir()
+    flock = journal.fcntl.flock
+    recoveries: list[list[str]] = []
+
+    def another_write_recovers_first(fd: int, operation: int) -> None:
+        if operation == journal.fcntl.LOCK_EX and not recoveries:  # the starting write's own lock, once
+            recoveries.append([])
+            with _lease(tmp_path) as other:
+                recoveries[0] = other.recovered.writes
+        flock(fd, operation)
+
+    monkeypatch.setattr(journal.fcntl, "flock", another_write_recovers_first)
+    with _lease(tmp_path) as lease:
+        monkeypatch.setattr(journal.fcntl, "flock", flock)
+        assert recoveries == [[]]  # the other write saw no dead write
+        with _lease(tmp_path) as later:
+            assert later.recovered.writes == []
+            assert later._others_alive()  # the first write is seen while it runs
+        assert lease.write_id not in later.recovered.writes
+    folder = tmp_path / "_partialcow_index" / JOURNAL_DIR
+    assert not [n for n in os.listdir(folder) if n.endswith((".lock", ".json"))]  # both released
+
+
+def test_a_lock_file_left_before_it_was_listed_goes_after_an_hour(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    folder = tmp_path / "_partialcow_index" / JOURNAL_DIR
+    folder.mkdir(parents=True)
+    old, new = folder / ".a.lock.tmp", folder / ".b.lock.tmp"
+    old.touch(), new.touch()
+    os.utime(old, (0, 0))
+    with _lease(tmp_path) as lease:
+        assert lease.recovered.writes == []
+    assert sorted(os.listdir(folder)) == [".b.lock.tmp"]

@@ -2,10 +2,10 @@
 killed one left behind.
 
 A write (``apply_changes``, ``create_table``) holds a lease for its whole run: ``_partialcow_index/_writes/<id>.json``
-(who, when) and an exclusive ``flock`` on ``<id>.lock``; its scratch folder is ``_partialcow_index/_tmp/<id>``. The
-operating system releases the lock when the process ends, however it ends, so a lease whose lock can be taken
-belongs to a dead write. Its leftovers are then removed by the next write of the table, before that write does
-anything else:
+(who, when) and an exclusive ``flock`` on ``<id>.lock`` (taken before the file gets that name); its scratch folder
+is ``_partialcow_index/_tmp/<id>``. The operating system releases the lock when the process ends, however it ends,
+so a lease whose lock can be taken belongs to a dead write. Its leftovers are then removed by the next write of the
+table, before that write does anything else:
 
 - data files it wrote (named ``pcow-<write id>-*.parquet``, temporary ``.tmp-*`` siblings included) that no snapshot
   of the table references (Iceberg: every snapshot, branch and tag; Delta: every version still in the log), so a
@@ -39,6 +39,9 @@ from partialcow.parquet import remove_sidecar
 __all__ = ["JOURNAL_DIR", "Recovered", "WriteLease", "data_file_prefix"]
 
 JOURNAL_DIR = "_writes"
+# a lock file before it is locked and listed; one left by a write killed in between goes after an hour
+_UNLISTED_LOCK = ".lock.tmp"
+_UNLISTED_MAX_AGE_SECONDS = 3600.0
 
 
 def data_file_prefix(write_id: str) -> str:
@@ -102,8 +105,12 @@ class WriteLease:
         if self._dir is None:  # remote index folders: no leases (the embedded default is local)
             return self
         os.makedirs(self._dir, exist_ok=True)
-        self._fd = os.open(os.path.join(self._dir, f"{self.write_id}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        # locked before it is visible: another write's recovery, listing the leases between the file's creation and
+        # its lock, would take this write for a dead one, delete its lock file and never see it again
+        unlisted = os.path.join(self._dir, f".{self.write_id}{_UNLISTED_LOCK}")
+        self._fd = os.open(unlisted, os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
+        os.replace(unlisted, os.path.join(self._dir, f"{self.write_id}.lock"))
         entry = {"write_id": self.write_id, "pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
         tmp = os.path.join(self._dir, f".{self.write_id}.json.tmp")
         with open(tmp, "w") as out:
@@ -164,6 +171,9 @@ class WriteLease:
         done = Recovered()
         others_alive = False
         for name in sorted(os.listdir(self._dir)):
+            if name.endswith(_UNLISTED_LOCK):
+                _remove_if_older(os.path.join(self._dir, name), _UNLISTED_MAX_AGE_SECONDS)
+                continue
             if not name.endswith(".lock") or name == f"{self.write_id}.lock":
                 continue
             write_id = name[: -len(".lock")]
@@ -178,7 +188,7 @@ class WriteLease:
                     others_alive = True
                     continue
                 self._clean_dead(write_id, done)
-                for leftover in (f"{write_id}.json", name):
+                for leftover in (f"{write_id}.json", f".{write_id}.json.tmp", name):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(self._dir, leftover))
             finally:
@@ -235,3 +245,9 @@ class WriteLease:
             except FileNotFoundError:
                 pass
             remove_sidecar(path)
+
+
+def _remove_if_older(path: str, seconds: float) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        if time.time() - os.stat(path).st_mtime > seconds:
+            os.unlink(path)
