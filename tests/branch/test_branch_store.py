@@ -8,8 +8,11 @@ import uuid
 
 import pytest
 
+from partialcow.branch import build_model, create_branch, drop_branch
+from partialcow.branch.catalog import list_tables
 from partialcow.branch.store import BranchStore
 from partialcow.branch.types import BranchRecord
+from partialcow.exceptions import BranchError
 
 pytestmark = [pytest.mark.spark, pytest.mark.iceberg]
 
@@ -72,3 +75,36 @@ def test_put_of_a_record_dropped_meanwhile_leaves_it_dropped(spark):
     store.put(_record("new"))
     assert BranchStore(spark, meta_schema=meta).require("new") == _record("new")
     spark.sql(f"DROP SCHEMA {meta} CASCADE")
+
+
+def test_a_build_that_races_a_drop_fails_and_its_leftovers_block_a_new_branch_until_dropped(spark, monkeypatch):
+    meta, sales = (f"{p}_{uuid.uuid4().hex[:8]}" for p in ("store", "sales"))
+    spark.sql(f"CREATE SCHEMA {sales}")
+    main_rows = [(1, "a"), (2, "b")]
+    spark.createDataFrame(main_rows, "k int, v string").writeTo(f"{sales}.items").using("iceberg").create()
+    create_branch(spark, name="dev", meta_schema=meta)  # its record covers the meta schema only
+    # another operation drops the branch just before the build's first write of the record (the race)
+    put = BranchStore.put
+
+    def dropped_first(self, record):
+        BranchStore(spark, meta_schema=meta).delete(record.name)
+        monkeypatch.setattr(BranchStore, "put", put)
+        return put(self, record)
+
+    monkeypatch.setattr(BranchStore, "put", dropped_first)
+    changed = spark.createDataFrame([(1, "changed"), (2, "b")], "k int, v string")
+    with pytest.raises(BranchError, match=r"branch 'dev' was dropped while a model was being built on it.*branch_drop"):
+        build_model(spark, changed, branch="dev", base_schema=sales, identifier="items", key_columns=["k"],
+                    meta_schema=meta)
+    assert BranchStore(spark, meta_schema=meta).get("dev") is None
+    # a new branch of the name would read the build's rows as its own: refused until they are dropped
+    models = [(sales, "items")]
+    with pytest.raises(BranchError, match=rf"{sales}__br_dev still hold objects of an earlier branch"):
+        create_branch(spark, name="dev", meta_schema=meta, models=models)
+    assert BranchStore(spark, meta_schema=meta).get("dev") is None
+    drop_branch(spark, name="dev", meta_schema=meta, models=models)
+    create_branch(spark, name="dev", meta_schema=meta, models=models)
+    assert list_tables(spark, f"{sales}__br_dev") == []  # nothing of the earlier branch is left to read
+    drop_branch(spark, name="dev", meta_schema=meta, models=models)
+    for schema in (meta, sales):
+        spark.sql(f"DROP SCHEMA {schema} CASCADE")

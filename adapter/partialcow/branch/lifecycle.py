@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from partialcow.branch.base import record_snapshots
-from partialcow.branch.catalog import iceberg_total_records, schema_exists, table_exists
+from partialcow.branch.catalog import iceberg_total_records, list_tables, schema_exists, table_exists
 from partialcow.branch.image import drop_image, drop_reader_relation, has_image
 from partialcow.branch.levels import branch_models, distinct_models, resolve_parent
 from partialcow.branch.naming import (
@@ -120,12 +120,24 @@ def create_branch(
     # the schemas of the project's models, built or not yet: operations on the branch look there (and in those a
     # later build adds), never in other targets' schemas
     schemas = tuple(sorted({meta_schema.lower(), *parents_schemas, *(schema for schema, _ in wanted)}))
+    _refuse_leftovers(spark, name, schemas)
     record = BranchRecord(name=name, parent=parent, created_at=_now(), base_snapshots=snapshots, image_mode=image_mode,
                           schemas=schemas)
     store.insert(record)
     done = time.perf_counter()
     return CreateResult(record=record, seconds=done - start, steps={
         "read branches": read - start, "snapshots": recorded - read, "write record": done - recorded})
+
+
+def _refuse_leftovers(spark: SparkSession, name: str, schemas: Sequence[str]) -> None:
+    """A new branch must not find objects in its overlay schemas: it would read them as its own changes. They are
+    left by a build that ran while an earlier branch of the name was dropped (``BranchStore.cover`` reports it)."""
+    left = [overlay_schema(schema, name) for schema in schemas if list_tables(spark, overlay_schema(schema, name))]
+    if left:
+        raise BranchError(
+            f"branch {name!r} cannot be created: {', '.join(left)} still hold objects of an earlier branch of that "
+            f"name; remove them with `dbt run-operation branch_drop --args '{{name: {name}}}'` first"
+        )
 
 
 @dataclass(frozen=True)

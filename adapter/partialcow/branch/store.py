@@ -126,9 +126,13 @@ class BranchStore:
     def cover(self, name: str, base_schema: str) -> None:
         """Record that branch ``name`` has a model in ``base_schema`` (a build there), unless it is covered already.
 
-        Only the first build of a branch in a schema its record does not cover writes (one ``MERGE``). Builds run
+        Only the first build of a branch in a schema its record does not cover writes (one ``UPDATE``). Builds run
         in dbt's threads, so two may add schemas at once: :meth:`put` adds to the schemas the table holds at commit
         time, and a commit that loses the race to another is tried again on a fresh read.
+
+        Raises :class:`BranchError` when another operation dropped the branch meanwhile (the ``UPDATE`` then changes
+        no row): the build's objects in the overlay schema belong to no branch, and a branch created later under
+        the name would read them (:func:`~partialcow.branch.lifecycle.create_branch` refuses while they are there).
         """
         for attempt in range(3):
             record = self.require(name)
@@ -137,11 +141,18 @@ class BranchStore:
                 return
             try:
                 self.put(dataclasses.replace(record, schemas=tuple(sorted({*covered, base_schema.lower()}))))
-                return
             except Exception:  # a concurrent commit to the records table (Iceberg validation): read again, retry
                 self._records = None
                 if attempt == 2:
                     raise
+                continue
+            if self.get(name) is None:  # one read of the table: only a branch's first build in a schema gets here
+                raise BranchError(
+                    f"branch {name!r} was dropped while a model was being built on it in schema {base_schema!r}: "
+                    "what the build wrote there belongs to no branch; remove it with "
+                    f"`dbt run-operation branch_drop --args '{{name: {name}}}'`"
+                )
+            return
 
     def _frame(self, record: BranchRecord) -> DataFrame:
         from pyspark.sql.types import ArrayType, LongType, MapType, StringType, StructField, StructType, TimestampType
