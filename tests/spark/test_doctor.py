@@ -110,3 +110,27 @@ def test_a_delta_profile_without_delta_spark_is_not_usable(monkeypatch, tmp_path
     report = json.loads(capsys.readouterr().out)
     assert (report["table_format"], report["usable"]) == ("delta", False)
     assert report["checks"][[c["name"] for c in report["checks"]].index("delta-spark")]["status"] == "fail"
+
+
+def test_the_probe_takes_the_profiles_format_master_and_spark_config(monkeypatch, tmp_path) -> None:
+    """issue 27: `doctor --probe` started an Iceberg session on local[1] whatever the profile said: a Delta profile,
+    a cluster master or a spark_config setting that breaks the session went unchecked."""
+    monkeypatch.delenv("DBT_PROFILES_DIR", raising=False)
+    root = tmp_path / "shop"
+    (root / "models").mkdir(parents=True)
+    (root / "dbt_project.yml").write_text('name: shop\nversion: "1.0"\nconfig-version: 2\nprofile: shop\n')
+    (root / "profiles.yml").write_text(json.dumps({"shop": {"target": "t", "outputs": {"t": {
+        "type": "partialcow", "schema": "s", "table_format": "delta", "delta_jars": ["/jars/delta.jar"],
+        "master": "spark://127.0.0.1:7077", "class_cache": False,
+        "spark_config": {"spark.sql.shuffle.partitions": 3, "spark.sql.warehouse.dir": "/lake",
+                         "spark.sql.catalog.spark_catalog.uri": "thrift://metastore:9083"}}}}}))
+    monkeypatch.chdir(root)
+    _, settings = doctor._settings(_args())
+    session, left_out = doctor.probe_settings(settings, str(tmp_path / "probe"))
+    assert (session.table_format, session.master, session.delta_jars, session.class_cache) == (
+        "delta", "spark://127.0.0.1:7077", ("/jars/delta.jar",), False)
+    assert dict(session.extra) == {"spark.sql.shuffle.partitions": "3"}
+    assert left_out == ["spark.sql.catalog.spark_catalog.uri", "spark.sql.warehouse.dir"]
+    assert session.warehouse == str(tmp_path / "probe")
+    # without a master in the profile, the probe keeps to one core
+    assert doctor.probe_settings(doctor.DoctorSettings(), "/tmp/p")[0].master == "local[1]"

@@ -36,6 +36,31 @@ def test_doctor_probe_starts_spark_and_leaves_nothing_behind(tmp_path: Path) -> 
     assert list(tmp_path.iterdir()) == []  # no metastore_db, derby.log or spark-warehouse in the working folder
 
 
+@pytest.mark.spark
+@pytest.mark.slow
+def test_doctor_probe_of_a_delta_profile_starts_delta_with_its_spark_config(tmp_path: Path) -> None:
+    from delta_env import NO_DELTA_SPARK, delta_spark_jars
+
+    jars = delta_spark_jars()
+    if not jars:
+        pytest.skip(NO_DELTA_SPARK)
+    (tmp_path / "dbt_project.yml").write_text('name: shop\nversion: "1.0"\nconfig-version: 2\nprofile: shop\n')
+    (tmp_path / "profiles.yml").write_text(json.dumps({"shop": {"target": "t", "outputs": {"t": {
+        "type": "partialcow", "schema": "s", "table_format": "delta", "delta_jars": jars, "master": "local[2]",
+        "spark_config": {"spark.sql.shuffle.partitions": "3", "spark.sql.warehouse.dir": str(tmp_path / "lake")}}}}}))
+    done = _python(
+        "import sys; from partialcow.cli import main; sys.exit(main(['doctor', '--probe', '--output', 'json', "
+        f"'--profiles-dir', {str(tmp_path)!r}]))",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    probe = next(c for c in json.loads(done.stdout)["checks"] if c["name"] == "probe")
+    assert probe["status"] == "ok", probe
+    assert probe["detail"].startswith("started Spark, created, wrote, read and dropped a Delta table (master local[2], "
+                                      "profile spark_config applied: spark.sql.shuffle.partitions; left out"), probe
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dbt_project.yml", "profiles.yml"]  # no lake, no metastore
+
+
 _EXIT_WITH_THE_JVM_FROZEN = """
 import atexit, os, signal, sys
 from partialcow.spark.session import get_or_create_session

@@ -1,8 +1,9 @@
 """``partialcow doctor``: what this machine offers the embedded Spark (Java, pyspark, Iceberg and Delta runtimes).
 
-Fast by default (no JVM start: only files are looked at and ``java -version`` is run); ``--probe`` starts Spark in a
-temporary warehouse and creates, writes and drops an Iceberg table, showing each step on a terminal. The warehouse and
-runtime checked are the dbt project's (its profile, found as dbt finds it: see :mod:`partialcow.project`).
+Fast by default (no JVM start: only files are looked at and ``java -version`` is run); ``--probe`` starts Spark as the
+profile would (its table format, runtime jars, master and ``spark_config``) in a temporary warehouse and creates,
+writes and drops a table, showing each step on a terminal. The warehouse and runtime checked are the dbt project's
+(its profile, found as dbt finds it: see :mod:`partialcow.project`).
 """
 
 from __future__ import annotations
@@ -14,16 +15,20 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from partialcow.exceptions import PartialCowError
 from partialcow.progress import Progress
 from partialcow.spark.jars import pyspark_jars_dir, resolve_delta_jars, resolve_iceberg_runtime
 
-__all__ = ["Check", "add_arguments", "collect", "run"]
+if TYPE_CHECKING:
+    from partialcow.spark.session import SessionSettings
+
+__all__ = ["Check", "DoctorSettings", "add_arguments", "collect", "probe_settings", "run"]
 
 Status = Literal["ok", "warn", "fail", "info"]
 # Java versions Spark 3.5 supports.
@@ -40,6 +45,53 @@ class Check:
     needed_for_iceberg: bool = False
 
 
+@dataclass(frozen=True)
+class DoctorSettings:
+    """What the checks look at: the arguments, else the project profile's, else the defaults."""
+
+    warehouse: str = "warehouse"
+    iceberg_runtime: str = "auto"
+    delta_jars: tuple[str, ...] = ()
+    table_format: str = "iceberg"
+    # the profile's master and spark_config, as the probe starts Spark; None: the profile sets no master
+    master: str | None = None
+    spark_config: Mapping[str, str] = field(default_factory=dict)
+    class_cache: bool = True
+
+
+def _where_data_lives(key: str) -> bool:
+    """Settings that point Spark at the user's warehouse, metastore or catalogs: the probe keeps its own."""
+    return (key == "spark.sql.warehouse.dir" or key.startswith("spark.sql.catalog.")
+            or any(part in key for part in ("javax.jdo.", "hive.metastore.", "datanucleus.")))
+
+
+def probe_settings(settings: DoctorSettings, warehouse: str) -> tuple[SessionSettings, list[str]]:
+    """The session the probe starts in ``warehouse``: the profile's, with its own warehouse and metastore; and the
+    profile's ``spark_config`` keys left out for that.
+
+    >>> session, left_out = probe_settings(DoctorSettings(table_format="delta", master="local[2]", spark_config={
+    ...     "spark.sql.shuffle.partitions": "3", "spark.sql.warehouse.dir": "/lake",
+    ...     "spark.hadoop.javax.jdo.option.ConnectionURL": "jdbc:derby:/lake/db"}), "/tmp/probe")
+    >>> session.table_format, session.master, dict(session.extra), session.warehouse
+    ('delta', 'local[2]', {'spark.sql.shuffle.partitions': '3'}, '/tmp/probe')
+    >>> left_out
+    ['spark.hadoop.javax.jdo.option.ConnectionURL', 'spark.sql.warehouse.dir']
+    """
+    from partialcow.spark.session import SessionSettings
+
+    extra = {k: v for k, v in settings.spark_config.items() if not _where_data_lives(k)}
+    session = SessionSettings(
+        table_format=settings.table_format,  # type: ignore[arg-type]  # checked by SessionSettings
+        warehouse=warehouse,
+        master=settings.master or "local[1]",  # one core is enough for a two-row table
+        extra=extra,
+        iceberg_runtime=settings.iceberg_runtime,
+        delta_jars=settings.delta_jars,
+        class_cache=settings.class_cache,
+    )
+    return session, sorted(set(settings.spark_config) - set(extra))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project-dir", help="dbt project whose profile to check (default: DBT_PROJECT_DIR, else the "
                         "current folder or the nearest parent with a dbt_project.yml)")
@@ -51,7 +103,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: the profile's, else auto)")
     parser.add_argument("--delta-jar", action="append", default=[], help="delta-spark jar path or Maven coordinates")
     parser.add_argument("--warehouse", help="warehouse folder to check (default: the profile's, else ./warehouse)")
-    parser.add_argument("--probe", action="store_true", help="start Spark and create/drop an Iceberg table")
+    parser.add_argument("--probe", action="store_true", help="start Spark as the profile would and create, write "
+                        "and drop a table of its format (in a temporary warehouse)")
     parser.add_argument("--output", choices=("text", "json"), default="text")
 
 
@@ -123,42 +176,41 @@ def _warehouse(warehouse: str) -> Check:
     return Check("warehouse", "warn", f"{folder}: {existing} is not writable; choose another warehouse path")
 
 
-def _probe(runtime: str, progress: Progress) -> Check:
-    from partialcow.spark.session import get_or_create_session
+def _probe(settings: DoctorSettings, progress: Progress) -> Check:
+    from partialcow.spark.session import start_session
 
+    label = "Delta" if settings.table_format == "delta" else "Iceberg"
+    table = "default.partialcow_doctor"
     with tempfile.TemporaryDirectory(prefix="partialcow-doctor-") as folder:
+        session, left_out = probe_settings(settings, folder)
+        applied = ", ".join(sorted(session.extra)) or "none"
+        ignored = f"; left out (the probe's own warehouse and metastore): {', '.join(left_out)}" if left_out else ""
+        what = f"master {session.master}, profile spark_config applied: {applied}{ignored}"
         try:
-            with progress.step("starting Spark with the Iceberg runtime (a temporary warehouse)"):
-                spark = get_or_create_session(
-                    table_format="iceberg", warehouse=folder, master="local[1]", iceberg_runtime=runtime
-                )
+            with progress.step(f"starting Spark for {label} tables ({what}; a temporary warehouse)"):
+                spark = start_session(session)
             progress.watch(spark)
             try:
-                with progress.step("creating an Iceberg table"):
-                    spark.sql("CREATE TABLE default.partialcow_doctor (id BIGINT) USING iceberg")
+                with progress.step(f"creating a {label} table"):
+                    spark.sql(f"CREATE TABLE {table} (id BIGINT) USING {settings.table_format}")
                 with progress.step("writing and reading it"):
-                    spark.sql("INSERT INTO default.partialcow_doctor VALUES (1), (2)")
-                    rows = spark.sql("SELECT count(*) FROM default.partialcow_doctor").collect()[0][0]
+                    spark.sql(f"INSERT INTO {table} VALUES (1), (2)")
+                    rows = spark.sql(f"SELECT count(*) FROM {table}").collect()[0][0]
                 with progress.step("dropping it"):
-                    spark.sql("DROP TABLE default.partialcow_doctor PURGE")
+                    spark.sql(f"DROP TABLE {table}" + (" PURGE" if settings.table_format == "iceberg" else ""))
             finally:
                 progress.watch(None)
                 spark.stop()
         except Exception as exc:  # noqa: BLE001 - report any failure of the probe as a failed check, not a traceback
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return Check("probe", "fail", f"{type(exc).__name__}: {first_line[:300]}", True)
+            return Check("probe", "fail", f"{type(exc).__name__}: {first_line[:300]} ({what})", True)
     if rows != 2:
-        return Check("probe", "fail", f"wrote 2 rows to an Iceberg table but read back {rows}", True)
-    return Check("probe", "ok", "started Spark, created, wrote, read and dropped an Iceberg table", True)
+        return Check("probe", "fail", f"wrote 2 rows to a {label} table but read back {rows} ({what})", True)
+    return Check("probe", "ok", f"started Spark, created, wrote, read and dropped a {label} table ({what})", True)
 
 
 def collect(
-    *,
-    iceberg_runtime: str = "auto",
-    delta_jars: list[str] | None = None,
-    warehouse: str = "warehouse",
-    probe: bool = False,
-    progress: Progress | None = None,
+    settings: DoctorSettings | None = None, *, probe: bool = False, progress: Progress | None = None
 ) -> list[Check]:
     """Run the checks; ``probe=True`` also starts Spark (its steps shown on ``progress``).
 
@@ -167,37 +219,44 @@ def collect(
     """
     from partialcow.spark.class_cache import describe
 
-    checks = [_java(), _pyspark(), _iceberg(iceberg_runtime), *_delta(list(delta_jars or [])), _warehouse(warehouse),
-              Check("class cache", "info", describe())]
+    settings = settings or DoctorSettings()
+    checks = [_java(), _pyspark(), _iceberg(settings.iceberg_runtime), *_delta(list(settings.delta_jars)),
+              _warehouse(settings.warehouse), Check("class cache", "info", describe())]
     if probe:
-        checks.append(_probe(iceberg_runtime, progress or Progress(enabled=False)))
+        checks.append(_probe(settings, progress or Progress(enabled=False)))
     return checks
 
 
-def _settings(args: argparse.Namespace) -> tuple[Check, str, str, list[str], str]:
-    """The project check, and the warehouse, Iceberg runtime, Delta jars and table format to check: the arguments,
-    else the project profile's, else the defaults."""
+def _settings(args: argparse.Namespace) -> tuple[Check, DoctorSettings]:
+    """The project check, and what to check: the arguments, else the project profile's, else the defaults."""
     from partialcow.project import find_project, profile_target
 
     project = find_project(args.project_dir)
     if project is None:
         check = Check("project", "info", "no dbt project here (no dbt_project.yml): defaults checked; pass "
                       "--project-dir to check a project's profile")
-        settings: dict[str, Any] = {}
+        profile: dict[str, Any] = {}
         warehouse = "warehouse"
     else:
         try:
             target = profile_target(project, profiles_dir=args.profiles_dir, target=args.target)
         except PartialCowError as exc:
             check = Check("project", "warn", f"{project}: {exc}; defaults checked")
-            settings, warehouse = {}, "warehouse"
+            profile, warehouse = {}, "warehouse"
         else:
             check = Check("project", "ok", f"{project}: {target.describe()}")
-            settings, warehouse = target.settings, target.warehouse
-    delta = settings.get("delta_jars") or []
-    return (check, args.warehouse or warehouse, args.iceberg_runtime or str(settings.get("iceberg_runtime") or "auto"),
-            list(args.delta_jar or (delta if isinstance(delta, list) else [delta])),
-            str(settings.get("table_format") or "iceberg"))
+            profile, warehouse = target.settings, target.warehouse
+    delta = profile.get("delta_jars") or []
+    spark_config = profile.get("spark_config") or {}
+    return check, DoctorSettings(
+        warehouse=args.warehouse or warehouse,
+        iceberg_runtime=args.iceberg_runtime or str(profile.get("iceberg_runtime") or "auto"),
+        delta_jars=tuple(args.delta_jar or (delta if isinstance(delta, list) else [delta])),
+        table_format=str(profile.get("table_format") or "iceberg"),
+        master=str(profile["master"]) if profile.get("master") else None,
+        spark_config={str(k): str(v) for k, v in spark_config.items()} if isinstance(spark_config, dict) else {},
+        class_cache=profile.get("class_cache") is not False,
+    )
 
 
 def _usable(checks: list[Check], table_format: str) -> bool:
@@ -212,9 +271,9 @@ def _usable(checks: list[Check], table_format: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; exit code 0 if the profile's table format (Iceberg by default) is usable in Spark here."""
-    project, warehouse, runtime, delta_jars, table_format = _settings(args)
-    checks = [project, *collect(iceberg_runtime=runtime, delta_jars=delta_jars, warehouse=warehouse,
-                                probe=args.probe, progress=Progress())]
+    project, settings = _settings(args)
+    table_format = settings.table_format
+    checks = [project, *collect(settings, probe=args.probe, progress=Progress())]
     usable = _usable(checks, table_format)
     iceberg = _usable(checks, "iceberg")
     label = "Delta" if table_format == "delta" else "Iceberg"
