@@ -25,6 +25,7 @@ __all__ = [
     "RepeatedKeysError",
     "SparkJobError",
     "StaleIndexError",
+    "TableFormatMismatchError",
     "UnsupportedFileError",
     "UnsupportedTableFeatureError",
 ]
@@ -77,6 +78,10 @@ class CommitStateUnknownError(CommitError):
 
 class UnsupportedTableFeatureError(CommitError):
     """The table uses a table-format feature this writer cannot honour; the message names the feature."""
+
+
+class TableFormatMismatchError(UnsupportedTableFeatureError, ConfigurationError):
+    """The table exists, but in another table format than the one asked for (or as a plain Parquet or Hive table)."""
 
 
 class IndexError_(PartialCowError):

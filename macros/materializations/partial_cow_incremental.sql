@@ -23,7 +23,11 @@
   {%- if branch is not none -%}
     {#-- before the model's SQL runs: Delta models refused, and `this` made to read what the branch shows --#}
     {%- do adapter.partialcow_branch_prepare(this, settings, branch, target.schema) -%}
-  {%- elif existing_relation is not none and existing_relation.type != 'table' -%}
+  {%- elif existing_relation is not none and (existing_relation.type != 'table'
+        or (full_refresh_mode and not partialcow_holds_format(existing_relation, settings.file_format))) -%}
+    {#-- a full refresh rebuilds a table of another format (a dbt-spark Parquet table, say) as dbt-spark does: it is
+        dropped first, since its files may live where the new table's go. Without --full-refresh a batch is refused
+        (adapter.partial_cow_apply says how to rebuild) and the table stays as it is --#}
     {%- do adapter.drop_relation(existing_relation) -%}
     {%- set existing_relation = none -%}
   {%- endif -%}
@@ -81,6 +85,14 @@
   {{ return({'relations': [target_relation]}) }}
 
 {%- endmaterialization %}
+
+
+{#- Whether an existing table relation is of the model's file_format (none: the profile's table_format, which
+    pre_model_hook sets as the model's). -#}
+{% macro partialcow_holds_format(relation, file_format) %}
+  {%- set wanted = file_format or target.table_format -%}
+  {{ return(relation.is_delta if wanted == 'delta' else relation.is_iceberg) }}
+{% endmacro %}
 
 
 {#- The columns the table gets from the model's rows (all but the op column), as a query for dbt's contract check. -#}

@@ -216,3 +216,32 @@ class TestDeltaContractConstraints:
         assert spark.sql(f"DESCRIBE HISTORY {name}").first()["version"] == version
         run_dbt(["run", "--vars", "{id: 2, v: 8}"])
         assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 7), (2, 8)]
+
+
+class TestParquetTableBecomesDeltaModel:
+    """A dbt-spark Parquet table model switched to partial_cow_incremental on a Delta profile: a batch is refused
+    (the table stays), naming --full-refresh, which rebuilds it as a Delta table; batches then apply."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"m.sql": "{{ config(materialized=var('kind'), file_format=var('format'), unique_key='id') }}\n"
+                         "select {{ var('id') }}L as id, 'v{{ var('id') }}' as name"}
+
+    def test_switch_needs_a_full_refresh_and_then_works(self, project, spark):
+        from dbt.tests.util import run_dbt_and_capture
+
+        name = f"{project.test_schema}.m"
+        run_dbt(["run", "--vars", "{kind: table, format: parquet, id: 1}"])
+        switched = "{kind: partial_cow_incremental, format: delta, id: 2}"
+        _, log = run_dbt_and_capture(["run", "--vars", switched], expect_pass=False)
+        assert "is not a Delta table" in log and "--full-refresh" in log, log[-3000:]
+        assert [tuple(r) for r in spark.table(name).collect()] == [(1, "v1")]
+        run_dbt(["run", "--full-refresh", "--vars", switched])
+        run_dbt(["run", "--vars", "{kind: partial_cow_incremental, format: delta, id: 3}"])
+        assert sorted(tuple(r) for r in spark.table(name).collect()) == [(2, "v2"), (3, "v3")]
+        assert spark.sql(f"DESCRIBE DETAIL {name}").first()["format"] == "delta"
+        # the model's own Delta table: a full refresh is a new version of it, history kept (never dropped)
+        versions = spark.sql(f"DESCRIBE HISTORY {name}").count()
+        run_dbt(["run", "--full-refresh", "--vars", "{kind: partial_cow_incremental, format: delta, id: 4}"])
+        assert spark.sql(f"DESCRIBE HISTORY {name}").count() == versions + 1
+        assert [tuple(r) for r in spark.table(name).collect()] == [(4, "v4")]

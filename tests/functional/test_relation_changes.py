@@ -5,7 +5,7 @@ back with Spark SQL.
 """
 
 import pytest
-from dbt.tests.util import run_dbt, write_file
+from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 
 pytestmark = [pytest.mark.dbt, pytest.mark.spark, pytest.mark.iceberg]
 
@@ -78,3 +78,34 @@ class TestTableColumnChangesType:
             assert described["value"] == column_type
         # replaced, not dropped: the table's history holds every build
         assert project.run_sql(f"select count(*) from {schema}.m.snapshots", fetch="one")[0] == 3
+
+
+class TestParquetTableBecomesPartialCowIncremental:
+    """A dbt-spark table model (plain Parquet, Hive format) switched to partial_cow_incremental: the next run says
+    the table is not of the model's format and how to rebuild it, leaving the table as it was; --full-refresh
+    rebuilds it as an Iceberg table, and later batches apply to it."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"m.sql": "{{ config(materialized=var('kind'), file_format=var('format'), unique_key='id') }}\n"
+                         "select {{ var('id') }} as id, 'v{{ var('id') }}' as name"}
+
+    def test_switch_needs_a_full_refresh_and_then_works(self, project):
+        schema = project.test_schema
+        run_dbt(["run", "--vars", "{kind: table, format: parquet, id: 1}"])
+        switched = "{kind: partial_cow_incremental, format: iceberg, id: 2}"
+        _, log = run_dbt_and_capture(["run", "--vars", switched], expect_pass=False)
+        assert "--full-refresh" in log and "not an Iceberg table" in log, log[-3000:]
+        assert [tuple(r) for r in project.run_sql(f"select id, name from {schema}.m", fetch="all")] == [(1, "v1")]
+        run_dbt(["run", "--full-refresh", "--vars", switched])
+        run_dbt(["run", "--vars", "{kind: partial_cow_incremental, format: iceberg, id: 3}"])
+        rows = project.run_sql(f"select id, name from {schema}.m order by id", fetch="all")
+        assert [tuple(r) for r in rows] == [(2, "v2"), (3, "v3")]
+        provider = {r[0].strip(): (r[1] or "").strip() for r in
+                    project.run_sql(f"describe table extended {schema}.m", fetch="all")}
+        assert provider.get("Provider", "").lower() == "iceberg", provider
+        # a full refresh of the model's own Iceberg table replaces it in one commit, history kept (never dropped)
+        snapshots = project.run_sql(f"select count(*) from {schema}.m.snapshots", fetch="one")[0]
+        run_dbt(["run", "--full-refresh", "--vars", "{kind: partial_cow_incremental, format: iceberg, id: 4}"])
+        assert project.run_sql(f"select count(*) from {schema}.m.snapshots", fetch="one")[0] == snapshots + 1
+        assert [tuple(r) for r in project.run_sql(f"select id, name from {schema}.m", fetch="all")] == [(4, "v4")]

@@ -17,7 +17,7 @@ from dbt.adapters.contracts.connection import AdapterResponse
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
 
-from partialcow.exceptions import PartialCowError
+from partialcow.exceptions import PartialCowError, TableFormatMismatchError
 from partialcow.formats import TABLE_FORMATS
 from partialcow.metrics import PhaseClock, WriteMetrics
 
@@ -247,6 +247,15 @@ class PartialCowMixin(metaclass=AdapterMeta):
                     table = open_table(spark, name, table_format=file_format)
                 metrics = apply_changes(spark, table, changes, spec)
             metrics.phase_ms = {**clock.ms, **metrics.phase_ms}
+        except TableFormatMismatchError as exc:
+            if create:
+                raise DbtRuntimeError(str(exc)) from None
+            # a model switched to this materialization (or to another file_format) over an existing table: batches
+            # apply only to a table of the model's format, and only the user may replace what the table holds
+            raise DbtRuntimeError(
+                f"model {model}: {exc}. The model's file_format is {file_format!r}: `dbt run --full-refresh --select "
+                f"{model}` rebuilds the table as one from the model's rows, replacing what it holds now"
+            ) from None
         except PartialCowError as exc:
             raise DbtRuntimeError(str(exc)) from None
         finally:

@@ -22,7 +22,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from partialcow.exceptions import ConfigurationError, UnsupportedTableFeatureError
+from partialcow.exceptions import ConfigurationError, TableFormatMismatchError, UnsupportedTableFeatureError
 from partialcow.formats import TABLE_FORMATS, TableFormat
 from partialcow.table import paths as _paths
 from partialcow.table.base import Table
@@ -360,8 +360,8 @@ def delta_root(spark: SparkSession, name: str) -> str:
     provider = entry.provider()
     found = str(provider.get()) if provider.isDefined() else None
     if (found or "").lower() != "delta":
-        raise ConfigurationError(f"table {name} is not a Delta table (format {found!r}); use table_format='iceberg' "
-                                 "or build it as a Delta table")
+        raise TableFormatMismatchError(f"table {name} is not a Delta table (format {found!r}); use "
+                                       "table_format='iceberg' or build it as a Delta table")
     return uri_local_path(str(entry.location().toString()))  # a java.net.URI: percent-encoded
 
 

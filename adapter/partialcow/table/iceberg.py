@@ -30,6 +30,7 @@ from partialcow.exceptions import (
     CommitError,
     CommitStateUnknownError,
     LostCommitError,
+    TableFormatMismatchError,
     UnsupportedTableFeatureError,
 )
 from partialcow.table.base import POS, CommitResult, DataFile, FileReplacement, quote_identifier
@@ -123,7 +124,7 @@ class IcebergTable:
         except java_errors() as exc:
             message = java_message(exc)
             if "not an Iceberg table" in message or "ClassCastException" in java_class(exc):
-                raise UnsupportedTableFeatureError(
+                raise TableFormatMismatchError(
                     f"table {self._name} is not an Iceberg table: partialcow's Iceberg commits need USING iceberg"
                 ) from exc
             raise CommitError(f"cannot load Iceberg table {self._name}: {message}") from exc
