@@ -22,6 +22,7 @@ __all__ = [
     "ParentTableDroppedError",
     "ParquetRewriteError",
     "PartialCowError",
+    "PartitionedTableError",
     "RepeatedKeysError",
     "SparkJobError",
     "StaleIndexError",
@@ -82,6 +83,12 @@ class UnsupportedTableFeatureError(CommitError):
 
 class TableFormatMismatchError(UnsupportedTableFeatureError, ConfigurationError):
     """The table exists, but in another table format than the one asked for (or as a plain Parquet or Hive table)."""
+
+
+class PartitionedTableError(UnsupportedTableFeatureError):
+    """A change to a partitioned table that partial rewrites cannot make: files of several partitions replaced in one
+    change, files added beside none replaced, rows moved between partitions, a partition transform other than
+    identity."""
 
 
 class IndexError_(PartialCowError):

@@ -95,7 +95,7 @@ class TestParquetTableBecomesPartialCowIncremental:
         run_dbt(["run", "--vars", "{kind: table, format: parquet, id: 1}"])
         switched = "{kind: partial_cow_incremental, format: iceberg, id: 2}"
         _, log = run_dbt_and_capture(["run", "--vars", switched], expect_pass=False)
-        assert "--full-refresh" in log and "not an Iceberg table" in log, log[-3000:]
+        assert "not an Iceberg table" in log and "`dbt run --full-refresh --select m` rebuilds" in log, log[-3000:]
         assert [tuple(r) for r in project.run_sql(f"select id, name from {schema}.m", fetch="all")] == [(1, "v1")]
         run_dbt(["run", "--full-refresh", "--vars", switched])
         run_dbt(["run", "--vars", "{kind: partial_cow_incremental, format: iceberg, id: 3}"])
@@ -109,3 +109,52 @@ class TestParquetTableBecomesPartialCowIncremental:
         run_dbt(["run", "--full-refresh", "--vars", "{kind: partial_cow_incremental, format: iceberg, id: 4}"])
         assert project.run_sql(f"select count(*) from {schema}.m.snapshots", fetch="one")[0] == snapshots + 1
         assert [tuple(r) for r in project.run_sql(f"select id, name from {schema}.m", fetch="all")] == [(4, "v4")]
+
+
+class TestSparkIncrementalBecomesPartialCowIncremental:
+    """The common migration: a dbt-spark incremental merge model on Iceberg switched to partial_cow_incremental
+    keeps its table and history; the next batch finds the rows Spark wrote (the row index is built from the table
+    on first use), updates, deletes and inserts. A partitioned one (partition_by, which partial_cow_incremental does
+    not support) takes a batch across partitions only after a --full-refresh; the refused batch leaves it as it was
+    and says so."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        def model(extra: str) -> str:
+            return (
+                "{% if var('ours', false) %}"
+                "{{ config(materialized='partial_cow_incremental', unique_key='id', op_column='op') }}"
+                "{% else %}"
+                f"{{{{ config(materialized='incremental', incremental_strategy='merge', file_format='iceberg', "
+                f"unique_key='id'{extra}) }}}}"
+                "{% endif %}\n"
+                "select id, concat('v', id, '-', {{ var('run') }}) as name, id % 3 as part"
+                "{% if var('ours', false) %}, case when id = {{ var('gone', -1) }} then 'D' else 'U' end as op"
+                "{% endif %} from range({{ var('start') }}, {{ var('stop') }}) as r(id)"
+            )
+
+        return {"flat.sql": model(""), "parted.sql": model(", partition_by=['part']")}
+
+    def _rows(self, project, model: str) -> dict:
+        return dict(project.run_sql(f"select id, name from {project.test_schema}.{model}", fetch="all"))
+
+    def _snapshots(self, project, model: str) -> int:
+        return project.run_sql(f"select count(*) from {project.test_schema}.{model}.snapshots", fetch="one")[0]
+
+    def test_switch_keeps_the_table_and_applies_the_next_batch(self, project):
+        run_dbt(["run", "--vars", "{run: 1, start: 0, stop: 50}"])
+        run_dbt(["run", "--vars", "{run: 2, start: 40, stop: 60}"])
+        before = {m: (self._rows(project, m), self._snapshots(project, m)) for m in ("flat", "parted")}
+        batch = "{ours: true, run: 3, start: 55, stop: 70, gone: 56}"
+        _, log = run_dbt_and_capture(["run", "--vars", batch], expect_pass=False)
+        expected = {i: f"v{i}-{1 if i < 40 else 2 if i < 55 else 3}" for i in range(70) if i != 56}
+        assert self._rows(project, "flat") == expected
+        assert self._snapshots(project, "flat") == before["flat"][1] + 1  # the same table, its history kept
+        # the partitioned one: refused, naming the way out, and left exactly as it was
+        assert "Runtime Error in model parted" in log and "--full-refresh --select parted" in log, log[-3000:]
+        assert (self._rows(project, "parted"), self._snapshots(project, "parted")) == before["parted"]
+        run_dbt(["run", "--full-refresh", "--select", "parted", "--vars", "{ours: true, run: 4, start: 0, stop: 30}"])
+        run_dbt(["run", "--select", "parted", "--vars", "{ours: true, run: 5, start: 25, stop: 35, gone: 30}"])
+        assert self._rows(project, "parted") == {i: f"v{i}-{4 if i < 25 else 5}" for i in range(35) if i != 30}
+        spec = project.run_sql(f"describe table extended {project.test_schema}.parted", fetch="all")
+        assert not [r for r in spec if (r[0] or "").strip().startswith("Part ")], spec  # unpartitioned now

@@ -17,7 +17,7 @@ from dbt.adapters.contracts.connection import AdapterResponse
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
 
-from partialcow.exceptions import PartialCowError, TableFormatMismatchError
+from partialcow.exceptions import PartialCowError, PartitionedTableError, TableFormatMismatchError
 from partialcow.formats import TABLE_FORMATS
 from partialcow.metrics import PhaseClock, WriteMetrics
 
@@ -255,6 +255,13 @@ class PartialCowMixin(metaclass=AdapterMeta):
             raise DbtRuntimeError(
                 f"model {model}: {exc}. The model's file_format is {file_format!r}: `dbt run --full-refresh --select "
                 f"{model}` rebuilds the table as one from the model's rows, replacing what it holds now"
+            ) from None
+        except PartitionedTableError as exc:
+            # a table partitioned by another writer (a dbt-spark model's partition_by, say): only some batches fit
+            raise DbtRuntimeError(
+                f"model {model}: {exc}. partial_cow_incremental changes a partitioned table only where a batch's "
+                "updates and deletes lie in one partition and its inserts belong there; `dbt run --full-refresh "
+                f"--select {model}` rebuilds the table unpartitioned (partition_by is not supported)"
             ) from None
         except PartialCowError as exc:
             raise DbtRuntimeError(str(exc)) from None

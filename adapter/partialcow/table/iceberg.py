@@ -30,6 +30,7 @@ from partialcow.exceptions import (
     CommitError,
     CommitStateUnknownError,
     LostCommitError,
+    PartitionedTableError,
     TableFormatMismatchError,
     UnsupportedTableFeatureError,
 )
@@ -405,7 +406,7 @@ class IcebergTable:
         if not removed:
             spec = table.spec()
             if not spec.isUnpartitioned():
-                raise UnsupportedTableFeatureError(
+                raise PartitionedTableError(
                     f"adding files to partitioned Iceberg table {self._name} without replacing one: partialcow only "
                     "carries a replaced file's partition over; write appends through Spark"
                 )
@@ -414,7 +415,7 @@ class IcebergTable:
         spec = table.specs().get(spec_id)
         if spec.isUnpartitioned():
             if any(int(f.specId()) != spec_id for f in removed):
-                raise UnsupportedTableFeatureError(
+                raise PartitionedTableError(
                     f"the files replaced in Iceberg table {self._name} belong to different partition specs: replace "
                     "them in separate changes"
                 )
@@ -422,7 +423,7 @@ class IcebergTable:
         partition = removed[0].partition()
         for f in removed[1:]:
             if int(f.specId()) != spec_id or not partition.equals(f.partition()):
-                raise UnsupportedTableFeatureError(
+                raise PartitionedTableError(
                     f"the files replaced in Iceberg table {self._name} lie in different partitions "
                     f"({removed[0].location()} and {f.location()}): replace each partition's files in its own change"
                 )
@@ -430,7 +431,7 @@ class IcebergTable:
         for i in range(fields.size()):
             field = fields.get(i)
             if not field.transform().isIdentity():
-                raise UnsupportedTableFeatureError(
+                raise PartitionedTableError(
                     f"Iceberg table {self._name} is partitioned by {field.transform()}({field.name()}): partialcow "
                     "carries only identity partitions over to rewritten files"
                 )
@@ -511,7 +512,7 @@ class IcebergTable:
                     for exact_bound in (exact.lower_bounds, exact.upper_bounds)
                 )
             if not ok:
-                raise CommitError(
+                raise PartitionedTableError(
                     f"new data file {path} holds rows whose {column} differs from its partition's value {value} in "
                     f"Iceberg table {self._name}: a partial rewrite cannot move rows between partitions"
                 )
