@@ -245,3 +245,35 @@ class TestParquetTableBecomesDeltaModel:
         run_dbt(["run", "--full-refresh", "--vars", "{kind: partial_cow_incremental, format: delta, id: 4}"])
         assert spark.sql(f"DESCRIBE HISTORY {name}").count() == versions + 1
         assert [tuple(r) for r in spark.table(name).collect()] == [(4, "v4")]
+
+
+class TestSparkIncrementalBecomesDeltaModel:
+    """The common migration on Delta: a dbt-spark incremental merge model switched to partial_cow_incremental keeps
+    its table and history; the next batch finds the rows delta-spark wrote, updates, deletes and inserts."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"m.sql": (
+            "{% if var('ours', false) %}"
+            "{{ config(materialized='partial_cow_incremental', unique_key='id', op_column='op') }}"
+            "{% else %}"
+            "{{ config(materialized='incremental', incremental_strategy='merge', file_format='delta', unique_key='id') }}"
+            "{% endif %}\n"
+            "select id, concat('v', id, '-', {{ var('run') }}) as name"
+            "{% if var('ours', false) %}, case when id = {{ var('gone', -1) }} then 'D' else 'U' end as op{% endif %}"
+            " from range({{ var('start') }}, {{ var('stop') }}) as r(id)")}
+
+    def test_switch_keeps_the_table_and_applies_the_next_batch(self, project, spark):
+        name = f"{project.test_schema}.m"
+        run_dbt(["run", "--vars", "{run: 1, start: 0, stop: 50}"])
+        run_dbt(["run", "--vars", "{run: 2, start: 40, stop: 60}"])
+        before = int(spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()["version"])
+        run_dbt(["run", "--vars", "{ours: true, run: 3, start: 55, stop: 70, gone: 56}"])
+        after = int(spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()["version"])
+        assert after == before + 1  # the same table, one more version
+        expected = {i: f"v{i}-{1 if i < 40 else 2 if i < 55 else 3}" for i in range(70) if i != 56}
+        assert {r[0]: r[1] for r in spark.table(name).collect()} == expected
+        previous = {i: f"v{i}-{1 if i < 40 else 2}" for i in range(60)}
+        assert_readers_agree([DeltaCheck(delta_root(spark, name), expected={
+            version: [{"id": k, "name": v} for k, v in sorted(rows.items())]
+            for version, rows in ((before, previous), (after, expected))})], spark=spark)
