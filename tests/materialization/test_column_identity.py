@@ -72,6 +72,48 @@ def test_a_field_added_to_a_struct_gets_its_values(spark, schema):
     assert (rows[1], rows[100], rows[2]) == (("z1", "DE"), ("z100", "FR"), ("z2", None))
 
 
+def test_rows_re_sent_unchanged_after_a_struct_gained_a_field_commit_nothing(spark, schema):
+    """issue 25 (nothing to do costs nothing): after a field was added to a struct column, rows re-sent unchanged
+    (the new field null) were taken for rows the file's struct cannot hold, moved to a new file and committed. A row
+    that changes a field the file has, with the new field null, is patched in place; one that sets the new field
+    still moves."""
+    name = f"{schema}.gained_{uuid.uuid4().hex[:8]}"
+    create_table(spark, name, spark.createDataFrame([(k, (f"z{k}",), "I") for k in range(50)],
+                                                    "k bigint, addr struct<zip: string>, _op string"), SPEC)
+    spark.sql(f"ALTER TABLE {name} ADD COLUMNS (addr.country string)")
+    snapshots = spark.sql(f"SELECT count(*) FROM {name}.snapshots").first()[0]
+    wide = "k bigint, addr struct<zip: string, country: string>, _op string"
+    same = [(1, ("z1", None), "U"), (2, ("z2", None), "U")]
+    metrics = apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                            spark.createDataFrame(same, wide), SPEC)
+    assert (metrics.rows_updated, metrics.rows_inserted, metrics.files_added) == (0, 0, 0)
+    assert spark.sql(f"SELECT count(*) FROM {name}.snapshots").first()[0] == snapshots  # nothing committed
+    changed = [(1, ("Z1", None), "U"), (2, ("z2", None), "U"), (3, ("z3", "DE"), "U")]
+    metrics = apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                            spark.createDataFrame(changed, wide), SPEC)
+    assert (metrics.rows_updated, metrics.rows_inserted, metrics.files_removed) == (2, 0, 1)
+    assert metrics.files_added == 2  # the rewritten file and the one row 3 moved to (row 1 stayed in its file)
+    spark.catalog.refreshTable(name)
+    rows = {r["k"]: tuple(r["addr"]) for r in spark.table(name).collect()}
+    assert len(rows) == 50
+    assert (rows[1], rows[2], rows[3], rows[4]) == (("Z1", None), ("z2", None), ("z3", "DE"), ("z4", None))
+
+
+def test_a_struct_field_dropped_and_added_again_never_shows_its_old_values(spark, schema):
+    """The same name under a new field id is another field to Iceberg: a row patched into a file that holds the old
+    field would read its new value back as null, or the old field's value would come back. Such rows move."""
+    name = f"{schema}.refield_{uuid.uuid4().hex[:8]}"
+    ddl = "k bigint, addr struct<zip: string, country: string>, _op string"
+    create_table(spark, name, spark.createDataFrame([(k, (f"z{k}", "OLD"), "I") for k in range(50)], ddl), SPEC)
+    spark.sql(f"ALTER TABLE {name} DROP COLUMN addr.country")
+    spark.sql(f"ALTER TABLE {name} ADD COLUMNS (addr.country string)")
+    batch = [(1, ("z1", "FR"), "U"), (2, ("Z2", None), "U")]
+    apply_changes(spark, open_table(spark, name, table_format="iceberg"), spark.createDataFrame(batch, ddl), SPEC)
+    spark.catalog.refreshTable(name)
+    rows = {r["k"]: tuple(r["addr"]) for r in spark.table(name).collect()}
+    assert (rows[1], rows[2], rows[3]) == (("z1", "FR"), ("Z2", None), ("z3", None))
+
+
 def test_a_key_name_moved_to_another_column_is_indexed_again(spark, schema):
     """Regression: renames move the key's name to another column without a new snapshot (``k`` -> ``old_k``,
     ``alt`` -> ``k``). The index, fresh for that snapshot, still held the old column's values: key 1 was found in

@@ -139,6 +139,22 @@ def _same_fields(written: Sequence[pa.Field], table: Sequence[pa.Field]) -> bool
     return all(None in pair or pair[0] == pair[1] for pair in zip(*ids))
 
 
+def _other_fields(written: pa.DataType, table: pa.DataType) -> bool:
+    """Whether a struct somewhere in a file's column type holds other fields than the table's type (names in order,
+    Parquet field ids where both have them); types and nullability aside, which :func:`constrains` weighs.
+
+    >>> f = lambda i: pa.struct([pa.field("x", pa.int64(), metadata={_FIELD_ID: i})])
+    >>> _other_fields(pa.list_(f(b"4")), pa.list_(f(b"7"))), _other_fields(f(b"4"), f(b"4"))
+    (True, False)
+    """
+    inner, wanted = _children(written), _children(table)
+    if pa.types.is_struct(written) and pa.types.is_struct(table) and not _same_fields(inner, wanted):
+        return True
+    if len(inner) != len(wanted):
+        return False
+    return any(_other_fields(w.type, t.type) for w, t in zip(inner, wanted))
+
+
 def unfit(values: pa.Array, field: pa.Field) -> pa.Array:
     """Per value: whether the file column ``field`` cannot hold it exactly: a null in a column the file stores as
     required (Spark's own writes do so where the query could not produce a null, though the table's column is
@@ -212,11 +228,44 @@ def held_elsewhere(written: pa.Schema, table: pa.Schema | None, column: str) -> 
         f.name != column and (f.metadata or {}).get(_FIELD_ID) == wanted for f in written)
 
 
+def _names(t: pa.DataType) -> list[str]:
+    return [f.name for f in _children(t)]
+
+
+def added_struct_fields(written: pa.DataType, table: pa.DataType) -> list[str] | None:
+    """The fields the table's struct column gained after a file stored it as ``written``, when that is all that
+    differs: the file's fields are the table's first ones, one for one by name and Parquet field id, of the same types
+    and nullability. None for any other difference (a field renamed, retyped, dropped and added again under its name,
+    a field without an id, a difference deeper inside), where only a whole-row move is safe.
+
+    >>> f = lambda name, i, t=pa.string(): pa.field(name, t, metadata={_FIELD_ID: i})
+    >>> added_struct_fields(pa.struct([f("zip", b"3")]), pa.struct([f("zip", b"3"), f("country", b"9")]))
+    ['country']
+    >>> added_struct_fields(pa.struct([f("zip", b"3")]), pa.struct([f("zip", b"8"), f("country", b"9")]))
+    >>> added_struct_fields(pa.struct([f("zip", b"3")]), pa.struct([f("zip", b"3")]))
+    """
+    if not (pa.types.is_struct(written) and pa.types.is_struct(table)):
+        return None
+    inner, wanted = _children(written), _children(table)
+    if len(inner) >= len(wanted):
+        return None
+    for w, t in zip(inner, wanted):
+        ids = [(f.metadata or {}).get(_FIELD_ID) for f in (w, t)]
+        if w.name != t.name or None in ids or ids[0] != ids[1] or w.type != t.type or w.nullable != t.nullable:
+            return None
+    return [f.name for f in wanted[len(inner):]]
+
+
 def _moves(upserts: pa.Table, absent: Sequence[str], written: pa.Schema, present: Sequence[str], *,
-           renamed: Sequence[str] = ()) -> pa.Array:
+           renamed: Sequence[str] = (), table: pa.Schema | None = None) -> pa.Array:
     """Rows that set a value in a column their file lacks (added to the table after the file was written), or a
     value a column of their file cannot hold (see :func:`unfit`): written whole to a new file instead. With a
-    column the file holds under another name (``renamed``) every row moves: its old value is there, null or not."""
+    column the file holds under another name (``renamed``) every row moves: its old value is there, null or not.
+
+    A struct column whose fields the table only added to since the file was written (``table``: the schema with
+    the table's field ids; see :func:`added_struct_fields`) moves only the rows that set an added field: the others
+    are patched into the file's struct, which reads the added fields as null, so a row re-sent unchanged stays
+    unchanged (nothing rewritten, nothing committed)."""
     if renamed:
         return pa.array(np.ones(upserts.num_rows, dtype=bool))
     mask = _none(upserts.num_rows)  # typed: a delete-only file has no upserts
@@ -224,8 +273,21 @@ def _moves(upserts: pa.Table, absent: Sequence[str], written: pa.Schema, present
         mask = pc.or_(mask, pc.is_valid(upserts[column]))
     for column in present:
         field = written.field(column)
-        if not field.nullable or constrains(field.type, upserts.schema.field(column).type):
-            mask = pc.or_(mask, unfit(upserts[column].combine_chunks(), field))
+        values = upserts[column].combine_chunks()
+        table_type = table.field(column).type if table is not None and column in table.names else None
+        # the batch's types carry no field ids: only the table's show a nested field dropped and added again under
+        # its name, which the file still holds under the old id (Iceberg would read the new value back as null)
+        by_ids = table_type is not None and _other_fields(field.type, table_type)
+        if field.nullable and not by_ids and not constrains(field.type, values.type):
+            continue
+        added = added_struct_fields(field.type, table_type) if table_type is not None and field.nullable else None
+        if added is not None and table_type is not None and _names(values.type) == _names(table_type):
+            for name in added:
+                mask = pc.or_(mask, pc.fill_null(pc.and_(pc.is_valid(values), pc.is_valid(values.field(name))), False))
+            continue
+        mask = pc.or_(mask, unfit(values, field))
+        if by_ids:
+            mask = pc.or_(mask, pc.is_valid(values))
     return mask
 
 
@@ -265,7 +327,7 @@ def rewrite_changed_file(
     is_delete = mine[DELETE].combine_chunks().fill_null(False)
     upserts = mine.filter(pc.invert(is_delete))
     move = _moves(upserts, absent, written, present,
-                  renamed=[c for c in absent if held_elsewhere(written, identity, c)])
+                  renamed=[c for c in absent if held_elsewhere(written, identity, c)], table=identity)
     moved = upserts.filter(move)
     upserts = upserts.filter(pc.invert(move))
     deletes = pa.concat_arrays([mine.filter(is_delete)[POS].combine_chunks(), moved[POS].combine_chunks()])
