@@ -118,6 +118,30 @@ def test_a_struct_field_dropped_and_added_again_never_shows_its_old_values(spark
     _read_alike_by_pyiceberg(spark, name, rows)
 
 
+def test_fields_dropped_and_added_again_in_list_elements_and_map_values_keep_their_new_values(spark, schema):
+    """The same defect one level deeper: the new value of a struct field of a list's elements or a map's values,
+    dropped and added again under its name, read back null."""
+    name = f"{schema}.deeper_{uuid.uuid4().hex[:8]}"
+    ddl = "k bigint, items array<struct<a: string, b: string>>, m map<string, struct<x: string, y: string>>, _op string"
+    create_table(spark, name, spark.createDataFrame(
+        [(k, [(f"a{k}", "OLD")], {"key": (f"x{k}", "OLD")}, "I") for k in range(20)], ddl), SPEC)
+    for column in ("items.element.b", "m.value.y"):
+        spark.sql(f"ALTER TABLE {name} DROP COLUMN {column}")
+        spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({column} string)")
+    batch = [(1, [("a1", "NEW")], {"key": ("x1", "NEW")}, "U"), (2, [("A2", None)], {"key": ("X2", None)}, "U")]
+    apply_changes(spark, open_table(spark, name, table_format="iceberg"), spark.createDataFrame(batch, ddl), SPEC)
+    spark.catalog.refreshTable(name)
+    rows = {r["k"]: ([tuple(e) for e in r["items"]], {k: tuple(v) for k, v in r["m"].items()})
+            for r in spark.table(name).collect()}
+    assert rows[1] == ([("a1", "NEW")], {"key": ("x1", "NEW")})
+    assert rows[2] == ([("A2", None)], {"key": ("X2", None)})
+    assert rows[3] == ([("a3", None)], {"key": ("x3", None)})
+    location = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").where("col_name = 'Location'").first()["data_type"]
+    items = dict(iceberg_rows(Path(location.removeprefix("file:")), ("k", "items")))
+    assert (items[1], items[2], items[3]) == ([{"a": "a1", "b": "NEW"}], [{"a": "A2", "b": None}],
+                                             [{"a": "a3", "b": None}])
+
+
 def _read_alike_by_pyiceberg(spark, name: str, rows: dict) -> None:
     """A second reader: pyiceberg resolves the rewritten files' struct fields by id as Spark does."""
     location = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").where("col_name = 'Location'").first()["data_type"]
