@@ -87,11 +87,10 @@
 {%- endmaterialization %}
 
 
-{#- Whether an existing table relation is of the model's file_format (none: the profile's table_format, which
-    pre_model_hook sets as the model's). -#}
+{#- Whether an existing table relation is of the model's file_format (pre_model_hook sets the profile's table_format
+    on a model that sets none). -#}
 {% macro partialcow_holds_format(relation, file_format) %}
-  {%- set wanted = file_format or target.table_format -%}
-  {{ return(relation.is_delta if wanted == 'delta' else relation.is_iceberg) }}
+  {{ return(relation.is_delta if file_format == 'delta' else relation.is_iceberg) }}
 {% endmacro %}
 
 
