@@ -148,6 +148,14 @@ class PartialcowConnectionManager(SparkConnectionManager):
             cls._sessions[credentials.unique_field] = (settings, session)
             return session
 
+    def running_session(self) -> Any | None:
+        """The profile's SparkSession if it runs in this process, else None (nothing is started)."""
+        from pyspark import SparkContext
+
+        known = type(self)._sessions.get(self.profile.credentials.unique_field)
+        active = SparkContext._active_spark_context
+        return known[1] if known is not None and active is not None and known[1].sparkContext is active else None
+
     def spark_session(self) -> Any:
         """The SparkSession of this thread's dbt connection, bound to the calling thread.
 

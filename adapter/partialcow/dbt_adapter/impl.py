@@ -11,6 +11,7 @@ from typing import Any
 from dbt.adapters.base import PythonJobHelper, available
 from dbt.adapters.contracts.connection import AdapterResponse
 from dbt.adapters.contracts.relation import RelationType
+from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.spark.impl import SparkAdapter
 from dbt.flags import get_flags
 from dbt_common.exceptions import DbtRuntimeError
@@ -25,11 +26,15 @@ from partialcow.dbt_adapter.connections import (
 from partialcow.dbt_adapter.materialization import PartialCowMixin
 from partialcow.dbt_adapter.python_models import sql_literal
 from partialcow.dbt_adapter.python_submission import SessionPythonJobHelper
+from partialcow.dbt_adapter.settings_scope import SettingsScope
 from partialcow.dbt_adapter.snapshots import SnapshotMixin
 from partialcow.spark.metastore import EMBEDDED_LIMITS
 from partialcow.spark.session import resolve_warehouse
 from partialcow.table.base import quote_identifier
 
+_LOGGER = AdapterLogger("partialcow")
+# one per process: models of every adapter instance share the one embedded session
+_SETTINGS = SettingsScope()
 _TABLE_TYPE = re.compile(r"\btable_type=([A-Za-z_-]+)")
 
 
@@ -116,7 +121,14 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
             node_config["file_format"] = self.config.credentials.table_format
         if node is not None and embedded_metastore(self.config.credentials.spark_config):
             check_docs_fit(node)
-        return super().pre_model_hook(config)
+        super().pre_model_hook(config)
+        return _SETTINGS.enter(self.connections.running_session())  # type: ignore[attr-defined]
+
+    def post_model_hook(self, config: Mapping[str, Any], context: Any) -> None:
+        changed = _SETTINGS.leave(context)
+        if changed:
+            _LOGGER.debug(f"partialcow: Spark settings the model changed, put back: {', '.join(changed)}")
+        super().post_model_hook(config, None)
 
     def _build_spark_relation_list(self, row_list: Any, relation_info_func: Callable[[Any], Any]) -> list[Any]:
         # Through Iceberg's SparkSessionCatalog, SHOW TABLE EXTENDED reports Iceberg tables as "Provider: hive";
