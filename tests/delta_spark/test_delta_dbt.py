@@ -247,6 +247,33 @@ class TestParquetTableBecomesDeltaModel:
         assert [tuple(r) for r in spark.table(name).collect()] == [(4, "v4")]
 
 
+class TestUntypedColumnOnDelta:
+    """Regression: a first build whose query had a bare NULL column made a Delta column of type void. Spark then
+    failed to read the table at all ("Couldn't find n#1"), and a later batch's value of that column was dropped
+    ("nothing changed, nothing committed"). Now the first build and a full refresh are refused, naming the column."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"m.sql": "{{ config(materialized='partial_cow_incremental', unique_key='id') }}\n"
+                         "select {{ var('id') }}L as id, {{ var('n') }} as n"}
+
+    def test_refused_naming_the_column_and_the_table_stays(self, project, spark):
+        from dbt.tests.util import run_dbt_and_capture
+
+        name = f"{project.test_schema}.m"
+        _, log = run_dbt_and_capture(["run", "--vars", "{id: 1, n: 'null'}"], expect_pass=False)
+        assert "model m: column(s) n have no type" in log and "cast(null as int) as n" in log, log[-3000:]
+        assert not spark.catalog.tableExists(name)
+        run_dbt(["run", "--vars", "{id: 1, n: 'cast(null as int)'}"])
+        run_dbt(["run", "--vars", "{id: 1, n: 5}"])
+        assert [tuple(r) for r in spark.table(name).collect()] == [(1, 5)]
+        versions = spark.sql(f"DESCRIBE HISTORY {name}").count()
+        _, log = run_dbt_and_capture(["run", "--full-refresh", "--vars", "{id: 2, n: 'null'}"], expect_pass=False)
+        assert "column(s) n have no type" in log, log[-3000:]
+        assert spark.sql(f"DESCRIBE HISTORY {name}").count() == versions
+        assert [tuple(r) for r in spark.table(name).collect()] == [(1, 5)]
+
+
 class TestSparkIncrementalBecomesDeltaModel:
     """The common migration on Delta: a dbt-spark incremental merge model switched to partial_cow_incremental keeps
     its table and history; the next batch finds the rows delta-spark wrote, updates, deletes and inserts."""

@@ -206,3 +206,20 @@ def test_values_the_column_cannot_hold_are_named_with_ansi_on(spark, base_table,
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} not in {message!r}"
     assert table_state(spark, base_table) == before
+
+
+def test_a_column_of_no_type_is_refused_before_anything_is_written(spark, base_table):
+    """A bare NULL in a first build's query is Spark's void type: Iceberg failed deep in its table creation, and a
+    Delta table stored a column no later value could fill (``tests/delta_spark/test_delta_dbt.py`` checks that
+    format). A new table is not created; a full refresh leaves the table as it was."""
+    spec = ChangeSpec(key_columns=("k1",), model="untyped")
+    schema = base_table.split(".")[0]
+    untyped = spark.sql("select 1L k1, null n, array(null) tags, 'x' name")
+    with pytest.raises(ChangeFeedError, match=r"model untyped: column\(s\) n, tags.element have no type .*"
+                                              r"cast\(null as int\) as n"):
+        create_table(spark, f"{schema}.untyped", untyped, spec)
+    assert not spark.catalog.tableExists(f"{schema}.untyped")
+    before = table_state(spark, base_table)
+    with pytest.raises(ChangeFeedError, match="n, tags.element have no type"):
+        create_table(spark, base_table, untyped, spec)
+    assert table_state(spark, base_table) == before

@@ -51,6 +51,7 @@ from partialcow.spark.staging import (
     keys_text,
     problem_error,
     problem_flags,
+    refuse_untyped,
     repeated_keys_error,
     require_columns,
     zero_normalized,
@@ -105,6 +106,7 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
     with clock("stage"):
         spec = batch_spelling(changes, spec)
         frame, values = _validated(changes, spec)
+        refuse_untyped(frame.schema, spec, values)
         key_types = tuple(dict(frame.dtypes)[c] for c in spec.key_columns)
         unsupported = [f"{c} {t}" for c, t in zip(spec.key_columns, key_types) if t not in SUPPORTED_KEY_TYPES]
         if unsupported:

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
 __all__ = ["BAD_OP", "NAN_KEY", "NULL_KEY", "NULL_SEQUENCE", "SAMPLE", "RequiredPath", "keys_text", "lossy_error",
-           "null_value_error", "null_value_flag", "problem_error", "problem_flags", "repeated_keys_error",
-           "require_columns", "required_paths", "stage", "stage_changes", "table_spelling", "zero_normalized"]
+           "null_value_error", "null_value_flag", "problem_error", "problem_flags", "refuse_untyped",
+           "repeated_keys_error", "require_columns", "required_paths", "stage", "stage_changes", "table_spelling",
+           "zero_normalized"]
 
 SAMPLE = 5
 
@@ -167,6 +168,41 @@ def required_paths(columns: Sequence[str], spec: ChangeSpec, table_schema: Struc
         if f.name in columns and f.name not in spec.key_columns:
             paths += ([] if f.nullable else [RequiredPath(f.name)]) + nested(f.name, (), f.dataType)
     return paths
+
+
+def refuse_untyped(schema: StructType, spec: ChangeSpec, columns: Sequence[str]) -> None:
+    """Refuse a first build whose ``columns`` (of the batch's ``schema``) hold values of no type: a bare ``NULL`` in
+    the model's query is Spark's ``void``, which Iceberg cannot store and a Delta table stored as a column no later
+    value could fill (Spark then failed to read the table at all).
+
+    >>> from pyspark.sql.types import ArrayType, LongType, NullType, StructField, StructType
+    >>> schema = StructType([StructField("id", LongType()), StructField("n", NullType()),
+    ...                      StructField("tags", ArrayType(NullType()))])
+    >>> refuse_untyped(schema, ChangeSpec(key_columns=("id",), model="m"), ["id", "n", "tags"])
+    Traceback (most recent call last):
+    ...
+    partialcow.exceptions.ChangeFeedError: model m: column(s) n, tags.element have no type (a bare NULL in the model's query): give each one, e.g. `cast(null as int) as n`; nothing was written
+    """  # noqa: E501 - a doctest output line cannot wrap
+    from pyspark.sql.types import ArrayType, MapType, NullType, StructType
+
+    def untyped(path: str, data_type: DataType) -> list[str]:
+        if isinstance(data_type, NullType):
+            return [path]
+        if isinstance(data_type, StructType):
+            return [p for f in data_type.fields for p in untyped(f"{path}.{f.name}", f.dataType)]
+        if isinstance(data_type, ArrayType):
+            return untyped(f"{path}.element", data_type.elementType)
+        if isinstance(data_type, MapType):
+            return untyped(f"{path}.key", data_type.keyType) + untyped(f"{path}.value", data_type.valueType)
+        return []
+
+    found = [p for f in schema.fields if f.name in columns for p in untyped(f.name, f.dataType)]
+    if found:
+        example = found[0].split(".")[0]
+        raise ChangeFeedError(
+            f"model {spec.model}: column(s) {', '.join(found)} have no type (a bare NULL in the model's query): give "
+            f"each one, e.g. `cast(null as int) as {example}`; nothing was written"
+        )
 
 
 def null_value_flag(path: RequiredPath, batch_type: DataType) -> Column:
