@@ -100,18 +100,33 @@ class TestDeltaModels:
         assert spark.sql(f"DESCRIBE DETAIL {project.test_schema}.py_changes").first()["format"] == "delta"
 
     def test_a_first_build_that_died_is_built_again(self, project, spark):
-        """A table left with the pending marker (a first build killed before its commit) is rebuilt by the next
-        incremental run instead of being added to."""
+        """A table left with the pending marker and no rows (a first build killed before its commit, which adds the
+        rows and removes the marker at once) is rebuilt by the next incremental run instead of being added to."""
         name = f"{project.test_schema}.changes"
         spark.sql(f"DROP TABLE IF EXISTS {name}")
         spark.sql(f"CREATE TABLE {name} (id BIGINT, v INT, _ts BIGINT) USING delta "
                   "TBLPROPERTIES ('partialcow.create-pending' = 'true')")
-        spark.sql(f"INSERT INTO {name} VALUES (99, 99, 0)")  # half of a dead build's rows
         run_dbt(["run", "--select", "changes", "--vars", "batch: 1"])
         oracle = CdcOracle(key_columns=("id",), columns=COLUMNS, op_column="_op", sequence_column="_ts")
         oracle.apply(_arrow(1))
         assert sorted_rows(spark.table(name).select(*COLUMNS).collect()) == oracle.rows()
         assert _response(project, "changes")["_message"].startswith("CREATE")
+
+    def test_rows_another_writer_added_after_a_dead_build_are_kept(self, project, spark):
+        """Regression: a pending table that another writer filled (an INSERT after the build died, or a RESTORE to
+        the empty first version and an INSERT) was rebuilt from the batch alone: their rows were lost, silently.
+        Its rows are the table's now: the batch applies to them."""
+        name = f"{project.test_schema}.changes"
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+        spark.sql(f"CREATE TABLE {name} (id BIGINT, v INT, _ts BIGINT) USING delta "
+                  "TBLPROPERTIES ('partialcow.create-pending' = 'true')")
+        spark.sql(f"INSERT INTO {name} VALUES (1, 100, 0), (99, 99, 0)")
+        run_dbt(["run", "--select", "changes", "--vars", "batch: 1"])
+        oracle = CdcOracle(key_columns=("id",), columns=COLUMNS, op_column="_op", sequence_column="_ts")
+        oracle.apply(pa.table({"id": [1, 99], "v": [100, 99], "_op": ["I", "I"], "_ts": [0, 0]}))
+        oracle.apply(_arrow(1))
+        assert sorted_rows(spark.table(name).select(*COLUMNS).collect()) == oracle.rows()
+        assert not _response(project, "changes")["_message"].startswith("CREATE")
 
     def test_a_model_whose_first_build_died_is_not_incremental(self, project, spark):
         """Regression: ``is_incremental()`` was true over the table a killed first build left, so the model chose
@@ -159,14 +174,14 @@ class TestDeltaSnapshotPending:
         return {"snap.sql": SNAPSHOT}
 
     def test_a_first_snapshot_that_died_is_built_again(self, project, spark):
-        """A snapshot's Delta table left with the pending marker (its first run killed before the commit) is built
-        again by the next `dbt snapshot`, not treated as a snapshot holding the dead run's rows."""
+        """A snapshot's Delta table left with the pending marker and no rows (its first run killed before the
+        commit, which adds the rows and removes the marker at once) is built again by the next `dbt snapshot`, not
+        treated as an empty snapshot (every source row would be an insert against it, and no update ever closed)."""
         name = f"{project.test_schema}.snap"
         run_dbt(["snapshot"])
         columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in spark.table(name).schema)
         spark.sql(f"DROP TABLE {name}")
         spark.sql(f"CREATE TABLE {name} ({columns}) USING delta TBLPROPERTIES ('partialcow.create-pending' = 'true')")
-        spark.sql(f"INSERT INTO {name} (id, v, dbt_scd_id) VALUES (99, 99, 'dead')")  # part of a dead run's rows
         run_dbt(["snapshot"])
         rows = spark.sql(f"SELECT id, v, dbt_valid_to IS NULL FROM {name}").collect()
         assert sorted(tuple(r) for r in rows) == [(1, 10, True), (2, 20, True)]

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from dbt.tests.util import run_dbt
 
-from partialcow.exceptions import ChangeFeedError, UnsupportedTableFeatureError
+from partialcow.exceptions import ChangeFeedError, UnsupportedFileError, UnsupportedTableFeatureError
+from partialcow.index import RowIndex
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import local_path, open_table
 
@@ -223,3 +224,36 @@ def test_a_column_of_no_type_is_refused_before_anything_is_written(spark, base_t
     with pytest.raises(ChangeFeedError, match="n, tags.element have no type"):
         create_table(spark, base_table, untyped, spec)
     assert table_state(spark, base_table) == before
+
+
+@pytest.mark.parametrize("file_format", ["orc", "avro"])
+def test_a_file_another_writer_added_in_another_format_is_refused_by_name(spark, file_format):
+    """Iceberg takes ORC and Avro data files from other writers (``write.format.default``). A batch touching one
+    failed with pyarrow's "Parquet magic bytes not found in footer" (an unnamed error on the driver path, a failed
+    Spark job on the other), whether it also inserted rows (the new rows go into a touched file) or not. Now the
+    file is named with the fix, nothing changes, and after the fix the batch applies."""
+    schema = f"pcow_fmt_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    name = f"{schema}.t"
+    try:
+        create_table(spark, name, spark.createDataFrame(BASE_ROWS, SCHEMA), SPEC)
+        spark.sql(f"alter table {name} set tblproperties ('write.format.default'='{file_format}')")
+        spark.sql(f"insert into {name} values (60, 'a', 600, 'n60a', 1)")
+        RowIndex.open(open_table(spark, name, table_format="iceberg").format_table).ensure_fresh()  # knows the file
+        before = table_state(spark, name)
+        for sql in ("select 60L k1, 'a' k2, 601 v, 'n60a' name, 'U' _op, 5L _ts",
+                    "select 60L k1, 'a' k2, 601 v, 'n60a' name, 'U' _op, 5L _ts union all "
+                    "select 61L, 'a', 610, 'n61a', 'I', 5L"):
+            with pytest.raises(UnsupportedFileError, match=r"bad_feed.*is not a Parquet file \(ORC or Avro.*"
+                                                           r"'write.format.default'='parquet'.*rewrite_data_files"):
+                apply_changes(spark, open_table(spark, name, table_format="iceberg"), spark.sql(sql), SPEC)
+            assert table_state(spark, name) == before
+        spark.sql(f"alter table {name} set tblproperties ('write.format.default'='parquet')")
+        spark.sql(f"call spark_catalog.system.rewrite_data_files(table => '{name}', "
+                  "options => map('rewrite-all', 'true'))")
+        metrics = apply_changes(spark, open_table(spark, name, table_format="iceberg"), spark.sql(sql), SPEC)
+        assert (metrics.rows_updated, metrics.rows_inserted) == (1, 1)
+        rows = {(r["k1"], r["k2"]): r["v"] for r in spark.table(name).collect()}
+        assert rows[(60, "a")] == 601 and rows[(61, "a")] == 610 and len(rows) == len(BASE_ROWS) + 2
+    finally:
+        spark.sql(f"drop schema {schema} cascade")

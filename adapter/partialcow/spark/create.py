@@ -93,18 +93,26 @@ def sql_string(text: str) -> str:
 
 
 def create_pending(spark: SparkSession, name: str) -> bool:
-    """Whether Delta table ``name``'s first build (or full refresh) never finished (see :func:`create_table`).
+    """Whether Delta table ``name``'s first build (or full refresh) never finished (see :func:`create_table`): it
+    carries the pending mark and holds no data file. The build's own commit adds its files and removes the mark at
+    once, so files beside the mark came from another writer (an INSERT after the build died, a RESTORE to the empty
+    version): the table is theirs then, and a rebuild would replace their rows.
 
-    Every incremental run asks, so the log's metadata is read by delta-rs (milliseconds); ``SHOW TBLPROPERTIES``
-    through delta-spark, the fallback for tables delta-rs cannot load, builds the table's snapshot first.
+    Every incremental run asks, so the log is read by delta-rs (milliseconds); ``SHOW TBLPROPERTIES`` and
+    ``DESCRIBE DETAIL`` through delta-spark, the fallback for tables delta-rs cannot load, build the table's snapshot
+    first.
     """
     from partialcow.spark.tables import delta_root
 
     try:
         from deltalake import DeltaTable
 
-        configuration = DeltaTable(delta_root(spark, name)).metadata().configuration
+        table = DeltaTable(delta_root(spark, name))
+        marked = table.metadata().configuration.get(PENDING_CREATE) == "true"
+        return marked and not table.file_uris()
     except Exception:  # noqa: BLE001 - delta-rs missing, or a table it cannot load: delta-spark reads it
         rows = spark.sql(f"SHOW TBLPROPERTIES {quote_identifier(name)} ('{PENDING_CREATE}')").collect()
-        return bool(rows) and str(rows[0][1]) == "true"
-    return configuration.get(PENDING_CREATE) == "true"
+        if not rows or str(rows[0][1]) != "true":
+            return False
+        detail = spark.sql(f"DESCRIBE DETAIL {quote_identifier(name)}").first()
+        return detail is None or not detail["numFiles"]

@@ -25,6 +25,12 @@ def named_errors(*, model: str, table: str) -> Iterator[None]:
     """Re-raise Spark/JVM/worker errors raised inside the block as named errors (ours pass through)."""
     try:
         yield
+    except E.ParquetRewriteError as exc:
+        # raised by the page engine or a file check in the driver's threads, which know no model (in a Spark task
+        # it comes back through translate, which names it)
+        if str(exc).startswith(f"model {model}"):
+            raise
+        raise type(exc)(f"model {model}, table {table}: {exc}") from exc
     except E.PartialCowError:
         raise
     except Exception as exc:

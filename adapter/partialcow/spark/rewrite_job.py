@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from partialcow.exceptions import InvalidChangeError
+from partialcow.exceptions import InvalidChangeError, UnsupportedFileError
 from partialcow.index.lookup import join_keys, read_buckets
 from partialcow.parquet import ROW_POSITION, rewrite_file, write_table
 from partialcow.parquet.writer import conform
@@ -45,6 +45,7 @@ __all__ = [
     "locate_partition",
     "narrower",
     "new_file_name",
+    "require_parquet",
     "rewrite_changed_file",
     "rewrite_files_in_place",
     "run_file_tasks",
@@ -291,6 +292,33 @@ def _moves(upserts: pa.Table, absent: Sequence[str], written: pa.Schema, present
     return mask
 
 
+def require_parquet(path: str) -> None:
+    """Refuse a data file that is not Parquet (an Iceberg table takes ORC and Avro files from other writers), which
+    partial copy-on-write cannot rewrite, before anything reads it as Parquet.
+
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile(suffix=".orc") as f:
+    ...     _ = f.write(b"ORC" + bytes(40)); f.flush()
+    ...     require_parquet(f.name)
+    Traceback (most recent call last):
+    ...
+    partialcow.exceptions.UnsupportedFileError: data file ... is not a Parquet file (ORC or Avro, from another writer): ...
+    """  # noqa: E501 - a doctest output line cannot wrap
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        handle.seek(max(size - 4, 0))
+        tail = handle.read(4)
+    if head != b"PAR1" or tail not in (b"PAR1", b"PARE") or size < 12:
+        raise UnsupportedFileError(
+            f"data file {path} is not a Parquet file (ORC or Avro, from another writer): partial copy-on-write "
+            "rewrites Parquet files only. Rewrite the table's files as Parquet (Iceberg: ALTER TABLE ... SET "
+            "TBLPROPERTIES ('write.format.default'='parquet'), then CALL system.rewrite_data_files) and run again; "
+            "nothing was written"
+        )
+
+
 def rewrite_changed_file(
     src: str,
     mine: pa.Table,
@@ -320,6 +348,7 @@ def rewrite_changed_file(
     one the file lacks, and columns that swapped names were patched into each other).
     """
     local_src = _local(src)
+    require_parquet(local_src)
     written = pq.read_schema(local_src)
     identity = moved_schema if table_schema is None else table_schema
     absent = [c for c in update_columns if not holds_column(written, identity, c)]

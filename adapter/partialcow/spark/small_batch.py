@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from partialcow.spark.casting import lossy_value
-from partialcow.spark.rewrite_job import BUCKET, DELETE, constrains, holds_column
+from partialcow.spark.rewrite_job import BUCKET, DELETE, constrains, holds_column, require_parquet
 from partialcow.spark.spec import ChangeSpec
 from partialcow.spark.staging import (
     BAD_OP,
@@ -92,6 +92,7 @@ def append_target(files: Sequence[IndexedFile], paths: Mapping[int, str], touche
     target = _smallest_under(sizes, new_rows)
     if target is None:
         return None
+    require_parquet(local_path(paths[target]))
     written = pq.read_schema(local_path(paths[target]))
     # a file written under narrower types or required columns (see rewrite_job.unfit) may not hold the new rows
     if written.names != schema.names or any(constrains(w.type, t.type) or (t.nullable and not w.nullable)
