@@ -265,12 +265,15 @@ class TestParquetTableBecomesDeltaModel:
 class TestUntypedColumnOnDelta:
     """Regression: a first build whose query had a bare NULL column made a Delta column of type void. Spark then
     failed to read the table at all ("Couldn't find n#1"), and a later batch's value of that column was dropped
-    ("nothing changed, nothing committed"). Now the first build and a full refresh are refused, naming the column."""
+    ("nothing changed, nothing committed"). Now the first build, a full refresh and a batch adding such a column
+    (append_new_columns) are refused, naming the column."""
 
     @pytest.fixture(scope="class")
     def models(self):
-        return {"m.sql": "{{ config(materialized='partial_cow_incremental', unique_key='id') }}\n"
-                         "select {{ var('id') }}L as id, {{ var('n') }} as n"}
+        return {"m.sql": "{{ config(materialized='partial_cow_incremental', unique_key='id', "
+                         "on_schema_change=var('osc', 'ignore')) }}\n"
+                         "select {{ var('id') }}L as id, {{ var('n') }} as n"
+                         "{% if var('extra', none) is not none %}, {{ var('extra') }} as extra{% endif %}"}
 
     def test_refused_naming_the_column_and_the_table_stays(self, project, spark):
         from dbt.tests.util import run_dbt_and_capture
@@ -285,6 +288,12 @@ class TestUntypedColumnOnDelta:
         versions = spark.sql(f"DESCRIBE HISTORY {name}").count()
         _, log = run_dbt_and_capture(["run", "--full-refresh", "--vars", "{id: 2, n: 'null'}"], expect_pass=False)
         assert "column(s) n have no type" in log, log[-3000:]
+        assert spark.sql(f"DESCRIBE HISTORY {name}").count() == versions
+        assert [tuple(r) for r in spark.table(name).collect()] == [(1, 5)]
+        # nor does a batch add one (append_new_columns): Delta took `ADD COLUMNS (extra void)`
+        added = "{id: 1, n: 6, extra: 'null', osc: append_new_columns}"
+        _, log = run_dbt_and_capture(["run", "--vars", added], expect_pass=False)
+        assert "column(s) extra have no type" in log, log[-3000:]
         assert spark.sql(f"DESCRIBE HISTORY {name}").count() == versions
         assert [tuple(r) for r in spark.table(name).collect()] == [(1, 5)]
 

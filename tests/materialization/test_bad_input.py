@@ -8,6 +8,7 @@ the errors reach dbt with the model's name and that the model keeps working afte
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 from pathlib import Path
@@ -223,6 +224,12 @@ def test_a_column_of_no_type_is_refused_before_anything_is_written(spark, base_t
     before = table_state(spark, base_table)
     with pytest.raises(ChangeFeedError, match="n, tags.element have no type"):
         create_table(spark, base_table, untyped, spec)
+    assert table_state(spark, base_table) == before
+    # a batch adding such a column (append_new_columns): refused before the table's schema changes
+    evolving = dataclasses.replace(SPEC, on_schema_change="append_new_columns")
+    batch = spark.sql("select 1L k1, 'a' k2, 11 v, 'n1a' name, 'U' _op, 9L _ts, null extra")
+    with pytest.raises(ChangeFeedError, match=r"model bad_feed: column\(s\) extra have no type"):
+        apply_changes(spark, open_table(spark, base_table, table_format="iceberg"), batch, evolving)
     assert table_state(spark, base_table) == before
 
 
