@@ -314,3 +314,27 @@ def test_regression_materialize_kept_the_pinned_parent(spark):
     assert _rows(spark, root) == merged == _rows(spark, view)
     drop_branch(spark, name="dev", meta_schema=meta)
     spark.sql(f"DROP SCHEMA {meta} CASCADE")
+
+
+@pytest.mark.parametrize("driver", [True, False], ids=["driver", "spark job"])
+def test_a_root_file_in_another_format_is_hidden_not_rewritten(spark, driver, monkeypatch):
+    """A copy-on-write image rewrites the root's Parquet files a build touches; an ORC file (another writer's, after
+    ``write.format.default`` changed) cannot be: its changed rows are hidden by position deletes instead, as for a
+    file that cannot take the new values. The build failed with pyarrow's "Parquet magic bytes not found"."""
+    if not driver:
+        monkeypatch.setenv(DRIVER_ROWS_ENV, "0")
+    meta = f"img_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    spark.sql(f"CREATE TABLE {meta}.items (id bigint, name string, part int, qty bigint) USING iceberg")
+    _frame(spark, {i: ROWS[i] for i in range(5)}).writeTo(f"{meta}.items").append()
+    spark.sql(f"ALTER TABLE {meta}.items SET TBLPROPERTIES ('write.format.default' = 'orc')")
+    _frame(spark, {i: ROWS[i] for i in range(5, 10)}).writeTo(f"{meta}.items").append()
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")], image_mode=COPY_ON_WRITE)
+    dev = {i: ROWS[i] for i in range(10)} | {2: (2, "new", 2, 20), 7: (7, "new", 1, 70)}
+    summary = build_model(spark, _frame(spark, dev), branch="dev", base_schema=meta, identifier="items",
+                          key_columns=["id"], meta_schema=meta)
+    assert summary.image is not None and summary.image.files_rewritten == 1  # the Parquet file only
+    assert _rows(spark, f"{meta}__br_dev.items") == dev
+    assert _rows(spark, f"{meta}.items") == {i: ROWS[i] for i in range(10)}
+    drop_branch(spark, name="dev", meta_schema=meta)
+    spark.sql(f"DROP SCHEMA {meta} CASCADE")

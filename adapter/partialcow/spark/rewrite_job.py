@@ -42,6 +42,7 @@ __all__ = [
     "FileTask",
     "constrains",
     "holds_column",
+    "is_parquet",
     "locate_partition",
     "narrower",
     "new_file_name",
@@ -292,6 +293,17 @@ def _moves(upserts: pa.Table, absent: Sequence[str], written: pa.Schema, present
     return mask
 
 
+def is_parquet(path: str) -> bool:
+    """Whether the file at ``path`` is a Parquet file (its magic bytes at both ends)."""
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        handle.seek(max(size - 4, 0))
+        tail = handle.read(4)
+    return size >= 12 and head == b"PAR1" and tail in (b"PAR1", b"PARE")
+
+
 def require_parquet(path: str) -> None:
     """Refuse a data file that is not Parquet (an Iceberg table takes ORC and Avro files from other writers), which
     partial copy-on-write cannot rewrite, before anything reads it as Parquet.
@@ -304,13 +316,7 @@ def require_parquet(path: str) -> None:
     ...
     partialcow.exceptions.UnsupportedFileError: data file ... is not a Parquet file (ORC or Avro, from another writer): ...
     """  # noqa: E501 - a doctest output line cannot wrap
-    with open(path, "rb") as handle:
-        head = handle.read(4)
-        handle.seek(0, os.SEEK_END)
-        size = handle.tell()
-        handle.seek(max(size - 4, 0))
-        tail = handle.read(4)
-    if head != b"PAR1" or tail not in (b"PAR1", b"PARE") or size < 12:
+    if not is_parquet(path):
         raise UnsupportedFileError(
             f"data file {path} is not a Parquet file (ORC or Avro, from another writer): partial copy-on-write "
             "rewrites Parquet files only. Rewrite the table's files as Parquet (Iceberg: ALTER TABLE ... SET "
@@ -650,16 +656,18 @@ def rewrite_files_in_place(
     rewrite each file of ``rewritable`` they touch with the page engine, one result row per new file.
 
     A file that may not hold the new values of ``update_columns`` is left alone: no result row, so the caller hides
-    its changed rows another way. That is a file lacking one (the table gained it later; by Parquet field id against
-    ``table_schema``, the schema new files get, where known: a column dropped and added again is another column), or
-    storing one in a narrower type or as required (the table promoted or relaxed it since).
+    its changed rows another way. That is a file in another format than Parquet (ORC, Avro, from another writer),
+    a file lacking one (the table gained it later; by Parquet field id against ``table_schema``, the schema new files
+    get, where known: a column dropped and added again is another column), or storing one in a narrower type or as
+    required (the table promoted or relaxed it since).
     """
     batch_list = list(batches)
     if not batch_list:
         return
     rows = pa.Table.from_batches(batch_list)
     for src in pc.unique(rows[FILE]).to_pylist():
-        if src not in rewritable or not _takes_values(pq.read_schema(_local(src)), table_schema, update_columns):
+        if src not in rewritable or not is_parquet(_local(src)) \
+                or not _takes_values(pq.read_schema(_local(src)), table_schema, update_columns):
             continue
         report = rewrite_changed_file(src, rows.filter(pc.equal(rows[FILE], src)), update_columns=update_columns,
                                       threads=threads)
