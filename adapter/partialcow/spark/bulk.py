@@ -106,7 +106,7 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
     with clock("stage"):
         spec = batch_spelling(changes, spec)
         frame, values = _validated(changes, spec)
-        refuse_untyped(frame.schema, spec, values)
+        refuse_untyped([f for f in frame.schema.fields if f.name in values], spec)
         key_types = tuple(dict(frame.dtypes)[c] for c in spec.key_columns)
         unsupported = [f"{c} {t}" for c, t in zip(spec.key_columns, key_types) if t not in SUPPORTED_KEY_TYPES]
         if unsupported:

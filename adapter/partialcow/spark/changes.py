@@ -134,9 +134,7 @@ def _evolve_schema(spark: SparkSession, table: LakehouseTable, changes_schema, s
         )
     name = table.sql_name
     if new:
-        from pyspark.sql.types import StructType as Fields
-
-        refuse_untyped(Fields(new), spec, [f.name for f in new])  # Delta would add a column of type void
+        refuse_untyped(new, spec)  # Delta would add a column of type void
         columns = ", ".join(f"{quote_identifier(f.name)} {f.dataType.simpleString()}" for f in new)
         spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({columns})")
     for column in dropped:  # never a key column: stage_changes required every key column in the batch

@@ -25,7 +25,7 @@ from partialcow.table.base import quote_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import DataType, StructField, StructType
 
 __all__ = ["BAD_OP", "NAN_KEY", "NULL_KEY", "NULL_SEQUENCE", "SAMPLE", "RequiredPath", "keys_text", "lossy_error",
            "null_value_error", "null_value_flag", "problem_error", "problem_flags", "refuse_untyped",
@@ -170,15 +170,14 @@ def required_paths(columns: Sequence[str], spec: ChangeSpec, table_schema: Struc
     return paths
 
 
-def refuse_untyped(schema: StructType, spec: ChangeSpec, columns: Sequence[str]) -> None:
-    """Refuse a first build whose ``columns`` (of the batch's ``schema``) hold values of no type: a bare ``NULL`` in
-    the model's query is Spark's ``void``, which Iceberg cannot store and a Delta table stored as a column no later
-    value could fill (Spark then failed to read the table at all).
+def refuse_untyped(fields: Sequence[StructField], spec: ChangeSpec) -> None:
+    """Refuse columns (``fields`` of a first build's batch, or the new columns a batch adds to a table) that hold
+    values of no type: a bare ``NULL`` in the model's query is Spark's ``void``, which Iceberg cannot store and
+    which Delta stored as a column no later value could fill (Spark then failed to read the table at all).
 
-    >>> from pyspark.sql.types import ArrayType, LongType, NullType, StructField, StructType
-    >>> schema = StructType([StructField("id", LongType()), StructField("n", NullType()),
-    ...                      StructField("tags", ArrayType(NullType()))])
-    >>> refuse_untyped(schema, ChangeSpec(key_columns=("id",), model="m"), ["id", "n", "tags"])
+    >>> from pyspark.sql.types import ArrayType, NullType, StructField
+    >>> refuse_untyped([StructField("n", NullType()), StructField("tags", ArrayType(NullType()))],
+    ...                ChangeSpec(key_columns=("id",), model="m"))
     Traceback (most recent call last):
     ...
     partialcow.exceptions.ChangeFeedError: model m: column(s) n, tags.element have no type (a bare NULL in the model's query): give each one, e.g. `cast(null as int) as n`; nothing was written
@@ -196,7 +195,7 @@ def refuse_untyped(schema: StructType, spec: ChangeSpec, columns: Sequence[str])
             return untyped(f"{path}.key", data_type.keyType) + untyped(f"{path}.value", data_type.valueType)
         return []
 
-    found = [p for f in schema.fields if f.name in columns for p in untyped(f.name, f.dataType)]
+    found = [p for f in fields for p in untyped(f.name, f.dataType)]
     if found:
         example = found[0].split(".")[0]
         raise ChangeFeedError(
