@@ -32,3 +32,17 @@ def test_names_in_other_letter_case_are_the_batchs_columns(spark):
         assert spark.table(name).columns == ["id", "v", "seq"]
     finally:
         spark.sql(f"drop schema {schema} cascade")
+
+
+def test_an_op_code_in_two_roles_is_refused() -> None:
+    """Regression: ``op_codes={'delete': ['U', 'D']}`` (update kept its default ``['U']``) was accepted, and every
+    update then deleted its row (deletes were tested first), silently."""
+    from dbt_common.exceptions import DbtRuntimeError
+
+    from partialcow.dbt_adapter.materialization import change_spec
+
+    config = {"unique_key": "id", "op_column": "_op", "op_codes": {"delete": ["U", "D"]}}
+    with pytest.raises(DbtRuntimeError, match=r"model m: op code\(s\) \['U'\] are in more than one of insert, update "
+                                              r"and delete .*delete \['U', 'D'\]"):
+        change_spec(config, model="m")
+    assert change_spec({**config, "op_codes": {"delete": ["X", "D"]}}, model="m").delete_ops == ("X", "D")

@@ -156,19 +156,22 @@ def change_spec(config: Mapping[str, Any], *, model: str) -> Any:
     properties = config.get("tblproperties") or {}
     if not isinstance(properties, Mapping):
         raise DbtRuntimeError(f"model {model}: tblproperties must be a mapping of table properties, got {properties!r}")
-    return ChangeSpec(
-        key_columns=keys,
-        op_column=(_names(config.get("op_column"), "op_column", model) or (None,))[0],
-        insert_ops=_names(op_codes["insert"], "op_codes.insert", model),
-        update_ops=_names(op_codes["update"], "op_codes.update", model),
-        delete_ops=_names(op_codes["delete"], "op_codes.delete", model),
-        sequence_column=(_names(config.get("sequence_column"), "sequence_column", model) or (None,))[0],
-        update_columns=update_columns or None,
-        exclude_columns=exclude_columns,
-        on_schema_change=on_schema_change,
-        model=model,
-        extra_table_properties={str(k): str(v) for k, v in properties.items()},
-    )
+    try:
+        return ChangeSpec(
+            key_columns=keys,
+            op_column=(_names(config.get("op_column"), "op_column", model) or (None,))[0],
+            insert_ops=_names(op_codes["insert"], "op_codes.insert", model),
+            update_ops=_names(op_codes["update"], "op_codes.update", model),
+            delete_ops=_names(op_codes["delete"], "op_codes.delete", model),
+            sequence_column=(_names(config.get("sequence_column"), "sequence_column", model) or (None,))[0],
+            update_columns=update_columns or None,
+            exclude_columns=exclude_columns,
+            on_schema_change=on_schema_change,
+            model=model,
+            extra_table_properties={str(k): str(v) for k, v in properties.items()},
+        )
+    except PartialCowError as exc:  # op codes in two roles
+        raise DbtRuntimeError(str(exc)) from None
 
 
 def log_phases(name: str, metrics: WriteMetrics) -> None:

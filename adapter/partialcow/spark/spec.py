@@ -3,7 +3,11 @@
 >>> spec = ChangeSpec(key_columns=("id",), op_column="_op", sequence_column="_ts")
 >>> spec.control_columns
 ('_op', '_ts')
-"""
+>>> ChangeSpec(key_columns=("id",), op_column="_op", delete_ops=("U", "D"), model="m")
+Traceback (most recent call last):
+...
+partialcow.exceptions.ConfigurationError: model m: op code(s) ['U'] are in more than one of insert, update and delete (insert ['I'], update ['U'], delete ['U', 'D']): give each code one meaning (op_codes replaces a default list as a whole)
+"""  # noqa: E501 - a doctest output line cannot wrap
 
 from __future__ import annotations
 
@@ -31,6 +35,19 @@ class ChangeSpec:
     on_schema_change: OnSchemaChange = "ignore"
     model: str = "changes"  # named in every error message
     extra_table_properties: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        roles = {"insert_ops": self.insert_ops, "update_ops": self.update_ops, "delete_ops": self.delete_ops}
+        shared = sorted({code for a, codes in roles.items() for code in codes
+                         if any(code in other for b, other in roles.items() if b != a)})
+        if shared:
+            from partialcow.exceptions import ConfigurationError
+
+            raise ConfigurationError(
+                f"model {self.model}: op code(s) {shared} are in more than one of insert, update and delete "
+                f"(insert {list(self.insert_ops)}, update {list(self.update_ops)}, delete {list(self.delete_ops)}): "
+                "give each code one meaning (op_codes replaces a default list as a whole)"
+            )
 
     def excludes(self, column: str) -> bool:
         """Whether ``merge_exclude_columns`` names ``column`` (in any letter case, as dbt compares them: Spark's
