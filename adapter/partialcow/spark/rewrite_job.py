@@ -377,8 +377,8 @@ def rewrite_changed_file(
             raise InvalidChangeError(
                 f"{src}: {moved.num_rows} row(s) set column(s) {absent} this file lacks, or a value its column "
                 "cannot hold (a type the table promoted since, a null in a column the file stores as required); "
-                "moving them to a new file needs whole rows (do not restrict merge_update_columns/"
-                "merge_exclude_columns in that run)"
+                "moving them to a new file needs whole rows: in that run deliver every column of the table and "
+                "do not restrict merge_update_columns/merge_exclude_columns"
             )
         moved_dst = write_table(
             conform(moved, moved_schema), os.path.join(data_dir, new_file_name(file_prefix))
