@@ -137,3 +137,30 @@ def test_a_column_name_with_a_dot_gets_an_image(spark, meta):
     assert summary.image is not None
     assert _rows(spark, f"{meta}__br_dev.items") == {1: (1, "dev"), 2: (2, "y"), 3: (3, "new")}
     drop_branch(spark, name="dev", meta_schema=meta)
+
+
+def test_diff_and_merge_after_main_lost_a_column_refuse_by_name(spark, meta):
+    """Regression: main dropped column ``b`` that the branch's model still has; ``branch_diff`` and ``branch_merge``
+    (any policy) failed with Spark's raw UNRESOLVED_COLUMN. Both now refuse, naming the column, with nothing
+    changed; a rebuild on the branch with main's columns mends it."""
+    from partialcow.branch import diff_branch, merge_branch
+    from partialcow.exceptions import BranchError
+
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, a string, b string) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'a1', 'b1'), (2, 'a2', 'b2')")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    dev = {1: (1, "a1", "dev"), 2: (2, "a2", "b2")}
+    _build(spark, meta, dev, "id bigint, a string, b string")
+    spark.sql(f"ALTER TABLE {root} DROP COLUMN b")
+    main = _rows(spark, root)
+    for run in (lambda: diff_branch(spark, name="dev", meta_schema=meta),
+                lambda: merge_branch(spark, name="dev", meta_schema=meta),
+                lambda: merge_branch(spark, name="dev", meta_schema=meta, on_conflict="ours")):
+        with pytest.raises(BranchError, match=r"model .*items on branch dev has column\(s\) \['b'\] that its parent "
+                                              r".*no longer has .*nothing was done"):
+            run()
+        assert _rows(spark, root) == main and _rows(spark, f"{meta}__br_dev.items") == dev
+    _build(spark, meta, {1: (1, "dev2"), 2: (2, "a2")}, "id bigint, a string")
+    assert diff_branch(spark, name="dev", meta_schema=meta).counts == {f"{meta}.items": {"updated": 1}}
+    drop_branch(spark, name="dev", meta_schema=meta)

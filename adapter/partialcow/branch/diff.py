@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from partialcow.branch.frames import comparable, key_join, key_string, same_key, same_types, same_value
-from partialcow.branch.levels import branch_models, resolve_parent
+from partialcow.branch.levels import branch_models, require_parent_columns, resolve_parent
 from partialcow.branch.naming import OP_COLUMN, OP_UPSERT, base_schema_of, overlay_schema, qualified, quote
 from partialcow.branch.store import BranchStore
 from partialcow.branch.types import OverlayInfo
@@ -199,6 +199,7 @@ def diff_branch(spark: SparkSession, *, name: str, meta_schema: str) -> DiffResu
                 frames.append(spark.createDataFrame([(model, None, "replace", None, old, str(detached.rows))],
                                                     _DIFF_SCHEMA))
         else:
+            require_parent_columns(spark, info, parent, branch=name, operation="branch_diff")
             frames.append(_keyed_rows(spark, info, parent, model))
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(overlay_schema(meta_schema, name))}")
     empty = spark.createDataFrame([], _DIFF_SCHEMA)

@@ -69,6 +69,26 @@ def resolve_parent(
     return None if level is None else (overlay_schema(base_schema, level), identifier)
 
 
+def require_parent_columns(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str], *, branch: str,
+                           operation: str) -> None:
+    """Refuse ``operation`` (diff, merge) of a model whose overlay on ``branch`` has columns its ``parent`` lost
+    since (``on_schema_change='sync_all_columns'`` there): the rows cannot be compared column by column, and a
+    merge would drop the branch's values of those columns or fail to write them."""
+    from partialcow.exceptions import BranchError
+
+    parent_columns = {c.lower() for c in spark.table(qualified(*parent)).columns}
+    lost = [c for c in info.columns if c.lower() not in parent_columns]
+    if lost:
+        model = f"{base_schema_of(info.schema)}.{info.identifier}"
+        raise BranchError(
+            f"{operation}: model {model} on branch {branch} has column(s) {lost} that its parent "
+            f"{'.'.join(parent)} no longer has (dropped there since the branch built it), so the rows cannot be "
+            "compared; nothing was done. "
+            "Build the model on the branch again with the parent's columns (a partial_cow_incremental model with "
+            "--full-refresh), or drop the branch"
+        )
+
+
 def overlay_info(spark: SparkSession, schema: str, identifier: str) -> OverlayInfo | None:
     """Read an overlay table's layout from its schema and table properties; None if it does not exist."""
     name = overlay_table(identifier)

@@ -49,6 +49,7 @@ from partialcow.branch.levels import (
     branch_models,
     distinct_models,
     overlay_info,
+    require_parent_columns,
     resolve_parent,
     write_overlay,
 )
@@ -338,6 +339,8 @@ def merge_branch(
         for info in branch_models(spark, name, record.base_schemas(meta_schema)):
             base_schema = base_schema_of(info.schema)
             parent = resolve_parent(spark, parent_levels, base_schema, info.identifier)
+            if info.mode == "delta" and parent is not None:
+                require_parent_columns(spark, info, parent, branch=name, operation="branch_merge")
             if info.mode == "delta":  # what a merge killed during its commit left in the base image
                 settle_interrupted_merge(spark, schema=info.schema, identifier=info.identifier, columns=info.columns,
                                          key_columns=info.key_columns, base_schema=base_schema,
