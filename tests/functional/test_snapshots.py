@@ -219,3 +219,34 @@ class TestSnapshotOfACheckedChangeWithTheSameUpdatedAt:
         assert "snap_same_upd" in message and "id=1" in message and "updated_at" in message, message
         rows = project.run_sql(f"select id, value, dbt_valid_to from {schema}.snap_same_upd order by id", fetch="all")
         assert [(r[0], r[1], r[2]) for r in rows] == [(1, "a", None), (2, "b", None)]
+
+
+# dbt hashes a NULL key as '': the record of key '' and a later record of key NULL get one dbt_scd_id for one
+# updated_at
+COLLIDING_SNAPSHOT = """
+{% snapshot snap_colliding %}
+{{ config(unique_key='k', strategy='timestamp', updated_at='upd', target_schema=schema, hard_deletes='invalidate') }}
+select * from {{ target.schema }}.src_colliding
+{% endsnapshot %}
+"""
+
+
+class TestSnapshotOfAKeySharingADeletedRecordsId:
+    @pytest.fixture(scope="class")
+    def snapshots(self):
+        return {"snap_colliding.sql": COLLIDING_SNAPSHOT}
+
+    def test_the_deleted_record_stays_closed(self, project):
+        """Regression: a run's new version whose dbt_scd_id a deleted record's closed version holds was checked
+        only against the records the run's narrowing kept, which the deleted record is not among: the insert then
+        became an update of that version, re-opening the deleted record with its old values, silently. dbt-spark's
+        MERGE inserts nothing for it (the id matches), and so do we now."""
+        runs = ["('', 'A'), ('x', 'B')", "('x', 'B')", "('x', 'B'), (cast(null as string), 'C')"]
+        for rows in runs:
+            project.run_sql(f"create or replace table {project.test_schema}.src_colliding using iceberg as select k, "
+                            f"v, timestamp'2025-01-01 00:00:00' as upd from values {rows} as t(k, v)")
+            run_dbt(["snapshot"])
+        got = sorted((tuple(r) for r in project.run_sql(
+            f"select k, v, dbt_valid_to is null from {project.test_schema}.snap_colliding", fetch="all")),
+            key=lambda r: (r[0] is None, r))
+        assert got == [("", "A", False), ("x", "B", True)]

@@ -11,6 +11,7 @@ new versions, in one commit, where dbt-spark's ``MERGE`` rewrites every data fil
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -218,6 +219,11 @@ class SnapshotMixin(metaclass=AdapterMeta):
             clock.ms.update(self._narrowings().pop(name, {}))
             with clock("dbt_query"):
                 rows = _pinned(batch)
+            if versions_view and not _scd_ids_are_new(strategy) and _ambiguous_inserts(rows, strategy):
+                # the narrowing holds the records that can have changed; another record shares a dbt_scd_id with
+                # an insert only where dbt's hash input cannot tell their keys apart: checked against every version
+                rows = _pinned(_without_existing_versions(rows, spark.table(quote_identifier(name)),
+                                                          str(columns["dbt_scd_id"])))
             return _with_phases(clock, apply_changes(spark, open_table(spark, name, table_format=file_format), rows,
                                                      spec))
 
@@ -394,8 +400,9 @@ def _without_existing_versions(batch: Any, versions: Any, scd_id: str) -> Any:
     with its closed version's id, which the update re-opened, erasing the deletion.
 
     ``versions`` is the table, or the narrowing's rows of the records that can have changed: every version of the
-    records whose rows dbt staged, since a dbt_scd_id hashes the record's key (only keys whose text dbt's hash input
-    cannot tell apart, a NULL key part and an empty string, share ids across records)."""
+    records whose rows dbt staged, since a dbt_scd_id hashes the record's key; keys whose text dbt's hash input
+    cannot tell apart share ids across records, and a run inserting such a key is checked against the whole table
+    too (see ``_ambiguous_inserts``)."""
     from pyspark.sql import functions as F
 
     from partialcow.table.base import quote_identifier
@@ -404,6 +411,26 @@ def _without_existing_versions(batch: Any, versions: Any, scd_id: str) -> Any:
     matches = (F.col(quote_identifier(CHANGE_TYPE)) == F.lit("insert")) & (
         batch[quote_identifier(scd_id)] == F.col("__pcow_existing_id"))
     return batch.join(ids, matches, "left_anti")
+
+
+def _ambiguous_inserts(rows: Any, strategy: Mapping[str, Any] | None) -> bool:
+    """Whether a version ``rows`` inserts has a key whose text in dbt's dbt_scd_id hash another key can share: a
+    NULL part (hashed as ''), an empty part, or a '|' inside a part (dbt joins a list key's parts with '|'), so a
+    record outside the narrowing may hold its id. True when the key cannot be evaluated over the rows."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
+
+    key = (strategy or {}).get("unique_key")
+    keys = [str(k) for k in (key if isinstance(key, (list, tuple)) else [key])] if key else []
+    if not keys:
+        return True
+    try:
+        parts = [F.expr(k).cast("string") for k in keys]
+        ambiguous = functools.reduce(lambda a, b: a | b,
+                                     [p.isNull() | (p == "") | (F.instr(p, "|") > 0) for p in parts])
+        return bool(rows.where((F.col(CHANGE_TYPE) == "insert") & ambiguous).limit(1).count())
+    except PySparkException:
+        return True
 
 
 def _plain_parquet_files(spark: Any, name: str) -> list[str] | None:
