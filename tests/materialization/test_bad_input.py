@@ -265,16 +265,3 @@ def test_a_file_another_writer_added_in_another_format_is_refused_by_name(spark,
     finally:
         spark.sql(f"drop schema {schema} cascade")
 
-
-def test_a_batch_adding_a_column_without_every_other_column_is_refused_before_the_schema_changes(spark, base_table):
-    """Regression: under append_new_columns, a batch that adds a column and lacks another failed in the rewrite (a
-    row updated with a value in the new column must move, whole, to a new file), after the new column had already
-    been added to the table, and its message pointed at merge_update_columns, which the model did not set."""
-    evolving = dataclasses.replace(SPEC, on_schema_change="append_new_columns")
-    before = table_state(spark, base_table)
-    batch = spark.sql("select 2L k1, 'a' k2, 21 v, 'U' _op, 9L _ts, 'x' extra")  # no `name`
-    with pytest.raises(ChangeFeedError, match=r"model bad_feed: the batch adds column\(s\) \['extra'\] and lacks "
-                                              r"column\(s\) \['name'\] .*Deliver every column"):
-        apply_changes(spark, open_table(spark, base_table, table_format="iceberg"), batch, evolving)
-    assert table_state(spark, base_table) == before
-    assert "extra" not in spark.table(base_table).columns

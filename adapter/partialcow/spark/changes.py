@@ -132,15 +132,6 @@ def _evolve_schema(spark: SparkSession, table: LakehouseTable, changes_schema, s
             f"{table.name}; Delta drops columns only under column mapping, which partial copy-on-write does not "
             "support. Keep the columns in the model, or rebuild the table with --full-refresh"
         )
-    lacking = [c for c in table_fields if c not in changes_schema.names and c not in dropped]
-    if new and lacking:
-        # every file lacks a new column: a row the batch updates with a value there moves, whole, to a new file,
-        # and the batch does not have its whole row (refused here, before the table's schema changes)
-        raise ChangeFeedError(
-            f"model {spec.model}: the batch adds column(s) {[f.name for f in new]} and lacks column(s) {lacking} of "
-            f"table {table.name}: a row it updates with a value in a new column moves to a new file, which needs "
-            "its whole row. Deliver every column of the table in the run that adds columns; nothing was written"
-        )
     name = table.sql_name
     if new:
         refuse_untyped(new, spec)  # Delta would add a column of type void
