@@ -225,10 +225,7 @@ def test_a_renamed_column_takes_a_null_from_a_full_row_image(spark, schema):
 def test_columns_that_swapped_names_are_never_patched_into_each_other(spark, schema):
     """Regression: after renaming ``a`` to ``b`` and ``b`` to ``a``, an update of ``a`` restricted by
     ``merge_update_columns`` was patched into the file's column named ``a``, which is the table's ``b`` now. A row of
-    such a file moves to a new file instead, which needs whole rows: with updated columns restricted the batch is
-    refused, and nothing changes."""
-    from partialcow.exceptions import PartialCowError
-
+    such a file moves to a new file instead, keeping the values of the columns the batch does not update."""
     name = f"{schema}.swapped_{uuid.uuid4().hex[:8]}"
     create_table(spark, name, spark.createDataFrame([(k, k, k * 10, "I") for k in range(50)],
                                                     "k bigint, a bigint, b bigint, _op string"), SPEC)
@@ -236,17 +233,60 @@ def test_columns_that_swapped_names_are_never_patched_into_each_other(spark, sch
         spark.sql(f"ALTER TABLE {name} RENAME COLUMN {old} TO {new}")
     before = {r["k"]: (r["a"], r["b"]) for r in spark.table(name).collect()}
     assert before[1] == (10, 1)
-    batch = spark.createDataFrame([(1, 555, 1, "U")], "k bigint, a bigint, b bigint, _op string")
+    batch = spark.createDataFrame([(1, 555, 7, "U")], "k bigint, a bigint, b bigint, _op string")
     restricted = ChangeSpec(key_columns=("k",), op_column="_op", model="swapped", update_columns=("a",))
-    try:
-        apply_changes(spark, open_table(spark, name, table_format="iceberg"), batch, restricted)
-    except PartialCowError as exc:
-        assert "whole rows" in str(exc)
-        expected = before
-    else:
-        expected = {**before, 1: (555, 1)}
+    apply_changes(spark, open_table(spark, name, table_format="iceberg"), batch, restricted)
     spark.catalog.refreshTable(name)
-    assert {r["k"]: (r["a"], r["b"]) for r in spark.table(name).collect()} == expected
-    apply_changes(spark, open_table(spark, name, table_format="iceberg"), batch, SPEC)  # whole rows: moved
-    spark.catalog.refreshTable(name)
+    # the moved row keeps its `b` (held in the file under the name `a`): restricted to `a`, the batch's 7 is ignored
     assert {r["k"]: (r["a"], r["b"]) for r in spark.table(name).collect()} == {**before, 1: (555, 1)}
+    apply_changes(spark, open_table(spark, name, table_format="iceberg"), batch, SPEC)
+    spark.catalog.refreshTable(name)
+    assert {r["k"]: (r["a"], r["b"]) for r in spark.table(name).collect()} == {**before, 1: (555, 7)}
+
+
+# Rows that move to a new file keep, from their old file, the values of the columns the batch does not set.
+# Regression: such a move needed the batch's whole rows; a batch without them failed in the rewrite, and under
+# append_new_columns after its new column had already been added to the table.
+
+def test_a_batch_adding_a_column_without_the_others_keeps_their_values(spark, schema):
+    evolving = ChangeSpec(key_columns=("k",), op_column="_op", model="evolving", on_schema_change="append_new_columns")
+    name = f"{schema}.evolving_{uuid.uuid4().hex[:8]}"
+    create_table(spark, name, spark.createDataFrame([(k, f"v{k}", k * 10, "I") for k in range(50)], SCHEMA), evolving)
+    batch = [(1, 11, "x", "U"), (2, 22, None, "U"), (100, 7, "y", "I")]  # no `v`: row 1 moves for `extra`
+    metrics = apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                            spark.createDataFrame(batch, "k bigint, a bigint, extra string, _op string"), evolving)
+    assert (metrics.rows_updated, metrics.rows_inserted) == (2, 1)
+    spark.catalog.refreshTable(name)
+    rows = {r["k"]: (r["v"], r["a"], r["extra"]) for r in spark.table(name).collect()}
+    assert len(rows) == 51
+    assert (rows[1], rows[2], rows[3], rows[100]) == (("v1", 11, "x"), ("v2", 22, None), ("v3", 30, None),
+                                                      (None, 7, "y"))
+
+
+@pytest.mark.parametrize("restriction", [{"update_columns": ("a", "c")}, {"exclude_columns": ("v",)}])
+def test_a_moved_row_keeps_the_columns_the_model_does_not_update(spark, schema, restriction):
+    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="restricted", **restriction)
+    name = f"{schema}.restricted_{uuid.uuid4().hex[:8]}"
+    create_table(spark, name, spark.createDataFrame([(k, f"v{k}", k * 10, "I") for k in range(50)], SCHEMA), spec)
+    spark.sql(f"ALTER TABLE {name} ADD COLUMNS (c bigint)")  # no file holds `c`: a value there moves the row
+    batch = [(1, "changed", 12, 5, "U"), (2, "changed", 23, None, "U")]
+    apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                  spark.createDataFrame(batch, "k bigint, v string, a bigint, c bigint, _op string"), spec)
+    spark.catalog.refreshTable(name)
+    rows = {r["k"]: (r["v"], r["a"], r["c"]) for r in spark.table(name).collect()}
+    assert len(rows) == 50
+    assert (rows[1], rows[2], rows[3]) == (("v1", 12, 5), ("v2", 23, None), ("v3", 30, None))
+
+
+def test_a_moved_row_keeps_a_renamed_column_the_batch_lacks(spark, schema):
+    name = f"{schema}.renamed_kept_{uuid.uuid4().hex[:8]}"
+    create_table(spark, name, spark.createDataFrame([(k, f"v{k}", k * 10, "I") for k in range(50)], SCHEMA), SPEC)
+    spark.sql(f"ALTER TABLE {name} RENAME COLUMN a TO b")  # the files hold `b` under the name `a`
+    spark.sql(f"ALTER TABLE {name} ADD COLUMNS (c bigint)")
+    ignoring = ChangeSpec(key_columns=("k",), op_column="_op", model="renamed_kept", on_schema_change="ignore")
+    apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                  spark.createDataFrame([(1, "v1", 5, "U")], "k bigint, v string, c bigint, _op string"), ignoring)
+    spark.catalog.refreshTable(name)
+    rows = {r["k"]: (r["v"], r["b"], r["c"]) for r in spark.table(name).collect()}
+    assert len(rows) == 50
+    assert (rows[1], rows[2]) == (("v1", 10, 5), ("v2", 20, None))

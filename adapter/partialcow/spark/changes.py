@@ -297,9 +297,7 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
                 run_file_tasks,
                 update_columns=value_columns,
                 # rows whose new values land in columns their file lacks move to a new file with the table schema
-                moved_schema=insert_schema
-                if len(value_columns) + len(spec.key_columns) == len(table_columns)
-                else None,
+                moved_schema=insert_schema,
                 insert_schema=insert_schema,
                 data_dir=table.data_dir,
                 check_keys=spec.key_columns if in_place else (),
@@ -359,7 +357,6 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
         located = pa.table([pa.array(positions, pa.int64()), pa.array(is_delete[at]), *located.columns],
                            names=[POS, DELETE, *located.column_names])
         insert_schema = table.file_schema(table_schema)
-        moved_schema = insert_schema if len(value_columns) + len(keys) == len(table_columns) else None
         threads = _threads_per_file(cores, len(ids)) if len(ids) else 1
 
         vectors = table.deletion_vectors(base_version) if len(ids) else {}
@@ -371,7 +368,7 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
             vector = vectors.get(paths[file_id])
             append = whole_rows(insert_rows, insert_schema) if file_id == append_to else None
             report = rewrite_changed_file(paths[file_id], located.slice(start, size), update_columns=value_columns,
-                                          moved_schema=moved_schema, table_schema=insert_schema,
+                                          moved_schema=insert_schema, table_schema=insert_schema,
                                           data_dir=table.data_dir, threads=threads,
                                           file_prefix=prefix, key_columns=keys if indexable else (),
                                           index_dir=scratch if indexable else None,

@@ -293,6 +293,52 @@ def _moves(upserts: pa.Table, absent: Sequence[str], written: pa.Schema, present
     return mask
 
 
+def old_values(moved: pa.Table, src: str, written: pa.Schema, table: pa.Schema | None,
+               schema: pa.Schema) -> pa.Table:
+    """``moved`` (rows leaving file ``src`` whole, see :func:`_moves`) completed to ``schema``'s columns: a column
+    the batch does not update (left out of the model, ``merge_update_columns``, ``merge_exclude_columns``) keeps the
+    row's value in ``src``, read at its ``_pcow_pos``, also under the name the file holds it by (``table``: the
+    schema with the table's field ids); a column the file lacks is null, as the table format reads it there.
+
+    >>> import tempfile
+    >>> path = tempfile.mkdtemp() + "/f.parquet"
+    >>> pq.write_table(pa.table({"k": [1, 2, 3], "v": ["a", "b", "c"]}), path)
+    >>> moved = pa.table({POS: pa.array([2, 0], pa.int64()), "k": [3, 1], "new": [7, 8]})
+    >>> schema = pa.schema({"k": pa.int64(), "v": pa.string(), "new": pa.int64(), "later": pa.int8()})
+    >>> old_values(moved, path, pq.read_schema(path), None, schema).select(["v", "later"]).to_pylist()
+    [{'v': 'c', 'later': None}, {'v': 'a', 'later': None}]
+    """
+    wanted = [f for f in schema if f.name not in moved.column_names]
+    sources: dict[str, str] = {}
+    for f in wanted:
+        if holds_column(written, table, f.name):
+            sources[f.name] = f.name
+        elif held_elsewhere(written, table, f.name) and table is not None:
+            field_id = (table.field(f.name).metadata or {}).get(_FIELD_ID)
+            sources[f.name] = next(w.name for w in written if (w.metadata or {}).get(_FIELD_ID) == field_id)
+    stored = pq.read_table(src, columns=sorted(set(sources.values()))) if sources else None
+    positions = moved[POS].combine_chunks()
+    for f in wanted:
+        if f.name in sources and stored is not None:
+            values = _with_fields(stored[sources[f.name]].take(positions).combine_chunks(), f.type)
+        else:
+            values = pa.chunked_array([pa.nulls(moved.num_rows, f.type)])
+        moved = moved.append_column(f.name, values)
+    return moved
+
+
+def _with_fields(values: pa.Array, target: pa.DataType) -> pa.Array:
+    """A struct column read from an older file, with the fields the table added since as nulls (a cast matches
+    struct fields by position)."""
+    if not (pa.types.is_struct(values.type) and pa.types.is_struct(target)) or _names(values.type) == _names(target):
+        return values
+    held = _names(values.type)
+    children = [values.field(held.index(f.name)) if f.name in held else pa.nulls(len(values), f.type)
+                for f in _children(target)]
+    mask = values.is_null() if values.null_count else None
+    return pa.StructArray.from_arrays(children, names=_names(target), mask=mask)
+
+
 def is_parquet(path: str) -> bool:
     """Whether the file at ``path`` is a Parquet file (its magic bytes at both ends)."""
     with open(path, "rb") as handle:
@@ -377,11 +423,11 @@ def rewrite_changed_file(
             raise InvalidChangeError(
                 f"{src}: {moved.num_rows} row(s) set column(s) {absent} this file lacks, or a value its column "
                 "cannot hold (a type the table promoted since, a null in a column the file stores as required); "
-                "moving them to a new file needs whole rows: in that run deliver every column of the table and "
-                "do not restrict merge_update_columns/merge_exclude_columns"
+                "moving them to a new file needs the table's schema"
             )
+        whole = old_values(moved, local_src, written, identity, moved_schema)
         moved_dst = write_table(
-            conform(moved, moved_schema), os.path.join(data_dir, new_file_name(file_prefix))
+            conform(whole, moved_schema), os.path.join(data_dir, new_file_name(file_prefix))
         ).path
         if index_dir is not None and BUCKET in moved.column_names:
             moved_index = write_index_rows(moved, key_columns, index_dir)
