@@ -101,6 +101,12 @@ CASES = [
     ("new column with on_schema_change=fail and a repeated key", rows(row(extra="1"), row(extra="1", i="2")),
      {"on_schema_change": "fail", "sequence_column": None}, ChangeFeedError,
      ["bad_feed", "extra", "on_schema_change='fail'"]),
+    # a batch that adds a column changes the table's schema only once it passed every check, repeats included
+    ("new column with append_new_columns and a repeated key", rows(row(extra="1"), row(extra="1", i="2")),
+     {"on_schema_change": "append_new_columns", "sequence_column": None}, RepeatedKeysError,
+     ["bad_feed", "(k=1)", "sequence_column"]),
+    ("new column with sync_all_columns and a tie on the latest sequence", rows(row(extra="1"), row(extra="2")),
+     {"on_schema_change": "sync_all_columns"}, RepeatedKeysError, ["bad_feed", "(k=1)", "'_ts'"]),
     ("missing column with on_schema_change=fail", row(flag=None), {"on_schema_change": "fail"}, ChangeFeedError,
      ["bad_feed", "flag", "on_schema_change='fail'"]),
     ("narrowing type with on_schema_change=fail", row(i="cast(1 as bigint)"), {"on_schema_change": "fail"},

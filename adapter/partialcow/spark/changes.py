@@ -106,18 +106,10 @@ def _evolve_schema(spark: SparkSession, table: LakehouseTable, changes_schema, s
     batch no longer has, for sync) before applying it, in the table format's metadata (Iceberg: schema update;
     Delta: a metadata commit). Existing files keep their columns; a row that gets a value in a column its file lacks
     is moved to a new file (see ``rewrite_changed_file``)."""
-    if spec.on_schema_change not in ("append_new_columns", "sync_all_columns"):
+    new_names, dropped = _schema_delta(changes_schema.names, table.spark_schema().fieldNames(), spec)
+    if not new_names and not dropped:
         return False
-    table_fields = {f.name: f.dataType for f in table.spark_schema().fields}
-    control = {*spec.control_columns, DELETE}
-    new = [f for f in changes_schema.fields if f.name not in table_fields and f.name not in control]
-    dropped = (
-        [c for c in table_fields if c not in changes_schema.names]
-        if spec.on_schema_change == "sync_all_columns"
-        else []
-    )
-    if not new and not dropped:
-        return False
+    new = [f for f in changes_schema.fields if f.name in new_names]
     if table.table_format != "iceberg" and not table.delta_spark:
         raise ChangeFeedError(
             f"model {spec.model}: on_schema_change={spec.on_schema_change!r} needs schema evolution, a Delta metadata "
@@ -140,6 +132,23 @@ def _evolve_schema(spark: SparkSession, table: LakehouseTable, changes_schema, s
     for column in dropped:  # never a key column: stage_changes required every key column in the batch
         spark.sql(f"ALTER TABLE {name} DROP COLUMN {quote_identifier(column)}")
     return True
+
+
+def _schema_delta(columns: Sequence[str], table_columns: Sequence[str],
+                  spec: ChangeSpec) -> tuple[list[str], list[str]]:
+    """The columns ``on_schema_change`` adds to the table (the batch's new ones) and drops from it (``sync``: the
+    ones the batch no longer has); none under ``ignore`` and ``fail``.
+
+    >>> _schema_delta(["k", "v", "extra", "_op"], ["k", "v", "w"], ChangeSpec(key_columns=("k",), op_column="_op",
+    ...               on_schema_change="sync_all_columns"))
+    (['extra'], ['w'])
+    """
+    if spec.on_schema_change not in ("append_new_columns", "sync_all_columns"):
+        return [], []
+    control = {*spec.control_columns, DELETE}
+    new = [c for c in columns if c not in table_columns and c not in control]
+    dropped = [c for c in table_columns if c not in columns] if spec.on_schema_change == "sync_all_columns" else []
+    return new, dropped
 
 
 def _value_columns(spec: ChangeSpec, table_columns: Sequence[str], staged_columns: Sequence[str]) -> list[str]:
@@ -211,8 +220,11 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
             batch, batch_rows = small
             staged = None
         else:
+            # a batch that changes the table's schema is checked for repeated keys before: the locate job, which
+            # checks them otherwise, runs after the schema change
+            evolves = any(_schema_delta(changes.columns, table_schema.fieldNames(), spec))
             with clock("stage"):
-                staged, batch_rows = stage(changes, spec, table_schema=table_schema, check_unique=False)
+                staged, batch_rows = stage(changes, spec, table_schema=table_schema, check_unique=evolves)
             # only a batch that passed every check may change the table's schema
             if _evolve_schema(spark, table, staged.schema, spec):
                 table_schema = table.spark_schema()
