@@ -115,6 +115,33 @@ class TestSnapshotOfARepeatedKey:
         assert "unique_key 'id' more than once (e.g. 1)" in message and "sequence_column" not in message, message
 
 
+JOINED_KEY_SNAPSHOT = """
+{% snapshot snap_joined %}
+{{ config(unique_key=['k1', 'k2'], strategy='check', check_cols=['v'], target_schema=schema) }}
+select * from {{ target.schema }}.src_joined
+{% endsnapshot %}
+"""
+
+
+class TestSnapshotOfKeysThatReadAlikeInDbtsHash:
+    @pytest.fixture(scope="class")
+    def snapshots(self):
+        return {"snap_joined.sql": JOINED_KEY_SNAPSHOT}
+
+    def test_the_error_names_the_keys(self, project):
+        """Regression: ('p|q', 'r') and ('p', 'q|r') get one dbt_scd_id (dbt joins key parts with '|'); the run
+        failed saying only that dbt's staged versions repeat an id, naming neither the keys nor a way out."""
+        for rows in ("('a', 'x', 1)", "('a', 'x', 1), ('p|q', 'r', 2), ('p', 'q|r', 3)"):
+            project.run_sql(f"create or replace table {project.test_schema}.src_joined using iceberg as "
+                            f"select * from values {rows} as t(k1, k2, v)")
+            results = run_dbt(["snapshot"], expect_pass=rows.count("(") == 1)
+        message = results.results[0].message
+        assert "read alike in dbt's dbt_scd_id" in message, message
+        assert '{"k0":"p","k1":"q|r"} and {"k0":"p|q","k1":"r"}' in message, message
+        got = project.run_sql(f"select k1, k2, v from {project.test_schema}.snap_joined", fetch="all")
+        assert [tuple(r) for r in got] == [("a", "x", 1)]  # nothing was written
+
+
 # a project's timestamp strategy that versions a record whenever its updated_at differs, back-dated ones too
 OVERRIDDEN_STRATEGY = """
 {% macro snapshot_timestamp_strategy(node, snapshotted_rel, current_rel, model_config, target_exists) %}

@@ -324,7 +324,8 @@ def _repeated_ids_message(spark: Any, model: str, source_keys: tuple[str, tuple[
                           exc: RepeatedKeysError) -> str:
     """Why a snapshot's staged versions repeat a dbt_scd_id, in the snapshot's terms (the pipeline's own message
     speaks of a model's batch and its sequence_column, which a snapshot has none of): NULL keys (see
-    :func:`_null_keys_message`), or a unique_key the query returns more than once."""
+    :func:`_null_keys_message`), a unique_key the query returns more than once, or keys that read alike in dbt's
+    hash (:func:`_joined_keys_message`)."""
     null = _null_keys_message(spark, model, source_keys, exc)
     if null is not None:
         return null
@@ -341,8 +342,34 @@ def _repeated_ids_message(spark: Any, model: str, source_keys: tuple[str, tuple[
                 f"dbt gives such rows one dbt_scd_id, and partial_cow keys a snapshot's versions by dbt_scd_id. Make "
                 "the key unique in the query (one row per unique_key, as dbt's snapshots expect); nothing was written"
             )
+        joined = _joined_keys_message(spark, model, source_keys)
+        if joined is not None:
+            return joined
     return (f"snapshot {model}: dbt's staged versions repeat dbt_scd_id(s) {exc.keys or exc}, which partial_cow keys "
             "a snapshot's versions by; nothing was written")
+
+
+def _joined_keys_message(spark: Any, model: str, source_keys: tuple[str, tuple[str, ...]]) -> str | None:
+    """Why a snapshot's staged versions repeat a dbt_scd_id, when different unique_keys of the query read alike
+    in dbt's hash: it joins the key's parts with '|' and reads NULL as '' (``('p|q', 'r')`` and ``('p', 'q|r')``,
+    ``(NULL, 'x')`` and ``('', 'x')``), so versions of such keys from one run get one id. None when no two do."""
+    source_sql, keys = source_keys
+    text = " || '|' || ".join(f"coalesce(cast(({k}) as string), '')" for k in keys)
+    parts = ", ".join(f"({k}) as k{i}" for i, k in enumerate(keys))
+    rows = spark.sql(
+        f"select slice(array_sort(collect_set(to_json(struct({parts})))), 1, 2) from (\n{source_sql}\n) __pcow_src "
+        f"group by {text} having count(distinct to_json(struct({parts}))) > 1 limit 3"
+    ).collect()
+    if not rows:
+        return None
+    samples = "; ".join(" and ".join(pair) for (pair,) in rows)
+    shown = keys[0] if len(keys) == 1 else list(keys)
+    return (
+        f"snapshot {model}: different values of unique_key {shown!r} read alike in dbt's dbt_scd_id, which joins the "
+        f"key's parts with '|' and reads NULL as '' ({samples}): versions of both from one run get one dbt_scd_id, "
+        "and partial_cow keys a snapshot's versions by dbt_scd_id. Use a unique_key whose values cannot read alike "
+        "(one expression, e.g. to_json(struct(<the key columns>))), or set snapshot_write='merge'; nothing was written"
+    )
 
 
 # dbt-spark's snapshot_get_time(), the check strategy's updated_at unless the snapshot configures one
