@@ -12,6 +12,21 @@ from snapshot_cases import HardDeletes
 pytestmark = [pytest.mark.dbt, pytest.mark.spark, pytest.mark.iceberg]
 
 
+class SnapshotCase:
+    """A case of its own snapshots: ``SNAPSHOTS`` maps file names to their SQL."""
+
+    SNAPSHOTS: dict[str, str] = {}
+
+    @pytest.fixture(scope="class")
+    def snapshots(self):
+        return self.SNAPSHOTS
+
+
+def replace_source(project, table: str, select: str) -> None:
+    """(Re)create the snapshot's source ``table`` in the test schema from ``select``."""
+    project.run_sql(f"create or replace table {project.test_schema}.{table} using iceberg as {select}")
+
+
 class TestSnapshotCheckCols(BaseSnapshotCheckCols):
     pass
 
@@ -42,16 +57,13 @@ LIST_KEY_RUNS = (
 )
 
 
-class TestSnapshotListKeyValidToCurrent:
-    @pytest.fixture(scope="class")
-    def snapshots(self):
-        return {"snap_list_key.sql": LIST_KEY_SNAPSHOT}
+class TestSnapshotListKeyValidToCurrent(SnapshotCase):
+    SNAPSHOTS = {"snap_list_key.sql": LIST_KEY_SNAPSHOT}
 
     def test_versions(self, project):
         for rows in LIST_KEY_RUNS:
             values = ", ".join(f"({i}, '{p}', '{v}', timestamp'2026-01-0{d} 00:00:00')" for i, p, v, d in rows)
-            project.run_sql(f"create or replace table {project.test_schema}.src_list_key using iceberg as "
-                            f"select * from values {values} as t(id, part, value, updated_at)")
+            replace_source(project, "src_list_key", f"select * from values {values} as t(id, part, value, updated_at)")
             run_dbt(["snapshot"])
         got = sorted(tuple(r) for r in project.run_sql(
             f"select id, part, value, day(dbt_valid_from), dbt_valid_to = timestamp'9999-12-31 00:00:00' "
@@ -74,10 +86,8 @@ select id, 'crm' as src_sys, value from {{ target.schema }}.src_literal
 """
 
 
-class TestSnapshotOfANotNullColumnInvalidatesDeletes:
-    @pytest.fixture(scope="class")
-    def snapshots(self):
-        return {"snap_literal.sql": LITERAL_SNAPSHOT}
+class TestSnapshotOfANotNullColumnInvalidatesDeletes(SnapshotCase):
+    SNAPSHOTS = {"snap_literal.sql": LITERAL_SNAPSHOT}
 
     def test_a_deleted_record_is_closed(self, project):
         """Regression: the first run created the snapshot's columns NOT NULL where its query's were (a literal,
@@ -86,8 +96,7 @@ class TestSnapshotOfANotNullColumnInvalidatesDeletes:
         snapshot recorded nothing more until the record came back."""
         for ids in ((1, 2), (1,)):
             values = ", ".join(f"({i}, 'v{i}')" for i in ids)
-            project.run_sql(f"create or replace table {project.test_schema}.src_literal using iceberg as "
-                            f"select * from values {values} as t(id, value)")
+            replace_source(project, "src_literal", f"select * from values {values} as t(id, value)")
             run_dbt(["snapshot"])
         got = sorted(tuple(r) for r in project.run_sql(
             f"select id, src_sys, value, dbt_valid_to is null from {project.test_schema}.snap_literal", fetch="all"))
@@ -102,10 +111,8 @@ select * from values (1, 'a'), (1, 'b'), (2, 'c') as t(id, value)
 """
 
 
-class TestSnapshotOfARepeatedKey:
-    @pytest.fixture(scope="class")
-    def snapshots(self):
-        return {"snap_repeated.sql": REPEATED_KEY_SNAPSHOT}
+class TestSnapshotOfARepeatedKey(SnapshotCase):
+    SNAPSHOTS = {"snap_repeated.sql": REPEATED_KEY_SNAPSHOT}
 
     def test_the_error_names_the_key_in_the_snapshots_terms(self, project):
         """Regression: a query returning a unique_key twice failed with the change pipeline's message, which told
@@ -123,17 +130,14 @@ select * from {{ target.schema }}.src_joined
 """
 
 
-class TestSnapshotOfKeysThatReadAlikeInDbtsHash:
-    @pytest.fixture(scope="class")
-    def snapshots(self):
-        return {"snap_joined.sql": JOINED_KEY_SNAPSHOT}
+class TestSnapshotOfKeysThatReadAlikeInDbtsHash(SnapshotCase):
+    SNAPSHOTS = {"snap_joined.sql": JOINED_KEY_SNAPSHOT}
 
     def test_the_error_names_the_keys(self, project):
         """Regression: ('p|q', 'r') and ('p', 'q|r') get one dbt_scd_id (dbt joins key parts with '|'); the run
         failed saying only that dbt's staged versions repeat an id, naming neither the keys nor a way out."""
         for rows in ("('a', 'x', 1)", "('a', 'x', 1), ('p|q', 'r', 2), ('p', 'q|r', 3)"):
-            project.run_sql(f"create or replace table {project.test_schema}.src_joined using iceberg as "
-                            f"select * from values {rows} as t(k1, k2, v)")
+            replace_source(project, "src_joined", f"select * from values {rows} as t(k1, k2, v)")
             results = run_dbt(["snapshot"], expect_pass=rows.count("(") == 1)
         message = results.results[0].message
         assert "read alike in dbt's dbt_scd_id" in message, message
@@ -159,10 +163,8 @@ select * from {{ target.schema }}.src_backdated
 """
 
 
-class TestSnapshotOfAnOverriddenStrategy:
-    @pytest.fixture(scope="class")
-    def snapshots(self):
-        return {"snap_backdated.sql": BACKDATED_SNAPSHOT}
+class TestSnapshotOfAnOverriddenStrategy(SnapshotCase):
+    SNAPSHOTS = {"snap_backdated.sql": BACKDATED_SNAPSHOT}
 
     @pytest.fixture(scope="class")
     def macros(self):
@@ -173,8 +175,8 @@ class TestSnapshotOfAnOverriddenStrategy:
         project that had overridden the strategy under its built-in name: a back-dated change was no candidate,
         and the version the project's strategy asks for was silently missed."""
         for value, day in (("a", 2), ("b", 1)):
-            project.run_sql(f"create or replace table {project.test_schema}.src_backdated using iceberg as "
-                            f"select 1 as id, '{value}' as value, timestamp'2026-01-0{day} 00:00:00' as updated_at")
+            replace_source(project, "src_backdated",
+                           f"select 1 as id, '{value}' as value, timestamp'2026-01-0{day} 00:00:00' as updated_at")
             run_dbt(["snapshot"])
         got = sorted(tuple(r) for r in project.run_sql(
             f"select value, dbt_valid_to is null from {project.test_schema}.snap_backdated", fetch="all"))
@@ -197,14 +199,12 @@ select * from values (1, 'a') as t(id, value)
 """
 
 
-class TestSnapshotTableSettings:
+class TestSnapshotTableSettings(SnapshotCase):
     """Regression: a partial copy-on-write snapshot created its table without the snapshot's ``tblproperties``
     and without its ``partition_by``, ``clustered_by`` or ``location_root``, silently (dbt-spark's CREATE TABLE AS
     SELECT honours them). Properties are set now; the others are refused before anything is written."""
 
-    @pytest.fixture(scope="class")
-    def snapshots(self):
-        return {"snap_props.sql": PROPERTIES_SNAPSHOT, "snap_partitioned.sql": PARTITIONED_SNAPSHOT}
+    SNAPSHOTS = {"snap_props.sql": PROPERTIES_SNAPSHOT, "snap_partitioned.sql": PARTITIONED_SNAPSHOT}
 
     def test_properties_are_set_and_partitioning_is_refused(self, project):
         run_dbt(["snapshot", "-s", "snap_props"])
@@ -225,10 +225,8 @@ select * from {{ target.schema }}.src_same_upd
 """
 
 
-class TestSnapshotOfACheckedChangeWithTheSameUpdatedAt:
-    @pytest.fixture(scope="class")
-    def snapshots(self):
-        return {"snap_same_upd.sql": SAME_UPDATED_AT_SNAPSHOT}
+class TestSnapshotOfACheckedChangeWithTheSameUpdatedAt(SnapshotCase):
+    SNAPSHOTS = {"snap_same_upd.sql": SAME_UPDATED_AT_SNAPSHOT}
 
     def test_the_run_is_refused_and_the_record_keeps_its_version(self, project):
         """Regression: with the check strategy and an ``updated_at`` column, a record whose checked value changed
@@ -258,10 +256,8 @@ select * from {{ target.schema }}.src_colliding
 """
 
 
-class TestSnapshotOfAKeySharingADeletedRecordsId:
-    @pytest.fixture(scope="class")
-    def snapshots(self):
-        return {"snap_colliding.sql": COLLIDING_SNAPSHOT}
+class TestSnapshotOfAKeySharingADeletedRecordsId(SnapshotCase):
+    SNAPSHOTS = {"snap_colliding.sql": COLLIDING_SNAPSHOT}
 
     def test_the_deleted_record_stays_closed(self, project):
         """Regression: a run's new version whose dbt_scd_id a deleted record's closed version holds was checked
@@ -270,8 +266,8 @@ class TestSnapshotOfAKeySharingADeletedRecordsId:
         MERGE inserts nothing for it (the id matches), and so do we now."""
         runs = ["('', 'A'), ('x', 'B')", "('x', 'B')", "('x', 'B'), (cast(null as string), 'C')"]
         for rows in runs:
-            project.run_sql(f"create or replace table {project.test_schema}.src_colliding using iceberg as select k, "
-                            f"v, timestamp'2025-01-01 00:00:00' as upd from values {rows} as t(k, v)")
+            replace_source(project, "src_colliding",
+                           f"select k, v, timestamp'2025-01-01 00:00:00' as upd from values {rows} as t(k, v)")
             run_dbt(["snapshot"])
         got = sorted((tuple(r) for r in project.run_sql(
             f"select k, v, dbt_valid_to is null from {project.test_schema}.snap_colliding", fetch="all")),
