@@ -110,6 +110,7 @@ def test_position_deletes_on_a_file_to_rewrite_are_refused(spark, base_table):
         apply_changes(spark, open_table(spark, name, table_format="iceberg"), update, SPEC)
     message = str(info.value)
     assert name in message and "position delete" in message and "rewrite_data_files" in message
+    assert message.startswith("model bad_feed: "), message  # regression: the table's refusals named no model
     assert table_state(spark, name) == before
     assert (1, "a") not in {(r[0], r[1]) for r in before[1]} and len(before[1]) == len(BASE_ROWS) - 1
 

@@ -31,6 +31,11 @@ def named_errors(*, model: str, table: str) -> Iterator[None]:
         if str(exc).startswith(f"model {model}"):
             raise
         raise type(exc)(f"model {model}, table {table}: {exc}") from exc
+    except (E.UnsupportedTableFeatureError, E.DuplicateKeyError) as exc:
+        # the table's own refusals (features, keys other writers repeated) are raised where no model is known
+        if exc.args and not str(exc.args[0]).startswith(f"model {model}"):
+            exc.args = (f"model {model}: {exc.args[0]}", *exc.args[1:])
+        raise
     except E.PartialCowError:
         raise
     except Exception as exc:
