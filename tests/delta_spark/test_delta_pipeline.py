@@ -270,6 +270,9 @@ def test_on_schema_change_on_delta(spark, schema) -> None:
     assert apply_changes(spark, table(), rows(with_extra.replace("20L", "21L")), append).commit_retries == 0
     got = {r["id"]: (r["name"], r["extra"]) for r in spark.table(name).collect()}
     assert got[1] == ("one", 2.5) and got[21] == ("twenty", 3.5) and got[2] == ("n2", None)
+    # a batch without `name`: row 3 moves to a new file for its `extra` and keeps its name from the old file
+    apply_changes(spark, table(), rows("select 3L as id, 4.5d as extra, 'U' as _op"), append)
+    assert {r["id"]: (r["name"], r["extra"]) for r in spark.table(name).collect()}[3] == ("n3", 4.5)
 
     sync = ChangeSpec(**{**base.__dict__, "on_schema_change": "sync_all_columns"})
     metrics = apply_changes(spark, table(), rows("select 2L as id, 'two' as name, 1.0d as extra, 7 as more, "
