@@ -55,6 +55,25 @@ def test_a_column_named_in_other_letter_case_is_the_tables_column(spark, schema)
     assert (rows[1], rows[100], rows[2]) == (11, 7, 20)
 
 
+@pytest.mark.parametrize("on_schema_change", ["fail", "ignore", "append_new_columns"])
+def test_a_key_column_named_in_other_letter_case_is_the_tables_key(spark, schema, on_schema_change):
+    """Regression: a model whose key came back as ``Id`` for the table's ``id`` failed every batch: taken for a new
+    column (``fail``: "new: ['Id'], missing: ['id']"; ``append_new_columns``: Spark's FIELDS_ALREADY_EXISTS) or not
+    found (``ignore``: a bare pyarrow KeyError on the driver path, an unresolved column on the Spark path)."""
+    spec = ChangeSpec(key_columns=("id",), op_column="_op", model="cased_key", on_schema_change=on_schema_change)
+    name = f"{schema}.cased_key_{uuid.uuid4().hex[:8]}"
+    create_table(spark, name, spark.createDataFrame([(k, f"v{k}", "I") for k in range(20)],
+                                                    "id bigint, v string, _op string"), spec)
+    metrics = apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                            spark.createDataFrame([(1, "A", "U"), (30, "new", "I")], "Id bigint, v string, _op string"),
+                            spec)
+    assert (metrics.rows_updated, metrics.rows_inserted) == (1, 1)
+    spark.catalog.refreshTable(name)
+    assert spark.table(name).columns == ["id", "v"]
+    rows = dict(spark.sql(f"SELECT id, v FROM {name}").collect())
+    assert (len(rows), rows[1], rows[30], rows[2]) == (21, "A", "new", "v2")
+
+
 def test_a_field_added_to_a_struct_gets_its_values(spark, schema):
     """Regression: a field added to a struct column after a file was written (``addr.country``) was taken for the
     same struct: an update of a row in that file was cast into the file's struct, which drops the field, and the

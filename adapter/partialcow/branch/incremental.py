@@ -287,8 +287,11 @@ def apply_changes_on_branch(
         return _whole(spark, rows, branch=branch, base_schema=base_schema, identifier=identifier, key_columns=keys,
                       meta_schema=meta_schema, counts=(rows.count(), 0, 0))
     current = spark.table(qualified(schema, identifier))
+    changes = table_spelling(changes, spec, current.columns)
+    spec = batch_spelling(changes, spec)
+    keys = tuple(spec.key_columns)
     _match(model, current.columns, keys, "unique_key")
-    staged, values = _stage(table_spelling(changes, spec, current.columns), spec, current)
+    staged, values = _stage(changes, spec, current)
     seq = time.time_ns() // 1_000_000
     materialized = table_exists(spark, schema, full_table(identifier))
     image_mode = store.require(branch).image_mode

@@ -204,8 +204,8 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
         table.check_supported(removing=False, partitioned_ok=False)
         with clock("schema"):
             table_schema = table.spark_schema()
-            spec = batch_spelling(changes, spec)
             changes = table_spelling(changes, spec, table_schema.fieldNames())
+            spec = batch_spelling(changes, spec)
         with clock("index_open"):
             index = _open_index(table, spec, table_schema)
         small = None

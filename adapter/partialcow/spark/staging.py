@@ -386,15 +386,13 @@ def table_spelling(changes: DataFrame, spec: ChangeSpec, table_columns: Sequence
     """``changes`` with each column that names a table column in other letter case renamed to the table's spelling,
     as Spark resolves names (``spark.sql.caseSensitive`` off, its default) and dbt-spark's MERGE matches them.
     Without it a model that spelled ``amount`` for ``Amount`` had the column dropped as new (``ignore``) and the
-    table's left undelivered. The columns ``spec`` names (key, op code, sequence) are matched as named.
+    table's left undelivered. Key columns too: spell ``spec`` for the result again (:func:`batch_spelling`).
     """
     if str(changes.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() == "true":
         return changes
-    named = {*spec.key_columns, spec.op_column, spec.sequence_column}
     by_lower = {c.lower(): c for c in table_columns}
     renames = {c: by_lower[c.lower()] for c in changes.columns
-               if c not in table_columns and c not in named and c.lower() in by_lower
-               and by_lower[c.lower()] not in changes.columns}
+               if c not in table_columns and c.lower() in by_lower and by_lower[c.lower()] not in changes.columns}
     return changes.withColumnsRenamed(renames) if renames else changes
 
 
