@@ -96,6 +96,7 @@ class TestParquetTableBecomesPartialCowIncremental:
         switched = "{kind: partial_cow_incremental, format: iceberg, id: 2}"
         _, log = run_dbt_and_capture(["run", "--vars", switched], expect_pass=False)
         assert "not an Iceberg table" in log and "`dbt run --full-refresh --select m` rebuilds" in log, log[-3000:]
+        assert "model m: model m:" not in log, log[-3000:]  # regression: the model was named twice
         assert [tuple(r) for r in project.run_sql(f"select id, name from {schema}.m", fetch="all")] == [(1, "v1")]
         run_dbt(["run", "--full-refresh", "--vars", switched])
         run_dbt(["run", "--vars", "{kind: partial_cow_incremental, format: iceberg, id: 3}"])
@@ -152,6 +153,7 @@ class TestSparkIncrementalBecomesPartialCowIncremental:
         assert self._snapshots(project, "flat") == before["flat"][1] + 1  # the same table, its history kept
         # the partitioned one: refused, naming the way out, and left exactly as it was
         assert "Runtime Error in model parted" in log and "--full-refresh --select parted" in log, log[-3000:]
+        assert "model parted: model parted:" not in log, log[-3000:]
         assert (self._rows(project, "parted"), self._snapshots(project, "parted")) == before["parted"]
         run_dbt(["run", "--full-refresh", "--select", "parted", "--vars", "{ours: true, run: 4, start: 0, stop: 30}"])
         run_dbt(["run", "--select", "parted", "--vars", "{ours: true, run: 5, start: 25, stop: 35, gone: 30}"])

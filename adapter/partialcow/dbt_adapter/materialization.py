@@ -174,6 +174,16 @@ def change_spec(config: Mapping[str, Any], *, model: str) -> Any:
         raise DbtRuntimeError(str(exc)) from None
 
 
+def _named(model: str, exc: Exception) -> str:
+    """``exc``'s message led by the model's name, once (the change pipeline names it in most of its errors).
+
+    >>> _named("m", ValueError("model m: x")), _named("m", ValueError("x"))
+    ('model m: x', 'model m: x')
+    """
+    text = str(exc)
+    return text if text.startswith(f"model {model}:") else f"model {model}: {text}"
+
+
 def log_phases(name: str, metrics: WriteMetrics) -> None:
     """Where a write's time went, for the log and the dbt-level benchmark (``bench/dbt_bench.py`` reads the line)."""
     _LOGGER.info(f"partialcow phases: {json.dumps({'model': name, **metrics.phase_ms})}")
@@ -256,13 +266,13 @@ class PartialCowMixin(metaclass=AdapterMeta):
             # a model switched to this materialization (or to another file_format) over an existing table: batches
             # apply only to a table of the model's format, and only the user may replace what the table holds
             raise DbtRuntimeError(
-                f"model {model}: {exc}. The model's file_format is {file_format!r}: `dbt run --full-refresh --select "
+                f"{_named(model, exc)}. The model's file_format is {file_format!r}: `dbt run --full-refresh --select "
                 f"{model}` rebuilds the table as one from the model's rows, replacing what it holds now"
             ) from None
         except PartitionedTableError as exc:
             # a table partitioned by another writer (a dbt-spark model's partition_by, say): only some batches fit
             raise DbtRuntimeError(
-                f"model {model}: {exc}. partial_cow_incremental changes a partitioned table only where a batch's "
+                f"{_named(model, exc)}. partial_cow_incremental changes a partitioned table only where a batch's "
                 "updates and deletes lie in one partition and its inserts belong there; `dbt run --full-refresh "
                 f"--select {model}` rebuilds the table unpartitioned (partition_by is not supported)"
             ) from None

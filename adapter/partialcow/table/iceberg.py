@@ -407,8 +407,8 @@ class IcebergTable:
             spec = table.spec()
             if not spec.isUnpartitioned():
                 raise PartitionedTableError(
-                    f"adding files to partitioned Iceberg table {self._name} without replacing one: partialcow only "
-                    "carries a replaced file's partition over; write appends through Spark"
+                    f"adding files to partitioned Iceberg table {self._name} without replacing one: a new file takes "
+                    "the partition of a file it replaces, and this change replaces none"
                 )
             return spec, None
         spec_id = int(removed[0].specId())
