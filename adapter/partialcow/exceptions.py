@@ -29,6 +29,7 @@ __all__ = [
     "TableFormatMismatchError",
     "UnsupportedFileError",
     "UnsupportedTableFeatureError",
+    "UnusableIndexError",
 ]
 
 
@@ -97,6 +98,16 @@ class IndexError_(PartialCowError):
 
 class StaleIndexError(IndexError_):
     """The index does not reflect the table's current snapshot and could not be repaired."""
+
+
+class UnusableIndexError(IndexError_):
+    """The stored index cannot be used: its state is unreadable, belongs to a table elsewhere, or names bucket files
+    that are gone or damaged. It is derived data: a write builds it again from the table. ``key_columns``: the
+    state's keys when it could be read."""
+
+    def __init__(self, message: str, key_columns: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.key_columns = key_columns
 
 
 class DuplicateKeyError(IndexError_):

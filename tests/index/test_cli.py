@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
 
@@ -44,6 +45,22 @@ def test_delta_rebuild_verify_and_corruption(spark, tmp_path, capsys) -> None:
     assert main(["index", "rebuild", root]) == 0  # keys come from the existing index
     assert main(["index", "verify", root]) == 0
 
+    # regression: a torn state and a missing bucket file ended both commands with a traceback
+    index = RowIndex.open(DeltaRsTable(root, spark=spark))
+    os.remove(os.path.join(index.store.root, index.state.buckets[0]))
+    assert main(["index", "verify", root]) == 2
+    assert "missing or damaged" in capsys.readouterr().err
+    assert main(["index", "rebuild", root]) == 0  # keyed as the damaged index was
+    assert main(["index", "verify", root]) == 0
+    state = os.path.join(index.store.root, "_state", sorted(os.listdir(os.path.join(index.store.root, "_state")))[-1])
+    open(state, "w").close()
+    assert main(["index", "verify", root]) == 2
+    assert "cannot be read" in capsys.readouterr().err
+    assert main(["index", "rebuild", root]) == 2
+    assert "--key" in capsys.readouterr().err
+    assert main(["index", "rebuild", root, "--key", "k"]) == 0
+    assert main(["index", "verify", root]) == 0
+
 
 @pytest.mark.iceberg
 def test_iceberg_by_name_with_warehouse(spark, spark_warehouse, capsys) -> None:
@@ -58,6 +75,11 @@ def test_iceberg_by_name_with_warehouse(spark, spark_warehouse, capsys) -> None:
         spark.sql("INSERT INTO default.cli_idx VALUES (4, 'd')")  # the index is now behind the table
         assert main(["index", "verify", "default.cli_idx", "--warehouse", warehouse]) == 1
         assert "FAILED" in capsys.readouterr().out
+        # regression: with the index's snapshot expired by another writer, verify ended with a traceback
+        spark.sql("CALL spark_catalog.system.expire_snapshots(table => 'default.cli_idx', "
+                  "older_than => TIMESTAMP '2100-01-01 00:00:00', retain_last => 1)")
+        assert main(["index", "verify", "default.cli_idx", "--warehouse", warehouse]) == 1
+        assert "no longer in the table" in capsys.readouterr().out
         assert RowIndex.open(IcebergTable(spark, "default.cli_idx")).ensure_fresh().rows_total == 4
         assert main(["index", "verify", "default.cli_idx", "--warehouse", warehouse]) == 0
     finally:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from partialcow.cli import emit
-from partialcow.exceptions import ConfigurationError
+from partialcow.exceptions import ConfigurationError, UnusableIndexError
 from partialcow.formats import TABLE_FORMATS, TableFormat
 from partialcow.index.row_index import RowIndex, VerifyReport
 from partialcow.progress import Progress
@@ -226,9 +226,14 @@ def run(args: argparse.Namespace) -> int:
         return 0 if report.ok else 1
     keys = [k.strip() for k in args.key.split(",") if k.strip()] if args.key else None
     with _write_lease(spark, table_format, name, source), progress.step(f"rebuilding the row index of {args.table}"):
-        if RowIndex.exists(source) and keys is None:
-            index = RowIndex.open(source)
-            metrics = index.rebuild(num_buckets=args.buckets)
+        try:
+            existing = RowIndex.open(source) if RowIndex.exists(source) and keys is None else None
+        except UnusableIndexError as exc:  # built again from the table, keyed as before when that is known
+            if not exc.key_columns:
+                raise ConfigurationError(f"{exc}: pass --key <col1,col2,...> to build it again") from None
+            existing, keys = None, list(exc.key_columns)
+        if existing is not None:
+            metrics = existing.rebuild(num_buckets=args.buckets)
         else:
             if not keys:
                 raise ConfigurationError(f"table {args.table} has no row index yet: pass --key <col1,col2,...>")

@@ -32,7 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from partialcow.exceptions import ConfigurationError, DuplicateKeyError, IndexError_, StaleIndexError
+from partialcow.exceptions import (
+    ConfigurationError,
+    DuplicateKeyError,
+    IndexError_,
+    StaleIndexError,
+    UnusableIndexError,
+)
 from partialcow.faults import checkpoint
 from partialcow.index import bucket_files
 from partialcow.index.bucket_files import (
@@ -71,6 +77,15 @@ def key_identity(source: TableSource, key_columns: Sequence[str]) -> dict[str, A
     ids = source.column_ids()
     found = [ids.get(c.lower()) for c in key_columns]
     return {_KEY_IDS: found} if any(i is not None for i in found) else {}
+
+
+def _same_place(a: str, b: str) -> bool:
+    """Whether two table locations name one folder (``file:`` URIs and plain paths alike).
+
+    >>> _same_place("file:/w/t/", "/w/t"), _same_place("/w/t", "/w/u")
+    (True, False)
+    """
+    return (local_path(a) or a).rstrip("/") == (local_path(b) or b).rstrip("/")
 
 
 class RowIndex(_DriverSide):
@@ -148,6 +163,19 @@ class RowIndex(_DriverSide):
                 f"table {source.name} has no row index under {store.root}; build one with RowIndex.create(...) or "
                 "`partialcow index rebuild`"
             )
+        # a table folder copied with its index (a Delta table cloned by copying its folder), or a re-created table
+        # of another format, holds an index of other files: its version number may even match
+        if not _same_place(state.location, source.location) or state.table_format != source.table_format:
+            raise UnusableIndexError(
+                f"the row index under {store.root} is that of the {state.table_format} table at {state.location}, "
+                f"not of table {source.name}; the next write, or `partialcow index rebuild`, builds it again",
+                key_columns=state.key_columns)
+        damaged = store.unusable_files(state)
+        if damaged:
+            raise UnusableIndexError(
+                f"the row index of table {source.name} names bucket file(s) {damaged[:3]} that are missing or "
+                "damaged; the next write, or `partialcow index rebuild`, builds it again",
+                key_columns=state.key_columns)
         return cls(source, state, store)
 
     @staticmethod

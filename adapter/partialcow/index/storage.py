@@ -34,7 +34,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from partialcow.exceptions import IndexError_, StaleIndexError
+from partialcow.exceptions import IndexError_, StaleIndexError, UnusableIndexError
 from partialcow.table.paths import local_path
 
 __all__ = [
@@ -199,13 +199,40 @@ class IndexStore:
         return versions[-1] if versions else None
 
     def read_state(self, version: int | None = None) -> IndexState | None:
+        """State ``version`` (the latest when None; None when there is none), numbered by its file's name: a file
+        copied in from an older state carries that state's number inside. ``UnusableIndexError`` when it cannot
+        be read (torn, emptied, of an unknown format)."""
         if version is None:
             version = self.latest_state_version()
             if version is None:
                 return None
         name = self.path(f"_state/v{version:08d}.json")
         with self.fs.open_input_stream(name) as stream:
-            return IndexState.from_json(stream.read().decode("utf-8"), source=name)
+            text = stream.read()
+        try:
+            state = IndexState.from_json(text.decode("utf-8"), source=name)
+        except (ValueError, KeyError, TypeError, IndexError_) as exc:  # JSON, UTF-8, fields, format
+            raise UnusableIndexError(
+                f"index state {name} cannot be read ({type(exc).__name__}: {exc}); the next write, or `partialcow "
+                "index rebuild --key <columns>`, builds the index again") from None
+        return replace(state, state_version=version)
+
+    def unusable_files(self, state: IndexState) -> list[str]:
+        """The bucket files ``state`` names that are missing or not whole Parquet files (damaged by hand or by
+        the disk; a write publishes a state only after its files are complete)."""
+        bad = []
+        for name in state.all_bucket_files():
+            try:
+                with self.fs.open_input_file(self.path(name)) as f:
+                    size = f.size()
+                    head = f.read(4)
+                    f.seek(max(size - 4, 0))
+                    whole = size >= 12 and head == b"PAR1" and f.read(4) == b"PAR1"
+            except (FileNotFoundError, OSError):
+                whole = False
+            if not whole:
+                bad.append(name)
+        return bad
 
     def write_state(self, state: IndexState) -> None:
         """Publish ``state`` as version ``state.state_version``; refuse if another writer published it first."""
@@ -264,6 +291,8 @@ class IndexStore:
                 state = self.read_state(v)
             except FileNotFoundError:
                 state = None
+            except UnusableIndexError:
+                continue  # a damaged state references nothing a reader could use
             if state is None:
                 return []  # another collection removed it, so newer states exist: theirs to collect
             referenced.update(state.all_bucket_files())

@@ -27,6 +27,10 @@ def verify(index: RowIndex) -> VerifyReport:
     report = VerifyReport(
         table=state.table, index_version=state.table_version, table_version=version, stale_files=stale
     )
+    if stale and not _still_readable(index):
+        report.samples.append(f"the index's snapshot {state.table_version} is no longer in the table (expired): the "
+                              "next write brings the index up to date")
+        return report
     cols = [*state.key_columns, FILE_ID, POS]
     if state.files:
         scan = index.source.read_rows(
@@ -58,3 +62,12 @@ def verify(index: RowIndex) -> VerifyReport:
     finally:
         scan.unpersist()
     return report
+
+
+def _still_readable(index: RowIndex) -> bool:
+    """Whether the table still holds the snapshot the index reflects (another writer may have expired it)."""
+    try:
+        index.source.live_files(index.state.table_version)
+    except Exception:  # noqa: BLE001 - the formats' own errors for a version that is gone (Java or Python)
+        return False
+    return True

@@ -38,6 +38,7 @@ from partialcow.exceptions import (
     ChangeFeedError,
     CommitConflictError,
     LostCommitError,
+    UnusableIndexError,
 )
 from partialcow.faults import checkpoint
 from partialcow.index import RowIndex
@@ -163,8 +164,11 @@ def _value_columns(spec: ChangeSpec, table_columns: Sequence[str], staged_column
 
 def _open_index(table: LakehouseTable, spec: ChangeSpec, table_schema: StructType) -> RowIndex:
     if RowIndex.exists(table.format_table):
-        index = RowIndex.open(table.format_table)
-        if tuple(index.key_columns) == tuple(spec.key_columns):
+        try:
+            index: RowIndex | None = RowIndex.open(table.format_table)
+        except UnusableIndexError:
+            index = None  # derived from the table: built again below
+        if index is not None and tuple(index.key_columns) == tuple(spec.key_columns):
             # a key column of another type now (Iceberg's int -> bigint promotion, which commits no snapshot, or a
             # table re-created by another writer) leaves every entry hashed and typed as before: a new generation
             types = {f.name.lower(): f.dataType.simpleString() for f in table_schema.fields}
