@@ -76,7 +76,8 @@
   {%- set file_format = config.get('file_format', none) -%}
   {%- if language == 'python' -%}
     {%- set spec = {'schema': relation.schema, 'identifier': relation.identifier, 'unique_key': unique_key,
-                    'branch': branch, 'meta_schema': target.schema, 'file_format': file_format} -%}
+                    'branch': branch, 'meta_schema': target.schema, 'file_format': file_format,
+                    'materialized': config.get('materialized')} -%}
 {{ compiled_code }}
 # --- dbt-partialcow: build on branch {{ branch }} --- #
 from partialcow.dbt_adapter.branching import build_python_model_on_branch
@@ -86,7 +87,7 @@ df = to_spark_dataframe(model(dbt, spark), spark, model_name={{ tojson(model.nam
 print(build_python_model_on_branch(spark, df, {{ tojson(tojson(spec)) }}))
   {%- else -%}
     {%- set summary = adapter.partialcow_branch_build(relation, compiled_code, unique_key, branch, target.schema,
-                                                     file_format) -%}
+                                                     file_format, config.get('materialized')) -%}
     {%- do log(summary, info=True) -%}
     {#- the overlay and the view exist now; the materialization's `main` statement runs this no-op -#}
     select {{ "'" ~ (summary | replace("'", "")) ~ "'" }} as partialcow_branch_build

@@ -178,7 +178,9 @@ class TestBranchLifecycle:
         assert rows(spark, f"{dev}.items") == ours
         properties = dict(tuple(r) for r in spark.sql(f"SHOW TBLPROPERTIES {dev}.item_latest").collect())
         assert properties["partialcow.image-of"] == f"{schema}.item_latest@partialcow_dev"
-        assert rows(spark, f"{dev}.item_latest") == {k: (k, v[2]) for k, v in ours.items()}  # the full result
+        # the full result, and main's rows of keys it lacks (an incremental model's runs never delete)
+        assert rows(spark, f"{dev}.item_latest") == {**{k: (k, v[2]) for k, v in base.items()},
+                                                      **{k: (k, v[2]) for k, v in ours.items()}}
 
         # diff: per key and column, against the parent's current rows
         run_dbt(["run-operation", "branch_diff", "--args", branch_args("dev")])
@@ -353,3 +355,35 @@ class TestWhatABranchRunRefuses:
         assert spark.table(f"{dev}.item_count").collect()[0]["n"] == len(SEED) - 1
         comments = {r[0]: r[2] for r in spark.sql(f"DESCRIBE TABLE {schema}.item_count").collect()}
         assert comments["n"] == "how many items"  # built on main, by the first test's run
+
+
+HISTORY = """
+{{ config(materialized='incremental', unique_key='id', file_format='iceberg') }}
+select id, v from {{ target.schema }}.hist_src
+"""
+
+
+class TestAnIncrementalModelOnABranch:
+    """Regression: a dbt-spark incremental model keeps on main the rows its source no longer has (its runs upsert).
+    Built in full on a branch, every such row became a tombstone, and merging the branch deleted them from main,
+    silently. Missing keys now keep the parent's rows; what the branch changes still merges."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"hist.sql": HISTORY}
+
+    def test_merge_keeps_the_rows_main_kept(self, project, spark):
+        schema = project.test_schema
+        project.run_sql(f"create table {schema}.hist_src using iceberg as "
+                        "select * from values (1, 'a'), (2, 'b'), (3, 'c') as t(id, v)")
+        run_dbt(["run"])
+        project.run_sql(f"create or replace table {schema}.hist_src using iceberg as "
+                        "select * from values (3, 'c2'), (4, 'd') as t(id, v)")
+        run_dbt(["run-operation", "branch_create", "--args", branch_args("dev")])
+        run_dbt(["run", "--vars", "{branch: dev}"])
+        expected = {1: (1, "a"), 2: (2, "b"), 3: (3, "c2"), 4: (4, "d")}  # what `dbt run` on main gives
+        assert rows(spark, f"{schema}__br_dev.hist") == expected
+        _, out = run_dbt_and_capture(["run-operation", "branch_diff", "--args", branch_args("dev")])
+        assert "1 inserted, 1 updated, 0 deleted" in out, out[-2000:]
+        run_dbt(["run-operation", "branch_merge", "--args", branch_args("dev")])
+        assert rows(spark, f"{schema}.hist") == expected

@@ -24,7 +24,8 @@ without ``__``; ``main`` names the tables built without a branch.
 Behaviour:
 
 - Table and incremental models built on a branch are computed in full and diffed by ``unique_key`` against the
-  parent (new/changed rows 'U', missing parent keys 'D'). Models without ``unique_key``, or whose columns differ
+  parent (new/changed rows 'U', missing parent keys 'D'; an incremental model's missing keys keep the parent's
+  rows, as its runs there upsert and never delete). Models without ``unique_key``, or whose columns differ
   from the parent's, are *detached*: the overlay holds the whole result and the view reads it alone; a diff
   compares whole rows; a merge replaces the parent's rows (a conflict if the parent changed too).
 - A keyed model on a branch is read through its *image*: the overlay applied to the parent as an Iceberg branch

@@ -146,8 +146,10 @@ def _same_layout(result: DataFrame, parent: DataFrame) -> bool:
     return ours.keys() == theirs.keys() and all(same_types(t, theirs[c]) for c, t in ours.items())
 
 
-def _diff_against_parent(result: DataFrame, parent: DataFrame, keys: Sequence[str], seq: int) -> DataFrame:
-    """Rows of ``result`` that are new or changed ('U') plus parent keys missing from it ('D'): one full outer join.
+def _diff_against_parent(result: DataFrame, parent: DataFrame, keys: Sequence[str], seq: int, *,
+                         keep_missing: bool = False) -> DataFrame:
+    """Rows of ``result`` that are new or changed ('U') plus parent keys missing from it ('D', unless
+    ``keep_missing``): one full outer join.
 
     ``result`` holds one row per key (:func:`_refuse_bad_keys`). A key the parent holds more than once is joined
     once (its first copy) and counts as changed, so that the branch shows the result's one row for it, not the
@@ -176,7 +178,7 @@ def _diff_against_parent(result: DataFrame, parent: DataFrame, keys: Sequence[st
     unchanged = (F.col("_pn") == 1) & all_of(
         [same_value(F.col(f"r{i}"), F.col(f"p{i}"), types[c]) for i, c in enumerate(columns) if i not in key_positions]
     )
-    changed = (in_result & (~in_parent | ~unchanged)) | (in_parent & ~in_result)
+    changed = (in_result & (~in_parent | ~unchanged)) | (F.lit(not keep_missing) & in_parent & ~in_result)
     out = [
         (F.when(in_result, F.col(f"r{i}")).otherwise(F.col(f"p{i}")) if i in key_positions else F.col(f"r{i}")).alias(c)
         for i, c in enumerate(columns)
@@ -200,8 +202,12 @@ def build_model(
     identifier: str,
     key_columns: Sequence[str],
     meta_schema: str,
+    keep_missing: bool = False,
 ) -> BuildSummary:
     """Store ``result`` (the model's full new content) on ``branch`` as an overlay and (re)create the branch view.
+
+    ``keep_missing``: a parent key missing from ``result`` keeps the parent's row instead of becoming a tombstone
+    (an incremental model: on the parent its runs upsert and never delete, so rows the source no longer has stay).
 
     A build that fails leaves the branch showing what it showed: dbt-spark's table materialization drops the
     model's relation before building it (dbt lists a branch's image table as a view), so a build refused for its
@@ -215,7 +221,7 @@ def build_model(
     store = BranchStore(spark, meta_schema=meta_schema)
     try:
         return _build_model(spark, result, store=store, branch=branch, base_schema=base_schema,
-                            identifier=identifier, key_columns=key_columns)
+                            identifier=identifier, key_columns=key_columns, keep_missing=keep_missing)
     except Exception:
         schema = overlay_schema(base_schema, branch)
         if table_exists(spark, schema, overlay_table(identifier)) and not table_exists(spark, schema, identifier):
@@ -225,7 +231,7 @@ def build_model(
 
 
 def _build_model(spark: SparkSession, result: DataFrame, *, store: BranchStore, branch: str, base_schema: str,
-                 identifier: str, key_columns: Sequence[str]) -> BuildSummary:
+                 identifier: str, key_columns: Sequence[str], keep_missing: bool = False) -> BuildSummary:
     from pyspark.sql import functions as F
 
     levels = store.chain(branch)
@@ -237,7 +243,7 @@ def _build_model(spark: SparkSession, result: DataFrame, *, store: BranchStore, 
     if key_columns and parent_frame is not None and _same_layout(result, parent_frame):
         keys = _match_keys(model, result.columns, key_columns)
         _refuse_bad_keys(model, result, keys, nulls=True)
-        frame = _diff_against_parent(result, parent_frame, keys, seq)
+        frame = _diff_against_parent(result, parent_frame, keys, seq, keep_missing=keep_missing)
         mode: OverlayMode = "delta"
     else:
         keys = _match_keys(model, result.columns, key_columns) if key_columns else ()

@@ -58,7 +58,7 @@ def _base_schema(schema: str, identifier: str, branch: str) -> str:
 
 
 def _build(df: Any, *, schema: str, identifier: str, unique_key: Any, branch: str, meta_schema: str,
-           file_format: str | None = None) -> str:
+           file_format: str | None = None, materialized: str | None = None) -> str:
     from partialcow.branch import build_model
 
     _require_iceberg(identifier, file_format)
@@ -71,6 +71,9 @@ def _build(df: Any, *, schema: str, identifier: str, unique_key: Any, branch: st
         identifier=identifier,
         key_columns=_key_columns(unique_key),
         meta_schema=meta_schema,
+        # an incremental model's runs on the parent upsert and never delete: its rows stay where the branch's
+        # full result lacks them (a tombstone would delete them from the parent at the merge)
+        keep_missing=materialized == "incremental",
     )
     return summary.describe()
 
@@ -170,7 +173,7 @@ class BranchingMixin(metaclass=AdapterMeta):
     @available
     def partialcow_branch_build(
         self, relation: Any, compiled_code: str, unique_key: Any, branch: str, meta_schema: str,
-        file_format: str | None = None,
+        file_format: str | None = None, materialized: str | None = None,
     ) -> str:
         """Build a SQL model on ``branch``: its result is diffed against the parent into the overlay table."""
         _dbt_errors(lambda: _require_iceberg(relation.identifier, file_format))
@@ -183,6 +186,7 @@ class BranchingMixin(metaclass=AdapterMeta):
                 branch=branch,
                 meta_schema=meta_schema,
                 file_format=file_format,
+                materialized=materialized,
             )
         )
 
