@@ -22,3 +22,14 @@
   {%- endfor -%}
   {{ return(statements[0] if statements else '') }}
 {% endmacro %}
+
+
+{#- A seed is a plain table in the branch's overlay schema: loaded for a branch that does not exist, it became an
+    object of no branch that then stopped `branch_create` of that name. Refused like the branch's models are. -#}
+{% macro partialcow__create_csv_table(model, agate_table) %}
+  {%- set branch = partialcow_active_branch() -%}
+  {%- if branch is not none -%}
+    {%- do adapter.partialcow_require_branch(branch, target.schema) -%}
+  {%- endif -%}
+  {{ return(spark__create_csv_table(model, agate_table)) }}
+{% endmacro %}

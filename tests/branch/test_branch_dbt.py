@@ -348,6 +348,16 @@ class TestWhatABranchRunRefuses:
         assert "repeats in its result" in out, out[-2000:]
         assert rows(spark, f"{dev}.items") == shown
 
+    def test_a_seed_on_a_branch_that_does_not_exist_is_refused(self, project, spark):
+        """Regression: the seed was loaded into the overlay schema of a branch nobody created, and
+        ``branch_create`` of that name then refused, the schema holding objects of an "earlier branch"."""
+        _, out = run_dbt_and_capture(["seed", "--vars", "{branch: typo}"], expect_pass=False)
+        assert "branch 'typo' does not exist" in out and "branch_create" in out, out[-3000:]
+        assert not spark.catalog.tableExists(f"{project.test_schema}__br_typo.base_items")
+        run_dbt(["run-operation", "branch_create", "--args", branch_args("typo")])
+        run_dbt(["seed", "--vars", "{branch: typo}"])
+        assert spark.table(f"{project.test_schema}__br_typo.base_items").count() == len(SEED)
+
     def test_documented_columns_build_on_a_branch(self, project, spark):
         schema = project.test_schema
         dev = f"{schema}__br_dev"

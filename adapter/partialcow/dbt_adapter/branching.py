@@ -191,6 +191,13 @@ class BranchingMixin(metaclass=AdapterMeta):
         )
 
     @available
+    def partialcow_require_branch(self, branch: str, meta_schema: str) -> None:
+        """Refuse, naming how to create it, a ``branch`` that does not exist (a seed loaded on it)."""
+        from partialcow.branch import BranchStore
+
+        _dbt_errors(lambda: BranchStore(self._branch_spark(), meta_schema=meta_schema).chain(branch))
+
+    @available
     def partialcow_branch_has_model(self, relation: Any, branch: str, meta_schema: str) -> bool:
         """True if ``branch`` or one of its parent levels has the model (``is_incremental()`` of a
         ``partial_cow_incremental`` model on a branch)."""
