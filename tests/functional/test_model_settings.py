@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from dbt.tests.util import run_dbt
 
-from partialcow.dbt_adapter.settings_scope import SettingsScope
+from partialcow.dbt_adapter.settings_scope import Left, SettingsScope
 
 pytestmark = [pytest.mark.dbt, pytest.mark.spark, pytest.mark.iceberg]
 
@@ -72,17 +72,18 @@ def test_models_running_at_once_keep_the_settings(spark) -> None:
     try:
         first = scope.enter(spark)
         spark.conf.set(key, flipped)
-        assert scope.leave(first) == [key]
+        assert scope.leave(first) == Left([key], [])
         assert spark.conf.get(key) == start
         first, second = scope.enter(spark), scope.enter(spark)
         spark.conf.set(key, flipped)
-        assert scope.leave(first) == [] and scope.leave(second) == []
+        # regression: kept silently; now reported, once per process (the second model saw the same change)
+        assert scope.leave(first) == Left([], [key]) and scope.leave(second) == Left([], [])
         assert spark.conf.get(key) == flipped
         # one model whose run another model's overlapped, started and ended in between
         first = scope.enter(spark)
         scope.leave(scope.enter(spark))
         spark.conf.set(key, start)
-        assert scope.leave(first) == []
-        assert scope.leave(scope.enter(None)) == []
+        assert scope.leave(first) == Left([], [])
+        assert scope.leave(scope.enter(None)) == Left([], [])
     finally:
         spark.conf.set(key, start)

@@ -125,9 +125,16 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
         return _SETTINGS.enter(self.connections.running_session())  # type: ignore[attr-defined]
 
     def post_model_hook(self, config: Mapping[str, Any], context: Any) -> None:
-        changed = _SETTINGS.leave(context)
-        if changed:
-            _LOGGER.debug(f"partialcow: Spark settings the model changed, put back: {', '.join(changed)}")
+        left = _SETTINGS.leave(context)
+        if left.restored:
+            _LOGGER.debug(f"partialcow: Spark settings the model changed, put back: {', '.join(left.restored)}")
+        if left.kept:
+            _LOGGER.warning(
+                f"partialcow: Spark setting(s) {', '.join(left.kept)} changed while models ran at the same time "
+                "(threads > 1), so no model's change can be put back: they stay in force for the models after it in "
+                "this process. Set them in the profile's spark_config, in every model that needs them, or run with "
+                "--threads 1"
+            )
         super().post_model_hook(config, None)
 
     def _build_spark_relation_list(self, row_list: Any, relation_info_func: Callable[[Any], Any]) -> list[Any]:

@@ -34,12 +34,16 @@ def to_spark_dataframe(result: Any, spark: Any, *, model_name: str) -> Any:
         if result.empty:  # a batch with no changes: Spark infers no schema from no rows, the dtypes tell it
             return spark.createDataFrame([], _empty_frame_schema(result))
         with _ARROW_SWITCH:
-            before = spark.conf.get(_ARROW, "false")
+            before = spark.conf.get(_ARROW, None)
             spark.conf.set(_ARROW, "true")
             try:
                 return spark.createDataFrame(result)
             finally:
-                spark.conf.set(_ARROW, before)
+                # left as it was, unset included: the model's own settings are what dbt's log reports
+                if before is None:
+                    spark.conf.unset(_ARROW)
+                else:
+                    spark.conf.set(_ARROW, before)
     raise DbtRuntimeError(
         f"Python model {model_name} returned {type(result).__name__}: return a Spark or pandas DataFrame"
     )

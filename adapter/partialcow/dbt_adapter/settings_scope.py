@@ -8,7 +8,9 @@ what it changed, ``unset`` what it added); settings from ``on-run-start`` hooks 
 starts from.
 
 Models that run at the same time (``threads`` above 1) share the session's settings while they run, and a change
-cannot be told apart from another model's: then nothing is put back, as with dbt-spark's ``session`` method.
+cannot be told apart from another model's: then nothing is put back, as with dbt-spark's ``session`` method, and
+the settings that changed meanwhile are reported once each (:attr:`Left.kept`), so that a user sees why later models
+run under them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SettingsScope", "restore_settings", "settings_of"]
+__all__ = ["Left", "SettingsScope", "restore_settings", "settings_of"]
 
 
 def settings_of(spark: Any) -> Any:
@@ -42,6 +44,14 @@ def restore_settings(spark: Any, before: Any) -> list[str]:
     return changed
 
 
+def _changed(spark: Any, before: Any) -> list[str]:
+    now = spark._jsparkSession.sessionState().conf().getAllConfs()
+    if now.equals(before):
+        return []
+    old, new = _as_dict(spark, before), _as_dict(spark, now)
+    return sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+
+
 def _as_dict(spark: Any, scala_map: Any) -> dict[str, str]:
     converters = spark.sparkContext._jvm.scala.collection.JavaConverters
     return {str(k): str(v) for k, v in dict(converters.mapAsJavaMapConverter(scala_map).asJava()).items()}
@@ -55,6 +65,15 @@ class _Token:
     generation: int  # models started in this process when this one started
 
 
+@dataclass(frozen=True)
+class Left:
+    """What :meth:`SettingsScope.leave` did: settings put back (the model ran alone), or settings that changed while
+    it ran beside other models and stay in force (each reported once per process)."""
+
+    restored: list[str]
+    kept: list[str]
+
+
 class SettingsScope:
     """Brackets each model: :meth:`enter` before it, :meth:`leave` after it (dbt's ``pre_model_hook`` and
     ``post_model_hook``)."""
@@ -63,6 +82,7 @@ class SettingsScope:
         self._lock = threading.Lock()
         self._running = 0
         self._generation = 0
+        self._reported: set[str] = set()
 
     def enter(self, spark: Any | None) -> _Token | None:
         """Start a model on ``spark`` (None: no session runs yet, so the model starts from the profile's)."""
@@ -75,13 +95,19 @@ class SettingsScope:
             return _Token(None, None, alone=False, generation=generation)
         return _Token(spark, settings_of(spark), alone=alone, generation=generation)
 
-    def leave(self, token: _Token | None) -> list[str]:
-        """End the model ``token`` stands for; returns the settings put back."""
+    def leave(self, token: _Token | None) -> Left:
+        """End the model ``token`` stands for."""
         if token is None:
-            return []
+            return Left([], [])
         with self._lock:
             self._running -= 1
             alone = token.alone and self._generation == token.generation
-        if not alone or token.spark is None:
-            return []
-        return restore_settings(token.spark, token.before)
+        if token.spark is None:
+            return Left([], [])
+        if alone:
+            return Left(restore_settings(token.spark, token.before), [])
+        changed = _changed(token.spark, token.before)
+        with self._lock:
+            kept = [k for k in changed if k not in self._reported]
+            self._reported.update(kept)
+        return Left([], kept)
