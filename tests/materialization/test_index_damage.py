@@ -13,11 +13,13 @@ import shutil
 import uuid
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from partialcow.index import INDEX_DIR, RowIndex
 from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
 from partialcow.spark.tables import local_path, open_table
+from partialcow.table.base import FILE_ID
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("pipeline_path")]
 
@@ -61,6 +63,15 @@ def _tear_a_bucket(folder: str, other: str) -> None:
         handle.truncate(os.path.getsize(path) // 2)
 
 
+def _point_a_bucket_at_unknown_files(folder: str, other: str) -> None:
+    """A whole Parquet bucket whose entries name file ids the state does not list (another generation's file)."""
+    path = [p for p in _bucket_files(folder) if os.path.basename(p).startswith("b")][0]
+    entries = pq.read_table(path)
+    column = entries.schema.get_field_index(FILE_ID)
+    stale = pa.array([99] * entries.num_rows, entries.schema.field(column).type)
+    pq.write_table(entries.set_column(column, entries.schema.field(column), stale), path)
+
+
 def _copy_an_older_state_in(folder: str, other: str) -> None:
     states = _states(folder)
     shutil.copy(states[0], os.path.join(folder, "_state", "v00000099.json"))  # its content says version 1
@@ -71,14 +82,16 @@ def _copy_another_tables_index(folder: str, other: str) -> None:
     shutil.copytree(other, folder)
 
 
-DAMAGE = [_empty_the_state, _delete_a_bucket, _tear_a_bucket, _copy_an_older_state_in, _copy_another_tables_index]
+DAMAGE = [_empty_the_state, _delete_a_bucket, _tear_a_bucket, _point_a_bucket_at_unknown_files,
+          _copy_an_older_state_in, _copy_another_tables_index]
 
 
 @pytest.mark.parametrize("damage", DAMAGE, ids=[d.__name__.strip("_") for d in DAMAGE])
 def test_the_next_batch_builds_a_damaged_index_again(spark, schema, damage):
     """Regressions: an emptied state failed every run with a bare JSONDecodeError; a deleted or torn bucket with a
-    bare path or Arrow's "magic bytes not found"; an older state copied in as the latest failed every run as "updated
-    concurrently" (the next number was taken from its content)."""
+    bare path or Arrow's "magic bytes not found"; a bucket of unknown file ids with a bare KeyError; an older state
+    copied in as the latest failed every run as "updated concurrently" (the next number was taken from its
+    content)."""
     name, other = (f"{schema}.{p}_{uuid.uuid4().hex[:8]}" for p in ("damaged", "other"))
     for table, first in ((name, 0), (other, 1000)):
         create_table(spark, table, spark.createDataFrame([(k, f"v{k}", "I") for k in range(first, first + 50)],

@@ -26,7 +26,7 @@ import json
 import math
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
@@ -238,6 +238,7 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
                     index = _open_index(table, spec, table_schema)
         checkpoint("staged")
         retries = 0
+        rebuilt = False
         while True:
             base_version = index.state.table_version
             try:
@@ -246,6 +247,16 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
                 else:
                     metrics = _attempt(spark, table, index, staged, spec, table_schema, batch_rows, lease, clock)
                 break
+            except _UnknownFilesError:
+                # entries the index's state does not know (a bucket file of another generation), found before
+                # anything was written: the index is built again from the table, once
+                if rebuilt:
+                    raise
+                rebuilt = True
+                with clock("index_open"):
+                    index = RowIndex.create(table.format_table, key_columns=spec.key_columns)
+                if staged is None and BUCKET in batch.column_names and _bucket_layout(index) != layout:
+                    batch = batch.drop_columns([BUCKET])
             except CommitConflictError as exc:
                 if isinstance(exc, LostCommitError):
                     lease.keep_for_recovery = True  # its files stay unreferenced: the next write removes them
@@ -293,9 +304,10 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
             in_place = _locates_in_place(staged, index, spec, batch_rows, cores)
             located = _locate(index, staged, spec, value_columns, table_columns, scratch, batch_rows, cores, in_place)
         checkpoint("located")
+        paths = index.file_paths()
+        _require_known_files(index, located.file_rows, paths)
         if located.inserts:
             _check_required_columns(spec, table_schema, staged.columns)
-        paths = index.file_paths()
         # one task per touched file, the most changed first, then the insert writers
         ids = sorted(located.file_rows, key=lambda i: (-located.file_rows[i], i))
         threads = _threads_per_file(cores, len(ids)) if ids else 1
@@ -362,9 +374,10 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
             insert_rows = batch.filter(pa.array(~found & ~is_delete))
             conflict_keys = conflict_keys_of(batch.select(keys), spec)
         checkpoint("located")
+        paths = index.file_paths()
+        _require_known_files(index, np.unique(file_ids).tolist(), paths)
         if insert_rows.num_rows:
             _check_required_columns(spec, table_schema, batch.column_names)
-        paths = index.file_paths()
         carried = [*keys, *value_columns, *([BUCKET] if BUCKET in batch.column_names else [])]
         order = np.argsort(file_ids, kind="stable")
         at, file_ids, positions = at[order], file_ids[order], positions[order]
@@ -429,6 +442,20 @@ def _removing_written_on_failure(lease: WriteLease) -> Iterator[None]:
         if not lease.keep_for_recovery:  # after a lost commit its files are among them: recovery sorts them out
             lease.remove_written()
         raise
+
+
+class _UnknownFilesError(UnusableIndexError):
+    """Raised by :func:`_require_known_files` only, before anything is written (an attempt may be repeated)."""
+
+
+def _require_known_files(index: RowIndex, file_ids: Iterable[int], paths: Mapping[int, str]) -> None:
+    """Refuse entries of files the index's state does not list: its buckets are not the ones it wrote."""
+    unknown = sorted(int(i) for i in file_ids if int(i) not in paths)
+    if unknown:
+        raise _UnknownFilesError(
+            f"the row index of table {index.state.table} holds entries of file id(s) {unknown[:3]} its state does "
+            "not list (a bucket file of another generation); `partialcow index rebuild` builds it again",
+            key_columns=index.state.key_columns)
 
 
 def _check_required_columns(spec: ChangeSpec, table_schema: StructType, staged_columns: Sequence[str]) -> None:
