@@ -64,6 +64,16 @@ def test_a_column_dropped_and_added_again_on_main(spark, meta):
     drop_branch(spark, name="dev", meta_schema=meta)
 
 
+def _branch_over_columns_a_b(spark, meta: str, dev: dict) -> str:
+    """Main's ``items`` (id, a, b) with two rows, and branch ``dev`` built with the rows ``dev``; returns its name."""
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, a string, b string) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'a1', 'b1'), (2, 'a2', 'b2')")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    _build(spark, meta, dev, "id bigint, a string, b string")
+    return root
+
+
 def test_a_refresh_after_main_lost_a_column_keeps_the_branch_readable(spark, meta):
     """Regression: main rebuilt the model without column ``b``; ``refresh_branch`` dropped the branch's image and its
     relation, then failed to create the view (``p.b`` unresolved): the model was gone from the branch and ``ref()``
@@ -71,12 +81,8 @@ def test_a_refresh_after_main_lost_a_column_keeps_the_branch_readable(spark, met
     from partialcow.branch import refresh_branch
     from partialcow.exceptions import BranchError
 
-    root = f"{meta}.items"
-    spark.sql(f"CREATE TABLE {root} (id bigint, a string, b string) USING iceberg")
-    spark.sql(f"INSERT INTO {root} VALUES (1, 'a1', 'b1'), (2, 'a2', 'b2')")
-    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
     dev = {1: (1, "dev", "b1"), 2: (2, "a2", "b2")}
-    _build(spark, meta, dev, "id bigint, a string, b string")
+    root = _branch_over_columns_a_b(spark, meta, dev)
     spark.sql(f"CREATE OR REPLACE TABLE {root} USING iceberg AS SELECT id, a FROM {root}")
     with pytest.raises(BranchError, match=r"(?s)items.*dev.*b"):
         refresh_branch(spark, name="dev", meta_schema=meta)
@@ -146,12 +152,8 @@ def test_diff_and_merge_after_main_lost_a_column_refuse_by_name(spark, meta):
     from partialcow.branch import diff_branch, merge_branch
     from partialcow.exceptions import BranchError
 
-    root = f"{meta}.items"
-    spark.sql(f"CREATE TABLE {root} (id bigint, a string, b string) USING iceberg")
-    spark.sql(f"INSERT INTO {root} VALUES (1, 'a1', 'b1'), (2, 'a2', 'b2')")
-    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
     dev = {1: (1, "a1", "dev"), 2: (2, "a2", "b2")}
-    _build(spark, meta, dev, "id bigint, a string, b string")
+    root = _branch_over_columns_a_b(spark, meta, dev)
     spark.sql(f"ALTER TABLE {root} DROP COLUMN b")
     main = _rows(spark, root)
     for run in (lambda: diff_branch(spark, name="dev", meta_schema=meta),
