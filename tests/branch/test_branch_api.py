@@ -303,3 +303,39 @@ def test_regression_detached_merge_kept_the_parents_partitioning_sort_order_and_
     assert RowIndex.open(IcebergTable(spark, table)).verify().ok
     drop_branch(spark, name="dev", meta_schema=meta)
     spark.sql(f"DROP SCHEMA {meta} CASCADE")
+
+
+def test_an_append_only_model_shows_its_history_with_the_new_rows_as_they_were_and_the_merge_keeps_it(spark):
+    """An incremental model without a key (``keep_missing``, no key columns): the branch shows the parent's rows plus
+    those of the result the parent lacks, counted with repeats (Python multisets are the oracle), values as they
+    were (-0.0 keeps its sign, NaN and maps compare as values); ``branch_merge`` leaves the parent's rows alone."""
+    import math
+    from collections import Counter
+
+    meta = f"hist_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    columns = "id int, x double, m map<string,int>"
+    parent = [(1, 0.0, {"a": 1}), (1, 0.0, {"a": 1}), (2, math.nan, None), (3, None, {"b": 2})]
+    result = [(1, 0.0, {"a": 1}), (2, math.nan, None), (4, -0.0, {"c": 3}), (4, -0.0, {"c": 3}), (5, 1.5, None)]
+    spark.createDataFrame(parent, columns).writeTo(f"{meta}.ev").using("iceberg").create()
+    create_branch(spark, name="d", meta_schema=meta, models=[(meta, "ev")])
+    build_model(spark, spark.createDataFrame(result, columns), branch="d", base_schema=meta, identifier="ev",
+                key_columns=[], meta_schema=meta, keep_missing=True)
+
+    def value(v):  # NaN equal to itself, -0.0 told from 0.0, maps hashable
+        if isinstance(v, float):
+            return "nan" if math.isnan(v) else (v, math.copysign(1.0, v))
+        return tuple(sorted(v.items())) if isinstance(v, dict) else v
+
+    def rows(items) -> Counter:
+        return Counter(tuple(value(v) for v in r) for r in items)
+
+    appended = rows(result) - rows(parent)
+    assert sum(appended.values()) == 3
+    assert rows(spark.table(f"{meta}__br_d.ev").collect()) == rows(parent) + appended
+    merged = merge_branch(spark, name="d", meta_schema=meta)
+    assert [(m.kept_history, m.replaced, m.conflicts) for m in merged.models] == [(True, False, 0)]
+    assert rows(spark.table(f"{meta}.ev").collect()) == rows(parent)
+    assert rows(spark.table(f"{meta}__br_d.ev").collect()) == rows(parent)  # the branch continues from main
+    drop_branch(spark, name="d", meta_schema=meta)
+    spark.sql(f"DROP SCHEMA {meta} CASCADE")

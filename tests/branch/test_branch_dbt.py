@@ -397,3 +397,40 @@ class TestAnIncrementalModelOnABranch:
         assert "1 inserted, 1 updated, 0 deleted" in out, out[-2000:]
         run_dbt(["run-operation", "branch_merge", "--args", branch_args("dev")])
         assert rows(spark, f"{schema}.hist") == expected
+
+
+EVENTS = """
+{{ config(materialized='incremental', file_format='iceberg') }}
+select id, v from {{ target.schema }}.events_src
+{% if is_incremental() %} where id > (select max(id) from {{ this }}) {% endif %}
+"""
+
+
+class TestAnAppendOnlyModelOnABranch:
+    """Regression: an incremental model without unique_key appends, so main holds rows (its history) its source no
+    longer has. Built in full on a branch, the branch showed only the source's rows, and merging replaced main's
+    history with them, silently. The branch now shows main's rows plus what the source gained, and the merge leaves
+    main's rows to the model's own runs there."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"events.sql": EVENTS}
+
+    def test_the_branch_shows_the_history_and_the_merge_keeps_it(self, project, spark):
+        schema = project.test_schema
+        project.run_sql(f"create table {schema}.events_src using iceberg as "
+                        "select * from values (1, 'a'), (2, 'b'), (3, 'c') as t(id, v)")
+        run_dbt(["run"])
+        project.run_sql(f"create or replace table {schema}.events_src using iceberg as "
+                        "select * from values (3, 'c'), (4, 'd'), (4, 'd') as t(id, v)")
+        run_dbt(["run-operation", "branch_create", "--args", branch_args("dev")])
+        run_dbt(["run", "--vars", "{branch: dev}"])
+        history = [(1, "a"), (2, "b"), (3, "c")]
+        expected = sorted([*history, (4, "d"), (4, "d")])  # what `dbt run` on main gives
+        assert sorted(map(tuple, spark.table(f"{schema}__br_dev.events").collect())) == expected
+        _, out = run_dbt_and_capture(["run-operation", "branch_merge", "--args", branch_args("dev")])
+        assert "left the parent's rows, its history, as they are" in out, out[-2000:]
+        assert sorted(map(tuple, spark.table(f"{schema}.events").collect())) == history
+        assert sorted(map(tuple, spark.table(f"{schema}__br_dev.events").collect())) == history
+        run_dbt(["run"])  # the model's own run on main appends what the source gained
+        assert sorted(map(tuple, spark.table(f"{schema}.events").collect())) == expected

@@ -39,6 +39,7 @@ __all__ = [
 
 _PROP_KEYS = "partialcow.branch.key_columns"
 _PROP_MODE = "partialcow.branch.mode"
+_PROP_HISTORY = "partialcow.branch.keeps_history"
 
 
 def distinct_models(models: Sequence[Sequence[str]]) -> list[tuple[str, str]]:
@@ -99,7 +100,8 @@ def overlay_info(spark: SparkSession, schema: str, identifier: str) -> OverlayIn
     columns = tuple(c for c in spark.table(table).columns if c not in (OP_COLUMN, SEQ_COLUMN))
     keys = tuple(k for k in props.get(_PROP_KEYS, "").split(",") if k)
     mode: OverlayMode = "delta" if props.get(_PROP_MODE) == "delta" else "detached"
-    return OverlayInfo(schema=schema, identifier=identifier, columns=columns, key_columns=keys, mode=mode)
+    return OverlayInfo(schema=schema, identifier=identifier, columns=columns, key_columns=keys, mode=mode,
+                       keeps_history=props.get(_PROP_HISTORY) == "true")
 
 
 def write_overlay(
@@ -110,10 +112,12 @@ def write_overlay(
     identifier: str,
     key_columns: Sequence[str],
     mode: OverlayMode,
+    keeps_history: bool = False,
 ) -> None:
     """(Re)write the overlay table of ``identifier`` in ``schema`` from ``frame`` (data columns + ``_pcow_*``).
 
     ``CREATE OR REPLACE`` keeps the table's snapshot history, so child branches can still time-travel to it.
+    ``keeps_history``: see :class:`OverlayInfo`.
     """
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
     (
@@ -121,6 +125,7 @@ def write_overlay(
         .using("iceberg")
         .tableProperty(_PROP_KEYS, ",".join(key_columns))
         .tableProperty(_PROP_MODE, mode)
+        .tableProperty(_PROP_HISTORY, str(keeps_history).lower())
         .createOrReplace()
     )
 

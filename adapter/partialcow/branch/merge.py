@@ -370,7 +370,9 @@ def merge_branch(
                     parent_dropped=dropped,
                 ),
             )
-            if plan.merge.detached:
+            if plan.merge.detached and info.keeps_history and parent is not None:
+                plan.merge.kept_history = True  # never replaced: its runs on the parent append, the branch's rebuilt
+            elif plan.merge.detached:
                 if not fast_forward or dropped:
                     plan.merge.conflicts = 1  # no keys: a change on both sides conflicts as a whole
                     plan.merge.resolution = None if policy == "fail" else policy
@@ -445,7 +447,7 @@ def _merge_model(
                      applied_sql=f"SELECT {', '.join(quote(c) for c in info.columns)}, {OP_COLUMN} "
                                  f"FROM ({plan.source}) s")
     )
-    if not (plan.merge.detached and plan.merge.conflicts and policy == "theirs"):
+    if not (plan.merge.detached and plan.merge.conflicts and policy == "theirs") and not plan.merge.kept_history:
         try:
             _apply(spark, plan, store=store, parent_levels=parent_levels)
         except Exception:
@@ -512,9 +514,10 @@ def _remove_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore
 
 
 def _take_parent_rows(spark: SparkSession, plan: _Plan, *, store: BranchStore, branch: str) -> None:
-    """A detached model merged with ``on_conflict: theirs``: the parent's rows stayed, and the branch continues from
-    them. Left as it was, the overlay would still show the branch's result, and as the merge base moves on, the next
-    merge would take it for a change made after the base and copy it over the parent as a fast-forward."""
+    """A detached model merged with ``on_conflict: theirs``, or one whose parent's rows are its history: the
+    parent's rows stayed, and the branch continues from them. Left as it was, the overlay would still show the
+    branch's result, and as the merge base moves on, the next merge would take it for a change made after the base
+    and copy it over the parent as a fast-forward."""
     from pyspark.sql import functions as F
 
     info = plan.info
@@ -526,6 +529,7 @@ def _take_parent_rows(spark: SparkSession, plan: _Plan, *, store: BranchStore, b
     frame = rows.select(*[quote(c) for c in rows.columns], F.lit(OP_UPSERT).alias(OP_COLUMN),
                         F.lit(seq).cast("bigint").alias(SEQ_COLUMN))
     keys = [k for k in info.key_columns if k in rows.columns]  # the parent's columns may differ from the branch's
-    write_overlay(spark, frame, schema=info.schema, identifier=info.identifier, key_columns=keys, mode="detached")
+    write_overlay(spark, frame, schema=info.schema, identifier=info.identifier, key_columns=keys, mode="detached",
+                  keeps_history=info.keeps_history)
     _unmaterialize(spark, info.schema, info.identifier)  # the collapsed copy held the branch's result
     create_branch_view(spark, store=store, branch=branch, base_schema=plan.base_schema, identifier=info.identifier)

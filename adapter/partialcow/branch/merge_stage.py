@@ -69,6 +69,8 @@ class ModelMerge:
     removed: bool = False
     #: partition and sort fields of the parent's table a detached model's other columns could not keep
     layout_dropped: tuple[str, ...] = ()
+    #: an incremental model without unique_key: the parent's rows are its history and stay as they are
+    kept_history: bool = False
 
     def describe(self) -> str:
         how = "fast-forward" if self.fast_forward else "three-way"
@@ -80,6 +82,9 @@ class ModelMerge:
             else:
                 done = "changed on the branch, the parent's table dropped since the branch built it"
             text = f"  {self.model} (parent's table dropped): {done}"
+        elif self.kept_history:
+            text = (f"  {self.model} (incremental without unique_key): left the parent's rows, its history, as they "
+                    "are; the model's next run there appends what its sources gained")
         elif self.detached:
             done = "replaced the parent's rows" if self.replaced else "left the parent as it is"
             text = f"  {self.model} ({how}, detached): {done}"

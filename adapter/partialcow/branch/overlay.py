@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from partialcow.branch.base import capture_base
 from partialcow.branch.catalog import holds_no_rows, table_exists
-from partialcow.branch.frames import all_of, same_key, same_key_sql, same_types, same_value
+from partialcow.branch.frames import all_of, holds_map, same_key, same_key_sql, same_types, same_value
 from partialcow.branch.image import (
     ImageReport,
     drop_image,
@@ -187,6 +187,34 @@ def _diff_against_parent(result: DataFrame, parent: DataFrame, keys: Sequence[st
     return joined.where(changed).select(out + [op]).withColumn(SEQ_COLUMN, F.lit(seq).cast("bigint"))
 
 
+def _with_history(result: DataFrame, parent: DataFrame) -> DataFrame:
+    """The parent's rows plus the rows of ``result`` the parent does not hold, counted with repeats: what an
+    incremental model without ``unique_key`` holds after a run on the parent that appends what its sources gained.
+    ``result`` is the model's full result (on a branch ``is_incremental()`` is false), so its rows the parent already
+    holds are not appended twice. Rows are matched on values (maps as JSON text: Spark cannot compare maps), but
+    stored as they were: no grouping, which would turn ``-0.0`` into ``0.0``."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    columns = result.columns
+    names = {c.lower(): c for c in parent.columns}
+    theirs = parent.select([F.col(quote(names[c.lower()])).alias(c) for c in columns])
+
+    def numbered(frame: DataFrame, prefix: str) -> DataFrame:
+        # the n-th copy of a row in one frame matches the n-th copy in the other
+        values = [F.to_json(F.array(F.col(quote(f.name)))) if holds_map(f.dataType) else F.col(quote(f.name))
+                  for f in frame.schema.fields]
+        copy = F.row_number().over(Window.partitionBy(*values).orderBy(F.monotonically_increasing_id()))
+        return frame.select(*[F.col(quote(c)) for c in columns], *[v.alias(f"{prefix}{i}") for i, v in
+                                                                   enumerate(values)], copy.alias(f"{prefix}n"))
+
+    ours = numbered(result, "_pcow_r")
+    parents = numbered(theirs, "_pcow_p").select(*[f"_pcow_p{i}" for i in range(len(columns))], "_pcow_pn")
+    on = [F.col(f"_pcow_r{i}").eqNullSafe(F.col(f"_pcow_p{i}")) for i in range(len(columns))]
+    appended = ours.join(parents, on=[*on, F.col("_pcow_rn") == F.col("_pcow_pn")], how="left_anti")
+    return theirs.unionByName(appended.select(*[F.col(quote(c)) for c in columns]))
+
+
 def count_ops(spark: SparkSession, table: str) -> tuple[int, int]:
     """(upserted rows, tombstones) of an overlay table."""
     counts = {r[0]: r[1] for r in spark.sql(f"SELECT {OP_COLUMN}, count(*) FROM {table} GROUP BY 1").collect()}
@@ -208,6 +236,8 @@ def build_model(
 
     ``keep_missing``: a parent key missing from ``result`` keeps the parent's row instead of becoming a tombstone
     (an incremental model: on the parent its runs upsert and never delete, so rows the source no longer has stay).
+    Without ``key_columns`` (the model's runs append), the branch shows the parent's rows plus those of ``result``
+    the parent lacks, and ``branch_merge`` leaves the parent's rows, its history, as they are.
 
     A build that fails leaves the branch showing what it showed: dbt-spark's table materialization drops the
     model's relation before building it (dbt lists a branch's image table as a view), so a build refused for its
@@ -240,6 +270,8 @@ def _build_model(spark: SparkSession, result: DataFrame, *, store: BranchStore, 
     seq = time.time_ns() // 1_000_000
     parent = resolve_parent(spark, levels[1:], base_schema, identifier)
     parent_frame = None if parent is None else spark.table(qualified(*parent))
+    # an incremental model without keys appends: the parent's rows are its history (see _with_history)
+    keeps_history = keep_missing and not key_columns and parent_frame is not None
     if key_columns and parent_frame is not None and _same_layout(result, parent_frame):
         keys = _match_keys(model, result.columns, key_columns)
         _refuse_bad_keys(model, result, keys, nulls=True)
@@ -249,12 +281,16 @@ def _build_model(spark: SparkSession, result: DataFrame, *, store: BranchStore, 
         keys = _match_keys(model, result.columns, key_columns) if key_columns else ()
         if keys:
             _refuse_bad_keys(model, result, keys, nulls=False)
-        frame = result.select(
+        shown = result
+        if keeps_history and parent_frame is not None and _same_layout(result, parent_frame):
+            shown = _with_history(result, parent_frame)
+        frame = shown.select(
             [F.col(quote(c)) for c in result.columns]
             + [F.lit(OP_UPSERT).alias(OP_COLUMN), F.lit(seq).cast("bigint").alias(SEQ_COLUMN)]
         )
         mode = "detached"
-    write_overlay(spark, frame, schema=schema, identifier=identifier, key_columns=keys, mode=mode)
+    write_overlay(spark, frame, schema=schema, identifier=identifier, key_columns=keys, mode=mode,
+                  keeps_history=keeps_history)
     if mode == "delta":
         capture_base(
             spark,
@@ -268,7 +304,9 @@ def _build_model(spark: SparkSession, result: DataFrame, *, store: BranchStore, 
         )
     if table_exists(spark, schema, full_table(identifier)):
         # a materialized model keeps its collapsed table in step with the newest build
-        result.writeTo(f"{schema}.{full_table(identifier)}").using("iceberg").createOrReplace()
+        shown = result if mode == "delta" else spark.table(qualified(schema, overlay_table(identifier))).select(
+            *[quote(c) for c in result.columns])
+        shown.writeTo(f"{schema}.{full_table(identifier)}").using("iceberg").createOrReplace()
     upserts, tombstones = count_ops(spark, qualified(schema, overlay_table(identifier)))
     image = create_branch_view(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
     refresh_descendant_views(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)

@@ -123,13 +123,17 @@ class BranchRecord:
 
 @dataclass(frozen=True)
 class OverlayInfo:
-    """What an overlay table stores: its data columns (without ``_pcow_*``), key columns and mode."""
+    """What an overlay table stores: its data columns (without ``_pcow_*``), key columns and mode.
+
+    ``keeps_history``: the model is a dbt ``incremental`` model without ``unique_key`` (its runs append): the
+    parent's rows are its history, which a merge never replaces."""
 
     schema: str
     identifier: str
     columns: tuple[str, ...]
     key_columns: tuple[str, ...]
     mode: OverlayMode
+    keeps_history: bool = False
 
     @property
     def table(self) -> str:
