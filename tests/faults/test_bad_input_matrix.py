@@ -198,6 +198,32 @@ def test_a_null_in_a_not_null_column_is_refused(spark, pipeline_path):
         spark.sql(f"drop schema {schema} cascade")
 
 
+def test_a_batch_adding_a_column_without_a_required_one_is_refused_before_the_schema_changes(spark):
+    """Regression: a batch that adds a column (``append_new_columns``) and lacks a NOT NULL column was refused for
+    its inserts only after the ALTER TABLE, so the refused batch left the table with its new column. Updates alone
+    still apply: their rows keep the required column's values."""
+    schema = f"pcow_reqe_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    name = f"{schema}.t"
+    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="required", on_schema_change="append_new_columns")
+    try:
+        spark.sql(f"create table {name} (k bigint, v bigint not null) using iceberg")
+        spark.sql(f"insert into {name} values (1, 1), (2, 2)")
+        table = open_table(spark, name, table_format="iceberg")
+        apply_changes(spark, table, spark.createDataFrame([(3, 3, "I")], "k bigint, v bigint, _op string"), spec)
+        before = table_state(spark, name)
+        batch = "k bigint, extra string, _op string"
+        with pytest.raises(ChangeFeedError) as info:
+            apply_changes(spark, table, spark.createDataFrame([(1, "x", "U"), (4, "y", "I")], batch), spec)
+        message = str(info.value)
+        assert "required" in message and "['v']" in message and "(k=4)" in message, message
+        assert table_state(spark, name) == before
+        apply_changes(spark, table, spark.createDataFrame([(1, "x", "U"), (2, None, "D")], batch), spec)
+        assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 1, "x"), (3, 3, None)]
+    finally:
+        spark.sql(f"drop schema {schema} cascade")
+
+
 def test_a_null_in_a_required_nested_field_is_refused(spark, pipeline_path):
     """Regression: only top-level NOT NULL columns were checked. A null in a required field of a struct (here
     inside an array's elements too) failed late in the file writer with an error naming neither the model nor a key

@@ -230,6 +230,8 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
             with clock("stage"):
                 staged, batch_rows = stage(changes, spec, table_schema=table_schema, check_unique=evolves)
             # only a batch that passed every check may change the table's schema
+            if evolves:
+                _refuse_inserts_lacking_required(index, staged, spec, table_schema)
             if _evolve_schema(spark, table, staged.schema, spec):
                 table_schema = table.spark_schema()
                 # on Delta the ALTER is a version of its own: the batch is based on it, or the commit would take it
@@ -458,14 +460,35 @@ def _require_known_files(index: RowIndex, file_ids: Iterable[int], paths: Mappin
             key_columns=index.state.key_columns)
 
 
-def _check_required_columns(spec: ChangeSpec, table_schema: StructType, staged_columns: Sequence[str]) -> None:
+def _required_missing(table_schema: StructType, staged_columns: Sequence[str]) -> list[str]:
+    return [f.name for f in table_schema.fields if not f.nullable and f.name not in staged_columns]
+
+
+def _check_required_columns(spec: ChangeSpec, table_schema: StructType, staged_columns: Sequence[str],
+                            new_keys: str = "") -> None:
     """New rows get null in columns the batch lacks: refuse if one of those is required (NOT NULL)."""
-    required = [f.name for f in table_schema.fields if not f.nullable and f.name not in staged_columns]
+    required = _required_missing(table_schema, staged_columns)
     if required:
         raise ChangeFeedError(
-            f"model {spec.model}: the batch inserts new keys but lacks required (NOT NULL) column(s) {required}; "
-            "deliver them in the model"
+            f"model {spec.model}: the batch inserts new keys{f' {new_keys}' if new_keys else ''} but lacks required "
+            f"(NOT NULL) column(s) {required}; deliver them in the model"
         )
+
+
+def _refuse_inserts_lacking_required(index: RowIndex, staged: DataFrame, spec: ChangeSpec,
+                                     table_schema: StructType) -> None:
+    """:func:`_check_required_columns` for a batch about to change the table's schema: its inserts are found through
+    the index here, since the locate that finds them otherwise runs after the schema change, which a refusal then
+    would leave behind."""
+    from pyspark.sql import functions as F
+
+    if not _required_missing(table_schema, staged.columns):
+        return
+    upserts = staged.where(~F.coalesce(F.col(DELETE), F.lit(False))).select(
+        *[F.col(quote_identifier(k)) for k in spec.key_columns])
+    new = index.lookup(upserts, check_duplicates=False).missing.limit(SAMPLE).collect()
+    if new:
+        _check_required_columns(spec, table_schema, staged.columns, keys_text(new, spec.key_columns))
 
 
 def _key_frame(spark: SparkSession, batch: pa.Table, spec: ChangeSpec) -> DataFrame:
