@@ -373,6 +373,18 @@ select id, v from {{ target.schema }}.hist_src
 """
 
 
+def _source_changed_then_built_on_a_branch(project, source: str, rows_now: str) -> None:
+    """The model built on main from ``source`` holding ids 1-3, then ``source`` replaced by ``rows_now``, a branch
+    ``dev`` created and the model built on it."""
+    table = f"{project.test_schema}.{source}"
+    project.run_sql(f"create table {table} using iceberg as "
+                    "select * from values (1, 'a'), (2, 'b'), (3, 'c') as t(id, v)")
+    run_dbt(["run"])
+    project.run_sql(f"create or replace table {table} using iceberg as select * from values {rows_now} as t(id, v)")
+    run_dbt(["run-operation", "branch_create", "--args", branch_args("dev")])
+    run_dbt(["run", "--vars", "{branch: dev}"])
+
+
 class TestAnIncrementalModelOnABranch:
     """Regression: a dbt-spark incremental model keeps on main the rows its source no longer has (its runs upsert).
     Built in full on a branch, every such row became a tombstone, and merging the branch deleted them from main,
@@ -384,13 +396,7 @@ class TestAnIncrementalModelOnABranch:
 
     def test_merge_keeps_the_rows_main_kept(self, project, spark):
         schema = project.test_schema
-        project.run_sql(f"create table {schema}.hist_src using iceberg as "
-                        "select * from values (1, 'a'), (2, 'b'), (3, 'c') as t(id, v)")
-        run_dbt(["run"])
-        project.run_sql(f"create or replace table {schema}.hist_src using iceberg as "
-                        "select * from values (3, 'c2'), (4, 'd') as t(id, v)")
-        run_dbt(["run-operation", "branch_create", "--args", branch_args("dev")])
-        run_dbt(["run", "--vars", "{branch: dev}"])
+        _source_changed_then_built_on_a_branch(project, "hist_src", "(3, 'c2'), (4, 'd')")
         expected = {1: (1, "a"), 2: (2, "b"), 3: (3, "c2"), 4: (4, "d")}  # what `dbt run` on main gives
         assert rows(spark, f"{schema}__br_dev.hist") == expected
         _, out = run_dbt_and_capture(["run-operation", "branch_diff", "--args", branch_args("dev")])
@@ -418,13 +424,7 @@ class TestAnAppendOnlyModelOnABranch:
 
     def test_the_branch_shows_the_history_and_the_merge_keeps_it(self, project, spark):
         schema = project.test_schema
-        project.run_sql(f"create table {schema}.events_src using iceberg as "
-                        "select * from values (1, 'a'), (2, 'b'), (3, 'c') as t(id, v)")
-        run_dbt(["run"])
-        project.run_sql(f"create or replace table {schema}.events_src using iceberg as "
-                        "select * from values (3, 'c'), (4, 'd'), (4, 'd') as t(id, v)")
-        run_dbt(["run-operation", "branch_create", "--args", branch_args("dev")])
-        run_dbt(["run", "--vars", "{branch: dev}"])
+        _source_changed_then_built_on_a_branch(project, "events_src", "(3, 'c'), (4, 'd'), (4, 'd')")
         history = [(1, "a"), (2, "b"), (3, "c")]
         expected = sorted([*history, (4, "d"), (4, "d")])  # what `dbt run` on main gives
         assert sorted(map(tuple, spark.table(f"{schema}__br_dev.events").collect())) == expected
