@@ -148,3 +148,45 @@ def test_the_parent_moving_or_a_crash_rebuilds_the_image(spark, branch_model, mo
     assert _seen(spark, f"{meta}__br_dev.items") == _live(spark, meta)
     assert _apply(spark, meta, [(9, "nine", 0, 99, "U")]).image.extended
     assert _seen(spark, f"{meta}__br_dev.items") == _live(spark, meta)
+
+
+class Died(BaseException):
+    """Stands for a kill: no ``except Exception`` handler of the build runs."""
+
+
+def test_an_image_build_that_dies_leaves_its_files_to_the_next_write(spark, branch_model, monkeypatch):
+    """Regression: an image build that died after writing files into the root table's folder and before committing
+    them (here its position-delete files, merge-on-read) left them there for good: named ``partialcow-image-*``, no
+    write's lease covered them. They are a dead write's files now, which the table's next write removes."""
+    import os
+
+    from partialcow.branch import image as image_module
+    from partialcow.spark.tables import iceberg_referenced
+
+    meta = branch_model
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")], image_mode=MERGE_ON_READ)
+    _apply(spark, meta, [(1, "one", 1, 11, "U")])
+    root = spark.sql(f"DESCRIBE TABLE EXTENDED {meta}.items").where("col_name = 'Location'").collect()[0][1]
+    data = os.path.join(root.removeprefix("file:"), "data")
+
+    def unreferenced() -> set[str]:
+        files = {os.path.join(d, f) for d, _, names in os.walk(data) for f in names
+                 if f.endswith(".parquet") and not f.startswith(".")}
+        return files - iceberg_referenced(spark, f"{meta}.items")
+
+    assert unreferenced() == set()
+
+    def die(update, marks):
+        raise Died
+
+    with monkeypatch.context() as patched:
+        patched.setattr(image_module, "marked", die)
+        with pytest.raises(Died):
+            _apply(spark, meta, [(2, "two", 2, 22, "U")])
+    left = unreferenced()
+    assert left, "the build died after writing its delete files"
+    content = _replay(_replay(sorted(PARENT, key=repr), [(1, "one", 1, 11, "U")]), [(2, "two", 2, 22, "U")])
+    _apply(spark, meta, [(4, "four", 1, 44, "U")])
+    content = _replay(content, [(4, "four", 1, 44, "U")])
+    assert unreferenced() == set()
+    assert _seen(spark, f"{meta}__br_dev.items") == content == _live(spark, meta)

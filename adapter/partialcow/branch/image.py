@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from partialcow.branch.catalog import holds_no_rows, iceberg_snapshot, load_iceberg
 from partialcow.branch.frames import key_join, same_key_sql
-from partialcow.branch.image_files import marked, rewrite_in_place, write_position_deletes
+from partialcow.branch.image_files import image_lease, marked, rewrite_in_place, write_position_deletes
 from partialcow.branch.naming import (
     IMAGE_OF_PROPERTY,
     MAIN,
@@ -74,6 +74,7 @@ from partialcow.branch.types import (
     validate_image_mode,
 )
 from partialcow.exceptions import BranchError
+from partialcow.spark.journal import data_file_prefix
 from partialcow.spark.rewrite_job import DELETE, FILE, POS
 from partialcow.spark.tables import iceberg_file_schema
 from partialcow.table.java import jvm as java_gateway
@@ -455,7 +456,22 @@ def _build(spark: SparkSession, table: Any, *, branch: str, start: int, changed:
            keys: Sequence[str], root: str, mode: ImageMode, marks: dict[str, str], extended: bool) -> ImageReport:
     """The image's steps (see the module docstring) from snapshot ``start``: staging ref, ``changed`` rows (the
     positions to change: ``_pcow_spec``, file, position, delete flag, new values), ``upserts`` appended (those not
-    written in place), one switch of the ref. Every snapshot committed carries ``marks`` in its summary."""
+    written in place), one switch of the ref. Every snapshot committed carries ``marks`` in its summary. Its files
+    are written under a lease of the root table (:func:`image_lease`): a build that fails or dies leaves the ones
+    no snapshot references to the table's next write."""
+    with image_lease(spark, table, root) as lease:
+        try:
+            return _build_on_stage(spark, table, branch=branch, start=start, changed=changed, upserts=upserts,
+                                   keys=keys, root=root, mode=mode, marks=marks, extended=extended,
+                                   file_prefix=data_file_prefix(lease.write_id))
+        except BaseException:
+            lease.keep_for_recovery = True
+            raise
+
+
+def _build_on_stage(spark: SparkSession, table: Any, *, branch: str, start: int, changed: DataFrame,
+                    upserts: DataFrame, keys: Sequence[str], root: str, mode: ImageMode, marks: dict[str, str],
+                    extended: bool, file_prefix: str) -> ImageReport:
     from pyspark.sql import functions as F
 
     ref, stage = image_ref(branch), image_ref(branch) + _STAGE_SUFFIX
@@ -473,7 +489,7 @@ def _build(spark: SparkSession, table: Any, *, branch: str, start: int, changed:
             key_names = {k.lower() for k in keys}
             results = rewrite_in_place(spark, table, changed, fork=start, stage=stage, marks=marks,
                                         update_columns=[c for c in root_columns if c.lower() not in key_names],
-                                        table_schema=iceberg_file_schema(spark, root))
+                                        table_schema=iceberg_file_schema(spark, root), file_prefix=file_prefix)
         rewritten = [r["src"] for r in results]
         in_place = F.col(FILE).isin(rewritten) if rewritten else F.lit(False)
         positions = [
@@ -482,7 +498,7 @@ def _build(spark: SparkSession, table: Any, *, branch: str, start: int, changed:
         ]
         if positions:
             delta = table.newRowDelta().toBranch(stage)
-            for delete_file in write_position_deletes(spark, table, positions, start):
+            for delete_file in write_position_deletes(spark, table, positions, start, file_prefix=file_prefix):
                 delta = delta.addDeletes(delete_file)
             marked(delta, marks).commit()
         spark.catalog.refreshTable(root)

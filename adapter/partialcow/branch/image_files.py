@@ -17,6 +17,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from partialcow.parquet import remove_sidecar
+from partialcow.spark.journal import WriteLease
 from partialcow.spark.rewrite_job import FILE, IN_PLACE_RESULT_SCHEMA, rewrite_files_in_place
 from partialcow.spark.small_batch import driver_max_rows
 from partialcow.table.iceberg_metrics import DataFileBuilder
@@ -26,7 +27,7 @@ from partialcow.table.paths import local_path
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["fork_files", "marked", "rewrite_in_place", "write_position_deletes"]
+__all__ = ["fork_files", "image_lease", "marked", "rewrite_in_place", "write_position_deletes"]
 
 # Iceberg's reserved field ids of a position-delete file's columns (spec: "Position Delete Files").
 DELETE_SCHEMA = pa.schema(
@@ -35,6 +36,19 @@ DELETE_SCHEMA = pa.schema(
         pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"2147483545"}),
     ]
 )
+
+
+def image_lease(spark: SparkSession, table: Any, root: str) -> WriteLease:
+    """A write lease on the root table ``root`` (as SQL spells its name; see :mod:`partialcow.spark.journal`) for an
+    image's build: the files it writes into the root table's folders are named after it, so a build killed midway
+    leaves nothing the next write of the table (a batch on main, another image's build) does not remove, unless a
+    snapshot still references it."""
+    from partialcow.spark.tables import iceberg_referenced
+
+    location = str(table.location())
+    folder = local_path(location) or location
+    return WriteLease(folder, [os.path.join(folder, "data")],
+                      referenced=lambda: iceberg_referenced(spark, root, quoted=True))
 
 
 def fork_files(table: Any, fork: int, paths: set[str]) -> dict[str, tuple[Any, bool]]:
@@ -54,8 +68,9 @@ def fork_files(table: Any, fork: int, paths: set[str]) -> dict[str, tuple[Any, b
 
 
 def write_position_deletes(spark: SparkSession, table: Any, positions: Sequence[tuple[int, str, int]],
-                           fork: int) -> list[Any]:
-    """One position-delete file per data file for ``(spec id, data file, row position)`` rows.
+                           fork: int, *, file_prefix: str) -> list[Any]:
+    """One position-delete file per data file for ``(spec id, data file, row position)`` rows, named with
+    ``file_prefix`` (the build's lease: :func:`image_lease`).
 
     Each names its data file as ``referenced_data_file``, so a reader loads only the deletes of the file it reads.
     """
@@ -75,7 +90,7 @@ def write_position_deletes(spark: SparkSession, table: Any, positions: Sequence[
     for path in sorted(rows_by_file):
         spec, rows = specs[spec_of[path]], sorted(rows_by_file[path])
         partition = partitions.get(path)
-        name = f"partialcow-image-{uuid.uuid4().hex}-deletes.parquet"
+        name = f"{file_prefix}{uuid.uuid4().hex}-deletes.parquet"
         location = str(
             table.locationProvider().newDataLocation(name)
             if partition is None
@@ -111,10 +126,11 @@ def marked(update: Any, marks: dict[str, str]) -> Any:
 
 
 def rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: int, stage: str,
-                     marks: dict[str, str], update_columns: Sequence[str], table_schema: pa.Schema) -> list[Any]:
+                     marks: dict[str, str], update_columns: Sequence[str], table_schema: pa.Schema,
+                     file_prefix: str) -> list[Any]:
     """Rewrite the data files ``changed`` touches (those that can be: see ``rewrite_files_in_place``, given
-    ``table_schema``, the Arrow schema of the root table's new files) and commit them to ``stage``; one result row
-    per file (``src``, ``dst``, rows and pages counts)."""
+    ``table_schema``, the Arrow schema of the root table's new files) into files named with ``file_prefix`` and
+    commit them to ``stage``; one result row per file (``src``, ``dst``, rows and pages counts)."""
     # As for a model's batch (partialcow.spark.small_batch): changed rows that fit the driver are collected as Arrow
     # and the files rewritten here, without a Python worker (a fresh dbt process has none warm) or a second job.
     max_rows = driver_max_rows()
@@ -134,7 +150,7 @@ def rewrite_in_place(spark: SparkSession, table: Any, changed: Any, *, fork: int
     if not files:
         return []
     job = partial(rewrite_files_in_place, rewritable=frozenset(files), update_columns=tuple(update_columns),
-                  table_schema=table_schema)
+                  table_schema=table_schema, file_prefix=file_prefix)
     results: list[Any]
     if rows is not None:
         threads = max(1, spark.sparkContext.defaultParallelism)

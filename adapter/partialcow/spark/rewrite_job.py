@@ -696,10 +696,11 @@ _IN_PLACE_ARROW = pa.schema([
 
 def rewrite_files_in_place(
     batches: Iterator[pa.RecordBatch], *, rewritable: frozenset[str], update_columns: Sequence[str], threads: int = 1,
-    table_schema: pa.Schema | None = None,
+    file_prefix: str, table_schema: pa.Schema | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` over changed rows (``_pcow_file``, ``_pcow_pos``, ``_pcow_delete``, values) routed by file:
-    rewrite each file of ``rewritable`` they touch with the page engine, one result row per new file.
+    rewrite each file of ``rewritable`` they touch with the page engine into a file named with ``file_prefix`` (the
+    write's: ``partialcow.spark.journal``), one result row per new file.
 
     A file that may not hold the new values of ``update_columns`` is left alone: no result row, so the caller hides
     its changed rows another way. That is a file in another format than Parquet (ORC, Avro, from another writer),
@@ -716,7 +717,7 @@ def rewrite_files_in_place(
                 or not _takes_values(pq.read_schema(_local(src)), table_schema, update_columns):
             continue
         report = rewrite_changed_file(src, rows.filter(pc.equal(rows[FILE], src)), update_columns=update_columns,
-                                      threads=threads)
+                                      threads=threads, file_prefix=file_prefix)
         yield pa.RecordBatch.from_pylist([{field.name: report[field.name] for field in _IN_PLACE_ARROW}],
                                          schema=_IN_PLACE_ARROW)
 

@@ -173,11 +173,12 @@ def iceberg_file_schema(spark: SparkSession, name: str, spark_schema: Any = None
     return pa.schema(fields)
 
 
-def iceberg_referenced(spark: SparkSession, name: str) -> set[str]:
-    """Local paths of every data file any snapshot, branch or tag of Iceberg table ``name`` references."""
+def iceberg_referenced(spark: SparkSession, name: str, *, quoted: bool = False) -> set[str]:
+    """Local paths of every data and delete file any snapshot, branch or tag of Iceberg table ``name`` references
+    (``quoted``: ``name`` is already SQL's spelling)."""
     from partialcow.table.base import quote_identifier
 
-    rows = spark.sql(f"SELECT file_path FROM {quote_identifier(name)}.all_files").collect()
+    rows = spark.sql(f"SELECT file_path FROM {name if quoted else quote_identifier(name)}.all_files").collect()
     return {local_path(r[0]) for r in rows}
 
 
