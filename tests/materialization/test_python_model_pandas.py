@@ -49,3 +49,25 @@ def test_an_empty_pandas_result_is_an_empty_frame_of_its_dtypes(spark) -> None:
                           "ts": pd.Series([], dtype="datetime64[ns]")})
     df = to_spark_dataframe(frame, spark, model_name="empty_model")
     assert df.dtypes == [("id", "bigint"), ("s", "string"), ("ts", "timestamp")] and df.count() == 0
+
+
+def test_a_column_arrow_cannot_convert_is_refused_by_name(spark, new_york) -> None:
+    """Regression: one column Arrow cannot give Spark (uint64, an object column of mixed values) made PySpark fall
+    back to its row-by-row conversion for the whole frame, silently: 2**64 - 1 stored as null, and the other columns
+    as that conversion stores them (NaN kept, Int64 as double, naive times shifted by the process's time zone)."""
+    import numpy as np
+    from dbt_common.exceptions import DbtRuntimeError
+
+    frame = pd.DataFrame({
+        "id": [1, 2],
+        "u": np.array([7, 2**64 - 1], dtype="uint64"),
+        "o": [1, "x"],
+        "n": pd.array([5, None], dtype="Int64"),
+    })
+    with pytest.raises(DbtRuntimeError) as info:
+        to_spark_dataframe(frame, spark, model_name="unsigned_model")
+    message = str(info.value)
+    assert "unsigned_model" in message and "u (uint64), o (object)" in message and "int64" in message, message
+    assert spark.conf.get("spark.sql.execution.arrow.pyspark.fallback.enabled", None) in (None, "true")
+    converted = to_spark_dataframe(frame.drop(columns=["u", "o"]), spark, model_name="unsigned_model")
+    assert [tuple(r) for r in converted.orderBy("id").collect()] == [(1, 5), (2, None)]

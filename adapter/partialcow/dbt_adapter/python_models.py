@@ -8,6 +8,9 @@ from typing import Any
 from dbt_common.exceptions import DbtRuntimeError
 
 _ARROW = "spark.sql.execution.arrow.pyspark.enabled"
+# Arrow or nothing: PySpark's fallback to its row-by-row conversion, taken for the whole frame when one column has a
+# type Arrow cannot give Spark (uint64, an object column of mixed values), stores other values wrongly (see below)
+_ARROW_FALLBACK = "spark.sql.execution.arrow.pyspark.fallback.enabled"
 _ARROW_SWITCH = threading.Lock()  # dbt runs Python models in threads that share the session's settings
 
 
@@ -18,7 +21,8 @@ def to_spark_dataframe(result: Any, spark: Any, *, model_name: str) -> Any:
     (``NaN``, ``None``, ``pd.NA``) becomes null, a nullable ``Int64`` column stays an integer column, and a naive
     timestamp is a wall-clock time in the session's time zone. PySpark's row-by-row conversion (its default) kept
     ``NaN`` as a value, made ``Int64`` columns doubles and read naive timestamps in the Python process's local time
-    zone, silently shifting them by its offset from the session's.
+    zone, silently shifting them by its offset from the session's; it also stored a ``uint64`` above 2**63 as null.
+    A frame with a column Arrow cannot convert is therefore refused, naming the column.
 
     >>> to_spark_dataframe(42, None, model_name="m")
     Traceback (most recent call last):
@@ -34,19 +38,51 @@ def to_spark_dataframe(result: Any, spark: Any, *, model_name: str) -> Any:
         if result.empty:  # a batch with no changes: Spark infers no schema from no rows, the dtypes tell it
             return spark.createDataFrame([], _empty_frame_schema(result))
         with _ARROW_SWITCH:
-            before = spark.conf.get(_ARROW, None)
+            before = {key: spark.conf.get(key, None) for key in (_ARROW, _ARROW_FALLBACK)}
             spark.conf.set(_ARROW, "true")
+            spark.conf.set(_ARROW_FALLBACK, "false")
             try:
                 return spark.createDataFrame(result)
+            except Exception as exc:
+                columns = _unconvertible_columns(result)
+                if not columns:
+                    raise
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise DbtRuntimeError(
+                    f"Python model {model_name} returned a pandas DataFrame whose column(s) {', '.join(columns)} "
+                    f"Arrow cannot convert to a Spark type exactly ({first}); nothing was written. Convert them in "
+                    "the model: a uint64 to int64 (values below 2**63) or to Python Decimals (a decimal(20,0) "
+                    "column), an object column to one type of value"
+                ) from None
             finally:
-                # left as it was, unset included: the model's own settings are what dbt's log reports
-                if before is None:
-                    spark.conf.unset(_ARROW)
-                else:
-                    spark.conf.set(_ARROW, before)
+                # left as they were, unset included: the model's own settings are what dbt's log reports
+                for key, value in before.items():
+                    if value is None:
+                        spark.conf.unset(key)
+                    else:
+                        spark.conf.set(key, value)
     raise DbtRuntimeError(
         f"Python model {model_name} returned {type(result).__name__}: return a Spark or pandas DataFrame"
     )
+
+
+def _unconvertible_columns(frame: Any) -> list[str]:
+    """The columns of a pandas DataFrame that Arrow cannot convert to a Spark type, each with its dtype.
+
+    >>> import numpy as np, pandas as pd
+    >>> _unconvertible_columns(pd.DataFrame({"id": [1], "u": np.array([1], "uint64"), "o": [object()]}))
+    ['u (uint64)', 'o (object)']
+    """
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    found = []
+    for name in frame.columns:
+        try:
+            from_arrow_type(pa.Schema.from_pandas(frame[[name]], preserve_index=False).field(0).type)
+        except Exception:  # noqa: BLE001 - Arrow's and PySpark's errors alike: the column cannot be converted
+            found.append(f"{name} ({frame[name].dtype})")
+    return found
 
 
 def _empty_frame_schema(frame: Any) -> Any:
