@@ -224,6 +224,42 @@ def test_a_batch_adding_a_column_without_a_required_one_is_refused_before_the_sc
         spark.sql(f"drop schema {schema} cascade")
 
 
+def test_rows_in_another_tables_files_are_refused_before_anything_is_written(spark, pipeline_path, tmp_path):
+    """Regression (a Delta shallow clone made by ``dbt clone``, an Iceberg table given files with ``add_files``): a
+    rewrite is written next to the file it replaces, so a batch changing rows of a file outside the table's folder
+    wrote into another table's folder (on Delta the commit then refused it, leaving the file there on every try)."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from partialcow.exceptions import UnsupportedTableFeatureError
+
+    foreign = tmp_path / "other_table"
+    foreign.mkdir()
+    pq.write_table(pa.table({"k": pa.array([1, 2], pa.int64()), "v": pa.array([10, 20], pa.int64())}),
+                   foreign / "part-0.parquet")
+    schema = f"pcow_foreign_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    name = f"{schema}.t"
+    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="cloned")
+    try:
+        spark.sql(f"create table {name} (k bigint, v bigint) using iceberg")
+        spark.sql(f"CALL spark_catalog.system.add_files(table => '{name}', source_table => '`parquet`.`{foreign}`')")
+        table = open_table(spark, name, table_format="iceberg")
+        batch = "k bigint, v bigint, _op string"
+        apply_changes(spark, table, spark.createDataFrame([(3, 30, "I")], batch), spec)  # inserts: its own folder
+        before = table_state(spark, name)
+        with pytest.raises(UnsupportedTableFeatureError) as info:
+            apply_changes(spark, table, spark.createDataFrame([(1, 11, "U")], batch), spec)
+        message = str(info.value)
+        assert message.startswith("model cloned:") and str(foreign) in message and "--full-refresh" in message, message
+        assert table_state(spark, name) == before
+        assert sorted(os.listdir(foreign)) == ["part-0.parquet"]
+    finally:
+        spark.sql(f"drop schema {schema} cascade")
+
+
 def test_a_null_in_a_required_nested_field_is_refused(spark, pipeline_path):
     """Regression: only top-level NOT NULL columns were checked. A null in a required field of a struct (here
     inside an array's elements too) failed late in the file writer with an error naming neither the model nor a key

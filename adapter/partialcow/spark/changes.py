@@ -38,6 +38,7 @@ from partialcow.exceptions import (
     ChangeFeedError,
     CommitConflictError,
     LostCommitError,
+    UnsupportedTableFeatureError,
     UnusableIndexError,
 )
 from partialcow.faults import checkpoint
@@ -308,6 +309,7 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
         checkpoint("located")
         paths = index.file_paths()
         _require_known_files(index, located.file_rows, paths)
+        _require_own_files(spec, table, located.file_rows, paths)
         if located.inserts:
             _check_required_columns(spec, table_schema, staged.columns)
         # one task per touched file, the most changed first, then the insert writers
@@ -378,6 +380,7 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
         checkpoint("located")
         paths = index.file_paths()
         _require_known_files(index, np.unique(file_ids).tolist(), paths)
+        _require_own_files(spec, table, np.unique(file_ids).tolist(), paths)
         if insert_rows.num_rows:
             _check_required_columns(spec, table_schema, batch.column_names)
         carried = [*keys, *value_columns, *([BUCKET] if BUCKET in batch.column_names else [])]
@@ -448,6 +451,24 @@ def _removing_written_on_failure(lease: WriteLease) -> Iterator[None]:
 
 class _UnknownFilesError(UnusableIndexError):
     """Raised by :func:`_require_known_files` only, before anything is written (an attempt may be repeated)."""
+
+
+def _require_own_files(spec: ChangeSpec, table: LakehouseTable, file_ids: Iterable[int],
+                       paths: Mapping[int, str]) -> None:
+    """Refuse to rewrite data files outside the table's folder (a Delta shallow clone's, as ``dbt clone`` makes; an
+    Iceberg table given another table's files): a rewrite is written next to the file it replaces, so it would land
+    in another table's folder (a Parquet table there would even read it as its own)."""
+    location = table.format_table.location
+    root = local_path(location) or location
+    outside = [paths[int(i)] for i in file_ids
+               if not (local_path(paths[int(i)]) or paths[int(i)]).startswith(root.rstrip("/") + "/")]
+    if outside:
+        raise UnsupportedTableFeatureError(
+            f"model {spec.model}: the batch changes rows of data file(s) outside table {table.name}'s folder "
+            f"{root} (a shallow clone's, or files added from another table), e.g. {outside[0]}; a partial rewrite "
+            "is written next to the file it replaces, which is another table's folder. Nothing was written. Rebuild "
+            "the table with its own files (`dbt run --full-refresh` of the model)"
+        )
 
 
 def _require_known_files(index: RowIndex, file_ids: Iterable[int], paths: Mapping[int, str]) -> None:
