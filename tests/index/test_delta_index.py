@@ -230,6 +230,21 @@ def test_verify_fails_on_a_corrupted_index(spark, tmp_path) -> None:
     assert any("extra in index" in s for s in report.samples)
 
 
+def test_verify_tells_a_version_without_file_changes_from_an_index_behind(spark, tmp_path) -> None:
+    """Regression: a Delta version that changed no file (a table property set) made ``verify`` report the index as
+    disagreeing ("run rebuild"). It agrees; an index behind a table whose files changed is told apart, since the
+    next write brings it up to date."""
+    root = _table(str(tmp_path / "t"), files=2, rows=300)
+    index = RowIndex.create(DeltaRsTable(root, spark=spark), key_columns=KEYS, num_buckets=2)
+    DeltaTable(root).alter.set_table_properties({"delta.checkpointInterval": "5"})
+    report = RowIndex.open(DeltaRsTable(root, spark=spark)).verify()
+    assert report.table_version == report.index_version + 1 and report.ok and not report.behind, report
+    write_deltalake(root, _batch(1000, 1), mode="append")
+    report = RowIndex.open(DeltaRsTable(root, spark=spark)).verify()
+    assert not report.ok and report.behind and len(report.stale_files) == 1, report
+    assert index.state.table_version == report.index_version
+
+
 def test_index_folder_is_invisible_to_delta_vacuum(spark, tmp_path) -> None:
     root = _table(str(tmp_path / "t"), files=2, rows=100)
     RowIndex.create(DeltaRsTable(root, spark=spark), key_columns=KEYS, num_buckets=2)

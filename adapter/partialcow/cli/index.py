@@ -8,8 +8,10 @@ How a table is named on the command line:
   ``partialcow index verify analytics.events --warehouse ./warehouse``; without ``--warehouse``, the warehouse of the
   dbt project's profile (``--project-dir``, or the project around the current folder; see :mod:`partialcow.project`).
 
-``verify`` exits 0 when index and table agree and 1 otherwise (stale index, missing/extra/misplaced entries,
-duplicate keys); ``rebuild`` re-indexes the current snapshot (``--key`` is needed only when no index exists yet).
+``verify`` exits 0 when index and table agree (versions that changed no file, such as a property set, included) and
+1 otherwise: an index behind the table's files (``BEHIND``: the next write brings it up to date), or missing,
+extra or misplaced entries and duplicate keys (``FAILED``); ``rebuild`` re-indexes the current snapshot (``--key`` is
+needed only when no index exists yet).
 This module is an entry point: it starts the Spark session the index layer itself never creates.
 """
 
@@ -192,7 +194,7 @@ def _render_report(report: VerifyReport) -> str:
         f"table            {report.table}",
         f"index version    {report.index_version}",
         f"table version    {report.table_version}",
-        f"rows in table    {report.rows_in_table}",
+        f"rows in table    {report.rows_in_table} (at the index's version)",
         f"rows in index    {report.rows_in_index}",
         f"missing          {report.missing_from_index}",
         f"extra            {report.extra_in_index}",
@@ -201,11 +203,18 @@ def _render_report(report: VerifyReport) -> str:
         f"stale files      {len(report.stale_files)}",
         *[f"  {s}" for s in report.samples],
         *[f"  stale: {p}" for p in report.stale_files[:5]],
-        "OK: index and table agree"
-        if report.ok
-        else "FAILED: index and table disagree (run `partialcow index rebuild`)",
+        _verdict(report),
     ]
     return "\n".join(lines)
+
+
+def _verdict(report: VerifyReport) -> str:
+    if report.ok:
+        return "OK: index and table agree"
+    if report.behind:
+        return (f"BEHIND: the index is right at table version {report.index_version}, and {len(report.stale_files)} "
+                "file(s) changed since (another writer); the next write of the table brings it up to date")
+    return "FAILED: index and table disagree (run `partialcow index rebuild`)"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -220,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
         with progress.step(f"verifying the row index of {args.table} against a scan of the table"):
             report = RowIndex.open(source).verify()
         if args.output == "json":
-            emit(json.dumps({**asdict(report), "ok": report.ok}, indent=1))
+            emit(json.dumps({**asdict(report), "ok": report.ok, "behind": report.behind}, indent=1))
         else:
             emit(_render_report(report))
         return 0 if report.ok else 1

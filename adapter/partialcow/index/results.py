@@ -55,12 +55,22 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
+        """The index holds every row of the table as it is now: a version the table committed since without
+        changing its files (a property set, a Delta checkpoint's commit) changes nothing the index holds."""
+        return not self.stale_files and self.agrees_at_its_snapshot
+
+    @property
+    def agrees_at_its_snapshot(self) -> bool:
+        """The index holds exactly the rows of the table's snapshot it reflects (``index_version``)."""
         return (
-            self.index_version == self.table_version
-            and not self.stale_files
-            and self.missing_from_index == 0
+            self.missing_from_index == 0
             and self.extra_in_index == 0
             and self.wrong_bucket == 0
             and self.duplicate_keys == 0
         )
+
+    @property
+    def behind(self) -> bool:
+        """Right at its snapshot, but files changed since (another writer): the next write brings it up to date."""
+        return bool(self.stale_files) and self.agrees_at_its_snapshot
 
