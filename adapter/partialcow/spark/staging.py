@@ -417,7 +417,8 @@ def conform_schema_names(columns: Sequence[str], spec: ChangeSpec, table_columns
     if (extra or missing) and spec.on_schema_change == "fail":
         raise ChangeFeedError(
             f"model {spec.model}: the changes' columns differ from the table's (new: {extra}, missing: {missing}) "
-            "and on_schema_change='fail'"
+            "and on_schema_change='fail'; nothing was written. Deliver the table's columns, set on_schema_change to "
+            "'append_new_columns' or 'sync_all_columns', or rebuild the table with --full-refresh"
         )
     if spec.on_schema_change in ("append_new_columns", "sync_all_columns"):
         return list(columns)
