@@ -49,3 +49,35 @@ class TestContract:
         assert [tuple(r) for r in spark.table(relation).collect()] == [(1, 7)]
         run_dbt(["run", "--vars", "{id: 2, v: 8}"])
         assert sorted(tuple(r) for r in spark.table(relation).collect()) == [(1, 7), (2, 8)]
+
+
+CONSTRAINED_YML = """
+models:
+  - name: contracted
+    config:
+      contract: {enforced: true}
+    columns:
+      - name: id
+        data_type: bigint
+        constraints:
+          - type: not_null
+      - name: v
+        data_type: int
+        constraints:
+          - type: check
+            expression: "v > 0"
+"""
+
+
+class TestConstraintsOfAContract:
+    """Regression: dbt-core warned at parse time that a ``partial_cow_incremental`` model's constraints "will be
+    ignored" (its list of materializations that apply them is ``table`` and ``incremental``), so ``--warn-error``
+    failed every parse of a project with such a model, although the constraints are applied as ``incremental``
+    applies them."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"contracted.sql": MODEL, "schema.yml": CONSTRAINED_YML}
+
+    def test_warn_error_parses_the_project(self, project):
+        run_dbt(["--warn-error", "parse"])

@@ -56,6 +56,26 @@ def _dbt_command(config: Any) -> str | None:
     return which if isinstance(which, str) else None
 
 
+def enforce_contracts_of_our_materialization() -> None:
+    """Count ``partial_cow_incremental`` among the materializations that apply a contract's constraints.
+
+    dbt-core decides that at parse time from a fixed list (``table``, ``incremental``): every constraint of our
+    models warned "will be ignored", which ``--warn-error`` turns into a failed parse, although our first builds set
+    them as dbt-spark's ``incremental`` does and every batch is checked against them. The same property feeds
+    ``state:modified``'s contract checks, which now see our models' constraints as enforced."""
+    from dbt.contracts.graph.nodes import ModelNode
+
+    original = ModelNode.materialization_enforces_constraints
+    if not isinstance(original, property) or getattr(original.fget, "partialcow", False):
+        return
+
+    def enforces(self: Any) -> bool:
+        return self.config.materialized == "partial_cow_incremental" or bool(original.fget(self))
+
+    enforces.partialcow = True  # type: ignore[attr-defined]
+    ModelNode.materialization_enforces_constraints = property(enforces)  # type: ignore[method-assign,assignment]
+
+
 def embedded_metastore(spark_config: Mapping[str, str]) -> bool:
     """Whether a profile's ``spark_config`` keeps the embedded Derby metastore (no remote or other JDBC metastore).
 

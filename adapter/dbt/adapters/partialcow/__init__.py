@@ -5,7 +5,7 @@ from pathlib import Path
 from dbt.adapters.base import AdapterPlugin
 
 from partialcow.dbt_adapter.connections import PartialcowCredentials
-from partialcow.dbt_adapter.impl import PartialcowAdapter
+from partialcow.dbt_adapter.impl import PartialcowAdapter, enforce_contracts_of_our_materialization
 
 
 def _include_path() -> str:
@@ -18,6 +18,8 @@ def _include_path() -> str:
             return str(candidate)
     raise RuntimeError(f"dbt-partialcow's macros were not found next to {package_dir}: reinstall the package")
 
+
+enforce_contracts_of_our_materialization()
 
 Plugin = AdapterPlugin(
     adapter=PartialcowAdapter,  # type: ignore[arg-type]
