@@ -49,3 +49,23 @@ def test_bad_first_build_is_refused(spark, schema, existing, case, sql, spec_cha
         assert table_state(spark, name) == before
     else:
         assert not spark.catalog.tableExists(name)
+
+
+def test_a_full_refresh_of_a_format_v3_table_names_the_way_forward(spark, schema):
+    """Regression: a table another tool upgraded to format v3 was refused for batches with "use a format-version 2
+    table", and a full refresh then failed with Iceberg's bare "Cannot downgrade v3 table to v2". Both name the one
+    way forward (drop the table, build again); the full refresh leaves the table as it was."""
+    from partialcow.exceptions import CommitError
+
+    name = f"{schema}.v3_{uuid.uuid4().hex[:6]}"
+    create_table(spark, name, spark.sql(rows(*[row(k=f"{i}L", i=str(i)) for i in range(1, 6)])), SPEC)
+    spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('format-version'='3')")
+    before = table_state(spark, name)
+    with pytest.raises(CommitError) as info:
+        create_table(spark, name, spark.sql(rows(row(k="9L", i="9"))), SPEC)
+    message = str(info.value)
+    assert "Cannot downgrade" in message and f"DROP TABLE {name} PURGE" in message, message
+    assert table_state(spark, name) == before
+    spark.sql(f"DROP TABLE {name} PURGE")
+    create_table(spark, name, spark.sql(rows(row(k="9L", i="9"))), SPEC)
+    assert [r["k"] for r in spark.table(name).collect()] == [9]

@@ -374,7 +374,9 @@ class IcebergTable:
         if version >= 3:
             raise UnsupportedTableFeatureError(
                 f"Iceberg table {self._name} is format v{version} (row lineage, deletion vectors), which partial "
-                "rewrites do not maintain: use a format-version 2 table"
+                "rewrites do not maintain: use a format-version 2 table. Iceberg never turns a table back to an "
+                f"older format (a full refresh cannot either): drop it (DROP TABLE {self._name} PURGE) and build "
+                "the model again"
             )
 
     def _removed_files(self, change: FileReplacement, base_files: Sequence[tuple[Any, Any]]) -> list[Any]:

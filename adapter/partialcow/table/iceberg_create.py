@@ -59,7 +59,12 @@ class NewIcebergTable:
             )
             self.location = str(self._table.location())
         except java_errors() as exc:
-            raise CommitError(f"cannot create Iceberg table {name}: {java_message(exc)}") from exc
+            message = java_message(exc)
+            if "Cannot downgrade" in message:
+                # a replace keeps the table's format version or raises it, never lowers it
+                message += (f"; Iceberg never turns a table back to an older format: drop it (DROP TABLE {name} "
+                            "PURGE) and build it again. Nothing was changed")
+            raise CommitError(f"cannot create Iceberg table {name}: {message}") from exc
 
     def commit(self, paths: Sequence[str], metrics: WriteMetrics) -> CommitResult:
         """Append ``paths`` (Parquet files written with :attr:`schema_json`'s field ids) and commit the table."""
