@@ -2,6 +2,13 @@
 {% macro is_incremental() %}
     {% if not execute %}
         {{ return(False) }}
+    {% elif this is none %}
+        {#-- dbt requires a unit test of an incremental model to override is_incremental, but finds that out by
+             looking for dbt's own macro, which this one replaces: without the override `this` is unset here --#}
+        {{ exceptions.raise_compiler_error(
+            "is_incremental() has no model relation (`this`) here: a unit test of model '" ~ model.name
+            ~ "' must set `overrides: {macros: {is_incremental: true}}` (with a `this` input) or `false`, as dbt "
+            ~ "requires of incremental models") }}
     {% else %}
         {% set on_branch = partialcow_branch_is_incremental() %}
         {% if on_branch is not none %}

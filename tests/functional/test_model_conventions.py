@@ -100,3 +100,45 @@ class TestModelConventions:
                                fetch="all")
         assert [tuple(r[:2]) for r in rows] == [(1, False), (2, True), (3, False)]
         assert rows[2][2] == float("inf")
+
+
+INCREMENTAL = """{{ config(materialized='partial_cow_incremental', unique_key='id') }}
+select id, v from {{ ref('src') }}
+{% if is_incremental() %} where id > (select max(id) from {{ this }}) {% endif %}"""
+
+UNIT_TESTS_YML = """
+unit_tests:
+  - name: without_override
+    model: inc
+    given:
+      - input: ref('src')
+        rows: [{id: 1, v: a}]
+    expect:
+      rows: [{id: 1, v: a}]
+  - name: with_override
+    model: inc
+    overrides: {macros: {is_incremental: false}}
+    given:
+      - input: ref('src')
+        rows: [{id: 1, v: a}]
+    expect:
+      rows: [{id: 1, v: a}]
+"""
+
+
+class TestAUnitTestOfAnIncrementalModel:
+    """Regression: dbt requires a unit test of an incremental model to override ``is_incremental``, but looks for
+    dbt's own macro, which ours replaces: a unit test without the override failed with "'None' has no attribute
+    'schema'". It now says what dbt would have said; with the override it runs."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"src.sql": "select 1 as id, 'a' as v", "inc.sql": INCREMENTAL, "unit.yml": UNIT_TESTS_YML}
+
+    def test_the_missing_override_is_named(self, project):
+        run_dbt(["run", "--select", "src"])
+        results = run_dbt(["test", "--select", "test_type:unit"], expect_pass=False)
+        by_name = {r.node.name: r for r in results.results}
+        assert by_name["with_override"].status == "pass"
+        message = by_name["without_override"].message or ""
+        assert "overrides: {macros: {is_incremental: true}}" in message and "'None'" not in message, message
