@@ -58,6 +58,16 @@ def test_driver_compiles_with_c2_late(spark) -> None:
     assert bean.getVMOption("TieredStopAtLevel").getValue() == "4"  # C2 still compiles what is hot enough
 
 
+def test_a_failing_task_is_not_logged_on_the_console(spark) -> None:
+    """Regression: a batch refused inside a Spark task printed the executor's and the scheduler's ERROR logs (the
+    Python traceback and two dozen lines of Java stack per task) before dbt's one-line error. The driver's log
+    configuration keeps them for your own; the job's error itself still reaches the caller."""
+    logs = spark._jvm.org.apache.logging.log4j.LogManager
+    for name in ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager"):
+        assert str(logs.getLogger(name).getLevel()) == "FATAL", name
+    assert str(logs.getRootLogger().getLevel()) == "ERROR"
+
+
 def test_views_and_plain_tables_share_the_catalog(spark) -> None:
     # dbt creates views and may create non-Iceberg tables next to Iceberg ones: SparkSessionCatalog keeps both.
     spark.sql("CREATE SCHEMA IF NOT EXISTS session_test")
