@@ -325,3 +325,39 @@ def test_a_null_struct_with_a_required_field_is_stored(spark, pipeline_path):
         assert iceberg_rows(Path(location(spark, name))) == expected
     finally:
         spark.sql(f"drop schema {schema} cascade")
+
+
+def test_new_files_take_the_codec_the_table_asks_for(spark, pipeline_path):
+    """Regression: our new data files were zstd whatever the table said: a model's
+    ``tblproperties {'write.parquet.compression-codec': 'gzip'}`` on the first build, or the property changed later
+    by another tool, was ignored (Spark's and Iceberg's own writers honour it). Files rewritten in place keep theirs."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    from partialcow.spark.tables import local_path
+
+    schema = f"pcow_codec_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    name = f"{schema}.t"
+    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="codec",
+                      extra_table_properties={"write.parquet.compression-codec": "gzip"})
+    batch = "k bigint, v bigint, _op string"
+
+    def codecs() -> dict[str, set[str]]:
+        files = [local_path(r[0]) for r in spark.sql(f"select file_path from {name}.files").collect()]
+        return {os.path.basename(f): {pq.ParquetFile(f).metadata.row_group(0).column(c).compression for c in range(2)}
+                for f in files}
+
+    try:
+        create_table(spark, name, spark.createDataFrame([(1, 1, "I"), (2, 2, "I")], batch), spec)
+        first = codecs()
+        assert first and all(c == {"GZIP"} for c in first.values()), first
+        spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('write.parquet.compression-codec'='snappy')")
+        table = open_table(spark, name, table_format="iceberg")
+        apply_changes(spark, table, spark.createDataFrame([(3, 3, "I"), (4, 4, "I")], batch), spec)
+        added = {f: c for f, c in codecs().items() if f not in first}
+        assert added and all(c == {"SNAPPY"} for c in added.values()), codecs()
+        assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 1), (2, 2), (3, 3), (4, 4)]
+    finally:
+        spark.sql(f"drop schema {schema} cascade")

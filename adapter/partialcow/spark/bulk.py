@@ -25,7 +25,7 @@ import contextlib
 import json
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -57,6 +57,7 @@ from partialcow.spark.staging import (
     zero_normalized,
 )
 from partialcow.table.base import FILE_ID, POS, quote_identifier
+from partialcow.table.iceberg import parquet_writer_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -134,7 +135,9 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
             decimals = unscaled_decimals(frame.schema)
             job = partial(_write_partition, key_columns=list(spec.key_columns), values=values,
                           schema=target.file_schema, data_dir=target.data_dir, prefix=prefix, runs_dir=scratch,
-                          spec=spec, emit_deletes=spec.sequence_column is None, decimals=decimals)
+                          spec=spec, emit_deletes=spec.sequence_column is None, decimals=decimals,
+                          # the codec a model's tblproperties give the table
+                          write_options=parquet_writer_options(properties) if table_format == "iceberg" else {})
             written: list[str] = []
             try:
                 with clock("write"):
@@ -410,7 +413,8 @@ def _own_files(data_dir: str, prefix: str) -> list[str]:
 
 def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str], values: list[str],
                      schema: pa.Schema, data_dir: str, prefix: str, runs_dir: str, spec: ChangeSpec,
-                     emit_deletes: bool, decimals: Decimals) -> Iterator[pa.RecordBatch]:
+                     emit_deletes: bool, decimals: Decimals, write_options: Mapping[str, Any] | None = None,
+                     ) -> Iterator[pa.RecordBatch]:
     """Executor side: validate this task's rows and write the kept ones; each row's key, key hash, file id and
     position go to this task's entry file in ``runs_dir``. Yields one row per data file and one naming the entry
     file (see ``_DONE_DDL``). A task run again writes the same files under the same names. The columns of
@@ -450,7 +454,8 @@ def _write_partition(batches: Iterator[pa.RecordBatch], *, key_columns: list[str
         table = conform(rows.select(values).rename_columns(schema.names), schema)
         file_id = next_file
         next_file += 1
-        with open_writer(os.path.join(data_dir, _file_name(prefix, file_id)), schema) as writer:
+        path = os.path.join(data_dir, _file_name(prefix, file_id))
+        with open_writer(path, schema, **(write_options or {})) as writer:
             writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
         done.append({"file_id": file_id, "rows": table.num_rows, "run": None})
         add_entries(rows, np.full(table.num_rows, file_id, np.int32), np.arange(table.num_rows, dtype=np.int64))

@@ -336,6 +336,7 @@ def _attempt(spark: SparkSession, table: LakehouseTable, index: RowIndex, staged
                 file_prefix=data_file_prefix(lease.write_id),
                 # with index rows of every new file the index is maintained without Spark (needs its buckets)
                 key_columns=spec.key_columns if index.state.key_types else (),
+                write_options=table.parquet_options(),
             )
             with clock("rewrite"), _removing_written_on_failure(lease):
                 results = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(job).collect()
@@ -396,6 +397,7 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
         vectors = table.deletion_vectors(base_version) if len(ids) else {}
         root = local_path(table.format_table.location)
         append_to = append_target(index.state.files, paths, ids.tolist(), insert_rows.num_rows, insert_schema)
+        write_options = table.parquet_options()
 
         def rewrite(item: tuple[int, int, int]) -> dict[str, Any]:
             file_id, start, size = item
@@ -407,7 +409,7 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
                                           file_prefix=prefix, key_columns=keys if indexable else (),
                                           index_dir=scratch if indexable else None,
                                           dropped=deleted_positions(vector, root) if vector is not None else None,
-                                          append=append)
+                                          append=append, write_options=write_options)
             appended_index = write_index_rows(insert_rows, keys, scratch) if append is not None and indexable \
                 else None
             return {"kind": "rewrite", **report, "appended_index_rows": appended_index}
@@ -415,7 +417,7 @@ def _attempt_small(spark: SparkSession, table: LakehouseTable, index: RowIndex, 
         def insert(part: pa.Table) -> list[dict[str, Any]]:
             out = []
             for written in write_partition(iter(part.to_batches()), schema=insert_schema, data_dir=table.data_dir,
-                                           file_prefix=prefix):
+                                           file_prefix=prefix, write_options=write_options):
                 index_rows = write_index_rows(part, keys, scratch) if indexable else None
                 out += [{"kind": "insert", **r, "index_rows": index_rows} for r in written.to_pylist()]
             return out

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -385,6 +385,7 @@ def rewrite_changed_file(
     dropped: np.ndarray | None = None,
     append: pa.Table | None = None,
     table_schema: pa.Schema | None = None,
+    write_options: Mapping[str, Any] | None = None,
 ) -> dict[str, object]:
     """Rewrite data file ``src`` with its changed rows ``mine`` (``_pcow_pos``, ``_pcow_delete``, keys, values) and
     report what was done.
@@ -397,7 +398,8 @@ def rewrite_changed_file(
     ``append``: new rows (the file's columns, see ``whole_rows``) added after the file's rows, from position
     ``append_offset`` of the result on. ``table_schema``: the schema new files get (default ``moved_schema``), whose
     Parquet field ids tell which of the file's columns is which table column (by name alone, a renamed column read as
-    one the file lacks, and columns that swapped names were patched into each other).
+    one the file lacks, and columns that swapped names were patched into each other). ``write_options``: the
+    table's pyarrow options for the moved rows' new file (its codec, see ``LakehouseTable.parquet_options``).
     """
     local_src = _local(src)
     require_parquet(local_src)
@@ -427,7 +429,7 @@ def rewrite_changed_file(
             )
         whole = old_values(moved, local_src, written, identity, moved_schema)
         moved_dst = write_table(
-            conform(whole, moved_schema), os.path.join(data_dir, new_file_name(file_prefix))
+            conform(whole, moved_schema), os.path.join(data_dir, new_file_name(file_prefix)), **(write_options or {})
         ).path
         if index_dir is not None and BUCKET in moved.column_names:
             moved_index = write_index_rows(moved, key_columns, index_dir)
@@ -488,13 +490,15 @@ def whole_rows(rows: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def write_partition(batches: Iterator[pa.RecordBatch], *, schema: pa.Schema, data_dir: str,
-                    file_prefix: str = "pcow-") -> Iterator[pa.RecordBatch]:
-    """Write this partition's inserted rows as one new data file with the product's layout."""
+                    file_prefix: str = "pcow-", write_options: Mapping[str, Any] | None = None,
+                    ) -> Iterator[pa.RecordBatch]:
+    """Write this partition's inserted rows as one new data file with the product's layout (``write_options``: the
+    table's own, see ``rewrite_changed_file``)."""
     batch_list = [b for b in batches if b.num_rows]
     if not batch_list:
         return
     table = whole_rows(pa.Table.from_batches(batch_list), schema)
-    written = write_table(table, os.path.join(data_dir, new_file_name(file_prefix)))
+    written = write_table(table, os.path.join(data_dir, new_file_name(file_prefix)), **(write_options or {}))
     yield pa.RecordBatch.from_pylist([{"dst": written.path, "rows": written.num_rows}], schema=_INSERT_ARROW)
 
 
@@ -635,8 +639,10 @@ def run_file_tasks(
     check_keys: Sequence[str] = (),
     file_prefix: str = "pcow-",
     key_columns: Sequence[str] = (),
+    write_options: Mapping[str, Any] | None = None,
 ) -> Iterator[dict[str, object]]:
-    """Run this partition's file tasks on the fragments ``locate_partition`` wrote.
+    """Run this partition's file tasks on the fragments ``locate_partition`` wrote (new files written with the
+    table's ``write_options``).
 
     Yields one result per task: ``kind`` "rewrite" with the fields ``rewrite_changed_file`` reports (``src``, ``dst``,
     rows and pages counts, ``removed_positions``...), or "insert" with ``dst``, ``rows`` and ``index_rows`` (an Arrow
@@ -668,7 +674,8 @@ def run_file_tasks(
                                           data_dir=data_dir, threads=task.threads, file_prefix=file_prefix,
                                           key_columns=key_columns,
                                           index_dir=os.path.dirname(task.fragments[0]) if key_columns else None,
-                                          dropped=dropped, table_schema=insert_schema)
+                                          dropped=dropped, table_schema=insert_schema,
+                                          write_options=write_options)
             yield {"kind": "rewrite", **report}
         else:
             rows = rows.filter(pc.invert(rows[DELETE])).drop_columns([DELETE])
@@ -676,7 +683,7 @@ def run_file_tasks(
             stop = rows.num_rows * (task.part + 1) // task.parts
             part = rows.slice(start, stop - start)
             for batch in write_partition(iter(part.to_batches()), schema=insert_schema, data_dir=data_dir,
-                                         file_prefix=file_prefix):
+                                         file_prefix=file_prefix, write_options=write_options):
                 index_rows = None
                 if key_columns and BUCKET in part.column_names:
                     index_rows = write_index_rows(part, key_columns, os.path.dirname(task.fragments[0]))

@@ -121,6 +121,12 @@ class LakehouseTable:
         if check is not None:
             check(removing=removing, partitioned_ok=partitioned_ok)
 
+    def parquet_options(self) -> dict[str, Any]:
+        """pyarrow options the table asks of new data files (Iceberg: its ``write.parquet.compression-codec`` and
+        ``-level`` now); ``{}`` leaves ours. Files rewritten in place keep their own codec, chunk by chunk."""
+        options = getattr(self.format_table, "parquet_writer_options", None)
+        return options() if options is not None else {}
+
     def deletion_vectors(self, version: int) -> dict[str, dict[str, Any]]:
         """Local path -> deletion vector descriptor of the files live at ``version`` that have one (Delta)."""
         vectors = getattr(self.format_table, "deletion_vectors", None)

@@ -65,6 +65,29 @@ _COMMIT_LOCKS: dict[str, threading.Lock] = {}
 _COMMIT_LOCKS_GUARD = threading.Lock()
 
 
+# Iceberg's codec names (write.parquet.compression-codec) as pyarrow spells them
+_CODECS = {"zstd": "zstd", "gzip": "gzip", "snappy": "snappy", "lz4": "lz4", "brotli": "brotli",
+           "uncompressed": "none"}
+
+
+def parquet_writer_options(properties: Mapping[str, str]) -> dict[str, Any]:
+    """pyarrow writer options for new data files that Iceberg table ``properties`` ask for (``{}``: ours stand).
+
+    >>> parquet_writer_options({"write.parquet.compression-codec": "GZIP", "write.parquet.compression-level": "5"})
+    {'compression': 'gzip', 'compression_level': 5}
+    >>> parquet_writer_options({"write.parquet.compression-codec": "uncompressed"})
+    {'compression': 'none'}
+    """
+    options: dict[str, Any] = {}
+    codec = _CODECS.get(str(properties.get("write.parquet.compression-codec", "")).strip().lower())
+    if codec is not None:
+        options["compression"] = codec
+        level = str(properties.get("write.parquet.compression-level", "")).strip()
+        if level.lstrip("-").isdigit() and codec not in ("none", "snappy", "lz4"):
+            options["compression_level"] = int(level)
+    return options
+
+
 class _KeyTypeUnsupported(Exception):
     """A key value has no Iceberg literal form here: fall back to a filter that matches everything."""
 
@@ -175,6 +198,12 @@ class IcebergTable:
 
     def normalize_path(self, path: str) -> str:
         return path
+
+    def parquet_writer_options(self) -> dict[str, Any]:
+        """pyarrow options for the new data files a write adds, from the table's properties as they are now (a codec
+        set after the table was built applies from then on): see :func:`parquet_writer_options`."""
+        table = self._loaded if self._loaded is not None else self._table()
+        return parquet_writer_options({str(k): str(v) for k, v in dict(table.properties()).items()})
 
     def column_ids(self) -> dict[str, int]:
         table = self._loaded if self._loaded is not None else self._table()  # as fresh as the last version read
