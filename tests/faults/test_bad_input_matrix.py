@@ -220,6 +220,10 @@ def test_a_batch_adding_a_column_without_a_required_one_is_refused_before_the_sc
         assert table_state(spark, name) == before
         apply_changes(spark, table, spark.createDataFrame([(1, "x", "U"), (2, None, "D")], batch), spec)
         assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 1, "x"), (3, 3, None)]
+        # a batch that drops the required column (sync_all_columns) may insert: the column goes
+        apply_changes(spark, table, spark.createDataFrame([(4, "z", "I")], batch),
+                      replace(spec, on_schema_change="sync_all_columns"))
+        assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, "x"), (3, None), (4, "z")]
     finally:
         spark.sql(f"drop schema {schema} cascade")
 
@@ -254,6 +258,11 @@ def test_rows_in_another_tables_files_are_refused_before_anything_is_written(spa
             apply_changes(spark, table, spark.createDataFrame([(1, 11, "U")], batch), spec)
         message = str(info.value)
         assert message.startswith("model cloned:") and str(foreign) in message and "--full-refresh" in message, message
+        assert table_state(spark, name) == before
+        # a batch that would add a column is refused before the ALTER TABLE
+        with pytest.raises(UnsupportedTableFeatureError):
+            apply_changes(spark, table, spark.createDataFrame([(1, 11, "U", "x")], f"{batch}, extra string"),
+                          replace(spec, on_schema_change="append_new_columns"))
         assert table_state(spark, name) == before
         assert sorted(os.listdir(foreign)) == ["part-0.parquet"]
     finally:

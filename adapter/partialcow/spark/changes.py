@@ -232,7 +232,7 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
                 staged, batch_rows = stage(changes, spec, table_schema=table_schema, check_unique=evolves)
             # only a batch that passed every check may change the table's schema
             if evolves:
-                _refuse_inserts_lacking_required(index, staged, spec, table_schema)
+                _check_before_schema_change(table, index, staged, spec, table_schema)
             if _evolve_schema(spark, table, staged.schema, spec):
                 table_schema = table.spark_schema()
                 # on Delta the ALTER is a version of its own: the batch is based on it, or the commit would take it
@@ -460,17 +460,25 @@ def _require_own_files(spec: ChangeSpec, table: LakehouseTable, file_ids: Iterab
     """Refuse to rewrite data files outside the table's folder (a Delta shallow clone's, as ``dbt clone`` makes; an
     Iceberg table given another table's files): a rewrite is written next to the file it replaces, so it would land
     in another table's folder (a Parquet table there would even read it as its own)."""
-    location = table.format_table.location
-    root = local_path(location) or location
-    outside = [paths[int(i)] for i in file_ids
-               if not (local_path(paths[int(i)]) or paths[int(i)]).startswith(root.rstrip("/") + "/")]
+    outside = [paths[int(i)] for i in file_ids if not _inside(table, paths[int(i)])]
     if outside:
+        root = _root(table)
         raise UnsupportedTableFeatureError(
             f"model {spec.model}: the batch changes rows of data file(s) outside table {table.name}'s folder "
             f"{root} (a shallow clone's, or files added from another table), e.g. {outside[0]}; a partial rewrite "
             "is written next to the file it replaces, which is another table's folder. Nothing was written. Rebuild "
             "the table with its own files (`dbt run --full-refresh` of the model)"
         )
+
+
+def _root(table: LakehouseTable) -> str:
+    location = table.format_table.location
+    return local_path(location) or location
+
+
+def _inside(table: LakehouseTable, path: str) -> bool:
+    """Whether data file ``path`` lies in the table's folder (see :func:`_require_own_files`)."""
+    return (local_path(path) or path).startswith(_root(table).rstrip("/") + "/")
 
 
 def _require_known_files(index: RowIndex, file_ids: Iterable[int], paths: Mapping[int, str]) -> None:
@@ -498,20 +506,27 @@ def _check_required_columns(spec: ChangeSpec, table_schema: StructType, staged_c
         )
 
 
-def _refuse_inserts_lacking_required(index: RowIndex, staged: DataFrame, spec: ChangeSpec,
-                                     table_schema: StructType) -> None:
-    """:func:`_check_required_columns` for a batch about to change the table's schema: its inserts are found through
-    the index here, since the locate that finds them otherwise runs after the schema change, which a refusal then
-    would leave behind."""
+def _check_before_schema_change(table: LakehouseTable, index: RowIndex, staged: DataFrame, spec: ChangeSpec,
+                                table_schema: StructType) -> None:
+    """The refusals a batch meets once located (:func:`_check_required_columns` for its inserts,
+    :func:`_require_own_files` for the files it changes), for a batch about to change the table's schema: its keys are
+    found through the index here, since the locate runs after the schema change, which a refusal then would leave
+    behind. Columns ``sync_all_columns`` drops are no longer required."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
 
-    if not _required_missing(table_schema, staged.columns):
-        return
-    upserts = staged.where(~F.coalesce(F.col(DELETE), F.lit(False))).select(
-        *[F.col(quote_identifier(k)) for k in spec.key_columns])
-    new = index.lookup(upserts, check_duplicates=False).missing.limit(SAMPLE).collect()
-    if new:
-        _check_required_columns(spec, table_schema, staged.columns, keys_text(new, spec.key_columns))
+    dropped = set(_schema_delta(staged.columns, table_schema.fieldNames(), spec)[1])
+    kept = StructType([f for f in table_schema.fields if f.name not in dropped])
+    keys = [F.col(quote_identifier(k)) for k in spec.key_columns]
+    paths = index.file_paths()
+    if any(not _inside(table, p) for p in paths.values()):
+        found = index.lookup(staged.select(*keys), check_duplicates=False, file_ids=True).found
+        _require_own_files(spec, table, [r[0] for r in found.select("file").distinct().collect()], paths)
+    if _required_missing(kept, staged.columns):
+        upserts = staged.where(~F.coalesce(F.col(DELETE), F.lit(False))).select(*keys)
+        new = index.lookup(upserts, check_duplicates=False).missing.limit(SAMPLE).collect()
+        if new:
+            _check_required_columns(spec, kept, staged.columns, keys_text(new, spec.key_columns))
 
 
 def _key_frame(spark: SparkSession, batch: pa.Table, spec: ChangeSpec) -> DataFrame:
