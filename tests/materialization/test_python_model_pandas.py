@@ -71,3 +71,25 @@ def test_a_column_arrow_cannot_convert_is_refused_by_name(spark, new_york) -> No
     assert spark.conf.get("spark.sql.execution.arrow.pyspark.fallback.enabled", None) in (None, "true")
     converted = to_spark_dataframe(frame.drop(columns=["u", "o"]), spark, model_name="unsigned_model")
     assert [tuple(r) for r in converted.orderBy("id").collect()] == [(1, 5), (2, None)]
+
+
+def test_small_unsigned_integers_and_half_floats_are_widened_and_repeated_names_refused(spark) -> None:
+    """Spark's Arrow conversion has no uint8/16/32 or float16: widened first, every value kept (the row-by-row
+    conversion, no longer taken, stored them so too). A frame with two columns of one name is refused by name."""
+    import numpy as np
+    from dbt_common.exceptions import DbtRuntimeError
+
+    frame = pd.DataFrame({
+        "id": [1, 2],
+        "u8": np.array([0, 255], "uint8"),
+        "u16": np.array([1, 65535], "uint16"),
+        "u32": np.array([2, 2**32 - 1], "uint32"),
+        "h": np.array([0.5, -0.0], "float16"),
+    })
+    df = to_spark_dataframe(frame, spark, model_name="small_types")
+    assert dict(df.dtypes) == {"id": "bigint", "u8": "smallint", "u16": "int", "u32": "bigint", "h": "float"}
+    rows = [tuple(r) for r in df.orderBy("id").collect()]
+    assert rows == [(1, 0, 1, 2, 0.5), (2, 255, 65535, 2**32 - 1, -0.0)]
+    assert str(rows[1][4]) == "-0.0"
+    with pytest.raises(DbtRuntimeError, match=r"small_types.*v \(a name 2 columns hold\)"):
+        to_spark_dataframe(pd.DataFrame([[1, 2, 3]], columns=["id", "v", "v"]), spark, model_name="small_types")

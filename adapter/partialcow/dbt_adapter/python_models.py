@@ -22,7 +22,8 @@ def to_spark_dataframe(result: Any, spark: Any, *, model_name: str) -> Any:
     timestamp is a wall-clock time in the session's time zone. PySpark's row-by-row conversion (its default) kept
     ``NaN`` as a value, made ``Int64`` columns doubles and read naive timestamps in the Python process's local time
     zone, silently shifting them by its offset from the session's; it also stored a ``uint64`` above 2**63 as null.
-    A frame with a column Arrow cannot convert is therefore refused, naming the column.
+    A frame with a column Arrow cannot convert is therefore refused, naming the column; the smaller unsigned integers
+    and ``float16``, which Spark's Arrow conversion lacks, are widened first (as that conversion stored them).
 
     >>> to_spark_dataframe(42, None, model_name="m")
     Traceback (most recent call last):
@@ -42,7 +43,7 @@ def to_spark_dataframe(result: Any, spark: Any, *, model_name: str) -> Any:
             spark.conf.set(_ARROW, "true")
             spark.conf.set(_ARROW_FALLBACK, "false")
             try:
-                return spark.createDataFrame(result)
+                return spark.createDataFrame(_widened(result))
             except Exception as exc:
                 columns = _unconvertible_columns(result)
                 if not columns:
@@ -52,7 +53,7 @@ def to_spark_dataframe(result: Any, spark: Any, *, model_name: str) -> Any:
                     f"Python model {model_name} returned a pandas DataFrame whose column(s) {', '.join(columns)} "
                     f"Arrow cannot convert to a Spark type exactly ({first}); nothing was written. Convert them in "
                     "the model: a uint64 to int64 (values below 2**63) or to Python Decimals (a decimal(20,0) "
-                    "column), an object column to one type of value"
+                    "column), an object column to one type of value; give each column a name of its own"
                 ) from None
             finally:
                 # left as they were, unset included: the model's own settings are what dbt's log reports
@@ -66,22 +67,49 @@ def to_spark_dataframe(result: Any, spark: Any, *, model_name: str) -> Any:
     )
 
 
+# numpy types Spark has no Arrow conversion for, and the type that holds every value of theirs exactly
+_WIDER = {"uint8": "int16", "uint16": "int32", "uint32": "int64", "float16": "float32"}
+
+
+def _widened(frame: Any) -> Any:
+    """``frame`` with its columns of the types in ``_WIDER`` widened (PySpark's row-by-row conversion stored them as
+    wider types too); the same frame when it has none.
+
+    >>> import numpy as np, pandas as pd
+    >>> _widened(pd.DataFrame({"u": np.array([255], "uint8"), "f": np.array([0.5], "float16")})).dtypes.tolist()
+    [dtype('int16'), dtype('float32')]
+    """
+    wider = {i: _WIDER[str(t)] for i, t in enumerate(frame.dtypes) if str(t) in _WIDER}
+    if not wider:
+        return frame
+    frame = frame.copy(deep=False)
+    for i, dtype in wider.items():
+        frame.isetitem(i, frame.iloc[:, i].astype(dtype))
+    return frame
+
+
 def _unconvertible_columns(frame: Any) -> list[str]:
-    """The columns of a pandas DataFrame that Arrow cannot convert to a Spark type, each with its dtype.
+    """The columns of a pandas DataFrame that Arrow cannot convert to a Spark type, each with its dtype, and names
+    held by more than one column.
 
     >>> import numpy as np, pandas as pd
     >>> _unconvertible_columns(pd.DataFrame({"id": [1], "u": np.array([1], "uint64"), "o": [object()]}))
     ['u (uint64)', 'o (object)']
+    >>> _unconvertible_columns(pd.DataFrame([[1, 2]], columns=["a", "a"]))
+    ['a (a name 2 columns hold)']
     """
     import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_type
 
-    found = []
-    for name in frame.columns:
+    names = [str(c) for c in frame.columns]
+    found = [f"{name} (a name {names.count(name)} columns hold)" for name in dict.fromkeys(names)
+             if names.count(name) > 1]
+    for i, name in enumerate(names):
+        column = frame.iloc[:, i]
         try:
-            from_arrow_type(pa.Schema.from_pandas(frame[[name]], preserve_index=False).field(0).type)
+            from_arrow_type(pa.Schema.from_pandas(column.to_frame(name="c"), preserve_index=False).field(0).type)
         except Exception:  # noqa: BLE001 - Arrow's and PySpark's errors alike: the column cannot be converted
-            found.append(f"{name} ({frame[name].dtype})")
+            found.append(f"{name} ({column.dtype})")
     return found
 
 
