@@ -194,7 +194,7 @@ def _render_report(report: VerifyReport) -> str:
         f"table            {report.table}",
         f"index version    {report.index_version}",
         f"table version    {report.table_version}",
-        f"rows in table    {report.rows_in_table} (at the index's version)",
+        f"rows in table    {report.rows_in_table if report.checked else '-'} (at the index's version)",
         f"rows in index    {report.rows_in_index}",
         f"missing          {report.missing_from_index}",
         f"extra            {report.extra_in_index}",
@@ -211,6 +211,9 @@ def _render_report(report: VerifyReport) -> str:
 def _verdict(report: VerifyReport) -> str:
     if report.ok:
         return "OK: index and table agree"
+    if report.behind and not report.checked:
+        return (f"BEHIND: the index's table version {report.index_version} is no longer in the table (expired), so "
+                "it was not compared; the next write of the table brings the index up to date")
     if report.behind:
         return (f"BEHIND: the index is right at table version {report.index_version}, and {len(report.stale_files)} "
                 "file(s) changed since (another writer); the next write of the table brings it up to date")

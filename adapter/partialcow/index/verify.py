@@ -28,6 +28,7 @@ def verify(index: RowIndex) -> VerifyReport:
         table=state.table, index_version=state.table_version, table_version=version, stale_files=stale
     )
     if stale and not _still_readable(index):
+        report.checked = False
         report.samples.append(f"the index's snapshot {state.table_version} is no longer in the table (expired): the "
                               "next write brings the index up to date")
         return report
