@@ -428,6 +428,8 @@ class TestAnAppendOnlyModelOnABranch:
         history = [(1, "a"), (2, "b"), (3, "c")]
         expected = sorted([*history, (4, "d"), (4, "d")])  # what `dbt run` on main gives
         assert sorted(map(tuple, spark.table(f"{schema}__br_dev.events").collect())) == expected
+        _, out = run_dbt_and_capture(["run-operation", "branch_diff", "--args", branch_args("dev")])
+        assert "2 row(s) only on the branch (5 vs 3 on the parent)" in out, out[-2000:]
         _, out = run_dbt_and_capture(["run-operation", "branch_merge", "--args", branch_args("dev")])
         assert "left the parent's rows, its history, as they are" in out, out[-2000:]
         assert sorted(map(tuple, spark.table(f"{schema}.events").collect())) == history

@@ -37,18 +37,27 @@ class DetachedDiff:
     'replaced (3 rows vs 4 on the parent: 1 only on the branch, 2 only on the parent)'
     >>> DetachedDiff(rows=3, parent_rows=None, only_ours=None, only_theirs=None).describe()
     'replaced (3 rows; new on the branch)'
+    >>> DetachedDiff(rows=5, parent_rows=3, only_ours=2, only_theirs=0, keeps_history=True).describe()[:49]
+    '2 row(s) only on the branch (5 vs 3 on the parent'
     """
 
     rows: int
     parent_rows: int | None  # None: the parent does not have the model
     only_ours: int | None
     only_theirs: int | None
+    #: an incremental model without unique_key: ``branch_merge`` leaves the parent's rows to its own runs
+    keeps_history: bool = False
 
     @property
     def differs(self) -> bool:
         return self.only_ours is None or self.only_theirs is None or self.only_ours + self.only_theirs > 0
 
     def describe(self) -> str:
+        if self.keeps_history and self.parent_rows is not None:
+            differ = "; the columns differ" if self.only_ours is None else ""
+            new = self.rows if self.only_ours is None else self.only_ours
+            return (f"{new} row(s) only on the branch ({self.rows} vs {self.parent_rows} on the parent{differ}); an "
+                    "incremental model without unique_key: branch_merge leaves the parent's rows to its own runs")
         if self.parent_rows is None:
             return f"replaced ({self.rows} rows; new on the branch)"
         if self.only_ours is None or self.only_theirs is None:
@@ -90,6 +99,7 @@ def _compare_detached(spark: SparkSession, info: OverlayInfo, parent: tuple[str,
     ours = spark.table(info.table).where(F.col(OP_COLUMN) == OP_UPSERT).select(*[quote(c) for c in info.columns])
     if parent is None:
         return DetachedDiff(rows=ours.count(), parent_rows=None, only_ours=None, only_theirs=None)
+    history = info.keeps_history
     theirs = spark.table(qualified(*parent))
     same_columns = len(ours.schema.fields) == len(theirs.schema.fields) and all(
         o.name.lower() == t.name.lower() and same_types(o.dataType, t.dataType)
@@ -97,12 +107,14 @@ def _compare_detached(spark: SparkSession, info: OverlayInfo, parent: tuple[str,
     )
     counts = ours.select(F.count(F.lit(1))).crossJoin(theirs.select(F.count(F.lit(1)))).collect()[0]
     if not same_columns:
-        return DetachedDiff(rows=counts[0], parent_rows=counts[1], only_ours=None, only_theirs=None)
+        return DetachedDiff(rows=counts[0], parent_rows=counts[1], only_ours=None, only_theirs=None,
+                            keeps_history=history)
     return DetachedDiff(
         rows=counts[0],
         parent_rows=counts[1],
         only_ours=comparable(ours).exceptAll(comparable(theirs)).count(),
         only_theirs=comparable(theirs).exceptAll(comparable(ours)).count(),
+        keeps_history=history,
     )
 
 

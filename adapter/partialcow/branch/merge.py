@@ -372,6 +372,8 @@ def merge_branch(
             )
             if plan.merge.detached and info.keeps_history and parent is not None:
                 plan.merge.kept_history = True  # never replaced: its runs on the parent append, the branch's rebuilt
+                plan.merge.columns_differ = [c.lower() for c in info.columns] != [
+                    c.lower() for c in spark.table(qualified(*parent)).columns]
             elif plan.merge.detached:
                 if not fast_forward or dropped:
                     plan.merge.conflicts = 1  # no keys: a change on both sides conflicts as a whole

@@ -71,6 +71,8 @@ class ModelMerge:
     layout_dropped: tuple[str, ...] = ()
     #: an incremental model without unique_key: the parent's rows are its history and stay as they are
     kept_history: bool = False
+    #: such a model whose columns on the branch differ from the parent's (its result was not merged either)
+    columns_differ: bool = False
 
     def describe(self) -> str:
         how = "fast-forward" if self.fast_forward else "three-way"
@@ -85,6 +87,8 @@ class ModelMerge:
         elif self.kept_history:
             text = (f"  {self.model} (incremental without unique_key): left the parent's rows, its history, as they "
                     "are; the model's next run there appends what its sources gained")
+            if self.columns_differ:
+                text += " and changes its columns to the branch's as its on_schema_change says"
         elif self.detached:
             done = "replaced the parent's rows" if self.replaced else "left the parent as it is"
             text = f"  {self.model} ({how}, detached): {done}"

@@ -191,8 +191,9 @@ def _with_history(result: DataFrame, parent: DataFrame) -> DataFrame:
     """The parent's rows plus the rows of ``result`` the parent does not hold, counted with repeats: what an
     incremental model without ``unique_key`` holds after a run on the parent that appends what its sources gained.
     ``result`` is the model's full result (on a branch ``is_incremental()`` is false), so its rows the parent already
-    holds are not appended twice. Rows are matched on values (maps as JSON text: Spark cannot compare maps), but
-    stored as they were: no grouping, which would turn ``-0.0`` into ``0.0``."""
+    holds are not appended twice. Rows are matched on values as Spark compares them (``-0.0`` equals ``0.0``, NaN
+    equals NaN; maps by their JSON text, as Spark cannot compare maps, so equal maps whose entries come in another
+    order differ), but stored as they were: no grouping, which would turn ``-0.0`` into ``0.0``."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
