@@ -124,6 +124,15 @@ CASES = [
 ]
 
 
+@pytest.fixture()
+def fresh_schema(spark):
+    """A schema of the test's own, dropped with its tables afterwards."""
+    schema = f"pcow_bad_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"create schema {schema}")
+    yield schema
+    spark.sql(f"drop schema {schema} cascade")
+
+
 @pytest.fixture(scope="module")
 def base_table(spark):
     schema = f"pcow_badm_{uuid.uuid4().hex[:8]}"
@@ -172,63 +181,55 @@ def test_a_table_name_the_metastore_refuses_is_a_named_error(spark, base_table, 
     assert name not in [t.name for t in spark.catalog.listTables(schema)]
 
 
-def test_a_null_in_a_not_null_column_is_refused(spark, pipeline_path):
+def test_a_null_in_a_not_null_column_is_refused(spark, fresh_schema, pipeline_path):
     """An Iceberg table's required column: a change that inserts or updates a row with null in it is refused (the
     Parquet page engine would write the null as it is); deletes, whose value columns are null, still apply."""
-    schema = f"pcow_req_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {schema}")
+    schema = fresh_schema
     name = f"{schema}.t"
     spec = ChangeSpec(key_columns=("k",), op_column="_op", model="required")
-    try:
-        spark.sql(f"create table {name} (k bigint, v bigint not null) using iceberg")
-        spark.sql(f"insert into {name} values (1, 1), (2, 2)")
-        table = open_table(spark, name, table_format="iceberg")
-        batch = "k bigint, v bigint, _op string"
-        apply_changes(spark, table, spark.createDataFrame([(3, 3, "I")], batch), spec)  # builds the index
-        before = table_state(spark, name)
-        for changes in ([(1, None, "U"), (2, 20, "U")], [(4, None, "I")]):
-            with pytest.raises(ChangeFeedError) as info:
-                apply_changes(spark, table, spark.createDataFrame(changes, batch), spec)
-            message = str(info.value)
-            assert "required" in message and "'v'" in message and f"(k={changes[0][0]})" in message, message
-            assert table_state(spark, name) == before
-        apply_changes(spark, table, spark.createDataFrame([(3, None, "D"), (2, 20, "U")], batch), spec)
-        assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 1), (2, 20)]
-    finally:
-        spark.sql(f"drop schema {schema} cascade")
+    spark.sql(f"create table {name} (k bigint, v bigint not null) using iceberg")
+    spark.sql(f"insert into {name} values (1, 1), (2, 2)")
+    table = open_table(spark, name, table_format="iceberg")
+    batch = "k bigint, v bigint, _op string"
+    apply_changes(spark, table, spark.createDataFrame([(3, 3, "I")], batch), spec)  # builds the index
+    before = table_state(spark, name)
+    for changes in ([(1, None, "U"), (2, 20, "U")], [(4, None, "I")]):
+        with pytest.raises(ChangeFeedError) as info:
+            apply_changes(spark, table, spark.createDataFrame(changes, batch), spec)
+        message = str(info.value)
+        assert "required" in message and "'v'" in message and f"(k={changes[0][0]})" in message, message
+        assert table_state(spark, name) == before
+    apply_changes(spark, table, spark.createDataFrame([(3, None, "D"), (2, 20, "U")], batch), spec)
+    assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 1), (2, 20)]
 
 
-def test_a_batch_adding_a_column_without_a_required_one_is_refused_before_the_schema_changes(spark):
+def test_a_batch_adding_a_column_without_a_required_one_is_refused_before_the_schema_changes(spark, fresh_schema):
     """Regression: a batch that adds a column (``append_new_columns``) and lacks a NOT NULL column was refused for
     its inserts only after the ALTER TABLE, so the refused batch left the table with its new column. Updates alone
     still apply: their rows keep the required column's values."""
-    schema = f"pcow_reqe_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {schema}")
+    schema = fresh_schema
     name = f"{schema}.t"
     spec = ChangeSpec(key_columns=("k",), op_column="_op", model="required", on_schema_change="append_new_columns")
-    try:
-        spark.sql(f"create table {name} (k bigint, v bigint not null) using iceberg")
-        spark.sql(f"insert into {name} values (1, 1), (2, 2)")
-        table = open_table(spark, name, table_format="iceberg")
-        apply_changes(spark, table, spark.createDataFrame([(3, 3, "I")], "k bigint, v bigint, _op string"), spec)
-        before = table_state(spark, name)
-        batch = "k bigint, extra string, _op string"
-        with pytest.raises(ChangeFeedError) as info:
-            apply_changes(spark, table, spark.createDataFrame([(1, "x", "U"), (4, "y", "I")], batch), spec)
-        message = str(info.value)
-        assert "required" in message and "['v']" in message and "(k=4)" in message, message
-        assert table_state(spark, name) == before
-        apply_changes(spark, table, spark.createDataFrame([(1, "x", "U"), (2, None, "D")], batch), spec)
-        assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 1, "x"), (3, 3, None)]
-        # a batch that drops the required column (sync_all_columns) may insert: the column goes
-        apply_changes(spark, table, spark.createDataFrame([(4, "z", "I")], batch),
-                      replace(spec, on_schema_change="sync_all_columns"))
-        assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, "x"), (3, None), (4, "z")]
-    finally:
-        spark.sql(f"drop schema {schema} cascade")
+    spark.sql(f"create table {name} (k bigint, v bigint not null) using iceberg")
+    spark.sql(f"insert into {name} values (1, 1), (2, 2)")
+    table = open_table(spark, name, table_format="iceberg")
+    apply_changes(spark, table, spark.createDataFrame([(3, 3, "I")], "k bigint, v bigint, _op string"), spec)
+    before = table_state(spark, name)
+    batch = "k bigint, extra string, _op string"
+    with pytest.raises(ChangeFeedError) as info:
+        apply_changes(spark, table, spark.createDataFrame([(1, "x", "U"), (4, "y", "I")], batch), spec)
+    message = str(info.value)
+    assert "required" in message and "['v']" in message and "(k=4)" in message, message
+    assert table_state(spark, name) == before
+    apply_changes(spark, table, spark.createDataFrame([(1, "x", "U"), (2, None, "D")], batch), spec)
+    assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 1, "x"), (3, 3, None)]
+    # a batch that drops the required column (sync_all_columns) may insert: the column goes
+    apply_changes(spark, table, spark.createDataFrame([(4, "z", "I")], batch),
+                  replace(spec, on_schema_change="sync_all_columns"))
+    assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, "x"), (3, None), (4, "z")]
 
 
-def test_rows_in_another_tables_files_are_refused_before_anything_is_written(spark, pipeline_path, tmp_path):
+def test_rows_in_another_tables_files_are_refused_before_any_write(spark, fresh_schema, pipeline_path, tmp_path):
     """Regression (a Delta shallow clone made by ``dbt clone``, an Iceberg table given files with ``add_files``): a
     rewrite is written next to the file it replaces, so a batch changing rows of a file outside the table's folder
     wrote into another table's folder (on Delta the commit then refused it, leaving the file there on every try)."""
@@ -243,39 +244,34 @@ def test_rows_in_another_tables_files_are_refused_before_anything_is_written(spa
     foreign.mkdir()
     pq.write_table(pa.table({"k": pa.array([1, 2], pa.int64()), "v": pa.array([10, 20], pa.int64())}),
                    foreign / "part-0.parquet")
-    schema = f"pcow_foreign_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {schema}")
+    schema = fresh_schema
     name = f"{schema}.t"
     spec = ChangeSpec(key_columns=("k",), op_column="_op", model="cloned")
-    try:
-        spark.sql(f"create table {name} (k bigint, v bigint) using iceberg")
-        spark.sql(f"CALL spark_catalog.system.add_files(table => '{name}', source_table => '`parquet`.`{foreign}`')")
-        table = open_table(spark, name, table_format="iceberg")
-        batch = "k bigint, v bigint, _op string"
-        apply_changes(spark, table, spark.createDataFrame([(3, 30, "I")], batch), spec)  # inserts: its own folder
-        before = table_state(spark, name)
-        with pytest.raises(UnsupportedTableFeatureError) as info:
-            apply_changes(spark, table, spark.createDataFrame([(1, 11, "U")], batch), spec)
-        message = str(info.value)
-        assert message.startswith("model cloned:") and str(foreign) in message and "--full-refresh" in message, message
-        assert table_state(spark, name) == before
-        # a batch that would add a column is refused before the ALTER TABLE
-        with pytest.raises(UnsupportedTableFeatureError):
-            apply_changes(spark, table, spark.createDataFrame([(1, 11, "U", "x")], f"{batch}, extra string"),
-                          replace(spec, on_schema_change="append_new_columns"))
-        assert table_state(spark, name) == before
-        assert sorted(os.listdir(foreign)) == ["part-0.parquet"]
-    finally:
-        spark.sql(f"drop schema {schema} cascade")
+    spark.sql(f"create table {name} (k bigint, v bigint) using iceberg")
+    spark.sql(f"CALL spark_catalog.system.add_files(table => '{name}', source_table => '`parquet`.`{foreign}`')")
+    table = open_table(spark, name, table_format="iceberg")
+    batch = "k bigint, v bigint, _op string"
+    apply_changes(spark, table, spark.createDataFrame([(3, 30, "I")], batch), spec)  # inserts: its own folder
+    before = table_state(spark, name)
+    with pytest.raises(UnsupportedTableFeatureError) as info:
+        apply_changes(spark, table, spark.createDataFrame([(1, 11, "U")], batch), spec)
+    message = str(info.value)
+    assert message.startswith("model cloned:") and str(foreign) in message and "--full-refresh" in message, message
+    assert table_state(spark, name) == before
+    # a batch that would add a column is refused before the ALTER TABLE
+    with pytest.raises(UnsupportedTableFeatureError):
+        apply_changes(spark, table, spark.createDataFrame([(1, 11, "U", "x")], f"{batch}, extra string"),
+                      replace(spec, on_schema_change="append_new_columns"))
+    assert table_state(spark, name) == before
+    assert sorted(os.listdir(foreign)) == ["part-0.parquet"]
 
 
-def test_a_null_in_a_required_nested_field_is_refused(spark, pipeline_path):
+def test_a_null_in_a_required_nested_field_is_refused(spark, fresh_schema, pipeline_path):
     """Regression: only top-level NOT NULL columns were checked. A null in a required field of a struct (here
     inside an array's elements too) failed late in the file writer with an error naming neither the model nor a key
     (Iceberg), or was committed and broke every read of the table (Delta: tests/delta_spark). Now it is refused
     like a NOT NULL column, naming the field's path; deletes still apply."""
-    schema = f"pcow_reqn_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {schema}")
+    schema = fresh_schema
     name = f"{schema}.t"
     spec = ChangeSpec(key_columns=("k",), op_column="_op", model="nested_required")
 
@@ -284,59 +280,52 @@ def test_a_null_in_a_required_nested_field_is_refused(spark, pipeline_path):
                                             for k, addr, items, op in changes))
 
     addr, items = "named_struct('zip', 'z', 'city', 'c')", "array(named_struct('sku', 's', 'n', 1))"
-    try:
-        spark.sql(f"create table {name} (k bigint, addr struct<zip: string not null, city: string>, "
-                  "items array<struct<sku: string not null, n: int>>) using iceberg")
-        table = open_table(spark, name, table_format="iceberg")
-        apply_changes(spark, table, batch((1, addr, items, "I"), (2, addr, items, "I"), (3, addr, items, "I")), spec)
-        before = table_state(spark, name)
-        null_zip = "named_struct('zip', cast(null as string), 'city', 'c')"
-        null_sku = "array(named_struct('sku', 's', 'n', 1), named_struct('sku', cast(null as string), 'n', 2))"
-        new_zip = "named_struct('zip', 'y', 'city', 'c')"
-        for changes, path, keys in [
-            ([(1, null_zip, items, "U"), (2, new_zip, items, "U")], "addr.zip", "(k=1)"),
-            ([(4, null_zip, items, "I"), (5, null_zip, items, "I")], "addr.zip", "2 change(s)"),
-            ([(2, addr, null_sku, "U")], "items.element.sku", "(k=2)"),
-        ]:
-            with pytest.raises(ChangeFeedError) as info:
-                apply_changes(spark, table, batch(*changes), spec)
-            message = str(info.value)
-            assert "nested_required" in message and f"'{path}' is NOT NULL" in message and keys in message, message
-            assert table_state(spark, name) == before
-        apply_changes(spark, table, batch((3, null_zip, null_sku, "D"), (2, new_zip, items, "U")), spec)
-        assert [(r["k"], r["addr"]["zip"]) for r in spark.table(name).orderBy("k").collect()] == [(1, "z"), (2, "y")]
-    finally:
-        spark.sql(f"drop schema {schema} cascade")
+    spark.sql(f"create table {name} (k bigint, addr struct<zip: string not null, city: string>, "
+              "items array<struct<sku: string not null, n: int>>) using iceberg")
+    table = open_table(spark, name, table_format="iceberg")
+    apply_changes(spark, table, batch((1, addr, items, "I"), (2, addr, items, "I"), (3, addr, items, "I")), spec)
+    before = table_state(spark, name)
+    null_zip = "named_struct('zip', cast(null as string), 'city', 'c')"
+    null_sku = "array(named_struct('sku', 's', 'n', 1), named_struct('sku', cast(null as string), 'n', 2))"
+    new_zip = "named_struct('zip', 'y', 'city', 'c')"
+    for changes, path, keys in [
+        ([(1, null_zip, items, "U"), (2, new_zip, items, "U")], "addr.zip", "(k=1)"),
+        ([(4, null_zip, items, "I"), (5, null_zip, items, "I")], "addr.zip", "2 change(s)"),
+        ([(2, addr, null_sku, "U")], "items.element.sku", "(k=2)"),
+    ]:
+        with pytest.raises(ChangeFeedError) as info:
+            apply_changes(spark, table, batch(*changes), spec)
+        message = str(info.value)
+        assert "nested_required" in message and f"'{path}' is NOT NULL" in message and keys in message, message
+        assert table_state(spark, name) == before
+    apply_changes(spark, table, batch((3, null_zip, null_sku, "D"), (2, new_zip, items, "U")), spec)
+    assert [(r["k"], r["addr"]["zip"]) for r in spark.table(name).orderBy("k").collect()] == [(1, "z"), (2, "y")]
 
 
-def test_a_null_struct_with_a_required_field_is_stored(spark, pipeline_path):
+def test_a_null_struct_with_a_required_field_is_stored(spark, fresh_schema, pipeline_path):
     """Regression: a nullable struct whose type has a NOT NULL field may be null (a null struct has no fields), but
     a first build holding one, an update to one and an insert of one failed in the file writer ("field 'zip' ... has
     nulls. Can't cast to non-nullable field"): Spark hands a null struct over with null fields."""
     from independent_read import iceberg_rows
 
-    schema = f"pcow_nstr_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {schema}")
+    schema = fresh_schema
     name = f"{schema}.t"
     spec = ChangeSpec(key_columns=("k",), op_column="_op", model="null_struct")
     addr = "case when k in ({}) then null else named_struct('zip', concat('z', k)) end"
-    try:
-        # concat() of a key that is not null is not null: the model's struct declares zip NOT NULL, so does the table
-        create_table(spark, name, spark.sql(f"select k, {addr.format(2)} as addr, 'I' as _op from values (1L), (2L), "
-                                            "(3L) as t(k)"), spec)
-        assert not spark.table(name).schema["addr"].dataType["zip"].nullable
-        changes = spark.sql(f"select k, {addr.format('1, 4')} as addr, 'U' as _op from values (1L), (3L), (4L), "
-                            "(5L) as t(k)")
-        metrics = apply_changes(spark, open_table(spark, name, table_format="iceberg"), changes, spec)
-        assert (metrics.rows_updated, metrics.rows_inserted) == (1, 2)  # 3 is unchanged
-        expected = [(1, None), (2, None), (3, {"zip": "z3"}), (4, None), (5, {"zip": "z5"})]
-        assert sorted((r["k"], r["addr"] and r["addr"].asDict()) for r in spark.table(name).collect()) == expected
-        assert iceberg_rows(Path(location(spark, name))) == expected
-    finally:
-        spark.sql(f"drop schema {schema} cascade")
+    # concat() of a key that is not null is not null: the model's struct declares zip NOT NULL, so does the table
+    create_table(spark, name, spark.sql(f"select k, {addr.format(2)} as addr, 'I' as _op from values (1L), (2L), "
+                                        "(3L) as t(k)"), spec)
+    assert not spark.table(name).schema["addr"].dataType["zip"].nullable
+    changes = spark.sql(f"select k, {addr.format('1, 4')} as addr, 'U' as _op from values (1L), (3L), (4L), "
+                        "(5L) as t(k)")
+    metrics = apply_changes(spark, open_table(spark, name, table_format="iceberg"), changes, spec)
+    assert (metrics.rows_updated, metrics.rows_inserted) == (1, 2)  # 3 is unchanged
+    expected = [(1, None), (2, None), (3, {"zip": "z3"}), (4, None), (5, {"zip": "z5"})]
+    assert sorted((r["k"], r["addr"] and r["addr"].asDict()) for r in spark.table(name).collect()) == expected
+    assert iceberg_rows(Path(location(spark, name))) == expected
 
 
-def test_new_files_take_the_codec_the_table_asks_for(spark, pipeline_path):
+def test_new_files_take_the_codec_the_table_asks_for(spark, fresh_schema, pipeline_path):
     """Regression: our new data files were zstd whatever the table said: a model's
     ``tblproperties {'write.parquet.compression-codec': 'gzip'}`` on the first build, or the property changed later
     by another tool, was ignored (Spark's and Iceberg's own writers honour it). Files rewritten in place keep theirs."""
@@ -346,8 +335,7 @@ def test_new_files_take_the_codec_the_table_asks_for(spark, pipeline_path):
 
     from partialcow.spark.tables import local_path
 
-    schema = f"pcow_codec_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {schema}")
+    schema = fresh_schema
     name = f"{schema}.t"
     spec = ChangeSpec(key_columns=("k",), op_column="_op", model="codec",
                       extra_table_properties={"write.parquet.compression-codec": "gzip"})
@@ -358,15 +346,12 @@ def test_new_files_take_the_codec_the_table_asks_for(spark, pipeline_path):
         return {os.path.basename(f): {pq.ParquetFile(f).metadata.row_group(0).column(c).compression for c in range(2)}
                 for f in files}
 
-    try:
-        create_table(spark, name, spark.createDataFrame([(1, 1, "I"), (2, 2, "I")], batch), spec)
-        first = codecs()
-        assert first and all(c == {"GZIP"} for c in first.values()), first
-        spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('write.parquet.compression-codec'='snappy')")
-        table = open_table(spark, name, table_format="iceberg")
-        apply_changes(spark, table, spark.createDataFrame([(3, 3, "I"), (4, 4, "I")], batch), spec)
-        added = {f: c for f, c in codecs().items() if f not in first}
-        assert added and all(c == {"SNAPPY"} for c in added.values()), codecs()
-        assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 1), (2, 2), (3, 3), (4, 4)]
-    finally:
-        spark.sql(f"drop schema {schema} cascade")
+    create_table(spark, name, spark.createDataFrame([(1, 1, "I"), (2, 2, "I")], batch), spec)
+    first = codecs()
+    assert first and all(c == {"GZIP"} for c in first.values()), first
+    spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('write.parquet.compression-codec'='snappy')")
+    table = open_table(spark, name, table_format="iceberg")
+    apply_changes(spark, table, spark.createDataFrame([(3, 3, "I"), (4, 4, "I")], batch), spec)
+    added = {f: c for f, c in codecs().items() if f not in first}
+    assert added and all(c == {"SNAPPY"} for c in added.values()), codecs()
+    assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 1), (2, 2), (3, 3), (4, 4)]
