@@ -6,9 +6,9 @@
         {#-- dbt requires a unit test of an incremental model to override is_incremental, but finds that out by
              looking for dbt's own macro, which this one replaces: without the override `this` is unset here --#}
         {{ exceptions.raise_compiler_error(
-            "is_incremental() has no model relation (`this`) here: a unit test of model '" ~ model.name
-            ~ "' must set `overrides: {macros: {is_incremental: true}}` (with a `this` input) or `false`, as dbt "
-            ~ "requires of incremental models") }}
+            "is_incremental() has no model relation (`this`) here: unit test '" ~ (model.name if model else '')
+            ~ "' of an incremental model must set `overrides: {macros: {is_incremental: true}}` (with a `this` "
+            ~ "input) or `false`, as dbt requires") }}
     {% else %}
         {% set on_branch = partialcow_branch_is_incremental() %}
         {% if on_branch is not none %}

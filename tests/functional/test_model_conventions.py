@@ -141,4 +141,5 @@ class TestAUnitTestOfAnIncrementalModel:
         by_name = {r.node.name: r for r in results.results}
         assert by_name["with_override"].status == "pass"
         message = by_name["without_override"].message or ""
-        assert "overrides: {macros: {is_incremental: true}}" in message and "'None'" not in message, message
+        assert "unit test 'without_override' of an incremental model must set `overrides: {macros: {is_incremental: " \
+            "true}}`" in message and "'None'" not in message, message
