@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from partialcow.branch.naming import quote
+from partialcow.spark.map_values import canonical_maps, holds_map
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "all_of", "comparable", "holds_map", "key_join", "key_string", "same_key", "same_key_sql", "same_types",
-    "same_value",
+    "same_value", "value_text",
 ]
 
 
@@ -85,23 +86,16 @@ def _has_floats(data_type: DataType) -> bool:
     return _holds(data_type, (FloatType, DoubleType))
 
 
-def holds_map(data_type: DataType) -> bool:
-    """Whether ``data_type`` is or holds a map: Spark refuses ``<=>`` and set operations on maps."""
-    from pyspark.sql.types import MapType
-
-    return _holds(data_type, (MapType,))
-
-
 def same_value(a: Column, b: Column, data_type: DataType) -> Column:
     """Whether two values of type ``data_type`` are the same, nulls included: ``<=>``, and for floating values (also
     inside arrays, maps and structs) their text, which tells ``-0.0`` from ``0.0`` (every NaN is the same NaN). Values
-    holding a map compare as JSON (equal maps whose entries come in another order count as different: a change
-    reported or a key held by the overlay that needed not be, never a change lost)."""
+    holding a map compare as JSON, each map's entries sorted by key (:func:`canonical_maps`: Spark cannot compare
+    maps)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import DoubleType, FloatType
 
     if holds_map(data_type):
-        return F.to_json(F.array(a)).eqNullSafe(F.to_json(F.array(b)))
+        return value_text(a, data_type).eqNullSafe(value_text(b, data_type))
     equal = a.eqNullSafe(b)
     if not _has_floats(data_type):
         return equal
@@ -142,9 +136,17 @@ def comparable(frame: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     return frame.select(*[
-        F.to_json(F.array(F.col(quote(f.name)))).alias(f.name) if holds_map(f.dataType) else F.col(quote(f.name))
+        value_text(F.col(quote(f.name)), f.dataType).alias(f.name) if holds_map(f.dataType) else F.col(quote(f.name))
         for f in frame.schema.fields
     ])
+
+
+def value_text(column: Column, data_type: DataType) -> Column:
+    """A value holding a map as JSON text that equal values share (maps' entries sorted by key), nulls inside kept
+    apart from absent fields."""
+    from pyspark.sql import functions as F
+
+    return F.to_json(F.array(canonical_maps(column, data_type)), {"ignoreNullFields": "false"})
 
 
 def row_hash(columns: Sequence[str], types: dict[str, DataType]) -> Column:
@@ -160,8 +162,8 @@ def row_hash(columns: Sequence[str], types: dict[str, DataType]) -> Column:
     for name in columns:
         column, data_type = F.col(quote(name)), types[name]
         if isinstance(data_type, (ArrayType, MapType, StructType)):
-            parts.append(F.to_json(F.array(column), {"ignoreNullFields": "false"}))
-            if _holds(data_type, (MapType,)):
+            parts.append(value_text(column, data_type))
+            if holds_map(data_type):
                 continue
         parts += [column, column.isNull()]
     return F.xxhash64(*parts)

@@ -29,7 +29,7 @@ from partialcow.branch.naming import (
     quote,
     validate_branch_name,
 )
-from partialcow.branch.overlay import create_branch_view, refresh_descendant_views, view_sql
+from partialcow.branch.overlay import create_branch_view, refresh_descendant_views, refresh_history, view_sql
 from partialcow.branch.store import BranchStore
 from partialcow.branch.types import COPY_ON_WRITE, BranchRecord, ImageMode, validate_image_mode
 from partialcow.exceptions import BranchError
@@ -396,9 +396,10 @@ def refresh_branch(spark: SparkSession, *, name: str, meta_schema: str) -> Refre
     for info in branch_models(spark, name, store.base_schemas(name)):
         base_schema = base_schema_of(info.schema)
         model = f"{base_schema}.{info.identifier}"
+        parent = resolve_parent(spark, levels[1:], base_schema, info.identifier)
+        refresh_history(spark, info, parent)
         if table_exists(spark, info.schema, full_table(info.identifier)):
             # reads the overlay and the parent, not the table it replaces
-            parent = resolve_parent(spark, levels[1:], base_schema, info.identifier)
             spark.sql(view_sql(info, parent, materialized=False)).writeTo(
                 f"{info.schema}.{full_table(info.identifier)}").using("iceberg").createOrReplace()
             materialized.append(model)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from partialcow.branch.base import capture_base
 from partialcow.branch.catalog import holds_no_rows, table_exists
-from partialcow.branch.frames import all_of, holds_map, same_key, same_key_sql, same_types, same_value
+from partialcow.branch.frames import all_of, holds_map, same_key, same_key_sql, same_types, same_value, value_text
 from partialcow.branch.image import (
     ImageReport,
     drop_image,
@@ -192,8 +192,8 @@ def _with_history(result: DataFrame, parent: DataFrame) -> DataFrame:
     incremental model without ``unique_key`` holds after a run on the parent that appends what its sources gained.
     ``result`` is the model's full result (on a branch ``is_incremental()`` is false), so its rows the parent already
     holds are not appended twice. Rows are matched on values as Spark compares them (``-0.0`` equals ``0.0``, NaN
-    equals NaN; maps by their JSON text, as Spark cannot compare maps, so equal maps whose entries come in another
-    order differ), but stored as they were: no grouping, which would turn ``-0.0`` into ``0.0``."""
+    equals NaN; values holding maps by their text, entries sorted by key: ``value_text``), but stored as they
+    were: no grouping, which would turn ``-0.0`` into ``0.0``."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -203,7 +203,7 @@ def _with_history(result: DataFrame, parent: DataFrame) -> DataFrame:
 
     def numbered(frame: DataFrame, prefix: str) -> DataFrame:
         # the n-th copy of a row in one frame matches the n-th copy in the other
-        values = [F.to_json(F.array(F.col(quote(f.name)))) if holds_map(f.dataType) else F.col(quote(f.name))
+        values = [value_text(F.col(quote(f.name)), f.dataType) if holds_map(f.dataType) else F.col(quote(f.name))
                   for f in frame.schema.fields]
         copy = F.row_number().over(Window.partitionBy(*values).orderBy(F.monotonically_increasing_id()))
         return frame.select(*[F.col(quote(c)) for c in columns], *[v.alias(f"{prefix}{i}") for i, v in
@@ -214,6 +214,33 @@ def _with_history(result: DataFrame, parent: DataFrame) -> DataFrame:
     on = [F.col(f"_pcow_r{i}").eqNullSafe(F.col(f"_pcow_p{i}")) for i in range(len(columns))]
     appended = ours.join(parents, on=[*on, F.col("_pcow_rn") == F.col("_pcow_pn")], how="left_anti")
     return theirs.unionByName(appended.select(*[F.col(quote(c)) for c in columns]))
+
+
+def refresh_history(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str] | None) -> bool:
+    """Bring what ``parent`` appended since the branch's build into the overlay of a model that keeps its history
+    (:func:`_with_history`: the parent's rows as they are now plus the overlay's rows it lacks); returns whether
+    it did. Such an overlay holds every row the branch shows (it is detached), the parent's as of the build
+    included, so re-pinning the view alone never showed the parent's later appends. Rows the parent dropped since
+    stay on the branch, as rows only it holds."""
+    from pyspark.sql import functions as F
+
+    if not info.keeps_history or info.mode != "detached" or parent is None:
+        return False
+    table = qualified(info.schema, overlay_table(info.identifier))
+    snapshot = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
+    # read as of its current snapshot: the rewrite below replaces the table it reads
+    overlay = spark.read.option("snapshot-id", snapshot[0][0]).table(table) if snapshot else spark.table(table)
+    rows = overlay.select(*[quote(c) for c in info.columns])
+    parent_frame = spark.table(qualified(*parent))
+    if not _same_layout(rows, parent_frame):
+        return False
+    seq = overlay.agg(F.max(SEQ_COLUMN)).collect()[0][0] or time.time_ns() // 1_000_000
+    frame = _with_history(rows, parent_frame).select(
+        *[F.col(quote(c)) for c in info.columns],
+        F.lit(OP_UPSERT).alias(OP_COLUMN), F.lit(seq).cast("bigint").alias(SEQ_COLUMN))
+    write_overlay(spark, frame, schema=info.schema, identifier=info.identifier, key_columns=(), mode="detached",
+                  keeps_history=True)
+    return True
 
 
 def count_ops(spark: SparkSession, table: str) -> tuple[int, int]:

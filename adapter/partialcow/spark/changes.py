@@ -556,13 +556,16 @@ def _keys_changed_since(spark: SparkSession, table: LakehouseTable, staged: Data
 
 
 def _comparable(frame: DataFrame, columns: Sequence[str]) -> DataFrame:
-    """``frame``'s ``columns``, those holding a map as JSON: Spark refuses set operations on map columns (two equal
-    maps whose entries come in another order then compare as different: a refused retry, never a wrong one)."""
+    """``frame``'s ``columns``, those holding a map as JSON, each map's entries sorted by key: Spark refuses set
+    operations on map columns."""
     from pyspark.sql import functions as F
 
-    types = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
-    return frame.select(*[F.to_json(F.col(quote_identifier(c))).alias(c) if "map<" in types[c]
-                          else F.col(quote_identifier(c)) for c in columns])
+    from partialcow.spark.map_values import canonical_maps, holds_map
+
+    types = {f.name: f.dataType for f in frame.schema.fields}
+    return frame.select(*[
+        F.to_json(F.array(canonical_maps(F.col(quote_identifier(c)), types[c])), {"ignoreNullFields": "false"}).alias(c)
+        if holds_map(types[c]) else F.col(quote_identifier(c)) for c in columns])
 
 
 @dataclass(frozen=True)
