@@ -227,7 +227,7 @@ def refresh_history(spark: SparkSession, info: OverlayInfo, parent: tuple[str, s
     if not info.keeps_history or info.mode != "detached" or parent is None:
         return False
     table = qualified(info.schema, overlay_table(info.identifier))
-    snapshot = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
+    snapshot = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").collect()
     # read as of its current snapshot: the rewrite below replaces the table it reads
     overlay = spark.read.option("snapshot-id", snapshot[0][0]).table(table) if snapshot else spark.table(table)
     rows = overlay.select(*[quote(c) for c in info.columns])
