@@ -6,6 +6,12 @@
 {% macro partialcow__create_view_as(relation, sql) -%}
   {%- set create = spark__create_view_as(relation, sql) -%}
   {%- do run_query("select * from (\n" ~ sql ~ "\n) as partialcow_view_check limit 0") -%}
+  {#-- on a branch, a model that was a table there holds rows (its overlay) that diff and merge would still see --#}
+  {%- set branch = partialcow_active_branch() -%}
+  {%- if branch is not none and (model or {}).get('resource_type') == 'model'
+        and relation.schema == this.schema and relation.identifier == this.identifier -%}
+    {%- do adapter.partialcow_branch_forget(relation, branch, target.schema) -%}
+  {%- endif -%}
   {%- do run_query("drop view if exists " ~ relation) -%}
   {{ create }}
 {%- endmacro %}

@@ -436,3 +436,41 @@ class TestAnAppendOnlyModelOnABranch:
         assert sorted(map(tuple, spark.table(f"{schema}__br_dev.events").collect())) == history
         run_dbt(["run"])  # the model's own run on main appends what the source gained
         assert sorted(map(tuple, spark.table(f"{schema}.events").collect())) == expected
+
+
+KEYED_A = "{{{{ config(materialized='table', unique_key='id') }}}}\nselect * from values {rows} as t(id, v)\n"
+VIEW_V = "{{ config(materialized='view') }}\nselect * from values (1L, 100L), (2L, 200L) as t(id, v)\n"
+
+
+class TestAViewModelMadeATableOnABranch:
+    """Regression: a view model on main built as a keyed table on a branch made ``branch_merge`` fail for the whole
+    branch (``table ... is not an Iceberg table``: it applied the branch's rows to main's view), so no other model's
+    change could be merged; and making the model a view again on the branch left its overlay, so diff and merge
+    still saw it. The merge now leaves such a model out, saying why, and merges the others; a view build on a
+    branch takes the model's rows off the branch."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"a.sql": KEYED_A.format(rows="(1L, 10L), (2L, 20L)"), "v.sql": VIEW_V}
+
+    def test_the_other_models_merge_and_a_view_again_leaves_the_branch(self, project, spark):
+        schema = project.test_schema
+        run_dbt(["run"])
+        run_dbt(["run-operation", "branch_create", "--args", branch_args("dev")])
+        write_file(KEYED_A.format(rows="(1L, 11L), (2L, 20L)"), project.project_root, "models", "a.sql")
+        write_file(VIEW_V.replace("'view'", "'table', unique_key='id'").replace("100L", "101L"),
+                   project.project_root, "models", "v.sql")
+        run_dbt(["run", "--vars", "{branch: dev}"])
+        assert rows(spark, f"{schema}__br_dev.v") == {1: (1, 101), 2: (2, 200)}
+        _, out = run_dbt_and_capture(["run-operation", "branch_merge", "--args", branch_args("dev")])
+        assert f"{schema}.v: not merged, the parent's {schema}.v is a view" in out, out[-2000:]
+        assert rows(spark, f"{schema}.a") == {1: (1, 11), 2: (2, 20)}
+        assert spark.catalog.getTable(f"{schema}.v").tableType == "VIEW"
+        assert rows(spark, f"{schema}.v") == {1: (1, 100), 2: (2, 200)}
+        write_file(VIEW_V, project.project_root, "models", "v.sql")  # a view again on the branch
+        run_dbt(["run", "--vars", "{branch: dev}", "-s", "v"])
+        assert rows(spark, f"{schema}__br_dev.v") == {1: (1, 100), 2: (2, 200)}
+        _, out = run_dbt_and_capture(["run-operation", "branch_diff", "--args", branch_args("dev")])
+        assert f"{schema}.v" not in out, out[-2000:]
+        _, out = run_dbt_and_capture(["run-operation", "branch_merge", "--args", branch_args("dev")])
+        assert f"{schema}.v" not in out, out[-2000:]

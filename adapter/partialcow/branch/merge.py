@@ -44,7 +44,6 @@ from partialcow.branch.base import (
 )
 from partialcow.branch.catalog import table_exists
 from partialcow.branch.frames import same_key_sql
-from partialcow.branch.image import drop_image, drop_reader_relation
 from partialcow.branch.levels import (
     branch_models,
     distinct_models,
@@ -75,7 +74,7 @@ from partialcow.branch.naming import (
     qualified,
     quote,
 )
-from partialcow.branch.overlay import create_branch_view, refresh_descendant_views
+from partialcow.branch.overlay import create_branch_view, refresh_descendant_views, remove_model
 from partialcow.branch.replace import replace_keeping_layout
 from partialcow.branch.store import BranchStore
 from partialcow.branch.types import BranchRecord, ConflictPolicy, validate_conflict_policy
@@ -335,10 +334,17 @@ def merge_branch(
     result = MergeResult(branch=name, parent=record.parent, applied=False,
                          conflict_table=f"{conflict_schema}.{CONFLICT_TABLE}")
     plans: list[_Plan] = []
+    views: list[ModelMerge] = []
     try:
         for info in branch_models(spark, name, record.base_schemas(meta_schema)):
             base_schema = base_schema_of(info.schema)
             parent = resolve_parent(spark, parent_levels, base_schema, info.identifier)
+            if parent is not None and _view_model(spark, parent):
+                # a view model there that the branch built as a table: nothing on the parent takes rows, and the
+                # other models still merge
+                views.append(ModelMerge(model=f"{base_schema}.{info.identifier}", fast_forward=False,
+                                        parent_view=".".join(parent)))
+                continue
             if info.mode == "delta" and parent is not None:
                 require_parent_columns(spark, info, parent, branch=name, operation="branch_merge")
             if info.mode == "delta":  # what a merge killed during its commit left in the base image
@@ -382,7 +388,7 @@ def merge_branch(
                 _stage_delta(spark, plan, record=record, parent_levels=parent_levels, policy=policy)
             plans.append(plan)
         _write_conflicts(spark, plans, branch=name, table=result.conflict_table)
-        result.models = [p.merge for p in plans]
+        result.models = [p.merge for p in plans] + views
         if result.conflicts and policy == "fail":
             result.seconds = time.perf_counter() - start
             raise BranchError(
@@ -421,6 +427,14 @@ def merge_branch(
                 purge_table(spark, *plan.stage.split(".", 1))
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _view_model(spark: SparkSession, relation: tuple[str, str]) -> bool:
+    """Whether ``relation`` (a parent level's) is a view model: a view that is not a branch's view of a model built
+    there (which has an overlay taking the merged rows)."""
+    schema, identifier = relation
+    return (spark.catalog.getTable(qualified(schema, identifier)).tableType == "VIEW"
+            and not table_exists(spark, schema, overlay_table(identifier)))
 
 
 def _merge_model(
@@ -505,14 +519,8 @@ def _reset_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore,
 def _remove_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore, branch: str) -> None:
     """The parent's table was dropped and stays so (``on_conflict: theirs``): the branch continues from that, without
     the model (kept as an empty model, the next merge would create an empty table on the parent)."""
-    info = plan.info
-    drop_reader_relation(spark, info.schema, info.identifier)
-    drop_image(spark, plan.base_schema, info.identifier, branch)
-    for table in (base_image_table(info.identifier), full_table(info.identifier), overlay_table(info.identifier)):
-        purge_table(spark, info.schema, table)
+    remove_model(spark, store=store, branch=branch, base_schema=plan.base_schema, identifier=plan.info.identifier)
     plan.merge.removed = True
-    refresh_descendant_views(spark, store=store, branch=branch, base_schema=plan.base_schema,
-                             identifier=info.identifier)
 
 
 def _take_parent_rows(spark: SparkSession, plan: _Plan, *, store: BranchStore, branch: str) -> None:

@@ -73,6 +73,8 @@ class ModelMerge:
     kept_history: bool = False
     #: such a model whose columns on the branch differ from the parent's (its result was not merged either)
     columns_differ: bool = False
+    #: the parent's relation is a view (the model is one there, a table on the branch): holds no rows to merge into
+    parent_view: str | None = None
 
     def describe(self) -> str:
         how = "fast-forward" if self.fast_forward else "three-way"
@@ -84,6 +86,10 @@ class ModelMerge:
             else:
                 done = "changed on the branch, the parent's table dropped since the branch built it"
             text = f"  {self.model} (parent's table dropped): {done}"
+        elif self.parent_view:
+            text = (f"  {self.model}: not merged, the parent's {self.parent_view} is a view, which holds no rows; "
+                    f"`dbt run -s {self.model.split('.', 1)[1]}` there builds the model from its code (the branch "
+                    "keeps showing its rows)")
         elif self.kept_history:
             text = (f"  {self.model} (incremental without unique_key): left the parent's rows, its history, as they "
                     "are; the model's next run there appends what its sources gained")

@@ -47,6 +47,7 @@ from partialcow.branch.naming import (
     OP_DELETE,
     OP_UPSERT,
     SEQ_COLUMN,
+    base_image_table,
     full_table,
     overlay_schema,
     overlay_table,
@@ -437,6 +438,24 @@ def _require_readable(spark: SparkSession, sql: str, branch: str, model: str, pa
             "the branch still shows what it showed. Build the model on the branch again (its columns changed on "
             "the parent)"
         ) from None
+
+
+def remove_model(spark: SparkSession, *, store: BranchStore, branch: str, base_schema: str, identifier: str) -> bool:
+    """Take the model's rows off ``branch`` (it is a view there now, or the parent's drop of it was kept): what
+    readers query, the image ref, the overlay, the base image and the materialized table go, and descendants read
+    their nearest ancestor again. Returns whether the branch held rows of it (an overlay). Left in place, the
+    overlay of a model made a view on the branch kept it in ``branch_diff`` and ``branch_merge``."""
+    from partialcow.table.iceberg_create import purge_table
+
+    schema = overlay_schema(base_schema, branch)
+    if not table_exists(spark, schema, overlay_table(identifier)):
+        return False
+    drop_reader_relation(spark, schema, identifier)
+    drop_image(spark, base_schema, identifier, branch)
+    for table in (base_image_table(identifier), full_table(identifier), overlay_table(identifier)):
+        purge_table(spark, schema, table)
+    refresh_descendant_views(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
+    return True
 
 
 def refresh_descendant_views(

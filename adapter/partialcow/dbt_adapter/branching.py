@@ -212,6 +212,22 @@ class BranchingMixin(metaclass=AdapterMeta):
         return _dbt_errors(find)
 
     @available
+    def partialcow_branch_forget(self, relation: Any, branch: str, meta_schema: str) -> bool:
+        """Before a view model is created on ``branch``: the rows the branch held for it as a table model go
+        (``partialcow.branch.overlay.remove_model``), so diff and merge no longer see them. Returns whether it held
+        any."""
+        from partialcow.branch import BranchStore
+        from partialcow.branch.overlay import remove_model
+
+        def forget() -> bool:
+            base_schema = _base_schema(relation.schema, relation.identifier, branch)
+            spark = self._branch_spark()
+            return remove_model(spark, store=BranchStore(spark, meta_schema=meta_schema), branch=branch,
+                                base_schema=base_schema, identifier=relation.identifier)
+
+        return _dbt_errors(forget)
+
+    @available
     def partialcow_branch_prepare(self, relation: Any, config: dict[str, Any], branch: str, meta_schema: str) -> bool:
         """Before a ``partial_cow_incremental`` model's SQL runs on ``branch``: refuse Delta models, and give the
         model a relation on the branch (``{{ this }}``) when only a parent level has it."""
