@@ -42,7 +42,7 @@ from partialcow.branch.base import (
     settle_interrupted_merge,
     stale_base_image,
 )
-from partialcow.branch.catalog import table_exists
+from partialcow.branch.catalog import holds_no_rows, table_exists
 from partialcow.branch.frames import same_key_sql
 from partialcow.branch.levels import (
     branch_models,
@@ -77,7 +77,7 @@ from partialcow.branch.naming import (
 from partialcow.branch.overlay import create_branch_view, refresh_descendant_views, remove_model
 from partialcow.branch.replace import replace_keeping_layout
 from partialcow.branch.store import BranchStore
-from partialcow.branch.types import BranchRecord, ConflictPolicy, validate_conflict_policy
+from partialcow.branch.types import BranchRecord, ConflictPolicy, OverlayInfo, validate_conflict_policy
 from partialcow.exceptions import BranchError
 from partialcow.faults import checkpoint
 from partialcow.table.iceberg_create import purge_table
@@ -347,6 +347,7 @@ def merge_branch(
                 continue
             if info.mode == "delta" and parent is not None:
                 require_parent_columns(spark, info, parent, branch=name, operation="branch_merge")
+                _refuse_columns_the_parent_gained(spark, info, parent, branch=name)
             if info.mode == "delta":  # what a merge killed during its commit left in the base image
                 settle_interrupted_merge(spark, schema=info.schema, identifier=info.identifier, columns=info.columns,
                                          key_columns=info.key_columns, base_schema=base_schema,
@@ -427,6 +428,22 @@ def merge_branch(
                 purge_table(spark, *plan.stage.split(".", 1))
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _refuse_columns_the_parent_gained(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str], *,
+                                     branch: str) -> None:
+    """Refuse to merge key changes into a parent table that gained columns since the branch built the model: the
+    branch's rows have no values for them, so an inserted row would hold null and an updated one keep values the
+    parent computed from its old row, where a run of either side's code gives neither."""
+    gained = [c for c in spark.table(qualified(*parent)).columns if c.lower() not in {x.lower() for x in info.columns}]
+    if gained and not holds_no_rows(spark, info.schema, overlay_table(info.identifier)):
+        model = f"{base_schema_of(info.schema)}.{info.identifier}"
+        raise BranchError(
+            f"branch_merge: model {model}'s table on the parent ({'.'.join(parent)}) gained column(s) {gained} since "
+            f"branch {branch} built it, and the rows the branch changed have no values for them; nothing was merged. "
+            f"Build the model on the branch again (dbt run -s {info.identifier} --vars '{{branch: {branch}}}'), so "
+            "its rows have the columns its code gives them, then merge"
+        )
 
 
 def _view_model(spark: SparkSession, relation: tuple[str, str]) -> bool:
