@@ -42,7 +42,7 @@ from partialcow.branch.base import (
     settle_interrupted_merge,
     stale_base_image,
 )
-from partialcow.branch.catalog import holds_no_rows, table_exists
+from partialcow.branch.catalog import table_exists
 from partialcow.branch.frames import same_key_sql
 from partialcow.branch.levels import (
     branch_models,
@@ -347,7 +347,6 @@ def merge_branch(
                 continue
             if info.mode == "delta" and parent is not None:
                 require_parent_columns(spark, info, parent, branch=name, operation="branch_merge")
-                _refuse_columns_the_parent_gained(spark, info, parent, branch=name)
             if info.mode == "delta":  # what a merge killed during its commit left in the base image
                 settle_interrupted_merge(spark, schema=info.schema, identifier=info.identifier, columns=info.columns,
                                          key_columns=info.key_columns, base_schema=base_schema,
@@ -387,7 +386,9 @@ def merge_branch(
                     plan.merge.resolution = None if policy == "fail" else policy
             else:
                 _stage_delta(spark, plan, record=record, parent_levels=parent_levels, policy=policy)
-            plans.append(plan)
+            plans.append(plan)  # before a refusal: its staged table is dropped at the end
+            if not plan.merge.detached and plan.merge.inserted and parent is not None:
+                _refuse_inserts_without_new_columns(spark, info, parent, branch=name)
         _write_conflicts(spark, plans, branch=name, table=result.conflict_table)
         result.models = [p.merge for p in plans] + views
         if result.conflicts and policy == "fail":
@@ -430,17 +431,17 @@ def merge_branch(
     return result
 
 
-def _refuse_columns_the_parent_gained(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str], *,
-                                     branch: str) -> None:
-    """Refuse to merge key changes into a parent table that gained columns since the branch built the model: the
-    branch's rows have no values for them, so an inserted row would hold null and an updated one keep values the
-    parent computed from its old row, where a run of either side's code gives neither."""
+def _refuse_inserts_without_new_columns(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str], *,
+                                        branch: str) -> None:
+    """Refuse to insert the branch's new keys into a parent table that gained columns since the branch built the
+    model: those rows have no values for them and would hold null, where the parent's code fills them. (An updated
+    key keeps the parent's values of such columns: its row is there to take them from.)"""
     gained = [c for c in spark.table(qualified(*parent)).columns if c.lower() not in {x.lower() for x in info.columns}]
-    if gained and not holds_no_rows(spark, info.schema, overlay_table(info.identifier)):
+    if gained:
         model = f"{base_schema_of(info.schema)}.{info.identifier}"
         raise BranchError(
             f"branch_merge: model {model}'s table on the parent ({'.'.join(parent)}) gained column(s) {gained} since "
-            f"branch {branch} built it, and the rows the branch changed have no values for them; nothing was merged. "
+            f"branch {branch} built it, and the rows the branch inserts have no values for them; nothing was merged. "
             f"Build the model on the branch again (dbt run -s {info.identifier} --vars '{{branch: {branch}}}'), so "
             "its rows have the columns its code gives them, then merge"
         )
