@@ -474,3 +474,33 @@ class TestAViewModelMadeATableOnABranch:
         assert f"{schema}.v" not in out, out[-2000:]
         _, out = run_dbt_and_capture(["run-operation", "branch_merge", "--args", branch_args("dev")])
         assert f"{schema}.v" not in out, out[-2000:]
+
+
+TBL_K = ("{{ config(materialized='table', unique_key='id') }}\n"
+         "select cast(id as bigint) id, cast(id * 10 + {{ var('k', 0) }} as bigint) v from range(1, 6) t\n")
+DOWN = "{{ config(materialized='table', unique_key='id') }}\nselect id, v from {{ ref('tbl') }}\n"
+
+
+class TestABranchModelThatLostItsRelation:
+    """Regression: dbt's table materialization drops a branch model's relation (its image table, listed as a view)
+    before the build publishes it again; a `dbt run` killed in between left the overlay without it, and ref() on
+    the branch read main's rows, also into a model built on the branch afterwards (its overlay silently emptied).
+    ref() now publishes the relation again from the overlay."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"tbl.sql": TBL_K, "down.sql": DOWN}
+
+    def test_ref_publishes_it_again(self, project, spark):
+        from partialcow.branch.image import drop_reader_relation
+
+        schema = project.test_schema
+        run_dbt(["run"])
+        run_dbt(["run-operation", "branch_create", "--args", branch_args("dev")])
+        run_dbt(["run", "--vars", "{branch: dev, k: 1}"])
+        branch_rows = {i: (i, i * 10 + 1) for i in range(1, 6)}
+        assert rows(spark, f"{schema}__br_dev.tbl") == branch_rows
+        drop_reader_relation(spark, f"{schema}__br_dev", "tbl")  # where the killed build stopped
+        run_dbt(["run", "-s", "down", "--vars", "{branch: dev}"])
+        assert rows(spark, f"{schema}__br_dev.down") == branch_rows
+        assert rows(spark, f"{schema}__br_dev.tbl") == branch_rows

@@ -150,8 +150,12 @@ class BranchingMixin(metaclass=AdapterMeta):
             return relation
 
         def resolve() -> Any:
+            from partialcow.branch.overlay import restore_reader_relation
+
             spark = self._branch_spark()
-            levels = BranchStore(spark, meta_schema=meta_schema).chain(branch)
+            store = BranchStore(spark, meta_schema=meta_schema)
+            levels = store.chain(branch)
+            restore_reader_relation(spark, store=store, levels=levels, base_schema=base_schema, identifier=identifier)
             found = resolve_parent(spark, levels, base_schema, identifier)
             return relation.incorporate(path={"schema": found[0] if found else base_schema})
 
