@@ -355,3 +355,24 @@ def test_new_files_take_the_codec_the_table_asks_for(spark, fresh_schema, pipeli
     added = {f: c for f, c in codecs().items() if f not in first}
     assert added and all(c == {"SNAPPY"} for c in added.values()), codecs()
     assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 1), (2, 2), (3, 3), (4, 4)]
+
+
+@pytest.mark.parametrize("field", ["x y", "Größe", "a-b"])
+def test_a_struct_field_the_metastore_cannot_list_is_refused(spark, fresh_schema, field):
+    """Regression: an Iceberg table whose struct field name is not a plain identifier was created, and from then on
+    every listing of its schema failed (``CANNOT_RECOGNIZE_HIVE_TYPE``: Spark cannot parse the type text the Hive
+    metastore holds), so every later dbt process failed until the table was dropped. Refused now, for a first
+    build and for a batch that adds such a column, with the schema still listable."""
+    schema = fresh_schema
+    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="fields", on_schema_change="append_new_columns")
+    nested = f"select 1L as k, named_struct('{field}', 1) as s, 'I' as _op"
+    with pytest.raises(ChangeFeedError, match=r"struct field\(s\) s\..* cannot list"):
+        create_table(spark, f"{schema}.t", spark.sql(nested), spec)
+    create_table(spark, f"{schema}.u", spark.sql("select 1L as k, 'I' as _op"), spec)
+    table = open_table(spark, f"{schema}.u", table_format="iceberg")
+    before = table_state(spark, f"{schema}.u")
+    with pytest.raises(ChangeFeedError, match=r"struct field\(s\) s\..* cannot list"):
+        apply_changes(spark, table, spark.sql(nested.replace("'I' as _op", "'U' as _op")), spec)
+    assert table_state(spark, f"{schema}.u") == before
+    listed = spark.sql(f"show table extended in {schema} like '*'").collect()
+    assert [r["tableName"] for r in listed] == ["u"]

@@ -51,6 +51,7 @@ from partialcow.spark.staging import (
     keys_text,
     problem_error,
     problem_flags,
+    refuse_unlistable_fields,
     refuse_untyped,
     repeated_keys_error,
     require_columns,
@@ -108,6 +109,8 @@ def bulk_create(spark: SparkSession, name: str, changes: DataFrame, spec: Change
         spec = batch_spelling(changes, spec)
         frame, values = _validated(changes, spec)
         refuse_untyped([f for f in frame.schema.fields if f.name in values], spec)
+        if table_format == "iceberg":
+            refuse_unlistable_fields([f for f in frame.schema.fields if f.name in values], spec)
         key_types = tuple(dict(frame.dtypes)[c] for c in spec.key_columns)
         unsupported = [f"{c} {t}" for c, t in zip(spec.key_columns, key_types) if t not in SUPPORTED_KEY_TYPES]
         if unsupported:

@@ -67,6 +67,7 @@ from partialcow.spark.staging import (
     SAMPLE,
     batch_spelling,
     keys_text,
+    refuse_unlistable_fields,
     refuse_untyped,
     repeated_keys_error,
     stage,
@@ -129,6 +130,8 @@ def _evolve_schema(spark: SparkSession, table: LakehouseTable, changes_schema, s
     name = table.sql_name
     if new:
         refuse_untyped(new, spec)  # Delta would add a column of type void
+        if table.table_format == "iceberg":
+            refuse_unlistable_fields(new, spec)
         columns = ", ".join(f"{quote_identifier(f.name)} {f.dataType.simpleString()}" for f in new)
         spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({columns})")
     for column in dropped:  # never a key column: stage_changes required every key column in the batch

@@ -13,7 +13,7 @@ batch, the row index and every engine's join.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructField, StructType
 
 __all__ = ["BAD_OP", "NAN_KEY", "NULL_KEY", "NULL_SEQUENCE", "SAMPLE", "RequiredPath", "keys_text", "lossy_error",
-           "null_value_error", "null_value_flag", "problem_error", "problem_flags", "refuse_untyped",
+           "null_value_error", "null_value_flag", "problem_error", "problem_flags", "refuse_unlistable_fields",
+           "refuse_untyped",
            "repeated_keys_error", "require_columns", "required_paths", "stage", "stage_changes", "table_spelling",
            "zero_normalized"]
 
@@ -170,6 +171,47 @@ def required_paths(columns: Sequence[str], spec: ChangeSpec, table_schema: Struc
     return paths
 
 
+def _nested(path: str, data_type: DataType, name: str | None = None) -> Iterator[tuple[str, DataType, str | None]]:
+    """A column's type and every type inside it (``path``: the column's name): (path, type, ``name``: the struct
+    field's own name, None for the column itself, an array's element, a map's key or value)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    yield path, data_type, name
+    if isinstance(data_type, StructType):
+        for f in data_type.fields:
+            yield from _nested(f"{path}.{f.name}", f.dataType, f.name)
+    elif isinstance(data_type, ArrayType):
+        yield from _nested(f"{path}.element", data_type.elementType)
+    elif isinstance(data_type, MapType):
+        yield from _nested(f"{path}.key", data_type.keyType)
+        yield from _nested(f"{path}.value", data_type.valueType)
+
+
+def refuse_unlistable_fields(fields: Sequence[StructField], spec: ChangeSpec) -> None:
+    """Refuse struct fields (inside ``fields``, a new Iceberg table's columns or those a batch adds) whose names are
+    not plain identifiers (letters a-z, digits, ``_``): the Hive metastore stores a column's type as text, and Spark
+    cannot parse ``struct<x y:int>`` back, so every later listing of the schema, every dbt process, fails
+    (``CANNOT_RECOGNIZE_HIVE_TYPE``) until the table is dropped. Top-level names are stored apart and may be any.
+
+    >>> from pyspark.sql.types import IntegerType, StructField, StructType
+    >>> refuse_unlistable_fields([StructField("s", StructType([StructField("x y", IntegerType())]))],
+    ...                          ChangeSpec(key_columns=("id",), model="m"))
+    Traceback (most recent call last):
+    ...
+    partialcow.exceptions.ChangeFeedError: model m: struct field(s) s.x y have names the Hive metastore cannot list (letters a-z, digits and _ only inside structs); rename them in the model, e.g. named_struct('x_y', ...); nothing was written
+    """  # noqa: E501 - a doctest output line cannot wrap
+    import re
+
+    found = [(p, name) for f in fields for p, _, name in _nested(f.name, f.dataType)
+             if name is not None and not re.fullmatch(r"[A-Za-z0-9_]+", name)]
+    if found:
+        raise ChangeFeedError(
+            f"model {spec.model}: struct field(s) {', '.join(p for p, _ in found)} have names the Hive metastore "
+            "cannot list (letters a-z, digits and _ only inside structs); rename them in the model, e.g. "
+            f"named_struct('{re.sub(r'[^A-Za-z0-9_]', '_', found[0][1])}', ...); nothing was written"
+        )
+
+
 def refuse_untyped(fields: Sequence[StructField], spec: ChangeSpec) -> None:
     """Refuse columns (``fields`` of a first build's batch, or the new columns a batch adds to a table) that hold
     values of no type: a bare ``NULL`` in the model's query is Spark's ``void``, which Iceberg cannot store and
@@ -182,20 +224,9 @@ def refuse_untyped(fields: Sequence[StructField], spec: ChangeSpec) -> None:
     ...
     partialcow.exceptions.ChangeFeedError: model m: column(s) n, tags.element have no type (a bare NULL in the model's query): give each one, e.g. `cast(null as int) as n`; nothing was written
     """  # noqa: E501 - a doctest output line cannot wrap
-    from pyspark.sql.types import ArrayType, MapType, NullType, StructType
+    from pyspark.sql.types import NullType
 
-    def untyped(path: str, data_type: DataType) -> list[str]:
-        if isinstance(data_type, NullType):
-            return [path]
-        if isinstance(data_type, StructType):
-            return [p for f in data_type.fields for p in untyped(f"{path}.{f.name}", f.dataType)]
-        if isinstance(data_type, ArrayType):
-            return untyped(f"{path}.element", data_type.elementType)
-        if isinstance(data_type, MapType):
-            return untyped(f"{path}.key", data_type.keyType) + untyped(f"{path}.value", data_type.valueType)
-        return []
-
-    found = [p for f in fields for p in untyped(f.name, f.dataType)]
+    found = [p for f in fields for p, t, _ in _nested(f.name, f.dataType) if isinstance(t, NullType)]
     if found:
         example = found[0].split(".")[0]
         raise ChangeFeedError(
