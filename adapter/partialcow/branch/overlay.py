@@ -458,25 +458,26 @@ def remove_model(spark: SparkSession, *, store: BranchStore, branch: str, base_s
     return True
 
 
-def restore_reader_relation(spark: SparkSession, *, store: BranchStore, levels: Sequence[str], base_schema: str,
-                            identifier: str) -> bool:
-    """Publish again what readers query of the model on the nearest level of ``levels`` (a branch and its parents,
-    nearest first) that holds it, when that level has the model's overlay but lost its relation; returns whether it
-    did. dbt's table materialization drops a branch model's relation before the build publishes it again: a
-    process killed in between left the overlay without it, and ``ref()`` read the parent's rows, also into models
-    built on the branch afterwards."""
+def resolve_restoring(spark: SparkSession, *, store: BranchStore, levels: Sequence[str], base_schema: str,
+                      identifier: str) -> tuple[str, str] | None:
+    """:func:`~partialcow.branch.levels.resolve_parent` (where ``ref()`` reads on a branch, ``levels`` nearest
+    first), after publishing again what readers query of the model on a nearer level that has the model's overlay
+    but lost its relation. dbt's table materialization drops a branch model's relation before the build publishes
+    it again: a process killed in between left the overlay without it, and ``ref()`` read the parent's rows, also
+    into models built on the branch afterwards."""
     from partialcow.branch.naming import MAIN
 
+    found = resolve_parent(spark, levels, base_schema, identifier)
     for level in levels:
         schema = overlay_schema(base_schema, level)
-        if level == MAIN or table_exists(spark, schema, identifier):
-            return False
+        if level == MAIN or (found is not None and schema == found[0]):
+            break
         if table_exists(spark, schema, overlay_table(identifier)):
             _LOG.warning("model %s.%s on branch %s had lost its relation (a build stopped before publishing it): "
                          "published again from its overlay", base_schema, identifier, level)
             create_branch_view(spark, store=store, branch=level, base_schema=base_schema, identifier=identifier)
-            return True
-    return False
+            return resolve_parent(spark, levels, base_schema, identifier)
+    return found
 
 
 def refresh_descendant_views(

@@ -139,7 +139,7 @@ class BranchingMixin(metaclass=AdapterMeta):
     def partialcow_branch_resolve(self, relation: Any, branch: str, meta_schema: str) -> Any:
         """Where ``ref()`` reads inside ``branch``: the branch's view if the model was built on the branch, else
         the nearest ancestor's (parent branch views, then the table built without a branch)."""
-        from partialcow.branch import BranchStore, base_schema_of, overlay_schema, resolve_parent
+        from partialcow.branch import BranchStore, base_schema_of, overlay_schema
 
         schema = getattr(relation, "schema", None)
         identifier = getattr(relation, "identifier", None)
@@ -150,13 +150,12 @@ class BranchingMixin(metaclass=AdapterMeta):
             return relation
 
         def resolve() -> Any:
-            from partialcow.branch.overlay import restore_reader_relation
+            from partialcow.branch.overlay import resolve_restoring
 
             spark = self._branch_spark()
             store = BranchStore(spark, meta_schema=meta_schema)
-            levels = store.chain(branch)
-            restore_reader_relation(spark, store=store, levels=levels, base_schema=base_schema, identifier=identifier)
-            found = resolve_parent(spark, levels, base_schema, identifier)
+            found = resolve_restoring(spark, store=store, levels=store.chain(branch), base_schema=base_schema,
+                                      identifier=identifier)
             return relation.incorporate(path={"schema": found[0] if found else base_schema})
 
         return _dbt_errors(resolve)
