@@ -372,10 +372,12 @@ def test_an_append_only_branch_refreshed_shows_what_the_parent_appended_since(sp
     branch = f"{meta}__br_d.ev"
     assert rows(branch) == rows(f"{meta}.ev") + Counter({(3, None, None): 1})
     spark.sql(f"INSERT INTO {meta}.ev VALUES (4, null, null)")  # the model's run on main appends
-    refresh_branch(spark, name="d", meta_schema=meta)
+    refreshed = refresh_branch(spark, name="d", meta_schema=meta)
+    assert "took the rows the parent appended since the build" in refreshed.describe()
     assert rows(branch) == rows(f"{meta}.ev") + Counter({(3, None, None): 1})
     diff = diff_branch(spark, name="d", meta_schema=meta)
     assert "1 row(s) only on the branch (4 vs 3 on the parent)" in diff.describe()
+    spark.catalog.dropTempView("ev_result")
     drop_branch(spark, name="d", meta_schema=meta)
     spark.sql(f"DROP SCHEMA {meta} CASCADE")
 
@@ -397,5 +399,6 @@ def test_a_merge_into_a_parent_that_gained_a_column_is_refused(spark):
     with pytest.raises(BranchError, match=r"gained column\(s\) \['extra'\].*the branch inserts.*nothing was merged"):
         merge_branch(spark, name="d", meta_schema=meta)
     assert sorted(map(tuple, spark.table(f"{meta}.t").collect())) == before
+    assert not spark.catalog.tableExists(f"{meta}__br_d.t__pcow_merge")  # its staged rows are dropped
     drop_branch(spark, name="d", meta_schema=meta)
     spark.sql(f"DROP SCHEMA {meta} CASCADE")

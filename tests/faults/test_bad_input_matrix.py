@@ -357,7 +357,7 @@ def test_new_files_take_the_codec_the_table_asks_for(spark, fresh_schema, pipeli
     assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 1), (2, 2), (3, 3), (4, 4)]
 
 
-@pytest.mark.parametrize("field", ["x y", "Größe", "a-b"])
+@pytest.mark.parametrize("field", ["x y", "Größe", "a-b", "123", "1d"])
 def test_a_struct_field_the_metastore_cannot_list_is_refused(spark, fresh_schema, field):
     """Regression: an Iceberg table whose struct field name is not a plain identifier was created, and from then on
     every listing of its schema failed (``CANNOT_RECOGNIZE_HIVE_TYPE``: Spark cannot parse the type text the Hive
@@ -375,4 +375,4 @@ def test_a_struct_field_the_metastore_cannot_list_is_refused(spark, fresh_schema
         apply_changes(spark, table, spark.sql(nested.replace("'I' as _op", "'U' as _op")), spec)
     assert table_state(spark, f"{schema}.u") == before
     listed = spark.sql(f"show table extended in {schema} like '*'").collect()
-    assert [r["tableName"] for r in listed] == ["u"]
+    assert [r["tableName"] for r in listed if not r["isTemporary"]] == ["u"]

@@ -44,7 +44,7 @@ from partialcow.branch.naming import (
     quote,
 )
 from partialcow.branch.types import PRESENT_COLUMN, OverlayInfo
-from partialcow.spark.map_values import canonical_maps_sql
+from partialcow.spark.map_values import comparable_text_sql
 from partialcow.table.iceberg_create import purge_table
 
 if TYPE_CHECKING:
@@ -218,8 +218,7 @@ def _same_value_sql(a: str, b: str, data_type: Any) -> str:
     from pyspark.sql.types import DoubleType, FloatType
 
     if holds_map(data_type):
-        return " <=> ".join(f"to_json(array({canonical_maps_sql(x, data_type)}), map('ignoreNullFields', 'false'))"
-                            for x in (a, b))
+        return f"{comparable_text_sql(a, data_type)} <=> {comparable_text_sql(b, data_type)}"
     if not _has_floats(data_type):
         return f"{a} <=> {b}"
     if isinstance(data_type, (FloatType, DoubleType)):

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from partialcow.branch.naming import quote
-from partialcow.spark.map_values import canonical_maps, holds_map
+from partialcow.spark.map_values import comparable_text, holds_map
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -142,11 +142,9 @@ def comparable(frame: DataFrame) -> DataFrame:
 
 
 def value_text(column: Column, data_type: DataType) -> Column:
-    """A value holding a map as JSON text that equal values share (maps' entries sorted by key), nulls inside kept
-    apart from absent fields."""
-    from pyspark.sql import functions as F
-
-    return F.to_json(F.array(canonical_maps(column, data_type)), {"ignoreNullFields": "false"})
+    """A value holding a map as JSON text that equal values share (maps' entries sorted by key, timestamps to the
+    microsecond), nulls inside kept apart from absent fields: :func:`partialcow.spark.map_values.comparable_text`."""
+    return comparable_text(column, data_type)
 
 
 def row_hash(columns: Sequence[str], types: dict[str, DataType]) -> Column:

@@ -365,6 +365,7 @@ class RefreshResult:
     branch: str
     models: tuple[tuple[str, bool], ...]  # (model, read through an image)
     materialized: tuple[str, ...] = ()  # models whose materialized table was rewritten
+    history: tuple[str, ...] = ()  # append-only models whose overlay took the parent's new rows
 
     def describe(self) -> str:
         if not self.models:
@@ -374,6 +375,7 @@ class RefreshResult:
             + [
                 f"  {model}: " + ("materialized table rewritten (one scan)" if model in self.materialized
                                   else "image (one scan)" if imaged else "overlay joined to the live parent")
+                + ("; took the rows the parent appended since the build" if model in self.history else "")
                 for model, imaged in self.models
             ]
         )
@@ -384,7 +386,8 @@ def refresh_branch(spark: SparkSession, *, name: str, meta_schema: str) -> Refre
 
     A model's image pins its parent as of the model's last build on the branch; this picks up what the parent
     changed since, without building the model again. A materialized model's table is rewritten from the parent as
-    it is now. Overlays (what the branch changed) stay as they are.
+    it is now. Overlays (what the branch changed) stay as they are, except an append-only model's, which holds
+    every row the branch shows: it takes the rows the parent appended since (``refresh_history``).
 
     >>> refresh_branch(spark, name="dev", meta_schema="shop").models   # doctest: +SKIP
     (('shop.orders', True),)
@@ -392,12 +395,13 @@ def refresh_branch(spark: SparkSession, *, name: str, meta_schema: str) -> Refre
     store = BranchStore(spark, meta_schema=meta_schema)
     store.require(name)
     levels = store.chain(name)
-    done, materialized = [], []
+    done, materialized, history = [], [], []
     for info in branch_models(spark, name, store.base_schemas(name)):
         base_schema = base_schema_of(info.schema)
         model = f"{base_schema}.{info.identifier}"
         parent = resolve_parent(spark, levels[1:], base_schema, info.identifier)
-        refresh_history(spark, info, parent)
+        if refresh_history(spark, info, parent):
+            history.append(model)
         if table_exists(spark, info.schema, full_table(info.identifier)):
             # reads the overlay and the parent, not the table it replaces
             spark.sql(view_sql(info, parent, materialized=False)).writeTo(
@@ -406,4 +410,4 @@ def refresh_branch(spark: SparkSession, *, name: str, meta_schema: str) -> Refre
         create_branch_view(spark, store=store, branch=name, base_schema=base_schema, identifier=info.identifier)
         refresh_descendant_views(spark, store=store, branch=name, base_schema=base_schema, identifier=info.identifier)
         done.append((model, has_image(spark, base_schema, info.identifier, name)))
-    return RefreshResult(branch=name, models=tuple(done), materialized=tuple(materialized))
+    return RefreshResult(branch=name, models=tuple(done), materialized=tuple(materialized), history=tuple(history))

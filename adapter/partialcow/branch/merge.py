@@ -442,8 +442,8 @@ def _refuse_inserts_without_new_columns(spark: SparkSession, info: OverlayInfo, 
         raise BranchError(
             f"branch_merge: model {model}'s table on the parent ({'.'.join(parent)}) gained column(s) {gained} since "
             f"branch {branch} built it, and the rows the branch inserts have no values for them; nothing was merged. "
-            f"Build the model on the branch again (dbt run -s {info.identifier} --vars '{{branch: {branch}}}'), so "
-            "its rows have the columns its code gives them, then merge"
+            f"Bring the parent's change to the model's code into the branch, build the model there again (dbt run "
+            f"-s {info.identifier} --vars '{{branch: {branch}}}') so its rows have those columns, then merge"
         )
 
 

@@ -25,6 +25,7 @@ import contextlib
 import functools
 import logging
 import operator
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ from partialcow.branch.types import OverlayInfo, OverlayMode
 from partialcow.exceptions import BranchError, RepeatedKeysError
 
 _LOG = logging.getLogger("partialcow")
+_RESTORE_LOCK = threading.Lock()
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -440,11 +442,14 @@ def _require_readable(spark: SparkSession, sql: str, branch: str, model: str, pa
         ) from None
 
 
-def remove_model(spark: SparkSession, *, store: BranchStore, branch: str, base_schema: str, identifier: str) -> bool:
+def remove_model(spark: SparkSession, *, store: BranchStore, branch: str, base_schema: str, identifier: str,
+                 descendants: bool = True) -> bool:
     """Take the model's rows off ``branch`` (it is a view there now, or the parent's drop of it was kept): what
-    readers query, the image ref, the overlay, the base image and the materialized table go, and descendants read
-    their nearest ancestor again. Returns whether the branch held rows of it (an overlay). Left in place, the
-    overlay of a model made a view on the branch kept it in ``branch_diff`` and ``branch_merge``."""
+    readers query, the image ref, the overlay, the base image and the materialized table go, and with
+    ``descendants`` their views read their nearest ancestor again (not for a view about to replace the model: they
+    keep what they pinned, and a live view of a descendant reads the new view by name). Returns whether the branch
+    held rows of it (an overlay). Left in place, the overlay of a model made a view on the branch kept it in
+    ``branch_diff`` and ``branch_merge``."""
     from partialcow.table.iceberg_create import purge_table
 
     schema = overlay_schema(base_schema, branch)
@@ -454,7 +459,8 @@ def remove_model(spark: SparkSession, *, store: BranchStore, branch: str, base_s
     drop_image(spark, base_schema, identifier, branch)
     for table in (base_image_table(identifier), full_table(identifier), overlay_table(identifier)):
         purge_table(spark, schema, table)
-    refresh_descendant_views(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
+    if descendants:
+        refresh_descendant_views(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
     return True
 
 
@@ -462,9 +468,10 @@ def resolve_restoring(spark: SparkSession, *, store: BranchStore, levels: Sequen
                       identifier: str) -> tuple[str, str] | None:
     """:func:`~partialcow.branch.levels.resolve_parent` (where ``ref()`` reads on a branch, ``levels`` nearest
     first), after publishing again what readers query of the model on a nearer level that has the model's overlay
-    but lost its relation. dbt's table materialization drops a branch model's relation before the build publishes
-    it again: a process killed in between left the overlay without it, and ``ref()`` read the parent's rows, also
-    into models built on the branch afterwards."""
+    but lost its relation (as ``branch_refresh`` would: against the parent as it is now). dbt's table
+    materialization drops a branch model's relation before the build publishes it again: a process killed in
+    between left the overlay without it, and ``ref()`` read the parent's rows, also into models built on the branch
+    afterwards. One thread at a time republishes (dbt compiles models in threads)."""
     from partialcow.branch.naming import MAIN
 
     found = resolve_parent(spark, levels, base_schema, identifier)
@@ -473,10 +480,13 @@ def resolve_restoring(spark: SparkSession, *, store: BranchStore, levels: Sequen
         if level == MAIN or (found is not None and schema == found[0]):
             break
         if table_exists(spark, schema, overlay_table(identifier)):
-            _LOG.warning("model %s.%s on branch %s had lost its relation (a build stopped before publishing it): "
-                         "published again from its overlay", base_schema, identifier, level)
-            create_branch_view(spark, store=store, branch=level, base_schema=base_schema, identifier=identifier)
-            return resolve_parent(spark, levels, base_schema, identifier)
+            with _RESTORE_LOCK:
+                if not table_exists(spark, schema, identifier):  # another thread may have just done it
+                    _LOG.warning("model %s.%s on branch %s had lost its relation (a build stopped before "
+                                 "publishing it): published again from its overlay", base_schema, identifier, level)
+                    create_branch_view(spark, store=store, branch=level, base_schema=base_schema,
+                                       identifier=identifier)
+            return schema, identifier
     return found
 
 

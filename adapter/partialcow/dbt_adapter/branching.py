@@ -226,7 +226,7 @@ class BranchingMixin(metaclass=AdapterMeta):
             base_schema = _base_schema(relation.schema, relation.identifier, branch)
             spark = self._branch_spark()
             return remove_model(spark, store=BranchStore(spark, meta_schema=meta_schema), branch=branch,
-                                base_schema=base_schema, identifier=relation.identifier)
+                                base_schema=base_schema, identifier=relation.identifier, descendants=False)
 
         return _dbt_errors(forget)
 

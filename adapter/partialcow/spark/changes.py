@@ -563,12 +563,11 @@ def _comparable(frame: DataFrame, columns: Sequence[str]) -> DataFrame:
     operations on map columns."""
     from pyspark.sql import functions as F
 
-    from partialcow.spark.map_values import canonical_maps, holds_map
+    from partialcow.spark.map_values import comparable_text, holds_map
 
     types = {f.name: f.dataType for f in frame.schema.fields}
-    return frame.select(*[
-        F.to_json(F.array(canonical_maps(F.col(quote_identifier(c)), types[c])), {"ignoreNullFields": "false"}).alias(c)
-        if holds_map(types[c]) else F.col(quote_identifier(c)) for c in columns])
+    return frame.select(*[comparable_text(F.col(quote_identifier(c)), types[c]).alias(c) if holds_map(types[c])
+                          else F.col(quote_identifier(c)) for c in columns])
 
 
 @dataclass(frozen=True)

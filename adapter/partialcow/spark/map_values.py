@@ -6,7 +6,9 @@ another order (``map('b', 2, 'a', 1)`` and ``map('a', 1, 'b', 2)``) then compare
 on a branch that keeps history, a change reported where there is none. :func:`canonical_maps` sorts the entries
 first; arrays keep their order (it is part of the value) and structs their fields.
 
-The two forms, :class:`~pyspark.sql.Column` and SQL text, build the same expression.
+The two forms, :class:`~pyspark.sql.Column` and SQL text, build the same expression. :func:`comparable_text`
+turns such a value into JSON text that equal values share: entries sorted, null fields written, and timestamps to
+the microsecond (JSON's default writes milliseconds, so two values a microsecond apart read as equal).
 
 >>> from pyspark.sql.types import MapType, StringType, IntegerType
 >>> print(canonical_maps_sql("m", MapType(StringType(), IntegerType())))
@@ -21,7 +23,14 @@ if TYPE_CHECKING:
     from pyspark.sql import Column
     from pyspark.sql.types import DataType
 
-__all__ = ["canonical_maps", "canonical_maps_sql", "holds_map"]
+__all__ = ["canonical_maps", "canonical_maps_sql", "comparable_text", "comparable_text_sql", "holds_map"]
+
+# to_json's options for comparable text: every null field written, timestamps with all six fraction digits
+_TEXT_OPTIONS = {
+    "ignoreNullFields": "false",
+    "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+    "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS",
+}
 
 
 def holds_map(data_type: DataType) -> bool:
@@ -73,7 +82,30 @@ def canonical_maps_sql(expr: str, data_type: DataType, depth: int = 0) -> str:
         return f"transform({expr}, {var} -> {canonical_maps_sql(var, data_type.elementType, depth + 1)})"
     assert isinstance(data_type, StructType)
     fields = ", ".join(
-        f"'{f.name.replace(chr(39), chr(92) + chr(39))}', "
+        f"'{_sql_string(f.name)}', "
         f"{canonical_maps_sql(f'{expr}.`' + f.name.replace('`', '``') + '`', f.dataType, depth + 1)}"
         for f in data_type.fields)
     return f"IF({expr} IS NULL, NULL, named_struct({fields}))"
+
+
+def _sql_string(text: str) -> str:
+    """``text`` inside a single-quoted SQL string literal."""
+    return text.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def comparable_text(column: Column, data_type: DataType) -> Column:
+    """``column`` as JSON text that equal values share and different values do not (see the module docstring)."""
+    from pyspark.sql import functions as F
+
+    return F.to_json(F.array(canonical_maps(column, data_type)), _TEXT_OPTIONS)
+
+
+def comparable_text_sql(expr: str, data_type: DataType) -> str:
+    """:func:`comparable_text` as SQL text over the SQL expression ``expr``.
+
+    >>> from pyspark.sql.types import IntegerType
+    >>> comparable_text_sql("x", IntegerType())[:31]
+    "to_json(array(x), map('ignoreNu"
+    """
+    options = ", ".join(f"'{_sql_string(k)}', '{_sql_string(v)}'" for k, v in _TEXT_OPTIONS.items())
+    return f"to_json(array({canonical_maps_sql(expr, data_type)}), map({options}))"

@@ -189,7 +189,7 @@ def _nested(path: str, data_type: DataType, name: str | None = None) -> Iterator
 
 def refuse_unlistable_fields(fields: Sequence[StructField], spec: ChangeSpec) -> None:
     """Refuse struct fields (inside ``fields``, a new Iceberg table's columns or those a batch adds) whose names are
-    not plain identifiers (letters a-z, digits, ``_``): the Hive metastore stores a column's type as text, and Spark
+    not plain identifiers (letters a-z, digits and ``_``, not starting with a digit): the Hive metastore stores a column's type as text, and Spark
     cannot parse ``struct<x y:int>`` back, so every later listing of the schema, every dbt process, fails
     (``CANNOT_RECOGNIZE_HIVE_TYPE``) until the table is dropped. Top-level names are stored apart and may be any.
 
@@ -198,17 +198,17 @@ def refuse_unlistable_fields(fields: Sequence[StructField], spec: ChangeSpec) ->
     ...                          ChangeSpec(key_columns=("id",), model="m"))
     Traceback (most recent call last):
     ...
-    partialcow.exceptions.ChangeFeedError: model m: struct field(s) s.x y have names the Hive metastore cannot list (letters a-z, digits and _ only inside structs); rename them in the model, e.g. named_struct('x_y', ...); nothing was written
+    partialcow.exceptions.ChangeFeedError: model m: struct field(s) s.x y have names the Hive metastore cannot list (inside structs: letters a-z, digits and _, not starting with a digit); rename them in the model, e.g. named_struct('x_y', ...); nothing was written
     """  # noqa: E501 - a doctest output line cannot wrap
     import re
 
     found = [(p, name) for f in fields for p, _, name in _nested(f.name, f.dataType)
-             if name is not None and not re.fullmatch(r"[A-Za-z0-9_]+", name)]
+             if name is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)]
     if found:
         raise ChangeFeedError(
             f"model {spec.model}: struct field(s) {', '.join(p for p, _ in found)} have names the Hive metastore "
-            "cannot list (letters a-z, digits and _ only inside structs); rename them in the model, e.g. "
-            f"named_struct('{re.sub(r'[^A-Za-z0-9_]', '_', found[0][1])}', ...); nothing was written"
+            "cannot list (inside structs: letters a-z, digits and _, not starting with a digit); rename them in the "
+            f"model, e.g. named_struct('{re.sub(r'[^A-Za-z0-9_]', '_', found[0][1])}', ...); nothing was written"
         )
 
 
