@@ -82,14 +82,24 @@ def spark(spark_warehouse: Path):
     return get_or_create_session(table_format="iceberg", warehouse=str(spark_warehouse), master="local[2]")
 
 
-@pytest.fixture(scope="module")
-def schema(spark) -> Iterator[str]:
-    """A fresh schema for the tests of one module, dropped with its tables afterwards (tests/delta_spark has its
-    own, per test)."""
+def _scratch_schema(spark) -> Iterator[str]:
     name = f"pcow_{uuid.uuid4().hex[:8]}"
     spark.sql(f"create schema {name}")
     yield name
     spark.sql(f"drop schema {name} cascade")
+
+
+@pytest.fixture(scope="module")
+def schema(spark) -> Iterator[str]:
+    """A fresh schema for the tests of one module, dropped with its tables afterwards (tests/delta_spark's is per
+    test)."""
+    yield from _scratch_schema(spark)
+
+
+@pytest.fixture()
+def fresh_schema(spark) -> Iterator[str]:
+    """A schema of the test's own, dropped with its tables afterwards (in the session ``spark`` names there)."""
+    yield from _scratch_schema(spark)
 
 
 @pytest.fixture(scope="class")

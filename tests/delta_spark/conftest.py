@@ -8,7 +8,6 @@ main test processes hold Iceberg's). To run it directly:
 from __future__ import annotations
 
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -48,12 +47,9 @@ def spark(spark_warehouse: Path):
 
 
 @pytest.fixture()
-def schema(spark):
-    """A fresh schema for one test, dropped with its tables afterwards."""
-    name = f"pcow_delta_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {name}")
-    yield name
-    spark.sql(f"drop schema {name} cascade")
+def schema(fresh_schema):
+    """A fresh schema for one test (in the Delta session), dropped with its tables afterwards."""
+    return fresh_schema
 
 
 @pytest.fixture(scope="class")

@@ -124,15 +124,6 @@ CASES = [
 ]
 
 
-@pytest.fixture()
-def fresh_schema(spark):
-    """A schema of the test's own, dropped with its tables afterwards."""
-    schema = f"pcow_bad_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"create schema {schema}")
-    yield schema
-    spark.sql(f"drop schema {schema} cascade")
-
-
 @pytest.fixture(scope="module")
 def base_table(spark):
     schema = f"pcow_badm_{uuid.uuid4().hex[:8]}"
