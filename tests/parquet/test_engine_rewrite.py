@@ -154,6 +154,10 @@ def check_metadata(path: Path) -> None:
                     keys = [_py_key(v, leaf, col.type) for v in valid.to_pylist()]
                     assert key(st.val(F.ST_MIN_VALUE)) <= min(keys), leaf.path
                     assert key(st.val(F.ST_MAX_VALUE)) >= max(keys), leaf.path
+                    # bounds not flagged inexact are values: table formats publish them as MIN/MAX
+                    if st.val(F.ST_IS_MIN_VALUE_EXACT, True) and st.val(F.ST_IS_MAX_VALUE_EXACT, True):
+                        assert key(st.val(F.ST_MIN_VALUE)) == min(keys), leaf.path
+                        assert key(st.val(F.ST_MAX_VALUE)) == max(keys), leaf.path
                 oi = lay.offset_index(cc)
                 if oi is None:
                     continue
@@ -421,6 +425,50 @@ def test_other_writers_as_sources(tmp_path: Path, table: pa.Table) -> None:
                     assert a.fmd.val(F.FMD_CREATED_BY) == b.fmd.val(F.FMD_CREATED_BY)
 
 
+@pytest.mark.parametrize(("column", "positions"), [
+    ("fixed", list(range(0, 100)) + list(range(500, 600))),  # first and last page: the bounds lie in copied pages
+    ("text", [250]),  # a middle page: the old bounds still stand in the copied pages
+])
+def test_bounds_a_writer_cut_short_are_never_published_as_values(tmp_path: Path, column: str,
+                                                                 positions: list[int]) -> None:
+    """arrow-rs (DataFusion's writer) cuts statistics and column-index entries longer than 64 bytes and flags the
+    statistics inexact. Chunk bounds rebuilt from such entries are no values (and a FIXED_LEN_BYTE_ARRAY bound of
+    the wrong width is not even of the column's type), yet Iceberg and Delta publish chunk bounds as MIN/MAX: a
+    rewritten chunk's statistics hold the column's true min and max, or are left out."""
+    datafusion = pytest.importorskip("datafusion")
+    n = 600
+    if column == "fixed":
+        values = pa.array([bytes([i // 256, i % 256]) + b"A" * 98 for i in range(n)], pa.binary(100))
+        new_value = values[256]
+    else:
+        values = pa.array([f"{i:04d}" + "y" * 100 for i in range(n)])
+        new_value = pa.scalar("0250zz")
+    t = pa.table({"k": pa.array(np.arange(n), pa.int64()), column: values})
+    ctx = datafusion.SessionContext()
+    ctx.register_record_batches("t", [t.to_batches()])
+    out = tmp_path / "df"
+    ctx.sql(f"copy (select * from t) to '{out}' stored as parquet options ('format.data_page_row_count_limit' "
+            "'100', 'format.dictionary_enabled' 'false')").collect()
+    src = out if out.is_file() else next(out.glob("*.parquet"))
+    dst = tmp_path / "dst.parquet"
+    pos = np.array(positions)
+    new = {column: pa.array([new_value.as_py()] * len(pos), values.type)}
+    rewrite_file(src, dst, pa.table({ROW_POSITION: pa.array(pos, pa.int64()), **new}))
+    exp = expected(t, pos, new, np.zeros(0, int))
+    # pyarrow aborts the process on arrow-rs' cut FIXED_LEN_BYTE_ARRAY statistics: DuckDB reads, the footer by hand
+    assert read_duckdb(dst).column(column).to_pylist() == exp.column(column).to_pylist()
+    true = exp.column(column).to_pylist()
+    true = [v.encode() if isinstance(v, str) else v for v in true]
+    with ParquetLayout(dst) as lay:
+        leaf = lay.leaves[1]
+        st = lay.column_chunk(0, 1).val(F.CC_META_DATA).val(F.CMD_STATISTICS)
+        if st is not None and F.ST_MIN_VALUE in st:
+            assert st.val(F.ST_IS_MIN_VALUE_EXACT, True) and st.val(F.ST_IS_MAX_VALUE_EXACT, True)
+            key = sort_key_fn(leaf)
+            assert key is not None
+            assert (key(st.val(F.ST_MIN_VALUE)), key(st.val(F.ST_MAX_VALUE))) == (min(true), max(true))
+
+
 def test_int96_and_legacy_decimals(tmp_path: Path) -> None:
     """Spark-style physical types: INT96 timestamps and FLBA decimals (dictionary-encoded, the dictionaries grow)."""
     n = 4000
@@ -518,16 +566,18 @@ def test_bug_spark_plain_page_before_dictionary_page(tmp_path: Path) -> None:
         assert [i for i, p in enumerate(before[key]) if p != after[key][i]] == [4]
 
 
+@pytest.mark.parametrize("version", ["2.6", "1.0"])
 @pytest.mark.parametrize("positions", [[4500, 4600], [1500, 4500, 8500]], ids=["one_run", "three_runs"])
-def test_dictionary_grows_by_the_distinct_new_values(tmp_path: Path, positions: list[int]) -> None:
+def test_dictionary_grows_by_the_distinct_new_values(tmp_path: Path, positions: list[int], version: str) -> None:
     """One touched run lets pyarrow append the new values; several runs (and floats) share one dictionary found by
-    search: either way the page grows by exactly the distinct new values, in order of first appearance."""
+    search: either way the page grows by exactly the distinct new values, in order of first appearance. In a format
+    1.0 file the new dictionary page is PLAIN where the old one was PLAIN_DICTIONARY: encoding_stats say so."""
     n = 10_000
     t = pa.table({"v": pa.array([i % 50 for i in range(n)], pa.int64()),
                   "f": pa.array([float(i % 30) for i in range(n)]),
                   "s": pa.array([f"s{i % 40}" for i in range(n)])})
     src, dst = tmp_path / "src.parquet", tmp_path / "dst.parquet"
-    pq.write_table(t, src, write_page_index=True, max_rows_per_page=1000)
+    pq.write_table(t, src, write_page_index=True, max_rows_per_page=1000, version=version)
     pos = np.array(positions)
     k = len(pos)
     new = {"v": pa.array([10**9 + i % 2 for i in range(k)], pa.int64()),  # two distinct new values

@@ -186,6 +186,8 @@ def _chunk_bounds(leaf_key: SortKey | None, old: TStruct | None, copied: list[Pa
             if not lows:
                 continue
             highs = [hi for part in parts for empty, hi in zip(part.null_pages, part.maxs) if empty != 1]
+            if narrow and not copied_exact and not _exact_bounds(old):
+                return None  # cut entries, and no whole old bound among them to stand for a value
             if narrow and old is not None and F.ST_MIN_VALUE in old and F.ST_MAX_VALUE in old:
                 old_lo, old_hi = bytes(old.val(F.ST_MIN_VALUE)), bytes(old.val(F.ST_MAX_VALUE))
                 # a copied page still starting at the old bound holds it (the usual case: no key function to run)
@@ -201,6 +203,13 @@ def _chunk_bounds(leaf_key: SortKey | None, old: TStruct | None, copied: list[Pa
         return min((c[0] for c in cands), key=leaf_key), max((c[1] for c in cands), key=leaf_key)
     except (ValueError, struct.error):  # a NaN bound, or a bound of the wrong width
         return None
+
+
+def _exact_bounds(statistics: TStruct | None) -> bool:
+    """Whether chunk statistics hold a min and a max that are values, not bounds a writer cut short (statistics'
+    ``is_min_value_exact`` / ``is_max_value_exact``, when a writer sets them)."""
+    return (statistics is not None and F.ST_MIN_VALUE in statistics and F.ST_MAX_VALUE in statistics
+            and statistics.val(F.ST_IS_MIN_VALUE_EXACT, True) and statistics.val(F.ST_IS_MAX_VALUE_EXACT, True))
 
 
 class _Sink:

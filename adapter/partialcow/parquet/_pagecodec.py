@@ -393,7 +393,8 @@ class _Encoded:
     page_encodings: dict[tuple[int, int], int]
     encodings: list[int]
     bounds: PageBounds | None  # ColumnIndex entries of the pages
-    dict_page: tuple[bytes, int, int] | None  # (dictionary page bytes, uncompressed size incl. header, entries)
+    # (dictionary page bytes, uncompressed size incl. header, entries, its encoding)
+    dict_page: tuple[bytes, int, int, int] | None
 
 
 def _encode_runs(lay: ParquetLayout, top: TopField, runs: list[pa.Array], nullable: bool, setup: dict[str, Any],
@@ -452,7 +453,8 @@ def _encode_runs(lay: ParquetLayout, top: TopField, runs: list[pa.Array], nullab
                 grown = _dictionary_values(mini.lay, mini.lay.tops[0], mch, dictionary.type)
                 if not grown.slice(0, len(dictionary)).equals(dictionary.cast(grown.type)):
                     return None
-            dict_page = (bytes(mini.lay.buf[mch.start:mch.prefix_end]), hs + h.val(F.PH_UNCOMPRESSED_SIZE), entries)
+            dict_page = (bytes(mini.lay.buf[mch.start:mch.prefix_end]), hs + h.val(F.PH_UNCOMPRESSED_SIZE), entries,
+                         h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_ENCODING))
         base = real[0].offset
         mci = mini.lay.page_bounds(mch.cc)
         out.append(_Encoded(

@@ -86,6 +86,21 @@ def _values(vals: pa.Array | None) -> pa.Array:
     return vals
 
 
+# parquet-java and arrow-rs cut column-index entries longer than this many bytes by default
+_INDEX_TRUNCATION = 64
+
+
+def _whole_index_values(lay: ParquetLayout, element: TStruct) -> bool:
+    """Whether the column-index entries of a column are whole values, not cut short: any fixed-width type, a
+    FIXED_LEN_BYTE_ARRAY no wider than writers cut, or any column of Arrow's writer, which never cuts them."""
+    kind = element.val(F.SE_TYPE)
+    if kind not in (F.BYTE_ARRAY, F.FIXED_LEN_BYTE_ARRAY):
+        return True
+    if kind == F.FIXED_LEN_BYTE_ARRAY and element.val(F.SE_TYPE_LENGTH, 0) <= _INDEX_TRUNCATION:
+        return True
+    return bytes(lay.fmd.val(F.FMD_CREATED_BY, b"")).startswith(b"parquet-cpp")
+
+
 class _Rewriter:
     def __init__(self, lay: ParquetLayout, changes: _Changes, read_schema: pa.Schema, *, full_chunk_threshold: float,
                  writer_options: dict[str, Any]) -> None:
@@ -479,9 +494,15 @@ class _Rewriter:
         want_oi = F.CC_OFFSET_INDEX_OFFSET in ch.cc
         unc = ch.cmd.val(F.CMD_TOTAL_UNCOMPRESSED_SIZE)
         pieces: list[tuple[str, Any, int]] = []
+        enc_delta: dict[tuple[int, int], int] = {}  # encoding_stats: pages gained (lost) per page type, encoding
+        new_encodings: list[int] = []
         if new_dict_page is not None and new_dict_page[2] > _dictionary_size(lay, ch):
             h, hs = lay.page_header(ch.start)
             unc += new_dict_page[1] - hs - h.val(F.PH_UNCOMPRESSED_SIZE)
+            old_encoding = h.val(F.PH_DICTIONARY_PAGE_HEADER).val(F.DICT_ENCODING)
+            if old_encoding != new_dict_page[3]:
+                enc_delta = {(F.DICTIONARY_PAGE, old_encoding): -1, (F.DICTIONARY_PAGE, new_dict_page[3]): 1}
+                new_encodings.append(new_dict_page[3])
             pieces.append(("data", new_dict_page[0], len(new_dict_page[0])))
             if ch.prefix_end > ch.start + hs + h.val(F.PH_COMPRESSED_SIZE):  # keep anything after the dictionary
                 rest = ch.start + hs + h.val(F.PH_COMPRESSED_SIZE)
@@ -494,11 +515,9 @@ class _Rewriter:
         loc_blocks: list[np.ndarray] = []  # (offset in the chunk, size, first row) per page, a block per run
         ci_parts: list[PageBounds] | None = [] if src_ci is not None else None
         copied_bounds: list[PageBounds] | None = []  # of the chunk statistics; None: a copied page has no entry
-        enc_delta: dict[tuple[int, int], int] = {}
         num_values = ch.cmd.val(F.CMD_NUM_VALUES)
         new_bounds: list[PageBounds] | None = []  # of the re-encoded pages; None: a run without them
         added_nulls = 0
-        new_encodings: list[int] = []
 
         i = 0
         while i < len(ch.pages):
@@ -590,10 +609,8 @@ class _Rewriter:
             old_nulls = old_st.val(F.ST_NULL_COUNT)
             if old_nulls is not None:
                 st.put(F.ST_NULL_COUNT, T_I64, old_nulls - removed_nulls + added_nulls)
-            # Arrow's writer stores whole values in the column index; other writers may truncate binary ones
-            exact = (leaf.element.val(F.SE_TYPE) != F.BYTE_ARRAY
-                     or bytes(lay.fmd.val(F.FMD_CREATED_BY, b"")).startswith(b"parquet-cpp"))
-            bounds = _chunk_bounds(key, old_st, copied_bounds, new_bounds, copied_exact=exact)
+            bounds = _chunk_bounds(key, old_st, copied_bounds, new_bounds,
+                                   copied_exact=_whole_index_values(lay, leaf.element))
             nulls = st.val(F.ST_NULL_COUNT)
             if bounds is not None:
                 st.put(F.ST_MAX_VALUE, T_BINARY, bounds[1])
