@@ -222,22 +222,19 @@ def sort_key_fn(leaf: Leaf) -> SortKey | None:
     if ptype == F.INT64:
         fmt = struct.Struct("<Q" if unsigned else "<q")
         return lambda b: fmt.unpack(b[:8])[0]
-    if ptype in (F.FLOAT, F.DOUBLE):
-        fmt = struct.Struct("<f" if ptype == F.FLOAT else "<d")
+    if ptype in (F.FLOAT, F.DOUBLE) or (ptype == F.FIXED_LEN_BYTE_ARRAY and float16):
+        fmt = struct.Struct("<e" if float16 else "<f" if ptype == F.FLOAT else "<d")
 
         def fkey(b: bytes) -> float:
             v: float = fmt.unpack(b)[0]
             if math.isnan(v):
-                raise ValueError("NaN bound")
+                raise ValueError("NaN bound")  # no order: a caller leaves such bounds out
             return v
 
         return fkey
     if ptype in (F.BYTE_ARRAY, F.FIXED_LEN_BYTE_ARRAY):
         if decimal:
             return lambda b: int.from_bytes(b, "big", signed=True)
-        if float16:
-            fmt16 = struct.Struct("<e")
-            return lambda b: fmt16.unpack(b)[0]
         if ptype == F.FIXED_LEN_BYTE_ARRAY and conv == 21:  # INTERVAL: undefined order
             return None
         return bytes
