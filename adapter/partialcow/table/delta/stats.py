@@ -236,11 +236,9 @@ def _check_file_schema(
         if field["name"] not in file_names:
             continue  # a nullable column the file predates (allowed above)
         arrow_field = arrow_schema.field(field["name"])
-        file_type = delta_type(arrow_field.type)
+        file_type = delta_type(_int96_as_timestamps(metadata, field["name"], arrow_field.type))
         if file_type == field["type"] or _compatible(file_type, field["type"]):
             continue
-        if field["type"] == "timestamp" and _physical_type(metadata, field["name"]) == "INT96":
-            continue  # legacy Spark timestamps: INT96 is UTC-adjusted
         raise CommitError(
             f"column {field['name']} of new file {rel} has type {file_type or arrow_field.type}, but Delta table "
             f"{table} declares {json.dumps(field['type'])}; write the file with the table's types"
@@ -334,12 +332,44 @@ def _compatible(file_type: Any, table_type: Any) -> bool:
     return False
 
 
-def _physical_type(metadata: pq.FileMetaData, name: str) -> str | None:
-    for i in range(metadata.num_columns):
-        col = metadata.schema.column(i)
-        if col.path == name:
-            return str(col.physical_type)
-    return None
+def _int96_as_timestamps(metadata: pq.FileMetaData, name: str, arrow_type: pa.DataType) -> pa.DataType:
+    """``arrow_type`` of file column ``name`` with its INT96 values as what they are, UTC-adjusted timestamps (Spark's
+    and delta-spark's default physical type, at the top level or inside structs, arrays and maps), where pyarrow
+    reads them as zone-less nanoseconds.
+
+    >>> import io
+    >>> sink = io.BytesIO()
+    >>> t = pa.table({"s": pa.array([{"ts": 0}], pa.struct([("ts", pa.timestamp("us"))]))})
+    >>> pq.write_table(t, sink, use_deprecated_int96_timestamps=True)
+    >>> meta = pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata
+    >>> _int96_as_timestamps(meta, "s", meta.schema.to_arrow_schema().field("s").type)
+    StructType(struct<ts: timestamp[us, tz=UTC]>)
+    """
+    int96 = sum(1 for i in range(metadata.num_columns) if metadata.schema.column(i).physical_type == "INT96"
+                and (metadata.schema.column(i).path == name or metadata.schema.column(i).path.startswith(name + ".")))
+    if not int96:
+        return arrow_type
+    legacy = pa.timestamp("ns")  # how pyarrow reads INT96
+
+    def count(t: pa.DataType) -> int:
+        if t == legacy:
+            return 1
+        return sum(count(t.field(i).type) for i in range(t.num_fields)) if pa.types.is_nested(t) else 0
+
+    def convert(t: pa.DataType) -> pa.DataType:
+        if t == legacy:
+            return pa.timestamp("us", tz="UTC")
+        if pa.types.is_struct(t):
+            return pa.struct([t.field(i).with_type(convert(t.field(i).type)) for i in range(t.num_fields)])
+        if pa.types.is_map(t):
+            return pa.map_(t.key_field.with_type(convert(t.key_type)), t.item_field.with_type(convert(t.item_type)))
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            factory = pa.list_ if pa.types.is_list(t) else pa.large_list
+            return factory(t.value_field.with_type(convert(t.value_type)))
+        return t
+
+    # only when every zone-less nanosecond timestamp in the column is an INT96 one (the others are what they say)
+    return convert(arrow_type) if count(arrow_type) == int96 else arrow_type
 
 
 def _stat_value(dtype: str, chunk: Any, raw: Any, *, upper: bool) -> Any:
