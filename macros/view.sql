@@ -13,5 +13,6 @@
     {%- do adapter.partialcow_branch_forget(relation, branch, target.schema) -%}
   {%- endif -%}
   {%- do run_query("drop view if exists " ~ relation) -%}
+  {%- do adapter.partialcow_drop_leftover_view(relation) -%}
   {{ create }}
 {%- endmacro %}

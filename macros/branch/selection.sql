@@ -100,6 +100,9 @@ print(build_python_model_on_branch(spark, df, {{ tojson(tojson(spec)) }}))
 {% macro partialcow__drop_relation(relation) -%}
   {%- if relation.type != 'view' or not adapter.partialcow_drop_branch_reader(relation) -%}
     {{ spark__drop_relation(relation) }}
+    {%- if relation.type == 'view' -%}
+      {%- do adapter.partialcow_drop_leftover_view(relation) -%}
+    {%- endif -%}
   {%- endif -%}
 {%- endmacro %}
 

@@ -192,6 +192,21 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
         return True
 
     @available
+    def partialcow_drop_leftover_view(self, relation: Any) -> bool:
+        """After ``drop view if exists``: drop the view from the metastore if that statement left it there (a view
+        another session catalog wrote, see ``partialcow.spark.metastore.drop_leftover_view``); True when it did."""
+        from partialcow.spark.metastore import drop_leftover_view
+        from partialcow.table.java import bind_to_current_thread
+
+        if not relation.schema or not relation.identifier:
+            return False
+        spark = bind_to_current_thread(self.connections.spark_session())  # type: ignore[attr-defined]
+        dropped = drop_leftover_view(spark, relation.schema, relation.identifier)
+        if dropped:
+            _LOGGER.debug(f"partialcow: dropped view {relation} from the metastore, which DROP VIEW had left")
+        return dropped
+
+    @available
     def partialcow_sql_literal(self, value: Any) -> str:
         """A seed value as a Spark SQL literal (see macros/seed.sql)."""
         return sql_literal(value)

@@ -51,6 +51,7 @@ __all__ = [
     "EMBEDDED_LIMITS",
     "EMBEDDED_METASTORE_CONF",
     "LOCK_CONF",
+    "drop_leftover_view",
     "is_embedded_derby",
     "prepare_embedded_metastore",
     "wait_for_embedded_metastore",
@@ -125,6 +126,24 @@ def wait_for_embedded_metastore(conf: Mapping[str, str], *, timeout: float = MET
                     "metastore)"
                 ) from None
             time.sleep(0.2)
+
+
+def drop_leftover_view(spark: SparkSession, schema: str, name: str) -> bool:
+    """Drop view ``schema.name`` from the metastore where ``DROP VIEW`` left it, and say whether there was one.
+
+    Through Iceberg's SparkSessionCatalog, ``DROP VIEW IF EXISTS`` drops Iceberg views only: a view another session
+    catalog wrote (a Delta profile's, plain Spark's) stayed, ``CREATE OR REPLACE VIEW`` over it then failed with
+    VIEW_NOT_FOUND, and so did every later run of the model. A table of that name is left alone.
+    """
+    external = spark._jsparkSession.sharedState().externalCatalog()
+    schema, name = schema.lower(), name.lower()  # as the metastore stores them
+    if not external.tableExists(schema, name):
+        return False
+    if str(external.getTable(schema, name).tableType().name()) != "VIEW":
+        return False
+    external.dropTable(schema, name, True, False)
+    spark.catalog.clearCache()  # nothing cached may still answer for the dropped view
+    return True
 
 
 def is_embedded_derby(spark: SparkSession) -> bool:
