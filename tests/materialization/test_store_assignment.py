@@ -63,7 +63,19 @@ def test_nulls_and_nested_types():
     a = T.StructType([T.StructField("x", T.LongType(), True)])
     b = T.StructType([T.StructField("x", T.LongType(), False)])
     assert conversion(a, b) == "same"  # nullability is checked by the writer, not by the type
-    assert conversion(T.ArrayType(T.IntegerType()), T.ArrayType(T.LongType())) == "refuse"
+    # nested values widen part by part; a part needing a check, or other struct fields, refuse the whole
+    assert conversion(T.ArrayType(T.IntegerType()), T.ArrayType(T.LongType())) == "widen"
+    assert conversion(T.ArrayType(T.LongType()), T.ArrayType(T.IntegerType())) == "refuse"
+    assert conversion(T.MapType(T.ShortType(), T.ArrayType(T.ByteType())),
+                      T.MapType(T.IntegerType(), T.ArrayType(T.IntegerType()))) == "widen"
+    small = T.StructType([T.StructField("x", T.ShortType()), T.StructField("y", T.StringType())])
+    assert conversion(small, T.StructType([T.StructField("x", T.IntegerType()), T.StructField("y", T.StringType())])) \
+        == "widen"
+    assert conversion(small, T.StructType([T.StructField("y", T.StringType()), T.StructField("x", T.IntegerType())])) \
+        == "refuse"
+    assert conversion(small, T.StructType([T.StructField("x", T.IntegerType())])) == "refuse"
+    assert conversion(T.ArrayType(T.DateType()), T.ArrayType(T.TimestampType())) == "widen"
+    assert conversion(T.ArrayType(T.TimestampType()), T.ArrayType(T.TimestampNTZType())) == "refuse"
     assert conversion(T.MapType(T.StringType(), T.LongType()), T.MapType(T.StringType(), T.LongType(), False)) == "same"
 
 
@@ -150,3 +162,29 @@ def test_timestamps_keep_the_session_wall_clock_except_where_it_does_not_exist(s
         spark.conf.set("spark.sql.session.timeZone", before)
     assert (got["gap"], got["ok"], got["zoned"]) == (True, False, False)
     assert got["wall"] == dt.datetime(2021, 6, 7, 8, 9, 10)
+
+
+@pytest.mark.spark
+@pytest.mark.iceberg
+def test_a_model_with_narrow_integers_inside_nested_columns_runs_again(spark, fresh_schema, pipeline_path):
+    """Iceberg stores no smallint or tinyint: a first build from a query with ``array<smallint>`` or a struct field
+    of ``tinyint`` made them ``int``, and the model's next batch, the same query, was refused for delivering the
+    narrower type (top-level columns were widened). Nested values now widen part by part."""
+    from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
+    from partialcow.spark.tables import open_table
+
+    spec = ChangeSpec(key_columns=("id",), op_column="_op", model="narrow_nested")
+    name = f"{fresh_schema}.narrow_{pipeline_path}"
+    query = ("select id, array(cast(id as smallint), null) as a, named_struct('t', cast(id as tinyint), 's', 'x') "
+             "as st, map(cast(id as smallint), array(cast(1 as tinyint))) as m, cast(id as smallint) as n, "
+             "{op} as _op from range({start}, {stop})")
+    create_table(spark, name, spark.sql(query.format(op="'I'", start=0, stop=4)), spec, table_format="iceberg")
+    stored = dict(spark.table(name).dtypes)
+    assert (stored["a"], stored["st"], stored["m"]) == ("array<int>", "struct<t:int,s:string>", "map<int,array<int>>")
+    batch = spark.sql(query.format(op="case when id = 1 then 'D' else 'U' end", start=1, stop=6)
+                      .replace("cast(id as smallint), null", "cast(id * 10 as smallint), null"))
+    metrics = apply_changes(spark, open_table(spark, name, table_format="iceberg"), batch, spec)
+    assert (metrics.rows_updated, metrics.rows_inserted, metrics.rows_deleted) == (2, 2, 1)
+    rows = {r["id"]: (r["a"], tuple(r["st"]), r["m"], r["n"]) for r in spark.table(name).collect()}
+    assert rows == {0: ([0, None], (0, "x"), {0: [1]}, 0),
+                    **{i: ([i * 10, None], (i, "x"), {i: [1]}, i) for i in range(2, 6)}}

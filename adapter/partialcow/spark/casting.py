@@ -16,7 +16,10 @@ the one delivered":
   change which row a key names;
 - ``timestamp`` and ``timestamp_ntz`` convert through the wall clock in the session's time zone (as Spark casts
   them), checked: a wall clock skipped or repeated by a daylight-saving change fails;
-- anything else (strings into numbers, numbers into timestamps, booleans, binary, different nested types) is
+- arrays, maps and structs (the same field names in the same order) **widen** where every part is the same or
+  widens (``array<smallint>`` into ``array<int>``: Iceberg stores no smallint, so a first build of such a column made
+  it ``array<int>``); a part that needs a check or is refused refuses the whole value;
+- anything else (strings into numbers, numbers into timestamps, booleans, binary, other nested types) is
   **refused**: cast it in the model, or change the column's type with ``--full-refresh``.
 
 >>> from pyspark.sql.types import IntegerType, LongType, DoubleType, StringType, DecimalType
@@ -34,7 +37,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column
     from pyspark.sql.types import DataType
 
-__all__ = ["ORDERABLE_SEQUENCE_TYPES", "Conversion", "conversion", "is_orderable_sequence", "lossy_value"]
+__all__ = ["ORDERABLE_SEQUENCE_TYPES", "Conversion", "cast_type", "conversion", "is_orderable_sequence",
+           "lossy_value"]
 
 Conversion = Literal["same", "widen", "checked", "refuse"]
 
@@ -70,6 +74,45 @@ def _same_ignoring_nullability(a: DataType, b: DataType) -> bool:
     return a == b
 
 
+def _nested_parts(source: DataType, target: DataType) -> list[tuple[DataType, DataType]] | None:
+    """The (source, target) types of the parts of two arrays, two maps or two structs of the same field names in
+    the same order; ``[(source, target)]`` made to refuse for structs of other fields; None when not both nested alike.
+    """
+    from pyspark.sql.types import ArrayType, MapType, StringType, StructType
+
+    if isinstance(source, ArrayType) and isinstance(target, ArrayType):
+        return [(source.elementType, target.elementType)]
+    if isinstance(source, MapType) and isinstance(target, MapType):
+        return [(source.keyType, target.keyType), (source.valueType, target.valueType)]
+    if isinstance(source, StructType) and isinstance(target, StructType):
+        if [f.name for f in source.fields] != [f.name for f in target.fields]:
+            return [(StringType(), source)]  # a struct into a string: refused
+        return [(a.dataType, b.dataType) for a, b in zip(source.fields, target.fields)]
+    return None
+
+
+def cast_type(source: DataType, target: DataType) -> DataType:
+    """The type a widening cast of ``source`` values goes to: ``target``'s types with ``source``'s nullability inside
+    arrays, maps and structs (a cast may not make a part that holds nulls non-nullable; whether the values fit the
+    table's nullability is checked where they are written, as for values of the same type).
+
+    >>> from pyspark.sql.types import ArrayType, ShortType, IntegerType
+    >>> cast_type(ArrayType(ShortType(), True), ArrayType(IntegerType(), False)).simpleString()
+    'array<int>'
+    """
+    from pyspark.sql.types import ArrayType, MapType, StructField, StructType
+
+    if isinstance(source, ArrayType) and isinstance(target, ArrayType):
+        return ArrayType(cast_type(source.elementType, target.elementType), source.containsNull)
+    if isinstance(source, MapType) and isinstance(target, MapType):
+        return MapType(cast_type(source.keyType, target.keyType), cast_type(source.valueType, target.valueType),
+                       source.valueContainsNull)
+    if isinstance(source, StructType) and isinstance(target, StructType):
+        return StructType([StructField(b.name, cast_type(a.dataType, b.dataType), a.nullable, b.metadata)
+                           for a, b in zip(source.fields, target.fields)])
+    return target
+
+
 def conversion(source: DataType, target: DataType) -> Conversion:
     """How a value of ``source`` type is stored into a column of ``target`` type (see the module docstring).
 
@@ -85,6 +128,10 @@ def conversion(source: DataType, target: DataType) -> Conversion:
         return "same"
     if isinstance(source, NullType):
         return "widen"
+    parts = _nested_parts(source, target)
+    if parts is not None:
+        kinds = {conversion(a, b) for a, b in parts}
+        return "widen" if kinds <= {"same", "widen"} else "refuse"
     s, t = _name(source), _name(target)
     numeric = {*_INTEGRAL_RANK, "float", "double", "decimal"}
     if s in numeric and t in numeric:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from partialcow.exceptions import ChangeFeedError, RepeatedKeysError
-from partialcow.spark.casting import conversion, is_orderable_sequence, lossy_value
+from partialcow.spark.casting import cast_type, conversion, is_orderable_sequence, lossy_value
 from partialcow.spark.rewrite_job import DELETE
 from partialcow.spark.spec import ChangeSpec
 from partialcow.table.base import quote_identifier
@@ -532,9 +532,9 @@ def assigned(name: str, plan: dict[str, tuple[str, DataType, DataType]], spec: C
     from pyspark.sql import functions as F
 
     column = F.col(quote_identifier(name))
-    kind, _, target = plan.get(name, ("same", batch_type, batch_type))
+    kind, source, target = plan.get(name, ("same", batch_type, batch_type))
     if kind == "widen":
-        column = column.cast(target)
+        column = column.cast(cast_type(source, target))
     elif kind == "checked":
         # the value of a row that passed the checks; evaluated with them on the driver path, where a plain cast
         # would fail the query under spark.sql.ansi.enabled before the checks name the column and keys
