@@ -99,6 +99,9 @@ print(build_python_model_on_branch(spark, df, {{ tojson(tojson(spec)) }}))
     branch's image, sharing the root table's files): it is unregistered, never dropped with its files. -#}
 {% macro partialcow__drop_relation(relation) -%}
   {%- if relation.type != 'view' or not adapter.partialcow_drop_branch_reader(relation) -%}
+    {%- if relation.type == 'table' -%}
+      {%- do adapter.partialcow_before_table_drop(relation) -%}
+    {%- endif -%}
     {{ spark__drop_relation(relation) }}
     {%- if relation.type == 'view' -%}
       {%- do adapter.partialcow_drop_leftover_view(relation) -%}

@@ -262,6 +262,39 @@ class TestParquetTableBecomesDeltaModel:
         assert [tuple(r) for r in spark.table(name).collect()] == [(4, "v4")]
 
 
+class TestIcebergTableBecomesDeltaModel:
+    """A model moved from an Iceberg profile to a Delta one: its Iceberg table is external to the metastore, so the
+    Delta session's drop left its files where the Delta table goes, and the --full-refresh the refusal names failed
+    (DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION) with the old table gone, as did every run after it. The table is
+    simulated (no Iceberg in a Delta session): an external table marked ``table_type=ICEBERG`` in the metastore, with
+    an Iceberg table's folders at the model's default location."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"m.sql": "{{ config(materialized='partial_cow_incremental', unique_key='id') }}\n"
+                         "select {{ var('id') }}L as id, 'v{{ var('id') }}' as name"}
+
+    def test_the_full_refresh_builds_the_delta_table_where_the_iceberg_one_was(self, project, spark):
+        from dbt.tests.util import run_dbt_and_capture
+
+        name = f"{project.test_schema}.m"
+        schema_location = spark.sql(f"describe schema {project.test_schema}").where("info_name = 'Location'").first()
+        location = f"{schema_location['info_value'].rstrip('/')}/m"
+        folder = Path(location.removeprefix("file:"))
+        (folder / "metadata").mkdir(parents=True)
+        (folder / "metadata" / "00000-x.metadata.json").write_text("{}")
+        (folder / "data").mkdir()
+        spark.sql(f"create table {name} (id bigint, name string) using parquet location '{location}' "
+                  "tblproperties ('table_type'='ICEBERG')")
+        _, log = run_dbt_and_capture(["run", "--vars", "{id: 1}"], expect_pass=False)
+        assert "rebuilds" in log and (folder / "metadata").exists(), log[-3000:]  # refused, nothing removed
+        run_dbt(["run", "--full-refresh", "--vars", "{id: 2}"])
+        assert spark.sql(f"DESCRIBE DETAIL {name}").first()["format"] == "delta"
+        assert not (folder / "metadata").exists()
+        run_dbt(["run", "--vars", "{id: 3}"])
+        assert sorted(tuple(r) for r in spark.table(name).collect()) == [(2, "v2"), (3, "v3")]
+
+
 class TestUntypedColumnOnDelta:
     """Regression: a first build whose query had a bare NULL column made a Delta column of type void. Spark then
     failed to read the table at all ("Couldn't find n#1"), and a later batch's value of that column was dropped

@@ -207,6 +207,21 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
         return dropped
 
     @available
+    def partialcow_before_table_drop(self, relation: Any) -> None:
+        """Before dbt drops table ``relation``: on a Delta profile, an Iceberg table's folder at the catalog's default
+        location goes first (see ``partialcow.spark.metastore.remove_iceberg_folder``)."""
+        from partialcow.spark.metastore import remove_iceberg_folder
+        from partialcow.table.java import bind_to_current_thread
+
+        if self.config.credentials.table_format != "delta" or not relation.schema or not relation.identifier:
+            return
+        spark = bind_to_current_thread(self.connections.spark_session())  # type: ignore[attr-defined]
+        removed = remove_iceberg_folder(spark, relation.schema, relation.identifier)
+        if removed:
+            _LOGGER.info(f"partialcow: {relation} is an Iceberg table, which a Delta session drops without its files: "
+                         f"removed its folder {removed} first, where the new table goes")
+
+    @available
     def partialcow_sql_literal(self, value: Any) -> str:
         """A seed value as a Spark SQL literal (see macros/seed.sql)."""
         return sql_literal(value)

@@ -54,6 +54,7 @@ __all__ = [
     "drop_leftover_view",
     "is_embedded_derby",
     "prepare_embedded_metastore",
+    "remove_iceberg_folder",
     "wait_for_embedded_metastore",
 ]
 
@@ -144,6 +145,37 @@ def drop_leftover_view(spark: SparkSession, schema: str, name: str) -> bool:
     external.dropTable(schema, name, True, False)
     spark.catalog.clearCache()  # nothing cached may still answer for the dropped view
     return True
+
+
+def remove_iceberg_folder(spark: SparkSession, schema: str, name: str) -> str | None:
+    """Before a session without Iceberg (a Delta profile's) drops Iceberg table ``schema.name``: delete the table's
+    folder when it is the catalog's default location of that name, and return it (None: no such table or folder).
+
+    Such a session drops an Iceberg table from the metastore only (Hive keeps an external table's files), so its
+    files stayed where the model's next table goes, and Delta creates no table in a folder that is not empty
+    (``DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION``): the ``--full-refresh`` that moves a model from Iceberg to Delta
+    lost the old table, then failed, as every run after it did. The folder goes first: a run that dies before the
+    drop leaves a table without files, which the next ``--full-refresh`` drops.
+    """
+    jvm: Any = spark.sparkContext._jvm
+    external = spark._jsparkSession.sharedState().externalCatalog()
+    schema, name = schema.lower(), name.lower()
+    if not external.tableExists(schema, name):
+        return None
+    table = external.getTable(schema, name)
+    kind = table.properties().get("table_type")
+    if not kind.isDefined() or str(kind.get()).lower() != "iceberg" or table.storage().locationUri().isEmpty():
+        return None
+    location = str(table.storage().locationUri().get()).rstrip("/")
+    default = str(external.getDatabase(schema).locationUri()).rstrip("/") + "/" + name
+    if location != default:
+        return None  # elsewhere: not where the next table goes; left as a drop without purge leaves it
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    filesystem = path.getFileSystem(spark._jsc.hadoopConfiguration())
+    if not filesystem.exists(path):
+        return None
+    filesystem.delete(path, True)
+    return location
 
 
 def is_embedded_derby(spark: SparkSession) -> bool:
