@@ -42,6 +42,13 @@ CASES = [
     # keys
     ("null key", rows(row(k="cast(null as bigint)"), row(k="2L")), {}, ChangeFeedError, ["bad_feed", "'k'", "null"]),
     ("key column missing", row(k=None), {}, ChangeFeedError, ["bad_feed", "'k'", "missing"]),
+    # regression: a unique_key renamed to a column the table lacks failed in the index build with Spark's
+    # UNRESOLVED_COLUMN, or (append_new_columns) was about to be added with a null key in every row
+    ("unique_key renamed to a new column", row(k=None, uid="1L"), {"key_columns": ("uid",)}, ChangeFeedError,
+     ["bad_feed", "['uid']", "not columns of the table", "--full-refresh"]),
+    ("unique_key renamed, with append_new_columns", row(k=None, uid="1L"),
+     {"key_columns": ("uid",), "on_schema_change": "append_new_columns"}, ChangeFeedError,
+     ["bad_feed", "['uid']", "not columns of the table"]),
     ("key 1.5 into a bigint key", row(k="1.5d"), {}, ChangeFeedError, ["bad_feed", "key column 'k'", "1.5", "bigint"]),
     ("key 10^25 into a bigint key", row(k="cast(1e25 as decimal(38,0))"), {}, ChangeFeedError,
      ["bad_feed", "key column 'k'", "bigint"]),

@@ -166,6 +166,25 @@ def _value_columns(spec: ChangeSpec, table_columns: Sequence[str], staged_column
     return [c for c in candidates if not spec.excludes(c)]
 
 
+def _check_key_columns(spec: ChangeSpec, table_columns: Sequence[str]) -> None:
+    """A key column the table lacks (a renamed or new ``unique_key``) names no row of it: refused before the index is
+    built on it (which failed with Spark's UNRESOLVED_COLUMN) or the column is added under ``append_new_columns``
+    (every row's key then null).
+
+    >>> _check_key_columns(ChangeSpec(key_columns=("uid",), model="m"), ["id", "v"])
+    Traceback (most recent call last):
+    ...
+    partialcow.exceptions.ChangeFeedError: model m: unique_key column(s) ['uid'] are not columns of the table (its columns: id, v): the rows it holds have no such key. Run `dbt run --full-refresh --select m` to rebuild it with the new key
+    """  # noqa: E501 - a doctest line cannot wrap
+    missing = [k for k in spec.key_columns if k not in table_columns]
+    if missing:
+        raise ChangeFeedError(
+            f"model {spec.model}: unique_key column(s) {missing} are not columns of the table (its columns: "
+            f"{', '.join(table_columns)}): the rows it holds have no such key. Run `dbt run --full-refresh --select "
+            f"{spec.model}` to rebuild it with the new key"
+        )
+
+
 def _open_index(table: LakehouseTable, spec: ChangeSpec, table_schema: StructType) -> RowIndex:
     if RowIndex.exists(table.format_table):
         try:
@@ -214,6 +233,7 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
             table_schema = table.spark_schema()
             changes = table_spelling(changes, spec, table_schema.fieldNames())
             spec = batch_spelling(changes, spec)
+            _check_key_columns(spec, table_schema.fieldNames())
         with clock("index_open"):
             index = _open_index(table, spec, table_schema)
         small = None
