@@ -31,6 +31,9 @@ class WriteMetrics:
     bytes_copied: int = 0
     bytes_reencoded: int = 0
     commit_retries: int = 0  # commits beaten by another writer, then located and committed again
+    # on_schema_change: columns the write added to the table and dropped from it (a commit of their own)
+    columns_added: int = 0
+    columns_dropped: int = 0
     duration_ms: int = 0
     # wall time per phase of the write (stage, locate, rewrite, commit, index...), see PhaseClock
     phase_ms: dict[str, int] = field(default_factory=dict)

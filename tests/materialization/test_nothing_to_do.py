@@ -40,3 +40,19 @@ def test_identical_rows_commit_nothing(spark):
         assert _files(location(spark, name)) == files
     finally:
         spark.sql(f"drop schema {schema} cascade")
+
+
+def test_a_batch_that_only_drops_a_column_says_so(spark, fresh_schema):
+    """``sync_all_columns`` with the same rows but a column fewer: the column is dropped (a commit of its own) and
+    the run's message said "nothing changed, nothing committed"; it says which columns changed and that no row did."""
+    from partialcow.dbt_adapter.materialization import PartialCowResponse
+
+    name = f"{fresh_schema}.t"
+    create_table(spark, name, spark.createDataFrame(ROWS[:100], SCHEMA), SPEC)
+    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="same_again", on_schema_change="sync_all_columns")
+    again = spark.createDataFrame([(k, v, "U") for k, v, _, _ in ROWS[:10]], "k bigint, v string, _op string")
+    metrics = apply_changes(spark, open_table(spark, name, table_format="iceberg"), again, spec)
+    assert spark.table(name).columns == ["k", "v"]
+    assert (metrics.rows_updated, metrics.columns_added, metrics.columns_dropped) == (0, 0, 1)
+    assert str(PartialCowResponse.from_metrics(metrics, created=False)).endswith(
+        "; columns 0 added, 1 dropped; no row changed")

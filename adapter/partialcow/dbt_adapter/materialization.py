@@ -50,6 +50,8 @@ class PartialCowResponse(AdapterResponse):
         'UPDATE 3, INSERT 0, DELETE 0; pages 1 rewritten / 9 copied'
         >>> str(PartialCowResponse.from_metrics(WriteMetrics(pages_copied=9), created=False))
         'UPDATE 0, INSERT 0, DELETE 0; pages 0 rewritten / 9 copied; nothing changed, nothing committed'
+        >>> str(PartialCowResponse.from_metrics(WriteMetrics(pages_copied=9, columns_dropped=1), created=False))
+        'UPDATE 0, INSERT 0, DELETE 0; pages 0 rewritten / 9 copied; columns 0 added, 1 dropped; no row changed'
         """
         verb = "CREATE" if created else "UPDATE"
         message = (
@@ -57,7 +59,11 @@ class PartialCowResponse(AdapterResponse):
             f"UPDATE {metrics.rows_updated}, INSERT {metrics.rows_inserted}, DELETE {metrics.rows_deleted}; "
             f"pages {metrics.pages_rewritten} rewritten / {metrics.pages_copied} copied"
         )
-        if not created and not (metrics.files_added or metrics.files_removed):
+        if metrics.columns_added or metrics.columns_dropped:
+            message += f"; columns {metrics.columns_added} added, {metrics.columns_dropped} dropped"
+            if not created and not (metrics.files_added or metrics.files_removed):
+                message += "; no row changed"
+        elif not created and not (metrics.files_added or metrics.files_removed):
             message += "; nothing changed, nothing committed"
         if metrics.commit_retries:
             message += f"; committed after {metrics.commit_retries} retry(ies): another writer committed first"

@@ -104,14 +104,15 @@ _IN_PLACE_MAX_INDEX_ROWS = 10_000_000
 _UNSCALED_DECIMALS_MIN_ROWS = 250_000
 
 
-def _evolve_schema(spark: SparkSession, table: LakehouseTable, changes_schema, spec: ChangeSpec) -> bool:  # type: ignore[no-untyped-def]
+def _evolve_schema(spark: SparkSession, table: LakehouseTable, changes_schema,  # type: ignore[no-untyped-def]
+                   spec: ChangeSpec) -> tuple[int, int]:
     """``append_new_columns`` / ``sync_all_columns``: add the batch's new columns (and drop the table's columns the
     batch no longer has, for sync) before applying it, in the table format's metadata (Iceberg: schema update;
-    Delta: a metadata commit). Existing files keep their columns; a row that gets a value in a column its file lacks
-    is moved to a new file (see ``rewrite_changed_file``)."""
+    Delta: a metadata commit); returns how many it added and dropped. Existing files keep their columns; a row that
+    gets a value in a column its file lacks is moved to a new file (see ``rewrite_changed_file``)."""
     new_names, dropped = _schema_delta(changes_schema.names, table.spark_schema().fieldNames(), spec)
     if not new_names and not dropped:
-        return False
+        return 0, 0
     new = [f for f in changes_schema.fields if f.name in new_names]
     if table.table_format != "iceberg" and not table.delta_spark:
         raise ChangeFeedError(
@@ -136,7 +137,7 @@ def _evolve_schema(spark: SparkSession, table: LakehouseTable, changes_schema, s
         spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({columns})")
     for column in dropped:  # never a key column: stage_changes required every key column in the batch
         spark.sql(f"ALTER TABLE {name} DROP COLUMN {quote_identifier(column)}")
-    return True
+    return len(new), len(dropped)
 
 
 def _schema_delta(columns: Sequence[str], table_columns: Sequence[str],
@@ -237,6 +238,7 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
         with clock("index_open"):
             index = _open_index(table, spec, table_schema)
         small = None
+        evolved = (0, 0)  # columns added, dropped
         # a batch small enough for the driver takes no Spark job beyond its own query (see small_batch); schema
         # evolution needs the Spark path
         layout = _bucket_layout(index)
@@ -256,7 +258,8 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
             # only a batch that passed every check may change the table's schema
             if evolves:
                 _check_before_schema_change(table, index, staged, spec, table_schema)
-            if _evolve_schema(spark, table, staged.schema, spec):
+            evolved = _evolve_schema(spark, table, staged.schema, spec)
+            if any(evolved):
                 table_schema = table.spark_schema()
                 # on Delta the ALTER is a version of its own: the batch is based on it, or the commit would take it
                 # for another writer's change and do the batch again
@@ -307,6 +310,7 @@ def _apply(spark: SparkSession, table: LakehouseTable, changes: DataFrame, spec:
         checkpoint("indexed")
     metrics.phase_ms = clock.ms
     metrics.commit_retries = retries
+    metrics.columns_added, metrics.columns_dropped = evolved
     metrics.duration_ms = int((time.monotonic() - started) * 1000)
     return metrics
 
