@@ -100,7 +100,7 @@ print(build_python_model_on_branch(spark, df, {{ tojson(tojson(spec)) }}))
 {% macro partialcow__drop_relation(relation) -%}
   {%- if relation.type != 'view' or not adapter.partialcow_drop_branch_reader(relation) -%}
     {%- if relation.type == 'table' -%}
-      {%- do adapter.partialcow_before_table_drop(relation) -%}
+      {%- do adapter.partialcow_refuse_iceberg_folder(relation) -%}
     {%- endif -%}
     {{ spark__drop_relation(relation) }}
     {%- if relation.type == 'view' -%}

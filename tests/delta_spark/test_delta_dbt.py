@@ -9,6 +9,7 @@ build that died before its commit is built again. What cannot work on a Delta pr
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -265,9 +266,11 @@ class TestParquetTableBecomesDeltaModel:
 class TestIcebergTableBecomesDeltaModel:
     """A model moved from an Iceberg profile to a Delta one: its Iceberg table is external to the metastore, so the
     Delta session's drop left its files where the Delta table goes, and the --full-refresh the refusal names failed
-    (DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION) with the old table gone, as did every run after it. The table is
-    simulated (no Iceberg in a Delta session): an external table marked ``table_type=ICEBERG`` in the metastore, with
-    an Iceberg table's folders at the model's default location."""
+    (DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION) with the old table gone, as did every run after it. Now it is
+    refused before the drop, naming the folder (other tables may read its files: it is not deleted for the user);
+    with the folder removed, the full refresh builds the Delta table. The table is simulated (no Iceberg in a Delta
+    session): an external table marked ``table_type=ICEBERG`` in the metastore, with an Iceberg table's folders at
+    the model's default location."""
 
     @pytest.fixture(scope="class")
     def models(self):
@@ -288,9 +291,12 @@ class TestIcebergTableBecomesDeltaModel:
                   "tblproperties ('table_type'='ICEBERG')")
         _, log = run_dbt_and_capture(["run", "--vars", "{id: 1}"], expect_pass=False)
         assert "rebuilds" in log and (folder / "metadata").exists(), log[-3000:]  # refused, nothing removed
+        _, log = run_dbt_and_capture(["run", "--full-refresh", "--vars", "{id: 2}"], expect_pass=False)
+        assert "is an Iceberg table whose files lie in" in log and "Remove that folder" in log, log[-3000:]
+        assert spark.catalog.tableExists(name) and (folder / "metadata").exists()  # left as it was
+        shutil.rmtree(folder)
         run_dbt(["run", "--full-refresh", "--vars", "{id: 2}"])
         assert spark.sql(f"DESCRIBE DETAIL {name}").first()["format"] == "delta"
-        assert not (folder / "metadata").exists()
         run_dbt(["run", "--vars", "{id: 3}"])
         assert sorted(tuple(r) for r in spark.table(name).collect()) == [(2, "v2"), (3, "v3")]
 

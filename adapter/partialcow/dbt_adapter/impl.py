@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,6 +36,8 @@ from partialcow.table.base import quote_identifier
 _LOGGER = AdapterLogger("partialcow")
 # one per process: models of every adapter instance share the one embedded session
 _SETTINGS = SettingsScope()
+# the materialization of the model each dbt thread runs (None between models): a drop of dbt's knows no more
+_MATERIALIZING = threading.local()
 _TABLE_TYPE = re.compile(r"\btable_type=([A-Za-z_-]+)")
 
 
@@ -141,10 +144,12 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
             node_config["file_format"] = self.config.credentials.table_format
         if node is not None and embedded_metastore(self.config.credentials.spark_config):
             check_docs_fit(node)
+        _MATERIALIZING.name = node_config.get("materialized") if node_config is not None else None
         super().pre_model_hook(config)
         return _SETTINGS.enter(self.connections.running_session())  # type: ignore[attr-defined]
 
     def post_model_hook(self, config: Mapping[str, Any], context: Any) -> None:
+        _MATERIALIZING.name = None
         left = _SETTINGS.leave(context)
         if left.restored:
             _LOGGER.debug(f"partialcow: Spark settings the model changed, put back: {', '.join(left.restored)}")
@@ -207,19 +212,27 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
         return dropped
 
     @available
-    def partialcow_before_table_drop(self, relation: Any) -> None:
-        """Before dbt drops table ``relation``: on a Delta profile, an Iceberg table's folder at the catalog's default
-        location goes first (see ``partialcow.spark.metastore.remove_iceberg_folder``)."""
-        from partialcow.spark.metastore import remove_iceberg_folder
+    def partialcow_refuse_iceberg_folder(self, relation: Any) -> None:
+        """Before dbt drops table ``relation`` on a Delta session, for a model that builds a table (not a view,
+        which needs no folder): refuse, with the table left as it is, when it is an Iceberg table whose files lie
+        where the new table goes (see ``partialcow.spark.metastore.iceberg_folder_in_the_way``)."""
+        from partialcow.spark.metastore import iceberg_folder_in_the_way
+        from partialcow.spark.session import session_table_format
         from partialcow.table.java import bind_to_current_thread
 
-        if self.config.credentials.table_format != "delta" or not relation.schema or not relation.identifier:
+        if not relation.schema or not relation.identifier or getattr(_MATERIALIZING, "name", None) == "view":
             return
         spark = bind_to_current_thread(self.connections.spark_session())  # type: ignore[attr-defined]
-        removed = remove_iceberg_folder(spark, relation.schema, relation.identifier)
-        if removed:
-            _LOGGER.info(f"partialcow: {relation} is an Iceberg table, which a Delta session drops without its files: "
-                         f"removed its folder {removed} first, where the new table goes")
+        if session_table_format(spark) != "delta":
+            return
+        folder = iceberg_folder_in_the_way(spark, relation.schema, relation.identifier)
+        if folder:
+            raise DbtRuntimeError(
+                f"{relation} is an Iceberg table whose files lie in {folder}, where its Delta table goes: a Delta "
+                "session would drop it from the metastore only, and Delta creates no table in a folder that is not "
+                "empty. Remove that folder once no other table reads its files (a renamed copy of this table, a "
+                "branch of it), then run this model again; the table is left as it was"
+            )
 
     @available
     def partialcow_sql_literal(self, value: Any) -> str:

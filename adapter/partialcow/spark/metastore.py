@@ -52,9 +52,9 @@ __all__ = [
     "EMBEDDED_METASTORE_CONF",
     "LOCK_CONF",
     "drop_leftover_view",
+    "iceberg_folder_in_the_way",
     "is_embedded_derby",
     "prepare_embedded_metastore",
-    "remove_iceberg_folder",
     "wait_for_embedded_metastore",
 ]
 
@@ -147,15 +147,15 @@ def drop_leftover_view(spark: SparkSession, schema: str, name: str) -> bool:
     return True
 
 
-def remove_iceberg_folder(spark: SparkSession, schema: str, name: str) -> str | None:
-    """Before a session without Iceberg (a Delta profile's) drops Iceberg table ``schema.name``: delete the table's
-    folder when it is the catalog's default location of that name, and return it (None: no such table or folder).
+def iceberg_folder_in_the_way(spark: SparkSession, schema: str, name: str) -> str | None:
+    """The folder of Iceberg table ``schema.name`` when it lies at the catalog's default location of that name and
+    holds files, as seen from a session without Iceberg (a Delta profile's); None otherwise.
 
-    Such a session drops an Iceberg table from the metastore only (Hive keeps an external table's files), so its
-    files stayed where the model's next table goes, and Delta creates no table in a folder that is not empty
-    (``DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION``): the ``--full-refresh`` that moves a model from Iceberg to Delta
-    lost the old table, then failed, as every run after it did. The folder goes first: a run that dies before the
-    drop leaves a table without files, which the next ``--full-refresh`` drops.
+    Such a session drops an Iceberg table from the metastore only (Hive keeps an external table's files), and Delta
+    creates no table in a folder that is not empty (``DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION``): the
+    ``--full-refresh`` that moved a model from Iceberg to Delta lost the old table, then failed, as every run after
+    it did. The folder is not deleted here: other tables may still read its files (a renamed table keeps its
+    location, a branch image reads the root's files, ``gc.enabled=false`` says never to delete them).
     """
     jvm: Any = spark.sparkContext._jvm
     external = spark._jsparkSession.sharedState().externalCatalog()
@@ -164,18 +164,16 @@ def remove_iceberg_folder(spark: SparkSession, schema: str, name: str) -> str | 
         return None
     table = external.getTable(schema, name)
     kind = table.properties().get("table_type")
-    if not kind.isDefined() or str(kind.get()).lower() != "iceberg" or table.storage().locationUri().isEmpty():
+    location = table.storage().locationUri()
+    if not kind.isDefined() or str(kind.get()).lower() != "iceberg" or location.isEmpty():
         return None
-    location = str(table.storage().locationUri().get()).rstrip("/")
-    default = str(external.getDatabase(schema).locationUri()).rstrip("/") + "/" + name
-    if location != default:
-        return None  # elsewhere: not where the next table goes; left as a drop without purge leaves it
-    path = jvm.org.apache.hadoop.fs.Path(location)
+    if str(location.get()).rstrip("/") != str(external.getDatabase(schema).locationUri()).rstrip("/") + "/" + name:
+        return None  # elsewhere: not where the next table of that name goes
+    path = jvm.org.apache.hadoop.fs.Path(location.get())  # the URI itself: a string would be escaped again
     filesystem = path.getFileSystem(spark._jsc.hadoopConfiguration())
-    if not filesystem.exists(path):
+    if not filesystem.exists(path) or not filesystem.listStatus(path):
         return None
-    filesystem.delete(path, True)
-    return location
+    return str(location.get())
 
 
 def is_embedded_derby(spark: SparkSession) -> bool:
