@@ -74,7 +74,9 @@ def test_nulls_and_nested_types():
     assert conversion(small, T.StructType([T.StructField("y", T.StringType()), T.StructField("x", T.IntegerType())])) \
         == "refuse"
     assert conversion(small, T.StructType([T.StructField("x", T.IntegerType())])) == "refuse"
-    assert conversion(T.ArrayType(T.DateType()), T.ArrayType(T.TimestampType())) == "widen"
+    assert conversion(T.ArrayType(T.DateType()), T.ArrayType(T.TimestampType())) == "refuse"  # Spark casts it
+    assert conversion(T.MapType(T.DateType(), T.IntegerType()), T.MapType(T.TimestampNTZType(), T.IntegerType())) \
+        == "refuse"  # only into parts that may hold null
     assert conversion(T.ArrayType(T.TimestampType()), T.ArrayType(T.TimestampNTZType())) == "refuse"
     assert conversion(T.MapType(T.StringType(), T.LongType()), T.MapType(T.StringType(), T.LongType(), False)) == "same"
 

@@ -425,16 +425,19 @@ def test_other_writers_as_sources(tmp_path: Path, table: pa.Table) -> None:
                     assert a.fmd.val(F.FMD_CREATED_BY) == b.fmd.val(F.FMD_CREATED_BY)
 
 
-@pytest.mark.parametrize(("column", "positions"), [
-    ("fixed", list(range(0, 100)) + list(range(500, 600))),  # first and last page: the bounds lie in copied pages
-    ("text", [250]),  # a middle page: the old bounds still stand in the copied pages
+@pytest.mark.parametrize(("column", "positions", "writer"), [
+    ("fixed", list(range(0, 100)) + list(range(500, 600)), "datafusion"),  # the new bounds lie in copied pages
+    ("text", [250], "datafusion"),  # a middle page: the old (cut) bounds lie in copied pages
+    ("fixed", list(range(0, 100)) + list(range(500, 600)), "pyarrow"),  # whole entries: bounds kept
+    ("text", [250], "pyarrow"),
 ])
 def test_bounds_a_writer_cut_short_are_never_published_as_values(tmp_path: Path, column: str,
-                                                                 positions: list[int]) -> None:
+                                                                 positions: list[int], writer: str) -> None:
     """arrow-rs (DataFusion's writer) cuts statistics and column-index entries longer than 64 bytes and flags the
     statistics inexact. Chunk bounds rebuilt from such entries are no values (and a FIXED_LEN_BYTE_ARRAY bound of
     the wrong width is not even of the column's type), yet Iceberg and Delta publish chunk bounds as MIN/MAX: a
-    rewritten chunk's statistics hold the column's true min and max, or are left out."""
+    rewritten chunk's statistics hold the column's true min and max, or are left out. Arrow's writer cuts nothing:
+    its files keep their bounds."""
     datafusion = pytest.importorskip("datafusion")
     n = 600
     if column == "fixed":
@@ -444,12 +447,16 @@ def test_bounds_a_writer_cut_short_are_never_published_as_values(tmp_path: Path,
         values = pa.array([f"{i:04d}" + "y" * 100 for i in range(n)])
         new_value = pa.scalar("0250zz")
     t = pa.table({"k": pa.array(np.arange(n), pa.int64()), column: values})
-    ctx = datafusion.SessionContext()
-    ctx.register_record_batches("t", [t.to_batches()])
-    out = tmp_path / "df"
-    ctx.sql(f"copy (select * from t) to '{out}' stored as parquet options ('format.data_page_row_count_limit' "
-            "'100', 'format.dictionary_enabled' 'false')").collect()
-    src = out if out.is_file() else next(out.glob("*.parquet"))
+    if writer == "datafusion":
+        ctx = datafusion.SessionContext()
+        ctx.register_record_batches("t", [t.to_batches()])
+        out = tmp_path / "df"
+        ctx.sql(f"copy (select * from t) to '{out}' stored as parquet options ('format.data_page_row_count_limit' "
+                "'100', 'format.dictionary_enabled' 'false')").collect()
+        src = out if out.is_file() else next(out.glob("*.parquet"))
+    else:
+        src = tmp_path / "pa.parquet"
+        pq.write_table(t, src, write_page_index=True, max_rows_per_page=100, use_dictionary=False)
     dst = tmp_path / "dst.parquet"
     pos = np.array(positions)
     new = {column: pa.array([new_value.as_py()] * len(pos), values.type)}
@@ -462,6 +469,7 @@ def test_bounds_a_writer_cut_short_are_never_published_as_values(tmp_path: Path,
     with ParquetLayout(dst) as lay:
         leaf = lay.leaves[1]
         st = lay.column_chunk(0, 1).val(F.CC_META_DATA).val(F.CMD_STATISTICS)
+        assert writer == "datafusion" or (st is not None and F.ST_MIN_VALUE in st)
         if st is not None and F.ST_MIN_VALUE in st:
             assert st.val(F.ST_IS_MIN_VALUE_EXACT, True) and st.val(F.ST_IS_MAX_VALUE_EXACT, True)
             key = sort_key_fn(leaf)
@@ -654,3 +662,25 @@ def test_half_float_nan_bounds_have_no_order(tmp_path: Path) -> None:
     assert key is not None and key(np.float16(1.5).tobytes()) == 1.5
     with pytest.raises(ValueError):
         key(np.float16("nan").tobytes())
+
+
+def test_a_cut_entry_never_stands_for_a_replaced_bound_of_its_length() -> None:
+    """parquet-java cuts column-index entries to 64 bytes: the entry of a copied page holding ``x``*64 + ``a`` reads
+    ``x``*64, which also spells the old chunk minimum, replaced by the rewrite. Bounds of that length prove nothing:
+    the chunk's bounds are left out (a short old bound still found among the entries is kept)."""
+    from partialcow.parquet._column_index import PageBounds
+    from partialcow.parquet._output import _chunk_bounds
+    from partialcow.parquet._thrift import T_BINARY, TStruct
+
+    def stats(lo: bytes, hi: bytes) -> TStruct:
+        st = TStruct()
+        st.put(F.ST_MIN_VALUE, T_BINARY, lo)
+        st.put(F.ST_MAX_VALUE, T_BINARY, hi)
+        return st
+
+    cut = b"x" * 64
+    copied = [PageBounds(np.array([0, 0], np.uint8), [cut, b"y"], [b"x" * 63 + b"y", b"y"], None)]
+    rewritten = [PageBounds(np.array([0], np.uint8), [b"z"], [b"z"], None)]
+    assert _chunk_bounds(bytes, stats(cut, b"y"), copied, rewritten, copied_exact=False) is None
+    short = [PageBounds(np.array([0, 0], np.uint8), [b"b", b"y"], [b"c", b"y"], None)]
+    assert _chunk_bounds(bytes, stats(b"b", b"y"), short, rewritten, copied_exact=False) == (b"b", b"z")

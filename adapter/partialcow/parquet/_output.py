@@ -168,6 +168,10 @@ def _boundary_order(leaf_key: SortKey | None, null_pages: list[int], mins: list[
     return F.UNORDERED
 
 
+# writers cut column-index entries to 64 bytes, fewer to end on a whole UTF-8 character: no cut is shorter than this
+_SHORTEST_CUT = 61
+
+
 def _chunk_bounds(leaf_key: SortKey | None, old: TStruct | None, copied: list[PageBounds] | None,
                   reencoded: list[PageBounds] | None, *, copied_exact: bool = True) -> tuple[bytes, bytes] | None:
     """The min/max of a spliced chunk from its pages' column-index entries, or None when unknown (pages without
@@ -190,8 +194,11 @@ def _chunk_bounds(leaf_key: SortKey | None, old: TStruct | None, copied: list[Pa
                 return None  # cut entries, and no whole old bound among them to stand for a value
             if narrow and old is not None and F.ST_MIN_VALUE in old and F.ST_MAX_VALUE in old:
                 old_lo, old_hi = bytes(old.val(F.ST_MIN_VALUE)), bytes(old.val(F.ST_MAX_VALUE))
-                # a copied page still starting at the old bound holds it (the usual case: no key function to run)
-                if not copied_exact and (old_lo not in lows or old_hi not in highs):
+                # a copied page still starting at the old bound holds it (the usual case: no key function to run).
+                # With cut entries only a bound shorter than any cut proves it: a cut entry of a longer value can
+                # spell a replaced old bound of the cut's length
+                if not copied_exact and (old_lo not in lows or old_hi not in highs
+                                         or max(len(old_lo), len(old_hi)) >= _SHORTEST_CUT):
                     return None
                 lo = old_lo if old_lo in lows else max(min(lows, key=leaf_key), old_lo, key=leaf_key)
                 hi = old_hi if old_hi in highs else min(max(highs, key=leaf_key), old_hi, key=leaf_key)

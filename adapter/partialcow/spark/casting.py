@@ -18,7 +18,8 @@ the one delivered":
   them), checked: a wall clock skipped or repeated by a daylight-saving change fails;
 - arrays, maps and structs (the same field names in the same order) **widen** where every part is the same or
   widens (``array<smallint>`` into ``array<int>``: Iceberg stores no smallint, so a first build of such a column made
-  it ``array<int>``); a part that needs a check or is refused refuses the whole value;
+  it ``array<int>``); a part that needs a check or is refused refuses the whole value, and so does a date part
+  into a timestamp (Spark casts it only into a part that may hold null);
 - anything else (strings into numbers, numbers into timestamps, booleans, binary, other nested types) is
   **refused**: cast it in the model, or change the column's type with ``--full-refresh``.
 
@@ -86,7 +87,7 @@ def _nested_parts(source: DataType, target: DataType) -> list[tuple[DataType, Da
         return [(source.keyType, target.keyType), (source.valueType, target.valueType)]
     if isinstance(source, StructType) and isinstance(target, StructType):
         if [f.name for f in source.fields] != [f.name for f in target.fields]:
-            return [(StringType(), source)]  # a struct into a string: refused
+            return [(StringType(), source)]  # other fields: a pair conversion() refuses
         return [(a.dataType, b.dataType) for a, b in zip(source.fields, target.fields)]
     return None
 
@@ -131,7 +132,9 @@ def conversion(source: DataType, target: DataType) -> Conversion:
     parts = _nested_parts(source, target)
     if parts is not None:
         kinds = {conversion(a, b) for a, b in parts}
-        return "widen" if kinds <= {"same", "widen"} else "refuse"
+        # Spark casts a date inside an array, map or struct to a timestamp only into a part that may hold null
+        dates = any(_name(a) == "date" and _name(b) != "date" for a, b in parts)
+        return "widen" if kinds <= {"same", "widen"} and not dates else "refuse"
     s, t = _name(source), _name(target)
     numeric = {*_INTEGRAL_RANK, "float", "double", "decimal"}
     if s in numeric and t in numeric:
