@@ -232,11 +232,14 @@ def _check_file_schema(
     if extra:
         # Readers would silently ignore them: almost certainly a file meant for another table or schema.
         raise CommitError(f"new file {rel} has columns {extra} that Delta table {table} does not declare")
+    int96 = [str(c.path) for c in (metadata.schema.column(i) for i in range(metadata.num_columns))
+             if c.physical_type == "INT96"]
     for field in fields:
         if field["name"] not in file_names:
             continue  # a nullable column the file predates (allowed above)
         arrow_field = arrow_schema.field(field["name"])
-        file_type = delta_type(_int96_as_timestamps(metadata, field["name"], arrow_field.type))
+        file_type = delta_type(_int96_as_timestamps(int96, field["name"], arrow_field.type) if int96
+                               else arrow_field.type)
         if file_type == field["type"] or _compatible(file_type, field["type"]):
             continue
         raise CommitError(
@@ -332,21 +335,16 @@ def _compatible(file_type: Any, table_type: Any) -> bool:
     return False
 
 
-def _int96_as_timestamps(metadata: pq.FileMetaData, name: str, arrow_type: pa.DataType) -> pa.DataType:
+def _int96_as_timestamps(int96_paths: Sequence[str], name: str, arrow_type: pa.DataType) -> pa.DataType:
     """``arrow_type`` of file column ``name`` with its INT96 values as what they are, UTC-adjusted timestamps (Spark's
     and delta-spark's default physical type, at the top level or inside structs, arrays and maps), where pyarrow
-    reads them as zone-less nanoseconds.
+    reads them as zone-less nanoseconds. ``int96_paths``: the file's INT96 leaves (Parquet column paths).
 
-    >>> import io
-    >>> sink = io.BytesIO()
-    >>> t = pa.table({"s": pa.array([{"ts": 0}], pa.struct([("ts", pa.timestamp("us"))]))})
-    >>> pq.write_table(t, sink, use_deprecated_int96_timestamps=True)
-    >>> meta = pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata
-    >>> _int96_as_timestamps(meta, "s", meta.schema.to_arrow_schema().field("s").type)
-    StructType(struct<ts: timestamp[us, tz=UTC]>)
+    >>> t = pa.struct([("ts", pa.timestamp("ns")), ("n", pa.int32())])
+    >>> _int96_as_timestamps(["s.ts"], "s", t)
+    StructType(struct<ts: timestamp[us, tz=UTC], n: int32>)
     """
-    int96 = sum(1 for i in range(metadata.num_columns) if metadata.schema.column(i).physical_type == "INT96"
-                and (metadata.schema.column(i).path == name or metadata.schema.column(i).path.startswith(name + ".")))
+    int96 = sum(1 for path in int96_paths if path == name or path.startswith(name + "."))
     if not int96:
         return arrow_type
     legacy = pa.timestamp("ns")  # how pyarrow reads INT96
