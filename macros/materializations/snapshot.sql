@@ -39,6 +39,9 @@
     {%- do exceptions.raise_compiler_error(
         "Invalid file_format '" ~ file_format ~ "' for snapshot " ~ model.name ~ ": accepted values are iceberg, delta") -%}
   {%- endif -%}
+  {%- if target_relation_exists and (target_relation.is_iceberg or target_relation.is_delta) -%}
+    {%- do adapter.partialcow_check_snapshot_format(target_relation, model.name) -%}
+  {%- endif -%}
   {%- if target_relation_exists and not target_relation.is_iceberg and not target_relation.is_delta -%}
     {%- do exceptions.raise_compiler_error(
         "The existing table " ~ model.schema ~ "." ~ target_table ~ " of snapshot " ~ model.name

@@ -301,6 +301,27 @@ class TestIcebergTableBecomesDeltaModel:
         assert sorted(tuple(r) for r in spark.table(name).collect()) == [(2, "v2"), (3, "v3")]
 
 
+class TestIcebergSnapshotOnADeltaProfile:
+    """A snapshot built under an Iceberg profile, run after the profile moved to Delta: every run failed with a raw
+    Java error (a snapshot has no --full-refresh). It is refused naming the snapshot and the profile it needs, and
+    its table is left as it was (simulated as in TestIcebergTableBecomesDeltaModel)."""
+
+    @pytest.fixture(scope="class")
+    def snapshots(self):
+        return {"snap.sql": "{% snapshot snap %}\n{{ config(unique_key='id', strategy='check', check_cols=['name'], "
+                            "target_schema=target.schema) }}\nselect 1L as id, 'a' as name\n{% endsnapshot %}\n"}
+
+    def test_refused_naming_the_profile(self, project, spark):
+        from dbt.tests.util import run_dbt_and_capture
+
+        name = f"{project.test_schema}.snap"
+        spark.sql(f"create table {name} (id bigint, name string) using parquet tblproperties ('table_type'='ICEBERG')")
+        _, log = run_dbt_and_capture(["snapshot"], expect_pass=False)
+        assert "snapshot snap: its table" in log and "is an Iceberg table" in log and "table_format: iceberg" in log, \
+            log[-3000:]
+        assert spark.catalog.tableExists(name) and spark.table(name).count() == 0
+
+
 class TestUntypedColumnOnDelta:
     """Regression: a first build whose query had a bare NULL column made a Delta column of type void. Spark then
     failed to read the table at all ("Couldn't find n#1"), and a later batch's value of that column was dropped

@@ -235,6 +235,27 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
             )
 
     @available
+    def partialcow_check_snapshot_format(self, relation: Any, model: str) -> None:
+        """Refuse a snapshot whose existing table is of the other format than the session's catalog holds (the
+        profile moved between Iceberg and Delta): every run failed with a raw Java error, and a snapshot has no
+        ``--full-refresh`` to move its history."""
+        from partialcow.spark.session import session_table_format
+        from partialcow.table.java import bind_to_current_thread
+
+        stored = "delta" if relation.is_delta else "iceberg" if relation.is_iceberg else None
+        spark = bind_to_current_thread(self.connections.spark_session())  # type: ignore[attr-defined]
+        session = session_table_format(spark)
+        if stored is None or session is None or stored == session:
+            return
+        raise DbtRuntimeError(
+            f"snapshot {model}: its table {relation} is a{'n Iceberg' if stored == 'iceberg' else ' Delta'} table, "
+            f"but this profile's session catalog holds {session.capitalize()} tables (one session catalog holds one "
+            f"format): run it with a profile of table_format: {stored}, where its history is as it was. A snapshot "
+            "has no --full-refresh: to go on in the other format, copy its table into one of that format yourself; "
+            "nothing was written"
+        )
+
+    @available
     def partialcow_sql_literal(self, value: Any) -> str:
         """A seed value as a Spark SQL literal (see macros/seed.sql)."""
         return sql_literal(value)
