@@ -322,6 +322,28 @@ class TestIcebergSnapshotOnADeltaProfile:
         assert spark.catalog.tableExists(name) and spark.table(name).count() == 0
 
 
+class TestIcebergIncrementalOnADeltaProfile:
+    """A dbt-spark incremental model built under an Iceberg profile, run after the profile moved to Delta: its MERGE
+    failed in every run with Spark's "MERGE INTO TABLE is not supported temporarily". It is refused before anything
+    runs, naming the profile and --full-refresh, and the table is left as it was (simulated as in
+    TestIcebergTableBecomesDeltaModel)."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"m.sql": "{{ config(materialized='incremental', unique_key='id', incremental_strategy='merge') }}\n"
+                         "select 1L as id, 'a' as name"}
+
+    def test_refused_naming_the_profile_and_full_refresh(self, project, spark):
+        from dbt.tests.util import run_dbt_and_capture
+
+        name = f"{project.test_schema}.m"
+        spark.sql(f"create table {name} (id bigint, name string) using parquet tblproperties ('table_type'='ICEBERG')")
+        _, log = run_dbt_and_capture(["run"], expect_pass=False)
+        assert "model m: its table" in log and "is an Iceberg table" in log and "table_format: iceberg" in log \
+            and "--full-refresh" in log, log[-3000:]
+        assert spark.catalog.tableExists(name) and spark.table(name).count() == 0
+
+
 class TestUntypedColumnOnDelta:
     """Regression: a first build whose query had a bare NULL column made a Delta column of type void. Spark then
     failed to read the table at all ("Couldn't find n#1"), and a later batch's value of that column was dropped

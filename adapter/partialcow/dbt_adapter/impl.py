@@ -145,6 +145,8 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
         if node is not None and embedded_metastore(self.config.credentials.spark_config):
             check_docs_fit(node)
         _MATERIALIZING.name = node_config.get("materialized") if node_config is not None else None
+        if _MATERIALIZING.name == "incremental":
+            self._refuse_merge_into_other_format(node)
         super().pre_model_hook(config)
         return _SETTINGS.enter(self.connections.running_session())  # type: ignore[attr-defined]
 
@@ -234,19 +236,49 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
                 "branch of it), then run this model again; the table is left as it was"
             )
 
+    def _other_format(self, relation: Any) -> tuple[str, str] | None:
+        """(the table's format, the session catalog's) when table ``relation`` is of the other format than the
+        session's catalog holds (the profile moved between Iceberg and Delta), else None."""
+        from partialcow.spark.session import session_table_format
+        from partialcow.table.java import bind_to_current_thread
+
+        stored = "delta" if relation.is_delta else "iceberg" if relation.is_iceberg else None
+        if stored is None:
+            return None
+        spark = bind_to_current_thread(self.connections.spark_session())  # type: ignore[attr-defined]
+        session = session_table_format(spark)
+        return None if session is None or stored == session else (stored, session)
+
+    def _refuse_merge_into_other_format(self, node: Any) -> None:
+        """Refuse, before anything runs, dbt-spark's ``incremental`` run of a model whose table is of the other
+        format than the session's: its MERGE or INSERT failed in every run with a raw Spark error (``MERGE INTO
+        TABLE is not supported temporarily``, ``DATA_SOURCE_NOT_FOUND``, a task's ``InstantiationException``)."""
+        full_refresh = node.config.get("full_refresh")
+        if full_refresh if full_refresh is not None else getattr(get_flags(), "FULL_REFRESH", False):
+            return
+        relation = self.get_relation(node.database, node.schema, node.alias)
+        if relation is None or relation.type != RelationType.Table:
+            return
+        formats = self._other_format(relation)
+        if formats is None:
+            return
+        stored, session = formats
+        raise DbtRuntimeError(
+            f"model {node.name}: its table {relation} is a{'n Iceberg' if stored == 'iceberg' else ' Delta'} table, "
+            f"but this profile's session catalog holds {session.capitalize()} tables (one session catalog holds one "
+            f"format): run it with a profile of table_format: {stored}, or with --full-refresh to build it again as "
+            f"a {session.capitalize()} table; nothing was written"
+        )
+
     @available
     def partialcow_check_snapshot_format(self, relation: Any, model: str) -> None:
         """Refuse a snapshot whose existing table is of the other format than the session's catalog holds (the
         profile moved between Iceberg and Delta): every run failed with a raw Java error, and a snapshot has no
         ``--full-refresh`` to move its history."""
-        from partialcow.spark.session import session_table_format
-        from partialcow.table.java import bind_to_current_thread
-
-        stored = "delta" if relation.is_delta else "iceberg" if relation.is_iceberg else None
-        spark = bind_to_current_thread(self.connections.spark_session())  # type: ignore[attr-defined]
-        session = session_table_format(spark)
-        if stored is None or session is None or stored == session:
+        formats = self._other_format(relation)
+        if formats is None:
             return
+        stored, session = formats
         raise DbtRuntimeError(
             f"snapshot {model}: its table {relation} is a{'n Iceberg' if stored == 'iceberg' else ' Delta'} table, "
             f"but this profile's session catalog holds {session.capitalize()} tables (one session catalog holds one "
