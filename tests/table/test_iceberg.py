@@ -756,3 +756,71 @@ def test_purge_of_a_table_whose_metadata_log_is_full_deletes_its_older_metadata_
     assert len([f for f in _files_under(location) if f.endswith(".metadata.json")]) > 2
     assert purge_table(spark, schema, name) is True
     assert _files_under(location) == []
+
+
+def _refs(spark, name: str) -> dict[str, int]:
+    return {r.name: r.snapshot_id for r in spark.sql(f"SELECT name, snapshot_id FROM {name}.refs").collect()}
+
+
+@pytest.mark.parametrize("staging", ["spark.wap.id", "spark.wap.branch"])
+def test_write_audit_publish_is_refused_not_bypassed(spark, staging) -> None:
+    """Regression: with write.wap.enabled and the session staging writes (a WAP id, or a branch to audit), Spark's
+    own writes are staged while ours went straight to main, past the audit (with a WAP branch, main then no longer
+    fast-forwards to it). Refused with the table, its branches and its rows as they were."""
+    from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
+    from partialcow.spark.tables import open_table
+
+    name = f"commit_test.wap_{next(_counter)}"
+    spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
+    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="wap")
+    rows = "k bigint, v bigint, _op string"
+    create_table(spark, name, spark.createDataFrame([(1, 1, "I"), (2, 2, "I")], rows), spec, table_format="iceberg")
+    try:
+        spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('write.wap.enabled'='true')")
+        spark.sql(f"ALTER TABLE {name} CREATE BRANCH audit")
+        spark.conf.set(staging, "audit")
+        spark.sql(f"INSERT INTO {name} VALUES (9, 9)")  # Spark's own write: staged
+        refs = _refs(spark, name)
+        with pytest.raises(UnsupportedTableFeatureError, match=rf"write.wap.enabled.*{staging}=audit"):
+            apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                          spark.createDataFrame([(1, 10, "U"), (3, 3, "I")], rows), spec)
+        spark.conf.unset(staging)
+        assert _refs(spark, name) == refs
+        assert sorted(tuple(r) for r in spark.sql(f"SELECT * FROM {name} VERSION AS OF 'main'").collect()) == [
+            (1, 1), (2, 2)]
+        # without staging, the write goes to main as any other
+        apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                      spark.createDataFrame([(1, 10, "U"), (3, 3, "I")], rows), spec)
+        assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 10), (2, 2), (3, 3)]
+    finally:
+        spark.conf.unset(staging)
+        spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+
+
+@pytest.mark.parametrize("suffix", ["branch_audit", "tag_v1", "snapshots"])
+def test_a_name_of_a_branch_tag_or_metadata_table_is_refused(spark, suffix) -> None:
+    """Regression: `db.t.branch_audit` resolved to the whole table, and the batch landed on main (then failed
+    reading it back). Refused before anything is written; the table's own name still works."""
+    from partialcow.exceptions import ConfigurationError
+    from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
+    from partialcow.spark.tables import open_table
+
+    name = f"commit_test.named_{next(_counter)}"
+    spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
+    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="named")
+    rows = "k bigint, v bigint, _op string"
+    create_table(spark, name, spark.createDataFrame([(1, 1, "I"), (2, 2, "I")], rows), spec, table_format="iceberg")
+    try:
+        spark.sql(f"ALTER TABLE {name} CREATE BRANCH audit")
+        spark.sql(f"ALTER TABLE {name} CREATE TAG v1")
+        refs = _refs(spark, name)
+        with pytest.raises(ConfigurationError, match=r"names a branch, tag, snapshot or metadata table"):
+            apply_changes(spark, open_table(spark, f"{name}.{suffix}", table_format="iceberg"),
+                          spark.createDataFrame([(1, 10, "U")], rows), spec)
+        assert _refs(spark, name) == refs
+        apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                      spark.createDataFrame([(1, 10, "U")], rows), spec)
+        assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 10), (2, 2)]
+        assert _refs(spark, name)["audit"] == refs["audit"]
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")

@@ -29,6 +29,7 @@ from partialcow.exceptions import (
     CommitConflictError,
     CommitError,
     CommitStateUnknownError,
+    ConfigurationError,
     LostCommitError,
     PartitionedTableError,
     TableFormatMismatchError,
@@ -157,10 +158,26 @@ class IcebergTable:
                 f"cannot load Iceberg table {self._name}: the session has no Iceberg runtime ({exc}); start it with "
                 "partialcow.spark.session.get_or_create_session or add the Iceberg jar"
             ) from exc
+        self._check_name(table)
         # The session catalog caches table objects: read the latest metadata, not the cached one.
         table.refresh()
         self._loaded = table
         return table
+
+    def _check_name(self, table: Any) -> None:
+        """Refuse a name that reads a branch, tag, snapshot or metadata table (``db.t.branch_audit``,
+        ``db.t.snapshots``): Iceberg resolves it to the whole table, and our commits go to ``main``."""
+        metadata_table = self._jvm.org.apache.iceberg.BaseMetadataTable._java_lang_class
+        asked = str(self.spark._jsparkSession.sessionState().sqlParser().parseMultipartIdentifier(self._name).last())
+        if metadata_table.isInstance(table) or not str(table.name()).lower().endswith("." + asked.lower()):
+            raise ConfigurationError(
+                f"{self._name} names a branch, tag, snapshot or metadata table of Iceberg table {table.name()}: "
+                "partialcow writes the table's main branch only; name the table itself"
+            )
+
+    def check_supported(self, *, removing: bool = True, partitioned_ok: bool = True) -> None:
+        """Refuse, before anything is written, what the commit would refuse (see ``_check_table``)."""
+        self._check_table(self._loaded if self._loaded is not None else self._table())
 
     def current_version(self) -> int:
         """The table's current snapshot id, or ``NO_SNAPSHOT`` (-1) for a table without snapshots."""
@@ -399,6 +416,16 @@ class IcebergTable:
                 )
 
     def _check_table(self, table: Any) -> None:
+        properties = table.properties()
+        if str(properties.get("write.wap.enabled") or "").strip().lower() == "true":
+            staged = {key: self.spark.conf.get(key, None) for key in ("spark.wap.id", "spark.wap.branch")}
+            staged = {key: value for key, value in staged.items() if value}
+            if staged:
+                raise UnsupportedTableFeatureError(
+                    f"Iceberg table {self._name} stages writes for audit (write.wap.enabled, and this session sets "
+                    f"{', '.join(f'{k}={v}' for k, v in staged.items())}), which partialcow's commits, always to "
+                    "the main branch, would bypass: unset them for this write, or publish through Spark's own writes"
+                )
         version = int(table.operations().current().formatVersion())
         if version >= 3:
             raise UnsupportedTableFeatureError(
