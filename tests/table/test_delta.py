@@ -217,6 +217,29 @@ def test_paths_that_need_encoding_round_trip(tmp_path: Path) -> None:
     assert live_rows(root, 2)[0]["name"] == "first"
 
 
+def test_a_file_the_log_spells_outside_ascii_is_refused_not_kept_live_twice(tmp_path: Path) -> None:
+    """Regression: delta-spark logs a path such as ``p=é/part-0.parquet`` as it is; delta-rs wrote its remove
+    percent-encoded, which matched no add, so the old file stayed live beside its rewrite and every row of it was
+    read twice. Refused, with the table as it was (the log edited by hand to spell the file as delta-spark does)."""
+    root = make_table(tmp_path, files=1, rows=4)
+    entry = root / "_delta_log" / f"{0:020d}.json"
+    actions = [json.loads(line) for line in entry.read_text().splitlines() if line.strip()]
+    for action in actions:
+        if "add" in action:
+            (root / unquote(action["add"]["path"])).rename(root / "dé.parquet")
+            action["add"]["path"] = "dé.parquet"
+    entry.write_text("".join(json.dumps(a, ensure_ascii=False) + "\n" for a in actions))
+    c = DeltaRsTable(str(root))
+    base = c.current_version()
+    before = rows_by_id(DeltaTable(str(root)).to_pyarrow_table())
+    new = rewrite(root, "dé.parquet", {1: "x"})
+    with pytest.raises(UnsupportedTableFeatureError, match="outside ASCII.*Spark session with Delta"):
+        c.replace_files(FileReplacement(base_version=base, removed=["dé.parquet"], added=[new]))
+    assert DeltaTable(str(root)).version() == base
+    assert rows_by_id(DeltaTable(str(root)).to_pyarrow_table()) == before
+    assert not (root / new).exists()
+
+
 def test_pure_insert_and_pure_delete(tmp_path: Path) -> None:
     root = make_table(tmp_path)
     c = DeltaRsTable(str(root))

@@ -72,6 +72,18 @@ class _AddAction:
     partition_values: dict[str, Any]
 
 
+def _unmatched_spellings(removed: Sequence[_AddAction]) -> list[str]:
+    """Files whose remove delta-rs would spell otherwise than the log's add: it percent-encodes non-ASCII
+    characters, which other writers (delta-spark) log as they are, and no reader takes the two for one file: the
+    old file would stay live beside its replacement. delta-spark's own commits spell them as its log does."""
+    odd = [f.log_path for f in removed if not f.log_path.isascii()]
+    if not odd:
+        return []
+    return [f"file(s) {', '.join(odd[:3])} spelled in the log with characters outside ASCII, which delta-rs's "
+            "remove would spell percent-encoded (the file would stay live beside its rewrite): write it through a "
+            "Spark session with Delta (profile table_format: delta)"]
+
+
 class DeltaRsTable:
     """One Delta table through delta-rs (no JVM for its log and commits; Spark only reads key positions).
 
@@ -270,6 +282,7 @@ class DeltaRsTable:
             head = self._open()
             problems = unsupported_features(DeltaTableInfo.of_delta_rs(head), removing=bool(removed))
             problems += self._deletion_vector_problems(base, removed)
+            problems += _unmatched_spellings(removed)
             if problems:
                 raise UnsupportedTableFeatureError(self._refusal_message(problems))
             partition_values = self._partition_values(head, removed, added)
