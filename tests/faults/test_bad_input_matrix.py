@@ -227,6 +227,42 @@ def test_a_batch_adding_a_column_without_a_required_one_is_refused_before_the_sc
     assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, "x"), (3, None), (4, "z")]
 
 
+def test_a_batch_adding_a_column_the_commit_would_refuse_leaves_the_schema(spark, fresh_schema):
+    """Regression: a batch adding a column (``append_new_columns``) that the commit then refused (it changes rows of
+    a file with another writer's position deletes; the table is partitioned) left the new column in the table.
+    Refused before the schema changes; the table's columns, snapshot and files are as they were."""
+    import os
+
+    from partialcow.exceptions import PartitionedTableError, UnsupportedTableFeatureError
+
+    def state(name):
+        root = location(spark, name)
+        files = sorted(os.path.join(d, f) for d, _, names in os.walk(root) for f in names if "_partialcow" not in d)
+        return spark.table(name).columns, sorted(tuple(r) for r in spark.table(name).collect()), files
+
+    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="evolving", on_schema_change="append_new_columns")
+    batch = "k bigint, v string, extra string, _op string"
+    cases = [
+        ("deletes", "tblproperties ('write.delete.mode'='merge-on-read')", UnsupportedTableFeatureError,
+         "delete files attached"),
+        ("bucketed", "partitioned by (bucket(4, k))", PartitionedTableError, "bucket"),
+        ("by_value", "partitioned by (v)", PartitionedTableError, "partitioned table"),
+    ]
+    for label, layout, error, fragment in cases:
+        name = f"{fresh_schema}.{label}"
+        spark.sql(f"create table {name} (k bigint, v string) using iceberg {layout}")
+        spark.sql(f"insert into {name} select /*+ COALESCE(1) */ id, 'a' from range(1, 6)")
+        if label == "deletes":
+            apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                          spark.createDataFrame([(9, "a", "I")], "k bigint, v string, _op string"), spec)
+            spark.sql(f"delete from {name} where k = 2")
+        before = state(name)
+        with pytest.raises(error, match=fragment):
+            apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                          spark.createDataFrame([(1, "a", "x", "U")], batch), spec)
+        assert state(name) == before, label
+
+
 def test_rows_in_another_tables_files_are_refused_before_any_write(spark, fresh_schema, pipeline_path, tmp_path):
     """Regression (a Delta shallow clone made by ``dbt clone``, an Iceberg table given files with ``add_files``): a
     rewrite is written next to the file it replaces, so a batch changing rows of a file outside the table's folder

@@ -38,6 +38,7 @@ from partialcow.exceptions import (
     ChangeFeedError,
     CommitConflictError,
     LostCommitError,
+    PartitionedTableError,
     UnsupportedTableFeatureError,
     UnusableIndexError,
 )
@@ -542,13 +543,31 @@ def _check_before_schema_change(table: LakehouseTable, index: RowIndex, staged: 
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
+    partitioned = getattr(table.format_table, "partitioned", None)
+    if partitioned is not None and partitioned():
+        # which partition a batch's rows may go to is known only at the commit, after the schema change
+        raise PartitionedTableError(
+            f"model {spec.model}: the batch changes the columns of partitioned table {table.name} "
+            f"(on_schema_change={spec.on_schema_change}), which a refusal at the commit would leave changed. Nothing "
+            "was written. Change the table's columns yourself (ALTER TABLE), then run the model again, or rebuild "
+            "it (`dbt run --full-refresh` of the model)"
+        )
     dropped = set(_schema_delta(staged.columns, table_schema.fieldNames(), spec)[1])
     kept = StructType([f for f in table_schema.fields if f.name not in dropped])
     keys = [F.col(quote_identifier(k)) for k in spec.key_columns]
     paths = index.file_paths()
-    if any(not _inside(table, p) for p in paths.values()):
+    deleted = {f.file_id for f in index.state.files if f.deletes}
+    if deleted or any(not _inside(table, p) for p in paths.values()):
         found = index.lookup(staged.select(*keys), check_duplicates=False, file_ids=True).found
-        _require_own_files(spec, table, [r[0] for r in found.select("file").distinct().collect()], paths)
+        changed = [int(r[0]) for r in found.select("file").distinct().collect()]
+        _require_own_files(spec, table, changed, paths)
+        if deleted & set(changed):
+            raise UnsupportedTableFeatureError(
+                f"model {spec.model}: the batch changes rows of data file {paths[min(deleted & set(changed))]} of "
+                f"table {table.name}, which has delete files attached (another writer's merge-on-read DELETE, "
+                "UPDATE or MERGE); a partial rewrite would bring deleted rows back. Nothing was written. Compact the "
+                "table first (CALL system.rewrite_data_files) or use copy-on-write deletes"
+            )
     if _required_missing(kept, staged.columns):
         upserts = staged.where(~F.coalesce(F.col(DELETE), F.lit(False))).select(*keys)
         new = index.lookup(upserts, check_duplicates=False).missing.limit(SAMPLE).collect()

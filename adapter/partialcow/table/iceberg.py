@@ -176,8 +176,20 @@ class IcebergTable:
             )
 
     def check_supported(self, *, removing: bool = True, partitioned_ok: bool = True) -> None:
-        """Refuse, before anything is written, what the commit would refuse (see ``_check_table``)."""
-        self._check_table(self._loaded if self._loaded is not None else self._table())
+        """Refuse, before anything is written, what the commit would refuse whatever the batch (see
+        ``_check_table``; ``partitioned_ok=False``: a partition transform other than identity)."""
+        table = self._loaded if self._loaded is not None else self._table()
+        self._check_table(table)
+        if not partitioned_ok:
+            fields = table.spec().fields()
+            for i in range(fields.size()):
+                self._check_identity(fields.get(i))
+
+    def partitioned(self) -> bool:
+        """Whether any partition spec of the table partitions files (files of an older spec may still lie in
+        partitions)."""
+        table = self._loaded if self._loaded is not None else self._table()
+        return any(not spec.isUnpartitioned() for spec in table.specs().values())
 
     def current_version(self) -> int:
         """The table's current snapshot id, or ``NO_SNAPSHOT`` (-1) for a table without snapshots."""
@@ -487,13 +499,15 @@ class IcebergTable:
                 )
         fields = spec.fields()
         for i in range(fields.size()):
-            field = fields.get(i)
-            if not field.transform().isIdentity():
-                raise PartitionedTableError(
-                    f"Iceberg table {self._name} is partitioned by {field.transform()}({field.name()}): partialcow "
-                    "carries only identity partitions over to rewritten files"
-                )
+            self._check_identity(fields.get(i))
         return spec, partition
+
+    def _check_identity(self, field: Any) -> None:
+        if not field.transform().isIdentity():
+            raise PartitionedTableError(
+                f"Iceberg table {self._name} is partitioned by {field.transform()}({field.name()}): partialcow "
+                "carries only identity partitions over to rewritten files"
+            )
 
     def _location(self, table: Any, path: str) -> str:
         if "://" in path or path.startswith("file:"):
