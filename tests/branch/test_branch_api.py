@@ -402,3 +402,30 @@ def test_a_merge_into_a_parent_that_gained_a_column_is_refused(spark):
     assert not spark.catalog.tableExists(f"{meta}__br_d.t__pcow_merge")  # its staged rows are dropped
     drop_branch(spark, name="d", meta_schema=meta)
     spark.sql(f"DROP SCHEMA {meta} CASCADE")
+
+
+def test_a_merge_keeps_the_base_of_the_models_it_did_not_merge(spark):
+    """Regression (merge_branch with its default models=(), the Python API): a merge rewrote the branch's merge base
+    from the models it merged only, so every other model lost its base. A merge with nothing to merge emptied it; a
+    merge of t1 dropped t2's. The next change of such a model (its parent never touched) then merged as a
+    conflict, and on_conflict='theirs' dropped it without a word."""
+    from partialcow.branch.incremental import apply_changes_on_branch
+    from partialcow.spark.spec import ChangeSpec
+
+    meta = f"keep_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    for t in ("t1", "t2"):
+        spark.sql(f"CREATE TABLE {meta}.{t} (id bigint, v string) USING iceberg")
+        spark.sql(f"INSERT INTO {meta}.{t} VALUES (1, 'a'), (2, 'b')")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "t1"), (meta, "t2")])
+    spec = ChangeSpec(key_columns=("id",), op_column="_op")
+    try:
+        assert merge_branch(spark, name="dev", meta_schema=meta).conflicts == 0  # nothing to merge
+        for table, value in (("t1", "x"), ("t2", "y")):
+            apply_changes_on_branch(spark, spark.createDataFrame([(1, value, "U")], "id bigint, v string, _op string"),
+                                    spec, branch="dev", base_schema=meta, identifier=table, meta_schema=meta)
+            result = merge_branch(spark, name="dev", meta_schema=meta, on_conflict="theirs")
+            assert result.conflicts == 0, result.describe()
+            assert sorted(tuple(r) for r in spark.table(f"{meta}.{table}").collect()) == [(1, value), (2, "b")], table
+    finally:
+        drop_branch(spark, name="dev", meta_schema=meta)

@@ -69,6 +69,7 @@ from partialcow.branch.naming import (
     base_image_table,
     base_schema_of,
     full_table,
+    model_of_table,
     overlay_schema,
     overlay_table,
     qualified,
@@ -402,7 +403,10 @@ def merge_branch(
             )
         for plan in plans:  # every check before the first write: a refused merge leaves everything as it was
             _check_plan(spark, plan, branch=name, parent_levels=parent_levels, policy=policy)
-        wanted = distinct_models([*models, *[(p.base_schema, p.info.identifier) for p in plans]])
+        # every model the record has a base for moves too, not only those the caller names: the record is
+        # rewritten from this list, and a model left out lost its base (its next change merged as a conflict)
+        wanted = distinct_models([*models, *_recorded_models(record),
+                                  *[(p.base_schema, p.info.identifier) for p in plans]])
         merged: list[str] = []
         for i, plan in enumerate(plans):
             try:
@@ -429,6 +433,12 @@ def merge_branch(
                 purge_table(spark, *plan.stage.split(".", 1))
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _recorded_models(record: BranchRecord) -> list[tuple[str, str]]:
+    """``(schema, identifier)`` of the models the branch's merge base has entries for (their tables on any level)."""
+    return [(schema, model_of_table(table)) for schema, table in
+            (name.split(".", 1) for name in record.base_snapshots if "." in name)]
 
 
 def _refuse_inserts_without_new_columns(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str], *,

@@ -127,13 +127,28 @@ def model_of_overlay(table: str) -> str | None:
         else None
 
 
+def model_of_table(table: str) -> str:
+    """The model a table of an overlay schema belongs to: its overlay's, its full table's, else the table's own.
+
+    >>> model_of_table("orders__pcow_overlay"), model_of_table("orders__pcow_full"), model_of_table("orders")
+    ('orders', 'orders', 'orders')
+    """
+    for suffix in (OVERLAY_SUFFIX, FULL_SUFFIX):
+        if table.endswith(suffix) and len(table) > len(suffix):
+            return table[: -len(suffix)]
+    return table
+
+
+FULL_SUFFIX = "__pcow_full"
+
+
 def full_table(identifier: str) -> str:
     """Name of the collapsed full table ``branch_materialize`` writes for model ``identifier``.
 
     >>> full_table("orders")
     'orders__pcow_full'
     """
-    return f"{_identifier(identifier, 'model')}__pcow_full"
+    return f"{_identifier(identifier, 'model')}{FULL_SUFFIX}"
 
 
 def base_image_table(identifier: str) -> str:
