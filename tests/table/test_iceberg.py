@@ -758,6 +758,18 @@ def test_purge_of_a_table_whose_metadata_log_is_full_deletes_its_older_metadata_
     assert _files_under(location) == []
 
 
+def _keyed_table(spark, label: str):
+    """A table built by ``create_table`` with keys 1 and 2: (name, its ChangeSpec, the batch schema)."""
+    from partialcow.spark.changes import ChangeSpec, create_table
+
+    name = f"commit_test.{label}_{next(_counter)}"
+    spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
+    spec = ChangeSpec(key_columns=("k",), op_column="_op", model=label)
+    rows = "k bigint, v bigint, _op string"
+    create_table(spark, name, spark.createDataFrame([(1, 1, "I"), (2, 2, "I")], rows), spec, table_format="iceberg")
+    return name, spec, rows
+
+
 def _refs(spark, name: str) -> dict[str, int]:
     return {r.name: r.snapshot_id for r in spark.sql(f"SELECT name, snapshot_id FROM {name}.refs").collect()}
 
@@ -766,14 +778,10 @@ def test_write_audit_publish_is_refused_not_bypassed(spark) -> None:
     """Regression: with write.wap.enabled and the session staging writes (a WAP id, or a branch to audit), Spark's
     own writes are staged while ours went straight to main, past the audit (with a WAP branch, main then no longer
     fast-forwards to it). Refused with the table, its branches and its rows as they were."""
-    from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
+    from partialcow.spark.changes import apply_changes
     from partialcow.spark.tables import open_table
 
-    name = f"commit_test.wap_{next(_counter)}"
-    spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
-    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="wap")
-    rows = "k bigint, v bigint, _op string"
-    create_table(spark, name, spark.createDataFrame([(1, 1, "I"), (2, 2, "I")], rows), spec, table_format="iceberg")
+    name, spec, rows = _keyed_table(spark, "wap")
     try:
         spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('write.wap.enabled'='true')")
         spark.sql(f"ALTER TABLE {name} CREATE BRANCH audit")
@@ -802,14 +810,10 @@ def test_a_name_of_a_branch_tag_or_metadata_table_is_refused(spark) -> None:
     """Regression: `db.t.branch_audit` resolved to the whole table, and the batch landed on main (then failed
     reading it back). Refused before anything is written; the table's own name still works."""
     from partialcow.exceptions import ConfigurationError
-    from partialcow.spark.changes import ChangeSpec, apply_changes, create_table
+    from partialcow.spark.changes import apply_changes
     from partialcow.spark.tables import open_table
 
-    name = f"commit_test.named_{next(_counter)}"
-    spark.sql("CREATE SCHEMA IF NOT EXISTS commit_test")
-    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="named")
-    rows = "k bigint, v bigint, _op string"
-    create_table(spark, name, spark.createDataFrame([(1, 1, "I"), (2, 2, "I")], rows), spec, table_format="iceberg")
+    name, spec, rows = _keyed_table(spark, "named")
     try:
         spark.sql(f"ALTER TABLE {name} CREATE BRANCH audit")
         spark.sql(f"ALTER TABLE {name} CREATE TAG v1")

@@ -237,8 +237,8 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
             )
 
     def _other_format(self, relation: Any) -> tuple[str, str] | None:
-        """(the table's format, the session catalog's) when table ``relation`` is of the other format than the
-        session's catalog holds (the profile moved between Iceberg and Delta), else None."""
+        """(the table's format, then what a message says of it) when table ``relation`` is of the other format than
+        the session's catalog holds (the profile moved between Iceberg and Delta), else None."""
         from partialcow.spark.session import session_table_format
         from partialcow.table.java import bind_to_current_thread
 
@@ -247,7 +247,12 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
             return None
         spark = bind_to_current_thread(self.connections.spark_session())  # type: ignore[attr-defined]
         session = session_table_format(spark)
-        return None if session is None or stored == session else (stored, session)
+        if session is None or stored == session:
+            return None
+        return stored, (
+            f"its table {relation} is a{'n Iceberg' if stored == 'iceberg' else ' Delta'} table, but this profile's "
+            f"session catalog holds {session.capitalize()} tables (one session catalog holds one format)"
+        )
 
     def _refuse_merge_into_other_format(self, node: Any) -> None:
         """Refuse, before anything runs, dbt-spark's ``incremental`` run of a model whose table is of the other
@@ -262,12 +267,10 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
         formats = self._other_format(relation)
         if formats is None:
             return
-        stored, session = formats
+        stored, held = formats
         raise DbtRuntimeError(
-            f"model {node.name}: its table {relation} is a{'n Iceberg' if stored == 'iceberg' else ' Delta'} table, "
-            f"but this profile's session catalog holds {session.capitalize()} tables (one session catalog holds one "
-            f"format): run it with a profile of table_format: {stored}, or with --full-refresh to build it again as "
-            f"a {session.capitalize()} table; nothing was written"
+            f"model {node.name}: {held}: run it with a profile of table_format: {stored}, or with --full-refresh to "
+            "build it again in this profile's format; nothing was written"
         )
 
     @available
@@ -278,13 +281,11 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
         formats = self._other_format(relation)
         if formats is None:
             return
-        stored, session = formats
+        stored, held = formats
         raise DbtRuntimeError(
-            f"snapshot {model}: its table {relation} is a{'n Iceberg' if stored == 'iceberg' else ' Delta'} table, "
-            f"but this profile's session catalog holds {session.capitalize()} tables (one session catalog holds one "
-            f"format): run it with a profile of table_format: {stored}, where its history is as it was. A snapshot "
-            "has no --full-refresh: to go on in the other format, copy its table into one of that format yourself; "
-            "nothing was written"
+            f"snapshot {model}: {held}: run it with a profile of table_format: {stored}, where its history is as it "
+            "was. A snapshot has no --full-refresh: to go on in the other format, copy its table into one of that "
+            "format yourself; nothing was written"
         )
 
     @available
