@@ -160,6 +160,37 @@ def test_an_append_only_table_takes_inserts_but_not_rewrites(spark, schema):
     assert table_state(spark, name) == before
 
 
+def test_a_batch_adding_a_column_the_commit_would_refuse_leaves_the_table(spark, schema):
+    """Regression: a batch adding a column (``append_new_columns``) that the commit then refused (a CHECK
+    constraint broken, a rewrite of an append-only table) left the new column and a table version of its own. Refused
+    before the ALTER TABLE; a table whose deletion vectors the write applies still takes such a batch."""
+    evolving = replace(SPEC, on_schema_change="append_new_columns")
+    batch = f"{SCHEMA}, extra string"
+    for label, setup, row, fragment in (
+        ("checked", "ALTER TABLE {t} ADD CONSTRAINT small CHECK (v < 100)", (1, 500, "U", "x"),
+         "check constraint small"),
+        ("append_only", "ALTER TABLE {t} SET TBLPROPERTIES ('delta.appendOnly' = 'true')", (1, 5, "U", "x"),
+         "delta.appendOnly"),
+    ):
+        name = f"{schema}.evolving_{label}"
+        spark.sql(f"CREATE TABLE {name} (k BIGINT, v BIGINT) USING delta")
+        spark.sql(setup.format(t=name))
+        _apply(spark, name, [(1, 1, "I"), (2, 2, "I")])
+        before = table_state(spark, name)
+        with pytest.raises(UnsupportedTableFeatureError, match=fragment):
+            apply_changes(spark, open_table(spark, name, table_format="delta"),
+                          spark.createDataFrame([row], batch), evolving)
+        assert table_state(spark, name) == before, label
+    name = f"{schema}.evolving_vectors"
+    spark.sql(f"CREATE TABLE {name} (k BIGINT, v BIGINT) USING delta "
+              "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    _apply(spark, name, [(1, 1, "I"), (2, 2, "I"), (3, 3, "I")])
+    spark.sql(f"DELETE FROM {name} WHERE k = 3")
+    apply_changes(spark, open_table(spark, name, table_format="delta"),
+                  spark.createDataFrame([(1, 10, "U", "x")], batch), evolving)
+    assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 10, "x"), (2, 2, None)]
+
+
 def test_check_constraints_and_generated_columns_are_enforced(spark, schema, delta_tables):
     """Delta enforces CHECK constraints (NULL counts as a violation) and generated columns on every writer: a batch
     that would break one is refused, naming the rule and a key; a batch that keeps them is applied."""

@@ -246,7 +246,7 @@ def test_a_batch_adding_a_column_the_commit_would_refuse_leaves_the_schema(spark
         ("deletes", "tblproperties ('write.delete.mode'='merge-on-read')", UnsupportedTableFeatureError,
          "delete files attached"),
         ("bucketed", "partitioned by (bucket(4, k))", PartitionedTableError, "bucket"),
-        ("by_value", "partitioned by (v)", PartitionedTableError, "partitioned table"),
+        ("by_value", "partitioned by (v)", UnsupportedTableFeatureError, "whose partitions are checked at the commit"),
     ]
     for label, layout, error, fragment in cases:
         name = f"{fresh_schema}.{label}"

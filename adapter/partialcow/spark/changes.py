@@ -38,7 +38,6 @@ from partialcow.exceptions import (
     ChangeFeedError,
     CommitConflictError,
     LostCommitError,
-    PartitionedTableError,
     UnsupportedTableFeatureError,
     UnusableIndexError,
 )
@@ -543,20 +542,22 @@ def _check_before_schema_change(table: LakehouseTable, index: RowIndex, staged: 
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
-    partitioned = getattr(table.format_table, "partitioned", None)
-    if partitioned is not None and partitioned():
-        # which partition a batch's rows may go to is known only at the commit, after the schema change
-        raise PartitionedTableError(
-            f"model {spec.model}: the batch changes the columns of partitioned table {table.name} "
-            f"(on_schema_change={spec.on_schema_change}), which a refusal at the commit would leave changed. Nothing "
-            "was written. Change the table's columns yourself (ALTER TABLE), then run the model again, or rebuild "
-            "it (`dbt run --full-refresh` of the model)"
+    late = getattr(table.format_table, "late_refusals", None)
+    rules = late() if late is not None else []
+    if rules:
+        raise UnsupportedTableFeatureError(
+            f"model {spec.model}: the batch changes the columns of table {table.name} "
+            f"(on_schema_change={spec.on_schema_change}), whose {', '.join(rules)} are checked at the commit, after "
+            "the schema change, which a refusal would leave behind. Nothing was written. Change the table's "
+            "columns yourself (ALTER TABLE), then run the model again, or rebuild it (`dbt run --full-refresh` of "
+            "the model)"
         )
     dropped = set(_schema_delta(staged.columns, table_schema.fieldNames(), spec)[1])
     kept = StructType([f for f in table_schema.fields if f.name not in dropped])
     keys = [F.col(quote_identifier(k)) for k in spec.key_columns]
     paths = index.file_paths()
-    deleted = {f.file_id for f in index.state.files if f.deletes}
+    # delete files on Iceberg (a rewrite would bring their rows back); Delta's deletion vectors are applied
+    deleted = {f.file_id for f in index.state.files if f.deletes} if table.table_format == "iceberg" else set()
     if deleted or any(not _inside(table, p) for p in paths.values()):
         found = index.lookup(staged.select(*keys), check_duplicates=False, file_ids=True).found
         changed = [int(r[0]) for r in found.select("file").distinct().collect()]

@@ -185,11 +185,11 @@ class IcebergTable:
             for i in range(fields.size()):
                 self._check_identity(fields.get(i))
 
-    def partitioned(self) -> bool:
-        """Whether any partition spec of the table partitions files (files of an older spec may still lie in
-        partitions)."""
+    def late_refusals(self) -> list[str]:
+        """The table's rules a write checks only once it knows the files it replaces (at the commit): the
+        partitions of the files it rewrites (any spec that partitions files; older specs' files may remain)."""
         table = self._loaded if self._loaded is not None else self._table()
-        return any(not spec.isUnpartitioned() for spec in table.specs().values())
+        return ["partitions"] if any(not spec.isUnpartitioned() for spec in table.specs().values()) else []
 
     def current_version(self) -> int:
         """The table's current snapshot id, or ``NO_SNAPSHOT`` (-1) for a table without snapshots."""

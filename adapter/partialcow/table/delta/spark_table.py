@@ -40,7 +40,13 @@ from partialcow.parquet import INT96_UNIT, remove_sidecar
 from partialcow.table.base import CommitResult, DataFile, FileReplacement
 from partialcow.table.delta import spark_log
 from partialcow.table.delta.conflicts import check_concurrent
-from partialcow.table.delta.features import ENFORCED_BY_SPARK, DeltaTableInfo, unsupported_features
+from partialcow.table.delta.features import (
+    ENFORCED_BY_SPARK,
+    DeltaTableInfo,
+    constraints,
+    generated_columns,
+    unsupported_features,
+)
 from partialcow.table.delta.stats import file_stats
 from partialcow.table.java import java_errors, java_throwable
 from partialcow.table.java import jvm as java_gateway
@@ -154,6 +160,16 @@ class DeltaSparkTable:
                                         partitioned_ok=partitioned_ok)
         if problems:
             raise UnsupportedTableFeatureError(self._refusal_message(problems))
+
+    def late_refusals(self) -> list[str]:
+        """The table's rules a write checks only once it knows the rows it writes and the files it removes (at the
+        commit): check constraints, generated columns, append-only."""
+        info = self.table_info()
+        rules = [f"check constraint {n.removeprefix('delta.constraints.')}" for n in sorted(constraints(info))]
+        rules += [f"generated column {c}" for c in sorted(generated_columns(info))]
+        if info.configuration.get("delta.appendOnly", "").lower() == "true":
+            rules.append("delta.appendOnly")
+        return rules
 
     def deletion_vectors(self, version: int) -> dict[str, dict[str, Any]]:
         """Local path -> deletion vector descriptor of every file live at ``version`` that has one."""
