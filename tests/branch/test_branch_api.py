@@ -429,3 +429,29 @@ def test_a_merge_keeps_the_base_of_the_models_it_did_not_merge(spark):
             assert sorted(tuple(r) for r in spark.table(f"{meta}.{table}").collect()) == [(1, value), (2, "b")], table
     finally:
         drop_branch(spark, name="dev", meta_schema=meta)
+
+
+def test_a_nested_branch_merges_into_a_parent_branch_that_built_nothing(spark):
+    """Regression: merging branch feat into its parent branch dev, which had built nothing (no overlay schema yet),
+    failed with Iceberg's raw NoSuchNamespaceException, and dev never got feat's change."""
+    from partialcow.branch.incremental import apply_changes_on_branch
+    from partialcow.spark.spec import ChangeSpec
+
+    meta = f"nest_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE SCHEMA {meta}")
+    spark.sql(f"CREATE TABLE {meta}.t (id bigint, v string) USING iceberg")
+    spark.sql(f"INSERT INTO {meta}.t VALUES (1, 'a'), (2, 'b')")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "t")])
+    create_branch(spark, name="feat", parent="dev", meta_schema=meta, models=[(meta, "t")])
+    try:
+        apply_changes_on_branch(spark, spark.createDataFrame([(1, "x", "U")], "id bigint, v string, _op string"),
+                                ChangeSpec(key_columns=("id",), op_column="_op"), branch="feat", base_schema=meta,
+                                identifier="t", meta_schema=meta)
+        assert merge_branch(spark, name="feat", meta_schema=meta, models=[(meta, "t")]).conflicts == 0
+        assert sorted(tuple(r) for r in spark.table(f"{meta}__br_dev.t").collect()) == [(1, "x"), (2, "b")]
+        assert sorted(tuple(r) for r in spark.table(f"{meta}.t").collect()) == [(1, "a"), (2, "b")]
+        assert merge_branch(spark, name="dev", meta_schema=meta, models=[(meta, "t")]).conflicts == 0
+        assert sorted(tuple(r) for r in spark.table(f"{meta}.t").collect()) == [(1, "x"), (2, "b")]
+    finally:
+        drop_branch(spark, name="feat", meta_schema=meta)
+        drop_branch(spark, name="dev", meta_schema=meta)

@@ -269,6 +269,8 @@ def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_level
                     f"SELECT {cols} FROM ({source}) WHERE {OP_COLUMN} = '{OP_UPSERT}'"
                 )
         else:
+            # a parent branch that built nothing yet has no overlay schema, where its merge base is kept
+            spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(target_schema)}")
             # keys entering the parent's overlay need the parent's own merge base, before they land
             capture_base(
                 spark, store=store, branch=parent_level, base_schema=base_schema, identifier=info.identifier,
