@@ -99,3 +99,22 @@ def test_whole_file_fallback_reports_lost_filters(src: Path, tmp_path: Path) -> 
     with_filter = _assert_no_false_negatives(dst, expected)
     lost = {(rg, c) for rg in (0, 1) for c in BLOOM_COLUMNS} - with_filter
     assert lost <= set(report.bloom_filters_dropped), f"filters lost without saying so: {sorted(lost - set(report.bloom_filters_dropped))}"
+
+
+@pytest.mark.spark
+def test_a_boolean_columns_filter_is_dropped_not_a_failure(spark, tmp_path: Path) -> None:
+    """Regression: parquet-java writes bloom filters of boolean columns (Spark with ``parquet.bloom.filter.enabled``,
+    Iceberg's ``write.parquet.bloom-filter-enabled.column.<c>``); pyarrow builds none, and an update of such a column
+    failed with a raw ``OSError`` (every batch of the table). The filter is dropped and reported."""
+    folder = tmp_path / "spark"
+    (spark.range(200).selectExpr("id", "id % 2 = 0 as b").coalesce(1).write
+     .option("parquet.bloom.filter.enabled#b", "true").option("parquet.bloom.filter.enabled#id", "true")
+     .parquet(str(folder)))
+    [src] = folder.glob("part-*.parquet")
+    [group] = read_file_view(src).chunks
+    assert {chunk.path for chunk in group if read_bloom_filter(src, chunk) is not None} == {"id", "b"}
+    dst = tmp_path / "out.parquet"
+    upd = pa.table({ROW_POSITION: pa.array([3, 150], pa.int64()), "b": pa.array([True, False])})
+    report = rewrite_file(src, dst, updates=upd)
+    assert_same_rows(pq.read_table(dst), apply_changes(pq.read_table(src), upd, None, ROW_POSITION), "pyarrow")
+    assert (0, "b") in report.bloom_filters_dropped and (0, "id") not in report.bloom_filters_dropped

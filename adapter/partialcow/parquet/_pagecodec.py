@@ -160,7 +160,9 @@ def _encode_mini(lay: ParquetLayout, top: TopField, groups: list[pa.Array], null
     if rows_per_page:
         kwargs["max_rows_per_page"] = max(1, int(rows_per_page))
     single = len(leaves) == 1 and not leaves[0].nested
-    if bloom and single:
+    # pyarrow builds no bloom filter of booleans (parquet-java does): the chunk's filter is dropped, which only
+    # costs skipping
+    if bloom and single and F.BOOLEAN not in ptypes:
         kwargs["bloom_filter_options"] = {top.name: {"ndv": max(1, sum(len(g) for g in groups))}}
     name = column_encoding(leaves[0], encoding) if single and not dictionary else None
     if name is not None:
