@@ -3,6 +3,7 @@ the ``theirs`` policy, unknown merge bases and the list statistics. Expected row
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 import pytest
@@ -404,11 +405,12 @@ def test_a_merge_into_a_parent_that_gained_a_column_is_refused(spark):
     spark.sql(f"DROP SCHEMA {meta} CASCADE")
 
 
-def test_a_merge_keeps_the_base_of_the_models_it_did_not_merge(spark):
-    """Regression (merge_branch with its default models=(), the Python API): a merge rewrote the branch's merge base
+def test_merges_keep_the_base_of_the_models_they_do_not_merge_and_reach_a_parent_branch_that_built_nothing(spark):
+    """Regressions (merge_branch with its default models=(), the Python API): a merge rewrote the branch's merge base
     from the models it merged only, so every other model lost its base. A merge with nothing to merge emptied it; a
-    merge of t1 dropped t2's. The next change of such a model (its parent never touched) then merged as a
-    conflict, and on_conflict='theirs' dropped it without a word."""
+    merge of t1 dropped t2's. The next change of such a model (its parent never touched) then merged as a conflict,
+    and on_conflict='theirs' dropped it without a word. And merging branch feat into its parent branch dev, which
+    had built nothing (no overlay schema yet), failed with Iceberg's raw NoSuchNamespaceException."""
     from partialcow.branch.incremental import apply_changes_on_branch
     from partialcow.spark.spec import ChangeSpec
 
@@ -417,41 +419,31 @@ def test_a_merge_keeps_the_base_of_the_models_it_did_not_merge(spark):
     for t in ("t1", "t2"):
         spark.sql(f"CREATE TABLE {meta}.{t} (id bigint, v string) USING iceberg")
         spark.sql(f"INSERT INTO {meta}.{t} VALUES (1, 'a'), (2, 'b')")
-    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "t1"), (meta, "t2")])
+    models = [(meta, "t1"), (meta, "t2")]
     spec = ChangeSpec(key_columns=("id",), op_column="_op")
+
+    def change(branch, table, value):
+        apply_changes_on_branch(spark, spark.createDataFrame([(1, value, "U")], "id bigint, v string, _op string"),
+                                spec, branch=branch, base_schema=meta, identifier=table, meta_schema=meta)
+
+    def rows(relation):
+        return sorted(tuple(r) for r in spark.table(relation).collect())
+
+    create_branch(spark, name="dev", meta_schema=meta, models=models)
+    create_branch(spark, name="feat", parent="dev", meta_schema=meta, models=models)
     try:
-        assert merge_branch(spark, name="dev", meta_schema=meta).conflicts == 0  # nothing to merge
-        for table, value in (("t1", "x"), ("t2", "y")):
-            apply_changes_on_branch(spark, spark.createDataFrame([(1, value, "U")], "id bigint, v string, _op string"),
-                                    spec, branch="dev", base_schema=meta, identifier=table, meta_schema=meta)
-            result = merge_branch(spark, name="dev", meta_schema=meta, on_conflict="theirs")
-            assert result.conflicts == 0, result.describe()
-            assert sorted(tuple(r) for r in spark.table(f"{meta}.{table}").collect()) == [(1, value), (2, "b")], table
-    finally:
-        drop_branch(spark, name="dev", meta_schema=meta)
-
-
-def test_a_nested_branch_merges_into_a_parent_branch_that_built_nothing(spark):
-    """Regression: merging branch feat into its parent branch dev, which had built nothing (no overlay schema yet),
-    failed with Iceberg's raw NoSuchNamespaceException, and dev never got feat's change."""
-    from partialcow.branch.incremental import apply_changes_on_branch
-    from partialcow.spark.spec import ChangeSpec
-
-    meta = f"nest_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"CREATE SCHEMA {meta}")
-    spark.sql(f"CREATE TABLE {meta}.t (id bigint, v string) USING iceberg")
-    spark.sql(f"INSERT INTO {meta}.t VALUES (1, 'a'), (2, 'b')")
-    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "t")])
-    create_branch(spark, name="feat", parent="dev", meta_schema=meta, models=[(meta, "t")])
-    try:
-        apply_changes_on_branch(spark, spark.createDataFrame([(1, "x", "U")], "id bigint, v string, _op string"),
-                                ChangeSpec(key_columns=("id",), op_column="_op"), branch="feat", base_schema=meta,
-                                identifier="t", meta_schema=meta)
-        assert merge_branch(spark, name="feat", meta_schema=meta, models=[(meta, "t")]).conflicts == 0
-        assert sorted(tuple(r) for r in spark.table(f"{meta}__br_dev.t").collect()) == [(1, "x"), (2, "b")]
-        assert sorted(tuple(r) for r in spark.table(f"{meta}.t").collect()) == [(1, "a"), (2, "b")]
-        assert merge_branch(spark, name="dev", meta_schema=meta, models=[(meta, "t")]).conflicts == 0
-        assert sorted(tuple(r) for r in spark.table(f"{meta}.t").collect()) == [(1, "x"), (2, "b")]
-    finally:
+        change("feat", "t1", "f")
+        assert merge_branch(spark, name="feat", meta_schema=meta, models=models).conflicts == 0
+        assert rows(f"{meta}__br_dev.t1") == [(1, "f"), (2, "b")] and rows(f"{meta}.t1") == [(1, "a"), (2, "b")]
         drop_branch(spark, name="feat", meta_schema=meta)
-        drop_branch(spark, name="dev", meta_schema=meta)
+        assert merge_branch(spark, name="dev", meta_schema=meta).conflicts == 0  # t1 merged, t2 untouched
+        assert rows(f"{meta}.t1") == [(1, "f"), (2, "b")]
+        assert merge_branch(spark, name="dev", meta_schema=meta).conflicts == 0  # nothing to merge
+        change("dev", "t2", "y")
+        result = merge_branch(spark, name="dev", meta_schema=meta, on_conflict="theirs")
+        assert result.conflicts == 0, result.describe()
+        assert rows(f"{meta}.t2") == [(1, "y"), (2, "b")]
+    finally:
+        for name in ("feat", "dev"):
+            with contextlib.suppress(BranchError):  # feat is dropped once merged
+                drop_branch(spark, name=name, meta_schema=meta)
