@@ -157,20 +157,24 @@ class Died(BaseException):
 def test_an_image_build_that_dies_leaves_its_files_to_the_next_write(spark, branch_model, monkeypatch):
     """Regression: an image build that died after writing files into the root table's folder and before committing
     them (here its position-delete files, merge-on-read) left them there for good: named ``partialcow-image-*``, no
-    write's lease covered them. They are a dead write's files now, which the table's next write removes."""
+    write's lease covered them. They are a dead write's files now, which the table's next write removes. The table
+    names another data folder (``write.data.path``), where Iceberg puts the build's files: the lease searched the
+    table's own ``data`` folder only (regression)."""
     import os
 
     from partialcow.branch import image as image_module
     from partialcow.spark.tables import iceberg_referenced
 
     meta = branch_model
+    root = spark.sql(f"DESCRIBE TABLE EXTENDED {meta}.items").where("col_name = 'Location'").collect()[0][1]
+    root = root.removeprefix("file:")
+    folders = [os.path.join(root, "data"), os.path.join(root, "elsewhere")]
+    spark.sql(f"ALTER TABLE {meta}.items SET TBLPROPERTIES ('write.data.path'='file:{folders[1]}')")
     create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")], image_mode=MERGE_ON_READ)
     _apply(spark, meta, [(1, "one", 1, 11, "U")])
-    root = spark.sql(f"DESCRIBE TABLE EXTENDED {meta}.items").where("col_name = 'Location'").collect()[0][1]
-    data = os.path.join(root.removeprefix("file:"), "data")
 
     def unreferenced() -> set[str]:
-        files = {os.path.join(d, f) for d, _, names in os.walk(data) for f in names
+        files = {os.path.join(d, f) for data in folders for d, _, names in os.walk(data) for f in names
                  if f.endswith(".parquet") and not f.startswith(".")}
         return files - iceberg_referenced(spark, f"{meta}.items")
 
@@ -184,7 +188,7 @@ def test_an_image_build_that_dies_leaves_its_files_to_the_next_write(spark, bran
         with pytest.raises(Died):
             _apply(spark, meta, [(2, "two", 2, 22, "U")])
     left = unreferenced()
-    assert left, "the build died after writing its delete files"
+    assert left and all(f.startswith(folders[1]) for f in left), "the build died after writing its delete files"
     content = _replay(_replay(sorted(PARENT, key=repr), [(1, "one", 1, 11, "U")]), [(2, "two", 2, 22, "U")])
     _apply(spark, meta, [(4, "four", 1, 44, "U")])
     content = _replay(content, [(4, "four", 1, 44, "U")])

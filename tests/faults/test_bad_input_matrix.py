@@ -391,6 +391,54 @@ def test_new_files_take_the_codec_the_table_asks_for(spark, fresh_schema, pipeli
     assert sorted(tuple(r) for r in spark.table(name).collect()) == [(1, 1), (2, 2), (3, 3), (4, 4)]
 
 
+def test_new_files_go_to_the_data_folder_the_table_names(spark, fresh_schema, pipeline_path, tmp_path):
+    """Regression: our new data files went to ``<table>/data`` whatever the table said: ``write.data.path`` (which
+    Iceberg's and Spark's own writers honour) was ignored by the first build and by every batch. The first build, a
+    rewrite and an insert now land there; a batch changing a file of a folder the table no longer names is refused,
+    naming both folders, with the table as it was."""
+    from independent_read import iceberg_rows
+
+    from partialcow.exceptions import UnsupportedTableFeatureError
+    from partialcow.spark.tables import local_path
+    from partialcow.table.java import load_iceberg_table
+
+    name = f"{fresh_schema}.t"
+    first, second = tmp_path / "fast", tmp_path / "faster"
+    spec = ChangeSpec(key_columns=("k",), op_column="_op", model="data_path",
+                      extra_table_properties={"write.data.path": f"file:{first}"})
+    batch = "k bigint, v bigint, _op string"
+
+    def live() -> list[str]:
+        return sorted(local_path(r[0]) for r in spark.sql(f"select file_path from {name}.files").collect())
+
+    create_table(spark, name, spark.createDataFrame([(1, 1, "I"), (2, 2, "I")], batch), spec)
+    # Iceberg's own location provider puts a new file of the table where ours went
+    probe = str(load_iceberg_table(spark, name).locationProvider().newDataLocation("probe.parquet"))
+    assert local_path(probe) == f"{first}/probe.parquet"
+    built = live()
+    assert built and all(f.startswith(f"{first}/") for f in built), built
+    apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                  spark.createDataFrame([(1, 10, "U"), (3, 3, "I")], batch), spec)
+    files = live()
+    assert files != built and all(f.startswith(f"{first}/") for f in files), files
+    expected = [(1, 10), (2, 2), (3, 3)]
+    assert sorted(tuple(r) for r in spark.table(name).collect()) == expected
+    assert iceberg_rows(Path(location(spark, name))) == expected
+    assert not list((Path(location(spark, name)) / "data").rglob("*.parquet"))
+
+    spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('write.data.path'='file:{second}')")
+    before = table_state(spark, name)
+    with pytest.raises(UnsupportedTableFeatureError, match=f"data folder {second}.*e.g. .*{first}/"):
+        apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                      spark.createDataFrame([(2, 20, "U")], batch), spec)
+    assert table_state(spark, name) == before
+    apply_changes(spark, open_table(spark, name, table_format="iceberg"),
+                  spark.createDataFrame([(4, 4, "I")], batch), spec)
+    added = sorted(set(live()) - set(files))
+    assert added and all(f.startswith(f"{second}/") for f in added), added
+    assert sorted(tuple(r) for r in spark.table(name).collect()) == [*expected, (4, 4)]
+
+
 @pytest.mark.parametrize("field", ["x y", "Größe", "a-b", "123", "1d"])
 def test_a_struct_field_the_metastore_cannot_list_is_refused(spark, fresh_schema, field):
     """Regression: an Iceberg table whose struct field name is not a plain identifier was created, and from then on

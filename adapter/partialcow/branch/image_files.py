@@ -20,6 +20,7 @@ from partialcow.parquet import remove_sidecar
 from partialcow.spark.journal import WriteLease
 from partialcow.spark.rewrite_job import FILE, IN_PLACE_RESULT_SCHEMA, rewrite_files_in_place
 from partialcow.spark.small_batch import driver_max_rows
+from partialcow.table.iceberg import data_folder
 from partialcow.table.iceberg_metrics import DataFileBuilder
 from partialcow.table.java import jvm as java_gateway
 from partialcow.table.paths import local_path
@@ -47,7 +48,8 @@ def image_lease(spark: SparkSession, table: Any, root: str) -> WriteLease:
 
     location = str(table.location())
     folder = local_path(location) or location
-    return WriteLease(folder, [os.path.join(folder, "data")],
+    data = data_folder(location, {str(k): str(v) for k, v in dict(table.properties()).items()})
+    return WriteLease(folder, [local_path(data) or data],
                       referenced=lambda: iceberg_referenced(spark, root, quoted=True))
 
 

@@ -216,6 +216,7 @@ class _IcebergTarget:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         from partialcow.spark.tables import local_path, with_iceberg_field_ids
+        from partialcow.table.iceberg import data_folder
         from partialcow.table.iceberg_create import NewIcebergTable
 
         self._spark, self._name = spark, name
@@ -224,7 +225,7 @@ class _IcebergTarget:
         self.file_schema = pa.schema([with_iceberg_field_ids(f, ids[f.name]["id"], ids[f.name]["type"])
                                       for f in to_arrow_schema(schema)])
         self.location = local_path(self._new.location)
-        self.data_dir = os.path.join(self.location, "data")
+        self.data_dir = local_path(data_folder(self._new.location, self._new.properties))
 
     def referenced(self) -> set[str]:
         from partialcow.spark.tables import iceberg_referenced

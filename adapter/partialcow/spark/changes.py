@@ -490,9 +490,10 @@ def _require_own_files(spec: ChangeSpec, table: LakehouseTable, file_ids: Iterab
     outside = [paths[int(i)] for i in file_ids if not _inside(table, paths[int(i)])]
     if outside:
         root = _root(table)
+        folders = root if table.data_dir.rstrip("/") == root.rstrip("/") else f"{root} and data folder {table.data_dir}"
         raise UnsupportedTableFeatureError(
             f"model {spec.model}: the batch changes rows of data file(s) outside table {table.name}'s folder "
-            f"{root} (a shallow clone's, or files added from another table), e.g. {outside[0]}; a partial rewrite "
+            f"{folders} (a shallow clone's, or files added from another table), e.g. {outside[0]}; a partial rewrite "
             "is written next to the file it replaces, which is another table's folder. Nothing was written. Rebuild "
             "the table with its own files (`dbt run --full-refresh` of the model)"
         )
@@ -504,8 +505,10 @@ def _root(table: LakehouseTable) -> str:
 
 
 def _inside(table: LakehouseTable, path: str) -> bool:
-    """Whether data file ``path`` lies in the table's folder (see :func:`_require_own_files`)."""
-    return (local_path(path) or path).startswith(_root(table).rstrip("/") + "/")
+    """Whether data file ``path`` lies in the table's folder or in the data folder its properties name (an Iceberg
+    table's ``write.data.path``; see :func:`_require_own_files`)."""
+    local = local_path(path) or path
+    return any(local.startswith(folder.rstrip("/") + "/") for folder in (_root(table), table.data_dir))
 
 
 def _require_known_files(index: RowIndex, file_ids: Iterable[int], paths: Mapping[int, str]) -> None:

@@ -392,8 +392,9 @@ def open_table(spark: SparkSession, name: str, *, table_format: TableFormat) -> 
     if table_format == "iceberg":
         from partialcow.table.iceberg import IcebergTable
 
-        format_table: Table = IcebergTable(spark, name)
-        data_dir = os.path.join(table_root(format_table.location, table_format), "data")
+        iceberg_table = IcebergTable(spark, name)
+        format_table: Table = iceberg_table
+        data_dir = table_root(iceberg_table.data_folder(), table_format)
     else:
         from partialcow.table.delta.spark_log import has_delta
 

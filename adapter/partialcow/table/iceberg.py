@@ -47,7 +47,7 @@ from partialcow.table.java import (
 from partialcow.table.paths import local_path
 from partialcow.table.positions import files_frame
 
-__all__ = ["NO_SNAPSHOT", "IcebergTable", "top_level_field_ids"]
+__all__ = ["NO_SNAPSHOT", "IcebergTable", "data_folder", "top_level_field_ids"]
 
 #: ``current_version()`` of a table without any snapshot yet.
 NO_SNAPSHOT = -1
@@ -87,6 +87,29 @@ def parquet_writer_options(properties: Mapping[str, str]) -> dict[str, Any]:
         if level.lstrip("-").isdigit() and codec not in ("none", "snappy", "lz4"):
             options["compression_level"] = int(level)
     return options
+
+
+def data_folder(location: str, properties: Mapping[str, str]) -> str:
+    """Where new data files of the Iceberg table at ``location`` go, as Iceberg's own location providers decide from
+    its ``properties``: ``write.data.path``; with object storage on, the deprecated ``write.object-storage.path``;
+    the deprecated ``write.folder-storage.path``; else ``<location>/data``. Object storage's hashed sub-folders are
+    left out: they spread files over an object store's prefixes, and partial copy-on-write writes local files only.
+
+    >>> data_folder("file:/wh/db/t", {}), data_folder("/wh/t/", {"write.data.path": "file:/fast/t/"})
+    ('file:/wh/db/t/data', 'file:/fast/t')
+    >>> data_folder("/wh/t", {"write.object-storage.path": "/o", "write.folder-storage.path": "/f"})
+    '/f'
+    >>> data_folder("/wh/t", {"write.object-storage.enabled": "true", "write.object-storage.path": "/o"})
+    '/o'
+    """
+    names = ["write.data.path"]
+    if str(properties.get("write.object-storage.enabled", "")).strip().lower() == "true":
+        names.append("write.object-storage.path")
+    names.append("write.folder-storage.path")
+    for name in names:
+        if properties.get(name):
+            return str(properties[name]).rstrip("/")
+    return f"{location.rstrip('/')}/data"
 
 
 class _KeyTypeUnsupported(Exception):
@@ -233,6 +256,13 @@ class IcebergTable:
         set after the table was built applies from then on): see :func:`parquet_writer_options`."""
         table = self._loaded if self._loaded is not None else self._table()
         return parquet_writer_options({str(k): str(v) for k, v in dict(table.properties()).items()})
+
+    def data_folder(self) -> str:
+        """Where this table's new data files go (see :func:`data_folder`), from its properties as they are now."""
+        table = self._loaded if self._loaded is not None else self._table()
+        if self._root is None:
+            self._root = str(table.location())
+        return data_folder(self._root, {str(k): str(v) for k, v in dict(table.properties()).items()})
 
     def column_ids(self) -> dict[str, int]:
         table = self._loaded if self._loaded is not None else self._table()  # as fresh as the last version read

@@ -58,6 +58,7 @@ class NewIcebergTable:
                 str(jvm.org.apache.iceberg.SchemaParser.toJson(self._table.schema()))
             )
             self.location = str(self._table.location())
+            self.properties = {str(k): str(v) for k, v in dict(self._table.properties()).items()}
         except java_errors() as exc:
             message = java_message(exc)
             if "Cannot downgrade" in message:
