@@ -224,3 +224,22 @@ def test_an_integer_column_widened_in_the_source_changes_no_fingerprint(spark, s
     assert plan is not None, why
     got = {r[0] for r in spark.sql(candidate_keys_sql(plan, source_sql, f"{schema}.narrow_int")).collect()}
     assert got == {2}
+
+
+@pytest.mark.parametrize(("id2", "reason"), [(None, "have a null unique_key part"),
+                                             ("a", "changed their check_cols but kept their updated_at")])
+def test_a_reused_scd_id_is_refused_naming_its_cause(spark, id2, reason):
+    """Regression: a timestamp snapshot whose key has a NULL part (dbt's query never matches it with its current
+    version, so each run closes it as deleted and inserts it again with the same id) was refused as a check
+    snapshot whose check_cols changed while its updated_at did not, a strategy and columns it does not have."""
+    from dbt_common.exceptions import DbtRuntimeError
+
+    from partialcow.dbt_adapter.snapshots import _refuse_reused_ids
+
+    batch = spark.createDataFrame([(2, id2, "x", "insert"), (2, id2, "x", "delete" if id2 is None else "update"),
+                                   (3, "b", "y", "insert")],
+                                  "id int, id2 string, dbt_scd_id string, dbt_change_type string")
+    strategy = {"unique_key": ["id", "id2"], "updated_at": "upd"}
+    with pytest.raises(DbtRuntimeError, match=f"record\\(s\\) id=2, id2={id2!r} {reason}"):
+        _refuse_reused_ids(batch, "dbt_scd_id", "snap", strategy)
+    _refuse_reused_ids(batch.where("id = 3"), "dbt_scd_id", "snap", strategy)  # nothing reused: no refusal

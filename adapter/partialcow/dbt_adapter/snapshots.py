@@ -409,6 +409,16 @@ def _refuse_reused_ids(batch: Any, scd_id: str, name: str, strategy: Mapping[str
     shown = [", ".join(f"{k}={row[k]!r}" for k in keys if k in row.asDict()) or f"{scd_id}={row[scd_id]!r}"
              for row in reused]
     updated_at = (strategy or {}).get("updated_at")
+    if keys and any(row.asDict().get(k, "") is None for row in reused for k in keys):
+        # dbt's query joins no key with a NULL part to its current version: every run closes such a record as
+        # deleted and inserts it again, under the timestamp strategy with the id of the version it closes
+        raise DbtRuntimeError(
+            f"snapshot {name}: record(s) {'; '.join(shown)} have a null unique_key part, which dbt's staging query "
+            "never matches with the record's current version: each run closes that version as deleted and inserts "
+            f"the record again, here with the same dbt_scd_id (its key and an unchanged {updated_at}), which would "
+            "leave it with no current version. Filter rows with a null key part out of the snapshot's query, or "
+            "give them a key (coalesce)"
+        )
     raise DbtRuntimeError(
         f"snapshot {name}: record(s) {'; '.join(shown)} changed their check_cols but kept their updated_at "
         f"({updated_at}), so the new version would have the id of the version it closes and the record would be "
