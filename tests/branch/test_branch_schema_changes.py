@@ -166,3 +166,104 @@ def test_diff_and_merge_after_main_lost_a_column_refuse_by_name(spark, meta):
     _build(spark, meta, {1: (1, "dev2"), 2: (2, "a2")}, "id bigint, a string")
     assert diff_branch(spark, name="dev", meta_schema=meta).counts == {f"{meta}.items": {"updated": 1}}
     drop_branch(spark, name="dev", meta_schema=meta)
+
+
+def test_a_column_retyped_on_main_refuses_batches_diff_and_refresh(spark, meta):
+    """Regression: main rebuilt the model with ``v`` as int where the branch's model holds strings; the branch's
+    next batch set key 2 to ``'8.9'``, which Spark compared with main's 8 by casting it ('equal to the parent'), so
+    the change left the overlay and the branch showed 8; ``branch_diff`` reported no difference. A batch, a diff and
+    a refresh now refuse, naming the column and both types, with nothing changed."""
+    from partialcow.branch import diff_branch, refresh_branch
+    from partialcow.branch.incremental import apply_changes_on_branch
+    from partialcow.exceptions import BranchError
+    from partialcow.spark.changes import ChangeSpec
+
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, v string) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, '07'), (2, '08'), (3, '09')")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    spec = ChangeSpec(key_columns=("id",), op_column="_op", model="items")
+
+    def batch(rows):
+        return apply_changes_on_branch(spark, spark.createDataFrame(rows, "id bigint, v string, _op string"), spec,
+                                       branch="dev", base_schema=meta, identifier="items", meta_schema=meta)
+
+    batch([(1, "7a", "U")])
+    spark.sql(f"CREATE OR REPLACE TABLE {root} USING iceberg AS SELECT id, CAST(v AS int) AS v FROM {root}")
+    dev, main = _rows(spark, f"{meta}__br_dev.items"), _rows(spark, root)
+    assert dev[1] == (1, "7a") and main[2] == (2, 8)
+    for run in (lambda: batch([(2, "8.9", "U")]), lambda: diff_branch(spark, name="dev", meta_schema=meta),
+                lambda: refresh_branch(spark, name="dev", meta_schema=meta)):
+        with pytest.raises(BranchError, match=r"items on branch dev has column\(s\) whose type its parent .* changed "
+                                              r".*v \(string on the branch, int there\).*nothing was done"):
+            run()
+        assert _rows(spark, f"{meta}__br_dev.items") == dev and _rows(spark, root) == main
+    drop_branch(spark, name="dev", meta_schema=meta)
+
+
+@pytest.mark.parametrize("parent_built", [True, False], ids=["parent-built-it", "parent-built-nothing"])
+def test_a_child_merged_into_a_parent_branch_keeps_the_columns_the_parent_gained(spark, meta, parent_built):
+    """Regression: child ``c`` of branch ``p`` built the model as ``(id, v)``, then main gained ``w``. Merging ``c``
+    into ``p`` wrote its changed key into ``p``'s overlay with ``w`` null (``p`` had built the model with ``w``), and
+    ``p``'s next merge into main wrote that null over main's value as a clean fast-forward; where ``p`` had built
+    nothing, ``p`` lost column ``w`` altogether. ``p`` now shows the parent's ``w`` for the key ``c`` changed, and main
+    gets it back unchanged."""
+    from partialcow.branch import merge_branch
+
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, v string) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    create_branch(spark, name="p", meta_schema=meta, models=[(meta, "items")])
+    create_branch(spark, name="c", parent="p", meta_schema=meta, models=[(meta, "items")])
+
+    def build(branch, rows, schema):
+        build_model(spark, spark.createDataFrame(rows, schema), branch=branch, base_schema=meta, identifier="items",
+                    key_columns=["id"], meta_schema=meta)
+
+    try:
+        build("c", [(1, "a"), (2, "X"), (3, "c")], "id bigint, v string")
+        spark.sql(f"ALTER TABLE {root} ADD COLUMN w string")
+        spark.sql(f"UPDATE {root} SET w = concat('m', id)")
+        wide = "id bigint, v string, w string"
+        p_first = "a"
+        if parent_built:
+            build("p", [(1, "p", "m1"), (2, "b", "m2"), (3, "c", "m3")], wide)
+            merge_branch(spark, name="p", meta_schema=meta, on_conflict="ours")  # p's merge base is main now
+            build("p", [(1, "q", "m1"), (2, "b", "m2"), (3, "c", "m3")], wide)
+            p_first = "q"
+        merge_branch(spark, name="c", meta_schema=meta)
+        expected = [(1, p_first, "m1"), (2, "X", "m2"), (3, "c", "m3")]
+        assert spark.table(f"{meta}__br_p.items").columns == ["id", "v", "w"]
+        assert sorted(tuple(r) for r in spark.table(f"{meta}__br_p.items").collect()) == expected
+        # where p built nothing, its base of key 2 predates w: unknown, so the merge asks (nothing lost)
+        merge_branch(spark, name="p", meta_schema=meta, on_conflict="fail" if parent_built else "ours")
+        assert sorted(tuple(r) for r in spark.table(root).collect()) == expected
+    finally:
+        drop_branch(spark, name="c", meta_schema=meta)
+        drop_branch(spark, name="p", meta_schema=meta)
+        for branch in ("c", "p"):
+            spark.sql(f"DROP SCHEMA IF EXISTS {meta}__br_{branch} CASCADE")
+
+
+def test_after_a_merge_the_branch_shows_the_columns_the_parent_gained(spark, meta):
+    """Regression: a model built on the branch as ``(id, v)``, merged after main gained ``w``: the branch's emptied
+    overlay kept its columns, so the branch showed main's rows without ``w`` (``ref()`` there lacked a column main
+    has), after the merge and after ``branch_refresh``. An empty overlay now takes the parent's new columns, at the
+    merge and at a refresh; one holding the branch's changes keeps its own."""
+    from partialcow.branch import merge_branch, refresh_branch
+
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, v string) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'a'), (2, 'b')")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    _build(spark, meta, {1: (1, "a"), 2: (2, "B")}, "id bigint, v string")
+    spark.sql(f"ALTER TABLE {root} ADD COLUMN w string")
+    spark.sql(f"UPDATE {root} SET w = concat('m', id)")
+    merge_branch(spark, name="dev", meta_schema=meta)
+    merged = {1: (1, "a", "m1"), 2: (2, "B", "m2")}
+    assert _rows(spark, root) == merged == _rows(spark, f"{meta}__br_dev.items")
+    spark.sql(f"ALTER TABLE {root} ADD COLUMN x int")
+    spark.sql(f"UPDATE {root} SET x = 7")
+    refresh_branch(spark, name="dev", meta_schema=meta)
+    assert _rows(spark, f"{meta}__br_dev.items") == {k: (*r, 7) for k, r in merged.items()} == _rows(spark, root)
+    drop_branch(spark, name="dev", meta_schema=meta)

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType
 
 __all__ = [
-    "all_of", "comparable", "holds_map", "key_join", "key_string", "same_key", "same_key_sql", "same_types",
-    "same_value", "value_text",
+    "all_of", "comparable", "compare_exactly", "holds_map", "key_join", "key_string", "same_key", "same_key_sql",
+    "same_types", "same_value", "value_text",
 ]
 
 
@@ -117,6 +117,25 @@ def same_types(a: DataType, b: DataType) -> bool:
     False
     """
     return _nullable(a) == _nullable(b)
+
+
+def compare_exactly(a: DataType, b: DataType) -> bool:
+    """Whether values of a column of type ``a`` compare with those of type ``b`` without losing anything: the same
+    type (:func:`same_types`), integers of any width, decimals of one scale. Elsewhere Spark converts one side first
+    (the string ``'8.9'`` against an int column is 8; a float widened to double is another number), so a branch's value
+    and its parent's could read as equal when they are not.
+
+    >>> from pyspark.sql.types import DecimalType, DoubleType, FloatType, IntegerType, LongType, StringType
+    >>> compare_exactly(IntegerType(), LongType()), compare_exactly(DecimalType(10, 2), DecimalType(12, 2))
+    (True, True)
+    >>> compare_exactly(StringType(), IntegerType()), compare_exactly(FloatType(), DoubleType())
+    (False, False)
+    """
+    from pyspark.sql.types import DecimalType, IntegralType
+
+    if same_types(a, b) or (isinstance(a, IntegralType) and isinstance(b, IntegralType)):
+        return True
+    return isinstance(a, DecimalType) and isinstance(b, DecimalType) and a.scale == b.scale
 
 
 def _nullable(data_type: DataType) -> DataType:

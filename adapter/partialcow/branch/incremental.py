@@ -32,7 +32,13 @@ from partialcow.branch.base import capture_base
 from partialcow.branch.catalog import load_iceberg, table_exists
 from partialcow.branch.frames import all_of, key_join, same_key, same_key_sql, same_value
 from partialcow.branch.image import ALIVE, AT, extend_image, extendable_image
-from partialcow.branch.levels import overlay_info, parent_level, resolve_parent, write_overlay
+from partialcow.branch.levels import (
+    overlay_info,
+    parent_level,
+    require_parent_columns,
+    resolve_parent,
+    write_overlay,
+)
 from partialcow.branch.naming import (
     OP_COLUMN,
     OP_DELETE,
@@ -280,6 +286,9 @@ def apply_changes_on_branch(
         info = overlay_info(spark, schema, identifier)
     above = parent_level(spark, levels[1:], base_schema, identifier)
     parent = None if above is None else (overlay_schema(base_schema, above), identifier)
+    if not full_refresh and info is not None and info.mode == "delta" and parent is not None:
+        # the batch's rows are compared with the parent's (a key back at the parent's row leaves the overlay)
+        require_parent_columns(spark, info, parent, branch=branch, operation="partial_cow_incremental")
     if full_refresh or info is None:
         # the batch's upserts are the model's whole content, as a first build without a branch
         staged = stage_changes(changes, spec)

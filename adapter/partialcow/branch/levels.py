@@ -28,11 +28,13 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
+    "adopt_parent_columns",
     "branch_models",
     "chain_tables",
     "distinct_models",
     "overlay_info",
     "parent_level",
+    "require_parent_columns",
     "resolve_parent",
     "write_overlay",
 ]
@@ -72,22 +74,49 @@ def resolve_parent(
 
 def require_parent_columns(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str], *, branch: str,
                            operation: str) -> None:
-    """Refuse ``operation`` (diff, merge) of a model whose overlay on ``branch`` has columns its ``parent`` lost
-    since (``on_schema_change='sync_all_columns'`` there): the rows cannot be compared column by column, and a
-    merge would drop the branch's values of those columns or fail to write them."""
+    """Refuse ``operation`` (diff, merge, a batch, a refresh) of a model whose overlay on ``branch`` has columns its
+    ``parent`` lost since (``on_schema_change='sync_all_columns'`` there) or holds with a type its values cannot be
+    compared with exactly (:func:`partialcow.branch.frames.compare_exactly`; a ``--full-refresh`` there): the rows
+    cannot be compared column by column, and a merge would drop the branch's values of those columns, fail to write
+    them, or take a changed value for an unchanged one."""
+    from partialcow.branch.frames import compare_exactly
     from partialcow.exceptions import BranchError
 
-    parent_columns = {c.lower() for c in spark.table(qualified(*parent)).columns}
-    lost = [c for c in info.columns if c.lower() not in parent_columns]
+    theirs = {f.name.lower(): f.dataType for f in spark.table(qualified(*parent)).schema.fields}
+    ours = {f.name.lower(): f.dataType for f in spark.table(info.table).schema.fields}
+    lost = [c for c in info.columns if c.lower() not in theirs]
+    retyped = [f"{c} ({ours[c.lower()].simpleString()} on the branch, {theirs[c.lower()].simpleString()} there)"
+               for c in info.columns if c.lower() in theirs and c.lower() in ours
+               and not compare_exactly(ours[c.lower()], theirs[c.lower()])]
+    if not lost and not retyped:
+        return
+    model = f"{base_schema_of(info.schema)}.{info.identifier}"
+    why = []
     if lost:
-        model = f"{base_schema_of(info.schema)}.{info.identifier}"
-        raise BranchError(
-            f"{operation}: model {model} on branch {branch} has column(s) {lost} that its parent "
-            f"{'.'.join(parent)} no longer has (dropped there since the branch built it), so the rows cannot be "
-            "compared; nothing was done. "
-            "Build the model on the branch again with the parent's columns (a partial_cow_incremental model with "
-            "--full-refresh), or drop the branch"
-        )
+        why.append(f"column(s) {lost} that its parent {'.'.join(parent)} no longer has (dropped there since the "
+                   "branch built it)")
+    if retyped:
+        why.append(f"column(s) whose type its parent {'.'.join(parent)} changed since the branch built it: "
+                   f"{', '.join(retyped)}")
+    raise BranchError(
+        f"{operation}: model {model} on branch {branch} has {'; and '.join(why)}, so the rows cannot be compared; "
+        "nothing was done. Build the model on the branch again with the parent's columns (a partial_cow_incremental "
+        "model with --full-refresh), or drop the branch"
+    )
+
+
+def adopt_parent_columns(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str]) -> bool:
+    """Give an empty delta overlay the columns its ``parent`` gained since the branch built the model (a change of
+    none of its rows: the branch shows the parent as it is now, where the overlay's columns would hide the new ones);
+    True when it took some. An overlay holding rows keeps its columns: its rows have no values for them."""
+    if info.mode != "delta" or not spark.table(info.table).isEmpty():
+        return False
+    held = {c.lower() for c in [*info.columns, OP_COLUMN, SEQ_COLUMN]}
+    gained = [f for f in spark.table(qualified(*parent)).schema.fields if f.name.lower() not in held]
+    if gained:
+        listed = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in gained)
+        spark.sql(f"ALTER TABLE {info.table} ADD COLUMNS ({listed})")
+    return bool(gained)
 
 
 def overlay_info(spark: SparkSession, schema: str, identifier: str) -> OverlayInfo | None:

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING
 from partialcow.branch.base import record_snapshots
 from partialcow.branch.catalog import iceberg_total_records, list_tables, schema_exists, table_exists
 from partialcow.branch.image import drop_image, drop_reader_relation, has_image
-from partialcow.branch.levels import branch_models, distinct_models, resolve_parent
+from partialcow.branch.levels import (
+    adopt_parent_columns,
+    branch_models,
+    distinct_models,
+    overlay_info,
+    require_parent_columns,
+    resolve_parent,
+)
 from partialcow.branch.naming import (
     MAIN,
     OP_COLUMN,
@@ -395,11 +402,17 @@ def refresh_branch(spark: SparkSession, *, name: str, meta_schema: str) -> Refre
     store = BranchStore(spark, meta_schema=meta_schema)
     store.require(name)
     levels = store.chain(name)
+    models = [(info, resolve_parent(spark, levels[1:], base_schema_of(info.schema), info.identifier))
+              for info in branch_models(spark, name, store.base_schemas(name))]
+    for info, parent in models:  # before any model is refreshed
+        if info.mode == "delta" and parent is not None:
+            require_parent_columns(spark, info, parent, branch=name, operation="branch_refresh")
     done, materialized, history = [], [], []
-    for info in branch_models(spark, name, store.base_schemas(name)):
+    for info, parent in models:
         base_schema = base_schema_of(info.schema)
         model = f"{base_schema}.{info.identifier}"
-        parent = resolve_parent(spark, levels[1:], base_schema, info.identifier)
+        if parent is not None and adopt_parent_columns(spark, info, parent):
+            info = overlay_info(spark, info.schema, info.identifier) or info
         if refresh_history(spark, info, parent):
             history.append(model)
         if table_exists(spark, info.schema, full_table(info.identifier)):

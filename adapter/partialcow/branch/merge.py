@@ -43,8 +43,8 @@ from partialcow.branch.base import (
     stale_base_image,
 )
 from partialcow.branch.catalog import table_exists
-from partialcow.branch.frames import same_key_sql
 from partialcow.branch.levels import (
+    adopt_parent_columns,
     branch_models,
     distinct_models,
     overlay_info,
@@ -52,6 +52,7 @@ from partialcow.branch.levels import (
     resolve_parent,
     write_overlay,
 )
+from partialcow.branch.merge_sql import carried_columns, merge_full_table_sql, merge_overlay_sql, with_parent_values
 from partialcow.branch.merge_stage import (
     ModelMerge,
     _change_spec,
@@ -93,7 +94,6 @@ CONFLICT_TABLE = "partialcow_merge_conflicts"
 #: Where the fault suite kills a merge (``PARTIALCOW_CRASH_AT``, see ``partialcow.faults``), per model: after its
 #: commit to the parent; after the branch's merge base moved for it (its overlay not yet emptied).
 CRASH_POINTS = ("branch-merge-applied", "branch-merge-recorded")
-_INSERT = "_pcow_insert"  # in the source of a whole-row MERGE: the row to insert, not the one that deletes
 
 
 @dataclass
@@ -142,58 +142,6 @@ def _apply_with_partial_cow(
     apply_changes(spark, open_table(spark, table, table_format="iceberg"), changes, _change_spec(table, keys))
 
 
-def _merge_full_table_sql(target: str, source: str, keys: Sequence[str], cols: Sequence[str], *, with_op: bool,
-                          carried: Sequence[str] = ()) -> str:
-    """MERGE the staged changes into a table holding whole rows (a root table or a detached overlay), in one commit:
-    every row of a staged key is deleted and the branch's row, if it has one, inserted. A key the table holds more
-    than once then ends as the branch showed it, once (an UPDATE would change every copy and keep them all).
-
-    ``carried``: the table's columns the branch's rows lack (added after the branch built the model); the inserted
-    row takes them from the key's row in the table (one copy's, for a key held twice), as an update by partial
-    copy-on-write keeps them, rather than nulls."""
-    names = [quote(c) for c in cols] + ([OP_COLUMN, SEQ_COLUMN] if with_op else [])
-    values = [f"s.{quote(c)}" for c in cols] + ([f"'{OP_UPSERT}'", f"s.{SEQ_COLUMN}"] if with_op else [])
-    staged = f"({source})"
-    if carried:
-        kept = [f"_pcow_carried{i}" for i in range(len(carried))]
-        firsts = ", ".join(f"first({quote(c)}, true) AS {k}" for c, k in zip(carried, kept))
-        by = ", ".join(quote(k) for k in keys)
-        staged = (
-            f"(SELECT s.*, {', '.join('c.' + k for k in kept)} FROM ({source}) s LEFT JOIN "
-            f"(SELECT {by}, {firsts} FROM {target} GROUP BY {by}) c ON {same_key_sql(keys, 's', 'c')})"
-        )
-        names += [quote(c) for c in carried]
-        values += [f"s.{k}" for k in kept]
-    # each staged key twice: a row that matches (and deletes) the key's rows, and for an upsert one that matches
-    # nothing (and is inserted)
-    rows = (
-        f"SELECT *, false AS {_INSERT} FROM {staged} "
-        f"UNION ALL SELECT *, true AS {_INSERT} FROM {staged} WHERE {OP_COLUMN} = '{OP_UPSERT}'"
-    )
-    return (
-        f"MERGE INTO {target} t USING ({rows}) s ON NOT s.{_INSERT} AND {same_key_sql(keys, 't', 's')} "
-        f"WHEN MATCHED THEN DELETE "
-        f"WHEN NOT MATCHED AND s.{_INSERT} THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})"
-    )
-
-
-def _carried_columns(spark: SparkSession, table: str, cols: Sequence[str]) -> list[str]:
-    """The columns of ``table`` that the branch's rows (``cols``) lack, but for the overlay's op and sequence."""
-    own = {c.lower() for c in [*cols, OP_COLUMN, SEQ_COLUMN]}
-    return [c for c in spark.table(table).columns if c.lower() not in own]
-
-
-def _merge_overlay_sql(target: str, source: str, keys: Sequence[str], cols: Sequence[str]) -> str:
-    """MERGE the staged changes into a parent branch's overlay: upserts and tombstones both become overlay rows."""
-    on = same_key_sql(keys, "t", "s")
-    names = [quote(c) for c in cols] + [OP_COLUMN, SEQ_COLUMN]
-    sets = ", ".join(f"t.{n} = s.{n}" for n in names)
-    return (
-        f"MERGE INTO {target} t USING ({source}) s ON {on} WHEN MATCHED THEN UPDATE SET {sets} "
-        f"WHEN NOT MATCHED THEN INSERT ({', '.join(names)}) VALUES ({', '.join('s.' + n for n in names)})"
-    )
-
-
 def _apply_to_main(spark: SparkSession, schema: str, identifier: str, source: str, keys: Sequence[str],
                    cols: Sequence[str]) -> None:
     """Apply the staged rows to a root table: partial copy-on-write, unless a staged key has a null part or the
@@ -208,8 +156,8 @@ def _apply_to_main(spark: SparkSession, schema: str, identifier: str, source: st
         except DuplicateKeyError:  # a key the branch did not change is held twice: nothing was written
             pass
     target = qualified(schema, identifier)
-    spark.sql(_merge_full_table_sql(target, source, keys, cols, with_op=False,
-                                    carried=_carried_columns(spark, target, cols)))
+    spark.sql(merge_full_table_sql(target, source, keys, cols, with_op=False,
+                                    carried=carried_columns(spark, target, cols)))
 
 
 def _unmaterialize(spark: SparkSession, schema: str, identifier: str) -> bool:
@@ -271,23 +219,39 @@ def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_level
         else:
             # a parent branch that built nothing yet has no overlay schema, where its merge base is kept
             spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(target_schema)}")
-            # keys entering the parent's overlay need the parent's own merge base, before they land
+            parent_info = overlay_info(spark, target_schema, info.identifier)
+            # what the parent branch shows has columns the branch's rows lack (gained since the branch built the
+            # model): its overlay keeps them, with the values it shows (they were written as null, and a merge of
+            # the parent branch into main then wrote that null over main's value)
+            shown = qualified(*plan.parent) if plan.parent is not None else None
+            carried = [] if shown is None else carried_columns(spark, shown, info.columns)
+            if parent_info is not None:
+                held = {c.lower() for c in parent_info.columns}
+                carried = [c for c in carried if c.lower() in held]
+                overlay_columns = list(parent_info.columns)
+            else:
+                wanted = {c.lower() for c in [*info.columns, *carried]}
+                overlay_columns = [c for c in spark.table(shown).columns if c.lower() in wanted] if shown and carried \
+                    else list(info.columns)
+            staged = with_parent_values(source, str(shown), info.key_columns, carried)
+            # keys entering the parent's overlay need the parent's own merge base, before they land, with the
+            # columns of its overlay (a base image of other columns would be captured again without the ones it had)
             capture_base(
                 spark, store=store, branch=parent_level, base_schema=base_schema, identifier=info.identifier,
-                columns=info.columns, key_columns=info.key_columns, keys_frame=spark.sql(source),
+                columns=overlay_columns, key_columns=info.key_columns, keys_frame=spark.sql(staged),
             )
-            parent_info = overlay_info(spark, target_schema, info.identifier)
             if parent_info is None:
+                listed = ", ".join(quote(c) for c in overlay_columns)
                 write_overlay(
-                    spark, spark.sql(f"SELECT {cols}, {OP_COLUMN}, {SEQ_COLUMN} FROM ({source})"),
+                    spark, spark.sql(f"SELECT {listed}, {OP_COLUMN}, {SEQ_COLUMN} FROM ({staged})"),
                     schema=target_schema, identifier=info.identifier, key_columns=info.key_columns, mode="delta",
                 )
             elif parent_info.mode == "delta":
-                spark.sql(_merge_overlay_sql(parent_info.table, source, info.key_columns, info.columns))
+                spark.sql(merge_overlay_sql(parent_info.table, staged, info.key_columns, info.columns, carried))
             else:
-                full_merge = _merge_full_table_sql(
+                full_merge = merge_full_table_sql(
                     parent_info.table, source, info.key_columns, info.columns, with_op=True,
-                    carried=_carried_columns(spark, parent_info.table, info.columns),
+                    carried=carried_columns(spark, parent_info.table, info.columns),
                 )
                 spark.sql(full_merge)
     if parent_level != MAIN:
@@ -540,6 +504,8 @@ def _reset_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore,
         return  # replaced: the detached overlay now equals the parent's rows
     # emptied before the base image goes: an overlay left full without it would merge as a fast-forward
     spark.sql(f"DELETE FROM {plan.info.table}")
+    if plan.parent is not None:  # it shows the parent as it is now, with the columns it gained
+        adopt_parent_columns(spark, plan.info, plan.parent)
     purge_table(spark, plan.info.schema, base_image_table(plan.info.identifier))
     _unmaterialize(spark, plan.info.schema, plan.info.identifier)
     create_branch_view(spark, store=store, branch=branch, base_schema=plan.base_schema,
