@@ -157,7 +157,7 @@ def _apply_to_main(spark: SparkSession, schema: str, identifier: str, source: st
             pass
     target = qualified(schema, identifier)
     spark.sql(merge_full_table_sql(target, source, keys, cols, with_op=False,
-                                    carried=carried_columns(spark, target, cols)))
+                                   carried=carried_columns(spark, target, cols)))
 
 
 def _unmaterialize(spark: SparkSession, schema: str, identifier: str) -> bool:

@@ -19,7 +19,7 @@ _INSERT = "_pcow_insert"  # in the source of a whole-row MERGE: the row to inser
 
 
 def merge_full_table_sql(target: str, source: str, keys: Sequence[str], cols: Sequence[str], *, with_op: bool,
-                          carried: Sequence[str] = ()) -> str:
+                         carried: Sequence[str] = ()) -> str:
     """MERGE the staged changes into a table holding whole rows (a root table or a detached overlay), in one commit:
     every row of a staged key is deleted and the branch's row, if it has one, inserted. A key the table holds more
     than once then ends as the branch showed it, once (an UPDATE would change every copy and keep them all).
@@ -60,7 +60,7 @@ def carried_columns(spark: SparkSession, table: str, cols: Sequence[str]) -> lis
 
 
 def merge_overlay_sql(target: str, source: str, keys: Sequence[str], cols: Sequence[str],
-                       carried: Sequence[str] = ()) -> str:
+                      carried: Sequence[str] = ()) -> str:
     """MERGE the staged changes into a parent branch's overlay: upserts and tombstones both become overlay rows.
     ``carried``: the overlay's columns the branch's rows lack, which ``source`` holds as the parent branch shows
     them (see :func:`_with_parent_values`): a key already in the overlay keeps its own."""
