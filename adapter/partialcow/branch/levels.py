@@ -105,11 +105,13 @@ def require_parent_columns(spark: SparkSession, info: OverlayInfo, parent: tuple
     )
 
 
-def adopt_parent_columns(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str]) -> bool:
+def adopt_parent_columns(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str], *,
+                         emptied: bool = False) -> bool:
     """Give an empty delta overlay the columns its ``parent`` gained since the branch built the model (a change of
     none of its rows: the branch shows the parent as it is now, where the overlay's columns would hide the new ones);
-    True when it took some. An overlay holding rows keeps its columns: its rows have no values for them."""
-    if info.mode != "delta" or not spark.table(info.table).isEmpty():
+    True when it took some. An overlay holding rows keeps its columns: its rows have no values for them.
+    ``emptied``: the caller just emptied it (no job to check)."""
+    if info.mode != "delta" or not (emptied or spark.table(info.table).isEmpty()):
         return False
     held = {c.lower() for c in [*info.columns, OP_COLUMN, SEQ_COLUMN]}
     gained = [f for f in spark.table(qualified(*parent)).schema.fields if f.name.lower() not in held]

@@ -505,7 +505,7 @@ def _reset_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore,
     # emptied before the base image goes: an overlay left full without it would merge as a fast-forward
     spark.sql(f"DELETE FROM {plan.info.table}")
     if plan.parent is not None:  # it shows the parent as it is now, with the columns it gained
-        adopt_parent_columns(spark, plan.info, plan.parent)
+        adopt_parent_columns(spark, plan.info, plan.parent, emptied=True)
     purge_table(spark, plan.info.schema, base_image_table(plan.info.identifier))
     _unmaterialize(spark, plan.info.schema, plan.info.identifier)
     create_branch_view(spark, store=store, branch=branch, base_schema=plan.base_schema,
