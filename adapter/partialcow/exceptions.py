@@ -131,6 +131,11 @@ class BranchError(PartialCowError):
     """A branch operation was refused (invalid name, unknown branch, conflicts, ...)."""
 
 
+class UnfollowableParentError(BranchError):
+    """A branch's model cannot be read over its parent level any more (the parent lost or retyped one of its
+    columns); the branch keeps showing what it showed until the model is built on it again."""
+
+
 class ParentTableDroppedError(BranchError):
     """A merge was refused because the parent's table of a model the branch changed key by key was dropped since
     the branch built it, and no copy of the rows the branch showed is left to recreate it from; nothing was merged.

@@ -89,6 +89,8 @@ class BranchChanges:
     tombstones: int
     image: ImageReport | None
     whole: BuildSummary | None = None  # set when the batch became the model's whole content
+    #: descendant branches whose model cannot be read over this batch's result (see refresh_descendant_views)
+    behind: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """
@@ -99,7 +101,7 @@ class BranchChanges:
         return (
             f"branch {self.branch}: {self.model}: {self.inserted} inserted, {self.updated} updated, "
             f"{self.deleted} deleted; overlay {self.upserts} upserted rows, {self.tombstones} tombstones; {image}"
-        )
+        ) + "".join(f"\n  {line}" for line in self.behind)
 
 
 def prepare_model(
@@ -358,9 +360,9 @@ def apply_changes_on_branch(
     else:
         image = create_branch_view(spark, store=store, branch=branch, base_schema=base_schema,
                                    identifier=identifier)
-    refresh_descendant_views(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
+    behind = refresh_descendant_views(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
     return BranchChanges(branch=branch, model=model, inserted=inserted, updated=updated, deleted=deleted,
-                         upserts=upserts, tombstones=tombstones, image=image)
+                         upserts=upserts, tombstones=tombstones, image=image, behind=behind)
 
 
 def _overlay_after(spark: SparkSession, info: OverlayInfo, before: int) -> int | None:

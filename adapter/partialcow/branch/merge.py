@@ -258,8 +258,8 @@ def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_level
         _unmaterialize(spark, target_schema, info.identifier)  # its collapsed copy no longer matches
         create_branch_view(spark, store=store, branch=parent_level, base_schema=base_schema,
                            identifier=info.identifier)
-        refresh_descendant_views(spark, store=store, branch=parent_level, base_schema=base_schema,
-                                 identifier=info.identifier)
+        plan.merge.behind = refresh_descendant_views(spark, store=store, branch=parent_level,
+                                                     base_schema=base_schema, identifier=info.identifier)
 
 
 def merge_branch(

@@ -75,6 +75,9 @@ class ModelMerge:
     columns_differ: bool = False
     #: the parent's relation is a view (the model is one there, a table on the branch): holds no rows to merge into
     parent_view: str | None = None
+    #: descendant branches whose model cannot be read over the merged parent any more (see
+    #: :func:`~partialcow.branch.overlay.refresh_descendant_views`)
+    behind: tuple[str, ...] = ()
 
     def describe(self) -> str:
         how = "fast-forward" if self.fast_forward else "three-way"
@@ -106,7 +109,7 @@ class ModelMerge:
         if self.conflicts:
             text += f"; {self.conflicts} conflicting key(s)"
             text += f" resolved as {self.resolution}" if self.resolution else ""
-        return text
+        return text + "".join(f"\n    {line}" for line in self.behind)
 
 
 @dataclass

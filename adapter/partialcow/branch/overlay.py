@@ -57,7 +57,7 @@ from partialcow.branch.naming import (
 )
 from partialcow.branch.store import BranchStore
 from partialcow.branch.types import OverlayInfo, OverlayMode
-from partialcow.exceptions import BranchError, RepeatedKeysError
+from partialcow.exceptions import BranchError, RepeatedKeysError, UnfollowableParentError
 
 _LOG = logging.getLogger("partialcow")
 _RESTORE_LOCK = threading.Lock()
@@ -86,6 +86,8 @@ class BuildSummary:
     upserts: int
     tombstones: int
     image: ImageReport | None = None  # None: the view reads the overlay and the parent at read time
+    #: descendant branches whose model cannot be read over this build (see :func:`refresh_descendant_views`)
+    behind: tuple[str, ...] = ()
 
     def describe(self) -> str:
         source = f"over {self.parent}" if self.parent and self.mode == "delta" else "detached (whole result)"
@@ -93,7 +95,7 @@ class BuildSummary:
         return (
             f"branch {self.branch}: {self.model} overlay {source}: {self.upserts} upserted rows, "
             f"{self.tombstones} tombstones; {image}"
-        )
+        ) + "".join(f"\n  {line}" for line in self.behind)
 
 
 def _match_keys(model: str, columns: Sequence[str], key_columns: Sequence[str]) -> tuple[str, ...]:
@@ -340,7 +342,7 @@ def _build_model(spark: SparkSession, result: DataFrame, *, store: BranchStore, 
         shown.writeTo(f"{schema}.{full_table(identifier)}").using("iceberg").createOrReplace()
     upserts, tombstones = count_ops(spark, qualified(schema, overlay_table(identifier)))
     image = create_branch_view(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
-    refresh_descendant_views(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
+    behind = refresh_descendant_views(spark, store=store, branch=branch, base_schema=base_schema, identifier=identifier)
     return BuildSummary(
         branch=branch,
         model=model,
@@ -349,6 +351,7 @@ def _build_model(spark: SparkSession, result: DataFrame, *, store: BranchStore, 
         upserts=upserts,
         tombstones=tombstones,
         image=image,
+        behind=behind,
     )
 
 
@@ -428,14 +431,15 @@ def create_branch_view(spark: SparkSession, *, store: BranchStore, branch: str, 
 
 
 def _require_readable(spark: SparkSession, sql: str, branch: str, model: str, parent: str) -> None:
-    """Raise ``BranchError`` when ``sql``, the model's view over its parent, does not analyse (no job runs)."""
+    """Raise ``UnfollowableParentError`` when ``sql``, the model's view over its parent, does not analyse (no job
+    runs)."""
     from pyspark.errors import AnalysisException
 
     try:
         spark.sql(sql).schema  # noqa: B018 - analysis is the check
     except AnalysisException as exc:
         reason = str(exc).strip().splitlines()[0]
-        raise BranchError(
+        raise UnfollowableParentError(
             f"model {model} on branch {branch} cannot be read over its parent {parent} as it is now ({reason}); "
             "the branch still shows what it showed. Build the model on the branch again (its columns changed on "
             "the parent)"
@@ -492,10 +496,20 @@ def resolve_restoring(spark: SparkSession, *, store: BranchStore, levels: Sequen
 
 def refresh_descendant_views(
     spark: SparkSession, *, store: BranchStore, branch: str, base_schema: str, identifier: str
-) -> None:
-    """Point descendants' views of the model at their nearest ancestor again (it may have just appeared)."""
+) -> tuple[str, ...]:
+    """Point descendants' views of the model at their nearest ancestor again (it may have just appeared).
+
+    Called after ``branch``'s write committed: a descendant that cannot be read over the new parent (it keeps a
+    column the parent lost) does not make that write fail. It keeps showing what it showed, its own operations are
+    refused by name until the model is built on it again, and the returned messages (also logged) name it."""
+    behind: list[str] = []
     pending = store.children(branch)
     while pending:
         child = pending.pop(0)
-        create_branch_view(spark, store=store, branch=child, base_schema=base_schema, identifier=identifier)
+        try:
+            create_branch_view(spark, store=store, branch=child, base_schema=base_schema, identifier=identifier)
+        except UnfollowableParentError as exc:
+            _LOG.warning("%s", exc)
+            behind.append(str(exc))
         pending.extend(store.children(child))
+    return tuple(behind)
