@@ -4,6 +4,7 @@ overlay with its live parent; it never loses the model's relation (``ref()`` wou
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -313,3 +314,44 @@ def test_a_parent_branch_write_its_child_cannot_follow_completes_and_names_the_c
         for branch in ("c", "d", "p"):
             drop_branch(spark, name=branch, meta_schema=meta)
             spark.sql(f"DROP SCHEMA IF EXISTS {meta}__br_{branch} CASCADE")
+
+
+def test_a_merge_replacing_the_parent_does_not_undo_an_alter_table_on_it(spark, meta):
+    """Regression: ``ALTER TABLE ... ADD COLUMN`` on main commits no Iceberg snapshot, so a detached model (no
+    ``unique_key``) merged afterwards counted as a fast-forward and replaced main's table with the branch's columns:
+    main lost ``note``. Main's schema change since the base is now a change of the parent: the merge reports the
+    conflict (``ours`` still replaces, by choice), also for a branch recorded before schema ids were. An ALTER made
+    before the branch was created is part of its base: that merge stays a fast-forward."""
+    from partialcow.branch import BranchStore, merge_branch
+    from partialcow.branch.base import SCHEMA_SUFFIX
+    from partialcow.exceptions import BranchError
+
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, v string) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'a'), (2, 'b')")
+
+    def build_detached(rows):
+        build_model(spark, spark.createDataFrame(rows, "id bigint, v string"), branch="dev", base_schema=meta,
+                    identifier="items", key_columns=[], meta_schema=meta)
+
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    build_detached([(1, "a"), (2, "B"), (3, "c")])
+    spark.sql(f"ALTER TABLE {root} ADD COLUMN note string")
+    store = BranchStore(spark, meta_schema=meta)
+    for recorded in ("with schema ids", "without"):
+        if recorded == "without":  # as a branch created by an older version recorded it
+            record = store.require("dev")
+            store.put(dataclasses.replace(record, base_snapshots={
+                k: v for k, v in record.base_snapshots.items() if not k.endswith(SCHEMA_SUFFIX)}))
+        with pytest.raises(BranchError, match="1 conflicting key"):
+            merge_branch(spark, name="dev", meta_schema=meta)
+        assert spark.table(root).columns == ["id", "v", "note"], recorded
+        assert _rows(spark, root) == {1: (1, "a", None), 2: (2, "b", None)}
+    drop_branch(spark, name="dev", meta_schema=meta)
+
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])  # after the ALTER
+    build_detached([(1, "a"), (2, "B")])
+    merged = merge_branch(spark, name="dev", meta_schema=meta)
+    assert merged.applied and merged.conflicts == 0 and merged.models[0].fast_forward
+    assert _rows(spark, root) == {1: (1, "a"), 2: (2, "B")}  # the branch's own code has no note: its change
+    drop_branch(spark, name="dev", meta_schema=meta)

@@ -28,7 +28,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from partialcow.branch.catalog import iceberg_snapshot, list_tables, load_iceberg, table_exists
+from partialcow.branch.catalog import iceberg_snapshot, iceberg_state, list_tables, load_iceberg, table_exists
 from partialcow.branch.frames import _has_floats, holds_map, key_join, same_key, same_key_sql
 from partialcow.branch.image import image_ref
 from partialcow.branch.levels import chain_tables, overlay_info, resolve_parent
@@ -66,10 +66,14 @@ __all__ = [
     "record_snapshots",
     "recorded_snapshots",
     "recorded_state",
+    "schema_key",
+    "schema_moved",
     "settle_interrupted_merge",
     "stale_base_image",
 ]
 
+#: Suffix of the merge-base entries holding a chain table's schema id at the base (:func:`schema_key`).
+SCHEMA_SUFFIX = "#schema"
 #: Table property of a base image: the merge base (:func:`recorded_state` of the model's parent chain, as JSON) its
 #: rows were captured against.
 BASE_OF_PROPERTY = "partialcow.base-snapshots"
@@ -146,9 +150,9 @@ def record_snapshots(
                 listed[schema] = set(list_tables(spark, schema))
             if table.lower() not in listed[schema]:
                 continue
-            snapshot = iceberg_snapshot(spark, schema, table)
-            if snapshot is not None:
-                snapshots[f"{schema}.{table}".lower()] = snapshot
+            state = iceberg_state(spark, schema, table)
+            if state is not None:
+                snapshots[f"{schema}.{table}".lower()], snapshots[schema_key(f"{schema}.{table}")] = state
         if nested and f"{base_schema}.{identifier}".lower() in snapshots:
             root = load_iceberg(spark, base_schema, identifier)
             snapshots.update(image_snapshots(root, base_schema, identifier, levels))
@@ -164,6 +168,44 @@ def current_snapshots(spark: SparkSession, tables: Sequence[tuple[str, str]]) ->
             if snapshot is not None:
                 found[f"{schema}.{table}".lower()] = snapshot
     return found
+
+
+def schema_key(name: str) -> str:
+    """The merge-base entry holding the schema id ``schema.table`` had at the base (beside its snapshot id).
+
+    >>> schema_key("Shop.Orders")
+    'shop.orders#schema'
+    """
+    return f"{name}{SCHEMA_SUFFIX}".lower()
+
+
+def schema_moved(
+    spark: SparkSession, base_snapshots: dict[str, int], base_schema: str, identifier: str, levels: Sequence[str]
+) -> list[str]:
+    """The tables of the model's parent chain ``levels`` whose schema changed since the recorded merge base.
+
+    ``ALTER TABLE`` (a column added, dropped, renamed or widened; also an incremental run that only adds a column)
+    commits no snapshot, so the snapshot ids of :func:`chain_state` call such a parent unchanged, and a merge that
+    replaces the parent's rows with the branch's columns would undo the change. A merge base recorded before schema
+    ids were (no entry) falls back to the schema of the base snapshot, which also counts an ALTER made before the
+    base (a conflict to resolve, never a lost column)."""
+    moved = []
+    recorded = recorded_snapshots(base_snapshots, chain_tables(base_schema, identifier, levels))
+    for name, snapshot_id in recorded.items():
+        schema, table = name.split(".", 1)
+        loaded = load_iceberg(spark, schema, table)
+        if loaded is None:
+            continue  # no longer an Iceberg table: the snapshot ids tell
+        at_base = base_snapshots.get(schema_key(name))
+        if at_base is not None:
+            if at_base != int(loaded.schema().schemaId()):
+                moved.append(name)
+        elif snapshot_id >= 0:  # an older record: the base snapshot's schema (unknown if it expired: moved)
+            snapshot = loaded.snapshot(snapshot_id)
+            old = None if snapshot is None or snapshot.schemaId() is None else loaded.schemas().get(snapshot.schemaId())
+            if old is None or not old.sameSchema(loaded.schema()):
+                moved.append(name)
+    return moved
 
 
 def recorded_snapshots(base_snapshots: dict[str, int], tables: Sequence[tuple[str, str]]) -> dict[str, int]:

@@ -9,8 +9,8 @@ from partialcow.branch.naming import qualified, quote
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["holds_no_rows", "iceberg_snapshot", "iceberg_total_records", "list_tables", "load_iceberg", "schema_exists",
-           "table_exists"]
+__all__ = ["holds_no_rows", "iceberg_snapshot", "iceberg_state", "iceberg_total_records", "list_tables", "load_iceberg",
+           "schema_exists", "table_exists"]
 
 
 def table_exists(spark: SparkSession, schema: str, table: str) -> bool:
@@ -52,6 +52,15 @@ def iceberg_snapshot(spark: SparkSession, schema: str, table: str) -> int | None
         return None
     snapshot = loaded.currentSnapshot()
     return -1 if snapshot is None else int(snapshot.snapshotId())
+
+
+def iceberg_state(spark: SparkSession, schema: str, table: str) -> tuple[int, int] | None:
+    """(current snapshot id, ``-1`` if none yet; current schema id) of an Iceberg table; None if it is not one."""
+    loaded = load_iceberg(spark, schema, table)
+    if loaded is None:
+        return None
+    snapshot = loaded.currentSnapshot()
+    return -1 if snapshot is None else int(snapshot.snapshotId()), int(loaded.schema().schemaId())
 
 
 def iceberg_total_records(spark: SparkSession, schema: str, table: str) -> int | None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from partialcow.branch.base import record_snapshots
+from partialcow.branch.base import SCHEMA_SUFFIX, record_snapshots
 from partialcow.branch.catalog import iceberg_total_records, list_tables, schema_exists, table_exists
 from partialcow.branch.image import drop_image, drop_reader_relation, has_image
 from partialcow.branch.levels import (
@@ -81,9 +81,10 @@ class CreateResult:
     def describe(self) -> str:
         steps = ", ".join(f"{step} {seconds:.2f}s" for step, seconds in self.steps.items())
         steps = f"; {steps}" if steps else ""
+        tables = sum(not name.endswith(SCHEMA_SUFFIX) for name in self.record.base_snapshots)
         return (
             f"branch {self.record.name} created from {self.record.parent} in {self.seconds:.2f}s "
-            f"(nothing copied; merge base: {len(self.record.base_snapshots)} table snapshot(s){steps})"
+            f"(nothing copied; merge base: {tables} table snapshot(s){steps})"
         )
 
 

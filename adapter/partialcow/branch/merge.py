@@ -34,11 +34,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from partialcow.branch.base import (
+    SCHEMA_SUFFIX,
     capture_base,
     chain_state,
     mark_merging,
     record_snapshots,
     recorded_state,
+    schema_moved,
     settle_interrupted_merge,
     stale_base_image,
 )
@@ -348,7 +350,11 @@ def merge_branch(
                 plan.merge.columns_differ = [c.lower() for c in info.columns] != [
                     c.lower() for c in spark.table(qualified(*parent)).columns]
             elif plan.merge.detached:
-                if not fast_forward or dropped:
+                if fast_forward and parent is not None and schema_moved(
+                    spark, record.base_snapshots, base_schema, info.identifier, parent_levels
+                ):
+                    plan.merge.fast_forward = False  # an ALTER TABLE on the parent since the base: a change too
+                if not plan.merge.fast_forward or dropped:
                     plan.merge.conflicts = 1  # no keys: a change on both sides conflicts as a whole
                     plan.merge.resolution = None if policy == "fail" else policy
             else:
@@ -404,7 +410,7 @@ def merge_branch(
 def _recorded_models(record: BranchRecord) -> list[tuple[str, str]]:
     """``(schema, identifier)`` of the models the branch's merge base has entries for (their tables on any level)."""
     return [(schema, model_of_table(table)) for schema, table in
-            (name.split(".", 1) for name in record.base_snapshots if "." in name)]
+            (name.split(".", 1) for name in record.base_snapshots if "." in name and not name.endswith(SCHEMA_SUFFIX))]
 
 
 def _refuse_inserts_without_new_columns(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str], *,
