@@ -355,3 +355,32 @@ def test_a_merge_replacing_the_parent_does_not_undo_an_alter_table_on_it(spark, 
     assert merged.applied and merged.conflicts == 0 and merged.models[0].fast_forward
     assert _rows(spark, root) == {1: (1, "a"), 2: (2, "B")}  # the branch's own code has no note: its change
     drop_branch(spark, name="dev", meta_schema=meta)
+
+
+def test_a_child_merged_into_a_parent_branch_that_spells_the_key_otherwise(spark, meta):
+    """Regression: branch ``p`` built the model with column ``Id``, its child ``c`` with ``id`` (Spark's names are
+    case-insensitive); merging ``c`` into ``p`` failed with a raw ``KeyError: 'id'`` while capturing ``p``'s base
+    image, which matched the child's key spelling against the parent's columns case-sensitively."""
+    from partialcow.branch import merge_branch
+
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, v string) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+
+    def build(branch, rows, schema):
+        build_model(spark, spark.createDataFrame(rows, schema), branch=branch, base_schema=meta, identifier="items",
+                    key_columns=["id"], meta_schema=meta)
+
+    create_branch(spark, name="p", meta_schema=meta, models=[(meta, "items")])
+    build("p", [(1, "a"), (2, "p2"), (3, "c")], "Id bigint, v string")
+    create_branch(spark, name="c", parent="p", meta_schema=meta, models=[(meta, "items")])
+    try:
+        build("c", [(1, "c1"), (2, "p2"), (3, "c")], "id bigint, v string")
+        assert merge_branch(spark, name="c", meta_schema=meta).applied
+        assert _rows(spark, f"{meta}__br_p.items") == {1: (1, "c1"), 2: (2, "p2"), 3: (3, "c")}
+        assert merge_branch(spark, name="p", meta_schema=meta).applied
+        assert _rows(spark, root) == {1: (1, "c1"), 2: (2, "p2"), 3: (3, "c")}
+    finally:
+        for branch in ("c", "p"):
+            drop_branch(spark, name=branch, meta_schema=meta)
+            spark.sql(f"DROP SCHEMA IF EXISTS {meta}__br_{branch} CASCADE")

@@ -392,6 +392,9 @@ def capture_base(
     """
     from pyspark.sql import functions as F
 
+    # the keys as ``columns`` spell them: a child's merge passes its own spelling with the parent branch's columns
+    spelled = {c.lower(): c for c in columns}
+    key_columns = [spelled.get(k.lower(), k) for k in key_columns]
     record = store.require(branch)
     levels = store.chain(branch)
     schema = overlay_schema(base_schema, branch)
