@@ -384,3 +384,29 @@ def test_a_child_merged_into_a_parent_branch_that_spells_the_key_otherwise(spark
         for branch in ("c", "p"):
             drop_branch(spark, name=branch, meta_schema=meta)
             spark.sql(f"DROP SCHEMA IF EXISTS {meta}__br_{branch} CASCADE")
+
+
+def test_a_merge_through_icebergs_merge_refuses_values_the_narrowed_parent_cannot_hold(spark, meta):
+    """Regression: main rebuilt ``q`` as int (a new cast, ``--full-refresh``) after the branch set key 2's ``q`` to
+    5000000000, and main holds key 3 twice, so the merge goes through Iceberg's MERGE, not partial copy-on-write.
+    Spark failed during the write with an overflow naming neither column nor value, after model ``aa`` had been
+    merged. The merge is now refused before anything is written, naming the column, the value and the key."""
+    from partialcow.branch import merge_branch
+    from partialcow.exceptions import PartialCowError
+
+    spark.sql(f"CREATE TABLE {meta}.aa (id bigint, v string) USING iceberg")
+    spark.sql(f"INSERT INTO {meta}.aa VALUES (1, 'a')")
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, q bigint) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 1), (2, 2), (3, 3), (3, 3)")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items"), (meta, "aa")])
+    build_model(spark, spark.createDataFrame([(1, "a_dev")], "id bigint, v string"), branch="dev",
+                base_schema=meta, identifier="aa", key_columns=["id"], meta_schema=meta)
+    _build(spark, meta, {1: (1, 1), 2: (2, 5_000_000_000), 3: (3, 33)}, "id bigint, q bigint")
+    spark.sql(f"CREATE OR REPLACE TABLE {root} USING iceberg AS SELECT id, CAST(q AS int) q FROM {root}")
+    before = sorted(tuple(r) for r in spark.table(root).collect()), _rows(spark, f"{meta}.aa")
+    with pytest.raises(PartialCowError, match=r"(?s)column 'q' has 1 value\(s\) that the table's type int cannot hold "
+                                              r"exactly.*5000000000.*id=2"):
+        merge_branch(spark, name="dev", meta_schema=meta, on_conflict="ours")
+    assert (sorted(tuple(r) for r in spark.table(root).collect()), _rows(spark, f"{meta}.aa")) == before
+    drop_branch(spark, name="dev", meta_schema=meta)

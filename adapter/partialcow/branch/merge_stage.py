@@ -323,6 +323,32 @@ def _change_spec(table: str, keys: Sequence[str]) -> ChangeSpec:
     )
 
 
+def _refuse_lossy_values(spark: SparkSession, plan: _Plan, table: str) -> None:
+    """Refuse, naming column, values and keys, staged upserts that ``table``'s column types cannot hold exactly
+    (the parent narrowed a column since the branch built the model). The path through Iceberg's MERGE is checked
+    here as ``apply_changes`` checks its batches: Spark's MERGE would fail during the write (an overflow naming
+    neither) or, under a legacy store policy, wrap the value."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    from partialcow.spark.casting import lossy_value
+    from partialcow.spark.staging import lossy_error
+
+    keys = plan.info.key_columns
+    upserts = spark.sql(plan.source).where(F.col(OP_COLUMN) == OP_UPSERT)
+    table_types = {f.name.lower(): f.dataType for f in spark.table(table).schema.fields}
+    for field in upserts.schema.fields:
+        target = table_types.get(field.name.lower())
+        if field.name not in plan.info.columns or target is None or target == field.dataType or any(
+                isinstance(t, (ArrayType, MapType, StructType)) for t in (target, field.dataType)):
+            continue
+        bad = upserts.where(lossy_value(quote(field.name), field.dataType, target, exact=field.name in keys))
+        rows = bad.select(*[quote(c) for c in {*keys, field.name}]).limit(_SAMPLE).collect()
+        if rows:
+            raise lossy_error(_change_spec(table, keys), field.name, bad.count(), field.dataType, target,
+                              [r[field.name] for r in rows], rows)
+
+
 def _check_plan(
     spark: SparkSession, plan: _Plan, *, branch: str, parent_levels: Sequence[str], policy: ConflictPolicy
 ) -> None:
@@ -354,6 +380,8 @@ def _check_plan(
     if parent_levels[0] == MAIN:
         # staged keys with a null part or held twice by the parent go through Iceberg's MERGE, not apply_changes
         odd = not spark.sql(plan.source).where(_odd_keys(info.key_columns)).isEmpty()
+        if odd and table_exists(spark, target_schema, info.identifier):
+            _refuse_lossy_values(spark, plan, f"{target_schema}.{info.identifier}")
         if not odd and table_exists(spark, target_schema, info.identifier):
             # what apply_changes checks before its commit (types, nulls, table features), checked now
             from partialcow.spark.changes import stage_changes
