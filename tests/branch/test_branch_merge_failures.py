@@ -95,6 +95,7 @@ def test_a_merge_failing_part_way_moves_the_base_of_the_models_it_merged(spark, 
         merge_branch(spark, name="mid", meta_schema=meta)
     message = str(info.value)
     assert f"merged before it: {meta}.aaa" in message and f"not merged: {meta}.bbb" in message, message
+    assert "another writer changed key(s) (id=1)" in message, message  # the cause, not only that it failed
     assert isinstance(info.value.__cause__, CommitConflictError)
     monkeypatch.setattr(merge_module, "_apply_with_partial_cow", real)
 

@@ -387,7 +387,9 @@ def merge_branch(
             except Exception as exc:
                 if not merged:
                     raise
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                from partialcow.table.java import java_message
+
+                first = (java_message(exc).strip().splitlines() or [type(exc).__name__])[0]  # Spark's reason too
                 raise BranchError(
                     f"branch_merge {name} -> {record.parent}: merging {plan.merge.model} failed ({first}); "
                     f"merged before it: {', '.join(merged)} (the parent has their changes and the branch continues "
