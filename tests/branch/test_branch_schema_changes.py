@@ -409,4 +409,10 @@ def test_a_merge_through_icebergs_merge_refuses_values_the_narrowed_parent_canno
                                               r"exactly.*5000000000.*id=2"):
         merge_branch(spark, name="dev", meta_schema=meta, on_conflict="ours")
     assert (sorted(tuple(r) for r in spark.table(root).collect()), _rows(spark, f"{meta}.aa")) == before
+    # built again with main's type, it merges; main's rows of the branch's keys are its base's values as int,
+    # which is no change of main's (conflicts before: the base's bigint rows hashed otherwise)
+    _build(spark, meta, {1: (1, 1), 2: (2, 22), 3: (3, 33)}, "id bigint, q int")
+    assert merge_branch(spark, name="dev", meta_schema=meta).conflicts == 0
+    assert sorted(tuple(r) for r in spark.table(root).collect()) == [(1, 1), (2, 22), (3, 33)]
+    assert _rows(spark, f"{meta}.aa") == {1: (1, "a_dev")}
     drop_branch(spark, name="dev", meta_schema=meta)

@@ -169,15 +169,30 @@ def value_text(column: Column, data_type: DataType) -> Column:
 def row_hash(columns: Sequence[str], types: dict[str, DataType]) -> Column:
     """A 64-bit hash of a row's ``columns`` that tells apart what ``xxhash64`` alone does not: a null in one column
     from a null in another (it skips nulls), and inside arrays, maps and structs null elements and fields in other
-    places (hashed through their JSON text too; maps only so, Spark cannot hash them)."""
+    places (hashed through their JSON text too; maps only so, Spark cannot hash them). Integers of any width, and
+    decimals of one scale at any precision, hash alike: a parent that retyped a column so (which the branch's
+    checks let through) holds the same values, and its rows must hash as the base image's."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, MapType, StructType
+    from pyspark.sql.types import (
+        ArrayType,
+        ByteType,
+        DecimalType,
+        IntegerType,
+        LongType,
+        MapType,
+        ShortType,
+        StructType,
+    )
 
     if not columns:
         return F.lit(0).cast("bigint")
     parts: list[Column] = []
     for name in columns:
         column, data_type = F.col(quote(name)), types[name]
+        if isinstance(data_type, (ByteType, ShortType, IntegerType, LongType)):
+            column = column.cast("bigint")
+        elif isinstance(data_type, DecimalType):
+            column = column.cast(DecimalType(38, data_type.scale))
         if isinstance(data_type, (ArrayType, MapType, StructType)):
             parts.append(value_text(column, data_type))
             if holds_map(data_type):
