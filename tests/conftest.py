@@ -27,18 +27,21 @@ collect_ignore = [] if os.environ.get(DELTA_SESSION_ENV) else ["delta_spark"]
 # The longest files first (longest processing time first): xdist's --dist loadfile hands out files with the most
 # tests first, so these files of one or two minutes-long tests (the Delta-inside-Spark child suite alone takes more
 # than ten minutes) would start last and leave the other worker idle at the end of the run. The scheduler below
-# moves them to the front of the queue, in this order (from `--durations` of a full CI run, 2 workers).
+# moves them to the front of the queue, in this order (the files' summed test times in a full CI run's
+# `--junitxml`, 2 workers).
 _LONGEST = (
     "test_delta_inside_spark.py",
-    "branch/test_branch_processes.py",
-    "faults/test_crashes.py",
-    "branch/test_branch_merge_crashes.py",
-    "functional/test_models_example.py",
-    "branch/test_branch_dbt.py",
-    "table/test_delta_types.py",
     "branch/test_branch_api.py",
+    "branch/test_branch_processes.py",
+    "branch/test_branch_dbt.py",
+    "branch/test_branch_schema_changes.py",
+    "functional/test_snapshots.py",
     "branch/test_branch_images.py",
+    "functional/test_models_example.py",
+    "branch/test_branch_merge_failures.py",
+    "faults/test_crashes.py",
     "functional/test_standard_suites.py",
+    "table/test_delta_types.py",
     "functional/test_standalone_cluster.py",
 )
 
