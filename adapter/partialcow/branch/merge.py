@@ -350,10 +350,11 @@ def merge_branch(
                 plan.merge.columns_differ = [c.lower() for c in info.columns] != [
                     c.lower() for c in spark.table(qualified(*parent)).columns]
             elif plan.merge.detached:
-                if fast_forward and parent is not None and schema_moved(
-                    spark, record.base_snapshots, base_schema, info.identifier, parent_levels
-                ):
-                    plan.merge.fast_forward = False  # an ALTER TABLE on the parent since the base: a change too
+                if fast_forward and parent is not None:
+                    # an ALTER TABLE on the parent since the base is a change of the parent too
+                    plan.merge.schema_changed = tuple(schema_moved(spark, record.base_snapshots, base_schema,
+                                                                   info.identifier, parent_levels))
+                    plan.merge.fast_forward = not plan.merge.schema_changed
                 if not plan.merge.fast_forward or dropped:
                     plan.merge.conflicts = 1  # no keys: a change on both sides conflicts as a whole
                     plan.merge.resolution = None if policy == "fail" else policy

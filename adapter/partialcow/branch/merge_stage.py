@@ -78,6 +78,8 @@ class ModelMerge:
     #: descendant branches whose model cannot be read over the merged parent any more (see
     #: :func:`~partialcow.branch.overlay.refresh_descendant_views`)
     behind: tuple[str, ...] = ()
+    #: the parent's tables whose schema changed since the branch's base without a commit (``ALTER TABLE``)
+    schema_changed: tuple[str, ...] = ()
 
     def describe(self) -> str:
         how = "fast-forward" if self.fast_forward else "three-way"
@@ -101,6 +103,8 @@ class ModelMerge:
         elif self.detached:
             done = "replaced the parent's rows" if self.replaced else "left the parent as it is"
             text = f"  {self.model} ({how}, detached): {done}"
+            if self.schema_changed:
+                text += f"; the parent's schema changed since the branch's base ({', '.join(self.schema_changed)})"
             if self.layout_dropped:
                 text += (f"; not kept from the parent's table (its column gone, or of another type now): "
                          f"{', '.join(self.layout_dropped)}")
