@@ -417,3 +417,36 @@ def test_a_merge_through_icebergs_merge_refuses_values_the_narrowed_parent_canno
     assert sorted(tuple(r) for r in spark.table(root).collect()) == [(1, 1), (2, 22), (3, 33)]
     assert _rows(spark, f"{meta}.aa") == {1: (1, "a_dev")}
     drop_branch(spark, name="dev", meta_schema=meta)
+
+
+def test_after_a_detached_model_merged_the_branch_reads_the_parent_as_it_is(spark, meta):
+    """Regression: after a model without key was merged, the branch kept the merge result as its overlay: it missed
+    main's later rows, its next merge (the branch had changed nothing since) reported main's change as a conflict,
+    and ``on_conflict: ours`` then took main's later row away. The merged model now leaves the branch, whose
+    ``ref()`` reads main as it is (as for a model the branch never built); a build there makes it the branch's
+    again."""
+    from partialcow.branch import diff_branch, merge_branch
+    from partialcow.branch.levels import resolve_parent
+
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, v string) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'x'), (2, 'y')")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+
+    def build_detached(rows):
+        build_model(spark, spark.createDataFrame(rows, "id bigint, v string"), branch="dev", base_schema=meta,
+                    identifier="items", key_columns=[], meta_schema=meta)
+
+    build_detached([(1, "x"), (2, "Y")])
+    assert merge_branch(spark, name="dev", meta_schema=meta).applied
+    spark.sql(f"INSERT INTO {root} VALUES (3, 'z')")  # main moves on; the branch changes nothing
+    main = {1: (1, "x"), 2: (2, "Y"), 3: (3, "z")}
+    assert resolve_parent(spark, ["dev", "main"], meta, "items") == (meta, "items")
+    assert not spark.catalog.tableExists(f"{meta}__br_dev.items")
+    assert diff_branch(spark, name="dev", meta_schema=meta).counts == {}
+    merged = merge_branch(spark, name="dev", meta_schema=meta, on_conflict="ours")
+    assert merged.applied and merged.conflicts == 0 and _rows(spark, root) == main
+    build_detached([(1, "x"), (2, "Y"), (3, "z"), (4, "w")])  # the branch's own again, over main as it is now
+    assert merge_branch(spark, name="dev", meta_schema=meta).conflicts == 0
+    assert _rows(spark, root) == {**main, 4: (4, "w")}
+    drop_branch(spark, name="dev", meta_schema=meta)

@@ -42,7 +42,8 @@ Behaviour:
   built the model (branch, parent branch, ..., main). Views and seeds built on a branch are plain
   objects in the overlay schema (seeds are copies and are not merged).
 - Merge is three-way by key (base = parent at creation/last merge, ours = the branch, theirs = the parent now);
-  after a merge the branch's overlays are emptied and it continues from the merge result.
+  after a merge the branch's overlays are emptied (a detached model leaves the branch) and it continues from the
+  merge result.
 - ``partial_cow_incremental`` models apply each batch to what the branch shows and store the result as the same
   kind of overlay (:mod:`partialcow.branch.incremental`); ``is_incremental()`` holds on a branch when the branch or
   a parent level has the model.

@@ -503,14 +503,21 @@ def _merge_model(
 
 def _reset_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore, branch: str) -> None:
     """After a merge the branch shows the merge result: its delta overlay empties (history kept for children), a
-    detached overlay holds the parent's rows; a model whose parent's table stays dropped leaves the branch."""
+    detached model leaves the branch (it reads the parent; an incremental one without key takes the parent's rows,
+    its history); a model whose parent's table stays dropped leaves the branch."""
     if plan.parent is None and not plan.merge.replaced:
         _remove_branch_model(spark, plan, store=store, branch=branch)
         return
     if plan.merge.detached and not plan.merge.parent_dropped:
-        if not plan.merge.replaced:
+        if plan.merge.kept_history:  # the parent's rows are its history: the branch continues from them
             _take_parent_rows(spark, plan, store=store, branch=branch)
-        return  # replaced: the detached overlay now equals the parent's rows
+        else:
+            # merged (or the parent's rows kept): nothing of the model differs from the parent now, so the branch
+            # reads the parent as it is. A copy kept as the overlay froze it: the branch missed the parent's later
+            # changes, and the next merge saw them as a conflict that `ours` settled by reverting them
+            remove_model(spark, store=store, branch=branch, base_schema=plan.base_schema,
+                         identifier=plan.info.identifier)
+        return
     # emptied before the base image goes: an overlay left full without it would merge as a fast-forward
     spark.sql(f"DELETE FROM {plan.info.table}")
     if plan.parent is not None:  # it shows the parent as it is now, with the columns it gained
@@ -529,8 +536,8 @@ def _remove_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore
 
 
 def _take_parent_rows(spark: SparkSession, plan: _Plan, *, store: BranchStore, branch: str) -> None:
-    """A detached model merged with ``on_conflict: theirs``, or one whose parent's rows are its history: the
-    parent's rows stayed, and the branch continues from them. Left as it was, the overlay would still show the
+    """An incremental model without key, whose parent's rows are its history: the parent's rows stayed, and the
+    branch continues from them. Left as it was, the overlay would still show the
     branch's result, and as the merge base moves on, the next merge would take it for a change made after the base
     and copy it over the parent as a fast-forward."""
     from pyspark.sql import functions as F
