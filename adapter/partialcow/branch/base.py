@@ -324,6 +324,38 @@ def _at(schema: str, table: str, snapshot: int) -> str:
     return qualified(schema, table) + (f" VERSION AS OF {snapshot}" if snapshot >= 0 else "")
 
 
+def _columns_at(spark: SparkSession, schema: str, table: str, snapshot: int, columns: Sequence[str]) -> str:
+    """The select list reading today's ``columns`` of ``schema.table`` at ``snapshot``.
+
+    Iceberg reads a snapshot with the columns it had then: a column renamed since is read by its old name (the same
+    field id), one added since reads null (what the table's rows written before it show). Columns the table does
+    not have today keep their names (the read fails: a base that cannot be read is unknown)."""
+    from partialcow.table.java import jvm
+
+    plain = [quote(c) for c in columns]
+    loaded = load_iceberg(spark, schema, table) if snapshot >= 0 else None
+    if loaded is None:
+        return ", ".join(plain)
+    then = loaded.snapshot(snapshot)
+    schema_id = None if then is None else then.schemaId()
+    old = None if schema_id is None else loaded.schemas().get(schema_id)
+    if old is None:
+        return ", ".join(plain)
+    now = loaded.schema().asStruct()
+    to_spark = jvm(spark).org.apache.iceberg.spark.SparkSchemaUtil.convert
+    selected = []
+    for column, name in zip(columns, plain):
+        field = now.caseInsensitiveField(column)
+        was = None if field is None else old.asStruct().field(field.fieldId())
+        if field is None or (was is not None and was.name() == field.name()):
+            selected.append(name)
+        elif was is None:
+            selected.append(f"CAST(NULL AS {to_spark(field.type()).sql()}) AS {name}")
+        else:
+            selected.append(f"{quote(was.name())} AS {name}")
+    return ", ".join(selected)
+
+
 def merge_base_sql(
     spark: SparkSession, info: OverlayInfo, *, levels: Sequence[str], base_snapshots: dict[str, int], base_schema: str
 ) -> str | None:
@@ -334,7 +366,6 @@ def merge_base_sql(
     recorded with an image showed that image (its parent pinned as of its build, not the tables below as they were
     at the base): the root table read ``VERSION AS OF`` the image's snapshot replaces the levels below it.
     """
-    cols = ", ".join(quote(c) for c in info.columns)
     on = same_key_sql(info.key_columns, "p", "o")
     below: str | None = None
     for level in reversed(levels):
@@ -342,22 +373,26 @@ def merge_base_sql(
         if level == MAIN:
             snap = base_snapshots.get(f"{schema}.{info.identifier}".lower())
             if snap is not None:
-                below = f"SELECT {cols} FROM {_at(schema, info.identifier, snap)}" if snap >= 0 else None
+                below = (f"SELECT {_columns_at(spark, schema, info.identifier, snap, info.columns)} "
+                         f"FROM {_at(schema, info.identifier, snap)}" if snap >= 0 else None)
             continue
         full = base_snapshots.get(f"{schema}.{full_table(info.identifier)}".lower())
         if full is not None:
-            below = f"SELECT {cols} FROM {_at(schema, full_table(info.identifier), full)}" if full >= 0 else None
+            full_cols = _columns_at(spark, schema, full_table(info.identifier), full, info.columns)
+            below = f"SELECT {full_cols} FROM {_at(schema, full_table(info.identifier), full)}" if full >= 0 else None
             continue
         image = base_snapshots.get(image_key(base_schema, info.identifier, level))
         if image is not None:
-            below = f"SELECT {cols} FROM {_at(base_schema, info.identifier, image)}"
+            image_cols = _columns_at(spark, base_schema, info.identifier, image, info.columns)
+            below = f"SELECT {image_cols} FROM {_at(base_schema, info.identifier, image)}"
             continue
         snap = base_snapshots.get(f"{schema}.{overlay_table(info.identifier)}".lower())
         if snap is None:
             continue
         level_info = overlay_info(spark, schema, info.identifier)  # modes are not versioned: use today's
         overlay = _at(schema, overlay_table(info.identifier), snap)
-        upserts = f"SELECT {cols} FROM {overlay} WHERE {OP_COLUMN} = '{OP_UPSERT}'" if snap >= 0 else None
+        upserts = (f"SELECT {_columns_at(spark, schema, overlay_table(info.identifier), snap, info.columns)} "
+                   f"FROM {overlay} WHERE {OP_COLUMN} = '{OP_UPSERT}'" if snap >= 0 else None)
         if level_info is None or level_info.mode == "detached" or below is None:
             below = upserts
         elif upserts is None:
