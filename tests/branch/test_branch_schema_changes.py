@@ -450,3 +450,72 @@ def test_after_a_detached_model_merged_the_branch_reads_the_parent_as_it_is(spar
     assert merge_branch(spark, name="dev", meta_schema=meta).conflicts == 0
     assert _rows(spark, root) == {**main, 4: (4, "w")}
     drop_branch(spark, name="dev", meta_schema=meta)
+
+
+@pytest.mark.parametrize("alter", ["ADD COLUMN w string", "RENAME COLUMN v TO v2"], ids=["added", "renamed"])
+def test_a_column_altered_on_main_after_the_base_is_no_conflict_for_keys_main_left_alone(spark, meta, alter):
+    """Regression: main added (or renamed) a column after the branch's base, then wrote a row; the branch built
+    with main's columns, changing key 2 and inserting key 3. The parent's rows at the base (read ``VERSION AS OF``
+    the recorded snapshot, with that snapshot's columns) failed to read with today's column names, so every base
+    was stored unknown: both keys were reported as conflicts, and ``on_conflict: theirs`` dropped the branch's
+    insert. A column the base lacked reads null there (what main's old rows show), a renamed one by its old name."""
+    from partialcow.branch import merge_branch
+
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, v string) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'a'), (2, 'b')")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    spark.sql(f"ALTER TABLE {root} {alter}")
+    columns = spark.table(root).columns
+    extra = (None,) * (len(columns) - 2)
+    spark.sql(f"INSERT INTO {root} VALUES (9, 'z'{', null' * len(extra)})")  # main moves its snapshot on
+    dev = {1: (1, "a", *extra), 2: (2, "B", *extra), 3: (3, "c", *extra), 9: (9, "z", *extra)}
+    _build(spark, meta, dev, ", ".join(f"{c} {t}" for c, t in zip(columns, ["bigint", "string", "string"])))
+    merged = merge_branch(spark, name="dev", meta_schema=meta, on_conflict="theirs")
+    assert merged.conflicts == 0
+    assert _rows(spark, root) == dev
+    drop_branch(spark, name="dev", meta_schema=meta)
+
+
+def test_a_merged_branch_follows_alter_table_on_main(spark, meta):
+    """Regression: after a keyed model merged, the branch changes nothing and shows main through a view listing the
+    columns main had then; ``ALTER TABLE`` on main (a column renamed, dropped, widened; no snapshot, nothing of ours
+    runs) made reads there fail with Spark's ``UNRESOLVED_COLUMN`` / ``CANNOT_UP_CAST_DATATYPE``, and ``branch_diff``,
+    ``branch_merge`` and ``branch_refresh`` refused the model though the branch changed nothing. Its empty overlay
+    now takes main's columns, in main's order, at ``ref()`` resolution and at each branch operation."""
+    from partialcow.branch import diff_branch, merge_branch, refresh_branch
+    from partialcow.branch.overlay import resolve_restoring
+    from partialcow.branch.store import BranchStore
+
+    root = f"{meta}.items"
+    dev = f"{meta}__br_dev.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, v string, w string, q int) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'a', 'x', 10), (2, 'b', 'y', 20)")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    _build(spark, meta, {1: (1, "a", "x", 10), 2: (2, "B", "y", 20)}, "id bigint, v string, w string, q int")
+    assert merge_branch(spark, name="dev", meta_schema=meta).applied
+
+    def by_id(relation):
+        return {r["id"]: tuple(r) for r in spark.table(relation).collect()}
+
+    def shown():
+        assert spark.table(dev).schema == spark.table(root).schema
+        return by_id(dev)
+
+    store = BranchStore(spark, meta_schema=meta)
+    spark.sql(f"ALTER TABLE {root} RENAME COLUMN v TO v2")
+    assert resolve_restoring(spark, store=store, levels=["dev", "main"], base_schema=meta,
+                             identifier="items") == (f"{meta}__br_dev", "items")
+    assert shown() == by_id(root)
+    spark.sql(f"ALTER TABLE {root} DROP COLUMN w")
+    assert diff_branch(spark, name="dev", meta_schema=meta).counts == {}
+    assert shown() == by_id(root)
+    spark.sql(f"ALTER TABLE {root} ALTER COLUMN q TYPE bigint")
+    spark.sql(f"ALTER TABLE {root} ADD COLUMN z string FIRST")
+    spark.sql(f"INSERT INTO {root} VALUES ('new', 3, 'c', 5000000000)")
+    assert merge_branch(spark, name="dev", meta_schema=meta).conflicts == 0
+    assert shown() == by_id(root)
+    spark.sql(f"ALTER TABLE {root} RENAME COLUMN z TO z2")
+    refresh_branch(spark, name="dev", meta_schema=meta)
+    assert shown() == by_id(root)
+    drop_branch(spark, name="dev", meta_schema=meta)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from partialcow.branch.frames import comparable, key_join, key_string, same_key, same_types, same_value
 from partialcow.branch.levels import branch_models, require_parent_columns, resolve_parent
 from partialcow.branch.naming import OP_COLUMN, OP_UPSERT, base_schema_of, overlay_schema, qualified, quote
+from partialcow.branch.overlay import follow_parent
 from partialcow.branch.store import BranchStore
 from partialcow.branch.types import OverlayInfo
 
@@ -211,6 +212,7 @@ def diff_branch(spark: SparkSession, *, name: str, meta_schema: str) -> DiffResu
                 frames.append(spark.createDataFrame([(model, None, "replace", None, old, str(detached.rows))],
                                                     _DIFF_SCHEMA))
         else:
+            info = follow_parent(spark, info, parent, store=store, branch=name)
             require_parent_columns(spark, info, parent, branch=name, operation="branch_diff")
             frames.append(_keyed_rows(spark, info, parent, model))
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(overlay_schema(meta_schema, name))}")

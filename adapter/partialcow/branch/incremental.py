@@ -55,6 +55,7 @@ from partialcow.branch.overlay import (
     build_model,
     count_ops,
     create_branch_view,
+    follow_parent,
     refresh_descendant_views,
     view_sql,
 )
@@ -290,6 +291,7 @@ def apply_changes_on_branch(
     parent = None if above is None else (overlay_schema(base_schema, above), identifier)
     if not full_refresh and info is not None and info.mode == "delta" and parent is not None:
         # the batch's rows are compared with the parent's (a key back at the parent's row leaves the overlay)
+        info = follow_parent(spark, info, parent, store=store, branch=branch)
         require_parent_columns(spark, info, parent, branch=branch, operation="partial_cow_incremental")
     if full_refresh or info is None:
         # the batch's upserts are the model's whole content, as a first build without a branch

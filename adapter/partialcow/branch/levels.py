@@ -6,6 +6,7 @@ A model's parent on branch ``B`` is the nearest level above ``B`` that has the m
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -28,10 +29,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
-    "adopt_parent_columns",
     "branch_models",
     "chain_tables",
     "distinct_models",
+    "follow_parent_columns",
     "overlay_info",
     "parent_level",
     "require_parent_columns",
@@ -105,20 +106,49 @@ def require_parent_columns(spark: SparkSession, info: OverlayInfo, parent: tuple
     )
 
 
-def adopt_parent_columns(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str], *,
-                         emptied: bool = False) -> bool:
-    """Give an empty delta overlay the columns its ``parent`` gained since the branch built the model (a change of
-    none of its rows: the branch shows the parent as it is now, where the overlay's columns would hide the new ones);
-    True when it took some. An overlay holding rows keeps its columns: its rows have no values for them.
-    ``emptied``: the caller just emptied it (no job to check)."""
-    if info.mode != "delta" or not (emptied or spark.table(info.table).isEmpty()):
-        return False
-    held = {c.lower() for c in [*info.columns, OP_COLUMN, SEQ_COLUMN]}
-    gained = [f for f in spark.table(qualified(*parent)).schema.fields if f.name.lower() not in held]
+def follow_parent_columns(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str], *,
+                          emptied: bool = False) -> OverlayInfo:
+    """Give an empty delta overlay the columns its ``parent`` has now, in its order; returns the overlay's layout.
+
+    An empty overlay changes none of the parent's rows: the branch shows the parent as it is. ``ALTER TABLE`` there
+    (a column added, dropped, renamed, widened) commits nothing the branch records, and the overlay's old columns
+    would hide a new column, or break the view over the parent that lists them. An overlay holding rows keeps its
+    columns (its rows have values for those only; :func:`require_parent_columns` refuses what cannot be compared),
+    and so do key columns the parent lost. ``emptied``: the caller just emptied it (no check)."""
+    if info.mode != "delta":
+        return info
+    from partialcow.branch.catalog import holds_no_rows
+
+    theirs = [(f.name, f.dataType) for f in spark.table(qualified(*parent)).schema.fields]
+    ours = {f.name.lower(): f for f in spark.table(info.table).schema.fields if f.name not in (OP_COLUMN, SEQ_COLUMN)}
+    if [(n.lower(), t) for n, t in theirs] == [(n.lower(), f.dataType) for n, f in ours.items()]:
+        return info
+    kept = {k.lower() for k in info.key_columns}
+    wanted = {n.lower(): t for n, t in theirs}
+    if not kept <= wanted.keys() or not (emptied or holds_no_rows(spark, *info.table.split(".", 1))):
+        return info
+    drop = [f.name for n, f in ours.items() if n not in kept and wanted.get(n) != f.dataType]
+    if drop:
+        spark.sql(f"ALTER TABLE {info.table} DROP COLUMNS ({', '.join(quote(c) for c in drop)})")
+    for key in [f for n, f in ours.items() if n in kept and wanted[n] != f.dataType]:
+        # a key widened there; a change Iceberg refuses stays (require_parent_columns refuses it by name)
+        with contextlib.suppress(Exception):
+            spark.sql(f"ALTER TABLE {info.table} ALTER COLUMN {quote(key.name)} "
+                      f"TYPE {wanted[key.name.lower()].simpleString()}")
+    held = {n for n in ours if n not in {c.lower() for c in drop}}
+    gained = [(n, t) for n, t in theirs if n.lower() not in held]
     if gained:
-        listed = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in gained)
+        listed = ", ".join(f"{quote(n)} {t.simpleString()}" for n, t in gained)
         spark.sql(f"ALTER TABLE {info.table} ADD COLUMNS ({listed})")
-    return bool(gained)
+    order = [n for n, f in ours.items() if n in held] + [n.lower() for n, _ in gained]
+    if order != [n.lower() for n, _ in theirs]:
+        names = {n.lower(): n for n in [*[f.name for f in ours.values()], *[n for n, _ in gained]]}
+        previous = None
+        for name, _ in theirs:
+            position = "FIRST" if previous is None else f"AFTER {quote(names[previous])}"
+            spark.sql(f"ALTER TABLE {info.table} ALTER COLUMN {quote(names[name.lower()])} {position}")
+            previous = name.lower()
+    return overlay_info(spark, info.schema, info.identifier) or info
 
 
 def overlay_info(spark: SparkSession, schema: str, identifier: str) -> OverlayInfo | None:

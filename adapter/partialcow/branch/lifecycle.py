@@ -16,10 +16,8 @@ from partialcow.branch.base import SCHEMA_SUFFIX, record_snapshots
 from partialcow.branch.catalog import iceberg_total_records, list_tables, schema_exists, table_exists
 from partialcow.branch.image import drop_image, drop_reader_relation, has_image
 from partialcow.branch.levels import (
-    adopt_parent_columns,
     branch_models,
     distinct_models,
-    overlay_info,
     require_parent_columns,
     resolve_parent,
 )
@@ -36,7 +34,13 @@ from partialcow.branch.naming import (
     quote,
     validate_branch_name,
 )
-from partialcow.branch.overlay import create_branch_view, refresh_descendant_views, refresh_history, view_sql
+from partialcow.branch.overlay import (
+    create_branch_view,
+    follow_parent,
+    refresh_descendant_views,
+    refresh_history,
+    view_sql,
+)
 from partialcow.branch.store import BranchStore
 from partialcow.branch.types import COPY_ON_WRITE, BranchRecord, ImageMode, validate_image_mode
 from partialcow.exceptions import BranchError
@@ -405,6 +409,8 @@ def refresh_branch(spark: SparkSession, *, name: str, meta_schema: str) -> Refre
     levels = store.chain(name)
     models = [(info, resolve_parent(spark, levels[1:], base_schema_of(info.schema), info.identifier))
               for info in branch_models(spark, name, store.base_schemas(name))]
+    models = [(follow_parent(spark, info, parent, store=store, branch=name) if parent is not None else info, parent)
+              for info, parent in models]
     for info, parent in models:  # before any model is refreshed
         if info.mode == "delta" and parent is not None:
             require_parent_columns(spark, info, parent, branch=name, operation="branch_refresh")
@@ -412,8 +418,6 @@ def refresh_branch(spark: SparkSession, *, name: str, meta_schema: str) -> Refre
     for info, parent in models:
         base_schema = base_schema_of(info.schema)
         model = f"{base_schema}.{info.identifier}"
-        if parent is not None and adopt_parent_columns(spark, info, parent):
-            info = overlay_info(spark, info.schema, info.identifier) or info
         if refresh_history(spark, info, parent):
             history.append(model)
         if table_exists(spark, info.schema, full_table(info.identifier)):

@@ -46,9 +46,9 @@ from partialcow.branch.base import (
 )
 from partialcow.branch.catalog import table_exists
 from partialcow.branch.levels import (
-    adopt_parent_columns,
     branch_models,
     distinct_models,
+    follow_parent_columns,
     overlay_info,
     require_parent_columns,
     resolve_parent,
@@ -78,7 +78,7 @@ from partialcow.branch.naming import (
     qualified,
     quote,
 )
-from partialcow.branch.overlay import create_branch_view, refresh_descendant_views, remove_model
+from partialcow.branch.overlay import create_branch_view, follow_parent, refresh_descendant_views, remove_model
 from partialcow.branch.replace import replace_keeping_layout
 from partialcow.branch.store import BranchStore
 from partialcow.branch.types import BranchRecord, ConflictPolicy, OverlayInfo, validate_conflict_policy
@@ -315,6 +315,7 @@ def merge_branch(
                                         parent_view=".".join(parent)))
                 continue
             if info.mode == "delta" and parent is not None:
+                info = follow_parent(spark, info, parent, store=store, branch=name)
                 require_parent_columns(spark, info, parent, branch=name, operation="branch_merge")
             if info.mode == "delta":  # what a merge killed during its commit left in the base image
                 settle_interrupted_merge(spark, schema=info.schema, identifier=info.identifier, columns=info.columns,
@@ -521,7 +522,7 @@ def _reset_branch_model(spark: SparkSession, plan: _Plan, *, store: BranchStore,
     # emptied before the base image goes: an overlay left full without it would merge as a fast-forward
     spark.sql(f"DELETE FROM {plan.info.table}")
     if plan.parent is not None:  # it shows the parent as it is now, with the columns it gained
-        adopt_parent_columns(spark, plan.info, plan.parent, emptied=True)
+        follow_parent_columns(spark, plan.info, plan.parent, emptied=True)
     purge_table(spark, plan.info.schema, base_image_table(plan.info.identifier))
     _unmaterialize(spark, plan.info.schema, plan.info.identifier)
     create_branch_view(spark, store=store, branch=branch, base_schema=plan.base_schema,

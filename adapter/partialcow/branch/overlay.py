@@ -38,17 +38,19 @@ from partialcow.branch.image import (
     ImageReport,
     drop_image,
     drop_reader_relation,
+    has_image,
     image_relation,
     publish_image_table,
     refresh_image,
 )
-from partialcow.branch.levels import overlay_info, parent_level, resolve_parent, write_overlay
+from partialcow.branch.levels import follow_parent_columns, overlay_info, parent_level, resolve_parent, write_overlay
 from partialcow.branch.naming import (
     OP_COLUMN,
     OP_DELETE,
     OP_UPSERT,
     SEQ_COLUMN,
     base_image_table,
+    base_schema_of,
     full_table,
     overlay_schema,
     overlay_table,
@@ -70,6 +72,7 @@ __all__ = [
     "build_model",
     "count_ops",
     "create_branch_view",
+    "follow_parent",
     "refresh_descendant_views",
     "view_sql",
 ]
@@ -397,7 +400,7 @@ def create_branch_view(spark: SparkSession, *, store: BranchStore, branch: str, 
         # before anything is dropped: a parent that lost one of the model's columns cannot be read through, and the
         # branch keeps showing what it shows until the model is built on it again (ref() must never fall back to
         # the parent's table while the overlay holds the branch's changes)
-        _require_readable(spark, view_sql(info, parent, materialized=False), branch, f"{base_schema}.{identifier}",
+        _require_readable(spark, view_sql(info, parent, materialized=False), branch, base_schema, identifier,
                           ".".join(parent))
     # parent is None exactly when above is: testing both narrows both names for the type checker
     if materialized or parent is None or above is None:
@@ -430,7 +433,8 @@ def create_branch_view(spark: SparkSession, *, store: BranchStore, branch: str, 
     return image
 
 
-def _require_readable(spark: SparkSession, sql: str, branch: str, model: str, parent: str) -> None:
+def _require_readable(spark: SparkSession, sql: str, branch: str, base_schema: str, identifier: str,
+                      parent: str) -> None:
     """Raise ``UnfollowableParentError`` when ``sql``, the model's view over its parent, does not analyse (no job
     runs)."""
     from pyspark.errors import AnalysisException
@@ -439,11 +443,30 @@ def _require_readable(spark: SparkSession, sql: str, branch: str, model: str, pa
         spark.sql(sql).schema  # noqa: B018 - analysis is the check
     except AnalysisException as exc:
         reason = str(exc).strip().splitlines()[0]
+        # an image pins the parent as of the model's last build; a view reads the parent live and fails with it
+        shows = ("the branch still shows what it showed (its parent as of the model's last build there)"
+                 if has_image(spark, base_schema, identifier, branch) else
+                 "reads of the model on the branch fail until then")
         raise UnfollowableParentError(
-            f"model {model} on branch {branch} cannot be read over its parent {parent} as it is now ({reason}); "
-            "the branch still shows what it showed. Build the model on the branch again (its columns changed on "
-            "the parent)"
+            f"model {base_schema}.{identifier} on branch {branch} cannot be read over its parent {parent} as it is "
+            f"now ({reason}). Build the model on the branch again (its columns changed on the parent); {shows}"
         ) from None
+
+
+def follow_parent(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str], *, store: BranchStore,
+                  branch: str) -> OverlayInfo:
+    """:func:`~partialcow.branch.levels.follow_parent_columns`, then, when the overlay's columns changed, publish
+    what readers of the model on ``branch`` and its descendants query again (the old view listed the old columns:
+    a column renamed, dropped or widened by ``ALTER TABLE`` on the parent made reads of it fail)."""
+    followed = follow_parent_columns(spark, info, parent)
+    if followed.columns != info.columns:
+        base_schema = base_schema_of(info.schema)
+        _LOG.info("model %s.%s on branch %s changes nothing and takes its parent's columns %s", base_schema,
+                  info.identifier, branch, list(followed.columns))
+        create_branch_view(spark, store=store, branch=branch, base_schema=base_schema, identifier=info.identifier)
+        refresh_descendant_views(spark, store=store, branch=branch, base_schema=base_schema,
+                                 identifier=info.identifier)
+    return followed
 
 
 def remove_model(spark: SparkSession, *, store: BranchStore, branch: str, base_schema: str, identifier: str,
@@ -479,9 +502,13 @@ def resolve_restoring(spark: SparkSession, *, store: BranchStore, levels: Sequen
     from partialcow.branch.naming import MAIN
 
     found = resolve_parent(spark, levels, base_schema, identifier)
-    for level in levels:
+    for position, level in enumerate(levels):
         schema = overlay_schema(base_schema, level)
-        if level == MAIN or (found is not None and schema == found[0]):
+        if level == MAIN:
+            break
+        if found is not None and schema == found[0]:
+            _follow_if_empty(spark, store=store, levels=levels[position:], base_schema=base_schema,
+                             identifier=identifier)
             break
         if table_exists(spark, schema, overlay_table(identifier)):
             with _RESTORE_LOCK:
@@ -492,6 +519,22 @@ def resolve_restoring(spark: SparkSession, *, store: BranchStore, levels: Sequen
                                        identifier=identifier)
             return schema, identifier
     return found
+
+
+def _follow_if_empty(spark: SparkSession, *, store: BranchStore, levels: Sequence[str], base_schema: str,
+                     identifier: str) -> None:
+    """Let the model's empty overlay on ``levels[0]`` (a keyed model merged, or built with the parent's rows) take
+    the columns its parent has now, before ``ref()`` reads it. A snapshot summary answers for an overlay holding
+    rows (no job)."""
+    schema = overlay_schema(base_schema, levels[0])
+    if not table_exists(spark, schema, overlay_table(identifier)) or not holds_no_rows(
+            spark, schema, overlay_table(identifier)):
+        return
+    info = overlay_info(spark, schema, identifier)
+    parent = resolve_parent(spark, levels[1:], base_schema, identifier)
+    if info is not None and parent is not None:
+        with _RESTORE_LOCK:
+            follow_parent(spark, info, parent, store=store, branch=levels[0])
 
 
 def refresh_descendant_views(
