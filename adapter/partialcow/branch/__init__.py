@@ -43,7 +43,9 @@ Behaviour:
   objects in the overlay schema (seeds are copies and are not merged).
 - Merge is three-way by key (base = parent at creation/last merge, ours = the branch, theirs = the parent now);
   after a merge the branch's overlays are emptied (a detached model leaves the branch) and it continues from the
-  merge result.
+  merge result. An empty overlay follows ``ALTER TABLE`` on its parent (its columns become the parent's at the
+  next ``ref()`` and branch operation: :func:`partialcow.branch.overlay.follow_parent`); one holding rows keeps its
+  columns, and a model whose parent lost or retyped one of them is refused by name until it is built again.
 - ``partial_cow_incremental`` models apply each batch to what the branch shows and store the result as the same
   kind of overlay (:mod:`partialcow.branch.incremental`); ``is_incremental()`` holds on a branch when the branch or
   a parent level has the model.
