@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from partialcow.branch.catalog import list_tables, table_exists
 from partialcow.branch.naming import (
@@ -107,8 +107,9 @@ def require_parent_columns(spark: SparkSession, info: OverlayInfo, parent: tuple
 
 
 def follow_parent_columns(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str], *,
-                          emptied: bool = False) -> OverlayInfo:
-    """Give an empty delta overlay the columns its ``parent`` has now, in its order; returns the overlay's layout.
+                          emptied: bool = False) -> tuple[OverlayInfo, bool]:
+    """Give an empty delta overlay the columns its ``parent`` has now, in its order; returns the overlay's layout
+    and whether it changed.
 
     An empty overlay changes none of the parent's rows: the branch shows the parent as it is. ``ALTER TABLE`` there
     (a column added, dropped, renamed, widened) commits nothing the branch records, and the overlay's old columns
@@ -116,21 +117,26 @@ def follow_parent_columns(spark: SparkSession, info: OverlayInfo, parent: tuple[
     columns (its rows have values for those only; :func:`require_parent_columns` refuses what cannot be compared),
     and so do key columns the parent lost. ``emptied``: the caller just emptied it (no check)."""
     if info.mode != "delta":
-        return info
+        return info, False
     from partialcow.branch.catalog import holds_no_rows
+    from partialcow.branch.frames import same_types
 
     theirs = [(f.name, f.dataType) for f in spark.table(qualified(*parent)).schema.fields]
     ours = {f.name.lower(): f for f in spark.table(info.table).schema.fields if f.name not in (OP_COLUMN, SEQ_COLUMN)}
-    if [(n.lower(), t) for n, t in theirs] == [(n.lower(), f.dataType) for n, f in ours.items()]:
-        return info
-    kept = {k.lower() for k in info.key_columns}
     wanted = {n.lower(): t for n, t in theirs}
+
+    def moved(name: str, held: Any) -> bool:  # lost or retyped there (nullability inside a type is no change)
+        return name not in wanted or not same_types(wanted[name], held)
+
+    if [n.lower() for n, _ in theirs] == list(ours) and not any(moved(n, f.dataType) for n, f in ours.items()):
+        return info, False
+    kept = {k.lower() for k in info.key_columns}
     if not kept <= wanted.keys() or not (emptied or holds_no_rows(spark, *info.table.split(".", 1))):
-        return info
-    drop = [f.name for n, f in ours.items() if n not in kept and wanted.get(n) != f.dataType]
+        return info, False
+    drop = [f.name for n, f in ours.items() if n not in kept and moved(n, f.dataType)]
     if drop:
         spark.sql(f"ALTER TABLE {info.table} DROP COLUMNS ({', '.join(quote(c) for c in drop)})")
-    for key in [f for n, f in ours.items() if n in kept and wanted[n] != f.dataType]:
+    for key in [f for n, f in ours.items() if n in kept and moved(n, f.dataType)]:
         # a key widened there; a change Iceberg refuses stays (require_parent_columns refuses it by name)
         with contextlib.suppress(Exception):
             spark.sql(f"ALTER TABLE {info.table} ALTER COLUMN {quote(key.name)} "
@@ -148,7 +154,7 @@ def follow_parent_columns(spark: SparkSession, info: OverlayInfo, parent: tuple[
             position = "FIRST" if previous is None else f"AFTER {quote(names[previous])}"
             spark.sql(f"ALTER TABLE {info.table} ALTER COLUMN {quote(names[name.lower()])} {position}")
             previous = name.lower()
-    return overlay_info(spark, info.schema, info.identifier) or info
+    return overlay_info(spark, info.schema, info.identifier) or info, True
 
 
 def overlay_info(spark: SparkSession, schema: str, identifier: str) -> OverlayInfo | None:

@@ -458,8 +458,8 @@ def follow_parent(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str
     """:func:`~partialcow.branch.levels.follow_parent_columns`, then, when the overlay's columns changed, publish
     what readers of the model on ``branch`` and its descendants query again (the old view listed the old columns:
     a column renamed, dropped or widened by ``ALTER TABLE`` on the parent made reads of it fail)."""
-    followed = follow_parent_columns(spark, info, parent)
-    if followed.columns != info.columns:
+    followed, changed = follow_parent_columns(spark, info, parent)
+    if changed:
         base_schema = base_schema_of(info.schema)
         _LOG.info("model %s.%s on branch %s changes nothing and takes its parent's columns %s", base_schema,
                   info.identifier, branch, list(followed.columns))
