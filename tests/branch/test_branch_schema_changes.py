@@ -522,3 +522,63 @@ def test_a_merged_branch_follows_alter_table_on_main(spark, meta):
     refresh_branch(spark, name="dev", meta_schema=meta)
     assert shown() == by_id(root)
     drop_branch(spark, name="dev", meta_schema=meta)
+
+
+def test_a_parent_branch_following_a_widened_column_keeps_its_childs_base(spark, meta):
+    """Regression: ``a`` held a change of key 1 when main widened ``r`` (int to bigint); ``b`` branched from ``a``.
+    ``a``'s merge emptied its overlay, which then took main's ``r`` by dropping and adding it (a new field id), so
+    ``b``'s base read ``a``'s overlay at the recorded snapshot with ``r`` null: ``b``'s merge of its own change to key
+    1 reported a conflict ``a`` never made. A widening now keeps the column (its field id)."""
+    from pyspark.sql import functions as F
+
+    from partialcow.branch import merge_branch, refresh_branch
+
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, v string, r int) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'a', 10), (2, 'b', 20)")
+    create_branch(spark, name="a", meta_schema=meta, models=[(meta, "items")])
+
+    def build(branch, frame):
+        build_model(spark, frame, branch=branch, base_schema=meta, identifier="items", key_columns=["id"],
+                    meta_schema=meta)
+
+    try:
+        build("a", spark.table(root).withColumn("v", F.when(F.col("id") == 1, "A1").otherwise(F.col("v"))))
+        spark.sql(f"ALTER TABLE {root} ALTER COLUMN r TYPE bigint")
+        refresh_branch(spark, name="a", meta_schema=meta)
+        create_branch(spark, name="b", parent="a", meta_schema=meta, models=[(meta, "items")])
+        assert merge_branch(spark, name="a", meta_schema=meta).applied
+        shown = spark.table(f"{meta}__br_a.items")
+        build("b", shown.withColumn("v", F.when(F.col("id") == 1, "B1").otherwise(F.col("v"))))
+        assert merge_branch(spark, name="b", meta_schema=meta).conflicts == 0
+        assert _rows(spark, f"{meta}__br_a.items") == {1: (1, "B1", 10), 2: (2, "b", 20)}
+    finally:
+        for branch in ("b", "a"):
+            drop_branch(spark, name=branch, meta_schema=meta)
+            spark.sql(f"DROP SCHEMA IF EXISTS {meta}__br_{branch} CASCADE")
+
+
+def test_a_materialized_unchanged_model_stays_pinned_until_its_refresh(spark, meta):
+    """Regression: a model the branch left unchanged was materialized; main gained a column. ``ref()`` there gave
+    the empty overlay the new column and re-created the view over the materialized table, which lacks it: the view
+    failed, and the branch lost the model's relation. A materialized model is pinned until its next build or
+    ``branch_refresh``, which takes the new column."""
+    from partialcow.branch import materialize_branch, refresh_branch
+    from partialcow.branch.overlay import resolve_restoring
+    from partialcow.branch.store import BranchStore
+
+    root = f"{meta}.items"
+    dev = f"{meta}__br_dev.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, v string) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'a'), (2, 'b')")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+    _build(spark, meta, {1: (1, "a"), 2: (2, "b")}, "id bigint, v string")  # changes nothing
+    materialize_branch(spark, name="dev", meta_schema=meta)
+    spark.sql(f"ALTER TABLE {root} ADD COLUMN z string")
+    spark.sql(f"UPDATE {root} SET z = 'new'")
+    resolve_restoring(spark, store=BranchStore(spark, meta_schema=meta), levels=["dev", "main"], base_schema=meta,
+                      identifier="items")
+    assert _rows(spark, dev) == {1: (1, "a"), 2: (2, "b")}
+    refresh_branch(spark, name="dev", meta_schema=meta)
+    assert _rows(spark, dev) == {1: (1, "a", "new"), 2: (2, "b", "new")}
+    drop_branch(spark, name="dev", meta_schema=meta)

@@ -328,8 +328,9 @@ def _columns_at(spark: SparkSession, schema: str, table: str, snapshot: int, col
     """The select list reading today's ``columns`` of ``schema.table`` at ``snapshot``.
 
     Iceberg reads a snapshot with the columns it had then: a column renamed since is read by its old name (the same
-    field id), one added since reads null (what the table's rows written before it show). Columns the table does
-    not have today keep their names (the read fails: a base that cannot be read is unknown)."""
+    field id), one dropped and added again by the name it had (what the table showed under it then), one added
+    since reads null (what the table's rows written before it show). Columns the table does not have today keep
+    their names (the read fails: a base that cannot be read is unknown)."""
     from partialcow.table.java import jvm
 
     plain = [quote(c) for c in columns]
@@ -347,6 +348,9 @@ def _columns_at(spark: SparkSession, schema: str, table: str, snapshot: int, col
     for column, name in zip(columns, plain):
         field = now.caseInsensitiveField(column)
         was = None if field is None else old.asStruct().field(field.fieldId())
+        if field is not None and was is None:
+            # dropped and added again since (an overlay that followed its parent's retyped column): by name
+            was = old.asStruct().caseInsensitiveField(column)
         if field is None or (was is not None and was.name() == field.name()):
             selected.append(name)
         elif was is None:

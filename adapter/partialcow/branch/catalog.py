@@ -73,14 +73,18 @@ def iceberg_total_records(spark: SparkSession, schema: str, table: str) -> int |
     return None if value is None else int(value)
 
 
-def holds_no_rows(spark: SparkSession, schema: str, table: str) -> bool:
+def holds_no_rows(spark: SparkSession, schema: str, table: str, *, loaded: Any = None) -> bool:
     """Whether the Iceberg table ``schema.table`` holds no rows. Its snapshot's summary answers when it counts no
-    records, or some and no deletes (no Spark job); a table with delete files is scanned for one row."""
-    loaded = load_iceberg(spark, schema, table)
+    records, or some and no deletes (no Spark job); a table with delete files is scanned for one row. ``loaded``:
+    its Java ``Table`` when the caller loaded it already."""
+    loaded = load_iceberg(spark, schema, table) if loaded is None else loaded
     snapshot = None if loaded is None else loaded.currentSnapshot()
     if loaded is not None and snapshot is None:
         return True
-    summary = {} if snapshot is None else dict(snapshot.summary())
+    # three look-ups in the Java map: converting the whole summary costs a py4j call per entry
+    java_summary = None if snapshot is None else snapshot.summary()
+    summary = {} if java_summary is None else {k: java_summary.get(k) for k in (
+        "total-records", "total-position-deletes", "total-equality-deletes")}
     if summary.get("total-records") == "0":
         return True
     if summary.get("total-records") and all(summary.get(k) == "0" for k in ("total-position-deletes",

@@ -6,7 +6,6 @@ A model's parent on branch ``B`` is the nearest level above ``B`` that has the m
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -133,28 +132,56 @@ def follow_parent_columns(spark: SparkSession, info: OverlayInfo, parent: tuple[
     kept = {k.lower() for k in info.key_columns}
     if not kept <= wanted.keys() or not (emptied or holds_no_rows(spark, *info.table.split(".", 1))):
         return info, False
-    drop = [f.name for n, f in ours.items() if n not in kept and moved(n, f.dataType)]
+    drop = [f.name for n, f in ours.items() if n not in wanted and n not in kept]
+    for n, f in ours.items():
+        if n in wanted and moved(n, f.dataType):
+            if _widens(f.dataType, wanted[n]):  # keeps the field id: a child branch's base reads old values by it
+                spark.sql(f"ALTER TABLE {info.table} ALTER COLUMN {quote(f.name)} TYPE {_type_sql(spark, wanted[n])}")
+            elif n not in kept:  # another change: the (empty) column is dropped and added; a key stays (refused)
+                drop.append(f.name)
     if drop:
         spark.sql(f"ALTER TABLE {info.table} DROP COLUMNS ({', '.join(quote(c) for c in drop)})")
-    for key in [f for n, f in ours.items() if n in kept and moved(n, f.dataType)]:
-        # a key widened there; a change Iceberg refuses stays (require_parent_columns refuses it by name)
-        with contextlib.suppress(Exception):
-            spark.sql(f"ALTER TABLE {info.table} ALTER COLUMN {quote(key.name)} "
-                      f"TYPE {wanted[key.name.lower()].simpleString()}")
-    held = {n for n in ours if n not in {c.lower() for c in drop}}
-    gained = [(n, t) for n, t in theirs if n.lower() not in held]
+    dropped = {c.lower() for c in drop}
+    order = [f.name for n, f in ours.items() if n not in dropped]
+    gained = [(n, t) for n, t in theirs if n.lower() not in {c.lower() for c in order}]
     if gained:
-        listed = ", ".join(f"{quote(n)} {t.simpleString()}" for n, t in gained)
+        listed = ", ".join(f"{quote(n)} {_type_sql(spark, t)}" for n, t in gained)
         spark.sql(f"ALTER TABLE {info.table} ADD COLUMNS ({listed})")
-    order = [n for n, f in ours.items() if n in held] + [n.lower() for n, _ in gained]
-    if order != [n.lower() for n, _ in theirs]:
-        names = {n.lower(): n for n in [*[f.name for f in ours.values()], *[n for n, _ in gained]]}
-        previous = None
-        for name, _ in theirs:
-            position = "FIRST" if previous is None else f"AFTER {quote(names[previous])}"
-            spark.sql(f"ALTER TABLE {info.table} ALTER COLUMN {quote(names[name.lower()])} {position}")
-            previous = name.lower()
-    return overlay_info(spark, info.schema, info.identifier) or info, True
+        order += [n for n, _ in gained]
+    # move only the columns out of the parent's order (one ALTER each), so a column gained at its end costs one
+    spelled = {c.lower(): c for c in order}
+    for position, (name, _) in enumerate(theirs):
+        if [c.lower() for c in order].index(name.lower()) == position:
+            continue
+        where = "FIRST" if position == 0 else f"AFTER {quote(spelled[theirs[position - 1][0].lower()])}"
+        spark.sql(f"ALTER TABLE {info.table} ALTER COLUMN {quote(spelled[name.lower()])} {where}")
+        order.remove(spelled[name.lower()])
+        order.insert(position, spelled[name.lower()])
+    after = [(f.name.lower(), f.dataType) for f in spark.table(info.table).schema.fields]
+    before = [(f.name.lower(), f.dataType) for f in ours.values()]
+    changed = [(n, t) for n, t in after if n not in (OP_COLUMN, SEQ_COLUMN)] != before
+    return (overlay_info(spark, info.schema, info.identifier) or info) if changed else info, changed
+
+
+def _widens(held: Any, wanted: Any) -> bool:
+    """Whether Iceberg changes a column of type ``held`` to ``wanted`` in place (a type promotion).
+
+    >>> from pyspark.sql.types import DecimalType, IntegerType, LongType, StringType
+    >>> _widens(IntegerType(), LongType()), _widens(DecimalType(8, 2), DecimalType(12, 2)), _widens(LongType(), StringType())
+    (True, True, False)
+    """  # noqa: E501 - a doctest line cannot wrap
+    from pyspark.sql.types import DecimalType, DoubleType, FloatType, IntegerType, LongType
+
+    if isinstance(held, DecimalType) and isinstance(wanted, DecimalType):
+        return held.scale == wanted.scale and wanted.precision > held.precision
+    return (isinstance(held, IntegerType) and isinstance(wanted, LongType)) or (
+        isinstance(held, FloatType) and isinstance(wanted, DoubleType))
+
+
+def _type_sql(spark: SparkSession, data_type: Any) -> str:
+    """``data_type`` as DDL (Spark's own ``sql`` form: nested field names quoted, which ``simpleString`` leaves
+    bare)."""
+    return str(spark._jsparkSession.parseDataType(data_type.json()).sql())
 
 
 def overlay_info(spark: SparkSession, schema: str, identifier: str) -> OverlayInfo | None:

@@ -409,7 +409,8 @@ def refresh_branch(spark: SparkSession, *, name: str, meta_schema: str) -> Refre
     levels = store.chain(name)
     models = [(info, resolve_parent(spark, levels[1:], base_schema_of(info.schema), info.identifier))
               for info in branch_models(spark, name, store.base_schemas(name))]
-    models = [(follow_parent(spark, info, parent, store=store, branch=name) if parent is not None else info, parent)
+    models = [(follow_parent(spark, info, parent, store=store, branch=name, refresh=True) if parent is not None
+               else info, parent)
               for info, parent in models]
     for info, parent in models:  # before any model is refreshed
         if info.mode == "delta" and parent is not None:

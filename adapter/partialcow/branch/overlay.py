@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from partialcow.branch.base import capture_base
-from partialcow.branch.catalog import holds_no_rows, table_exists
+from partialcow.branch.catalog import holds_no_rows, load_iceberg, table_exists
 from partialcow.branch.frames import all_of, holds_map, same_key, same_key_sql, same_types, same_value, value_text
 from partialcow.branch.image import (
     ImageReport,
@@ -454,19 +454,55 @@ def _require_readable(spark: SparkSession, sql: str, branch: str, base_schema: s
 
 
 def follow_parent(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str], *, store: BranchStore,
-                  branch: str) -> OverlayInfo:
-    """:func:`~partialcow.branch.levels.follow_parent_columns`, then, when the overlay's columns changed, publish
-    what readers of the model on ``branch`` and its descendants query again (the old view listed the old columns:
-    a column renamed, dropped or widened by ``ALTER TABLE`` on the parent made reads of it fail)."""
+                  branch: str, refresh: bool = False) -> OverlayInfo:
+    """Let the model's empty overlays on ``branch``'s ancestors, then on ``branch``, take the columns their parents
+    have now (:func:`~partialcow.branch.levels.follow_parent_columns`); where an overlay's columns changed, publish
+    what readers of the model there and on its descendants query again (the old view listed the old columns: a
+    column renamed, dropped or widened by ``ALTER TABLE`` on the parent made reads of it fail). A materialized
+    model is pinned until its next build or refresh: it follows at ``refresh`` only."""
+    base_schema = base_schema_of(info.schema)
+    _follow_chain(spark, store=store, levels=store.chain(branch)[1:], base_schema=base_schema,
+                  identifier=info.identifier)
+    materialized = table_exists(spark, info.schema, full_table(info.identifier))
+    if materialized and not refresh:
+        return info
     followed, changed = follow_parent_columns(spark, info, parent)
-    if changed:
-        base_schema = base_schema_of(info.schema)
+    if changed and not materialized:  # a refresh rewrites the materialized table, then publishes it
         _LOG.info("model %s.%s on branch %s changes nothing and takes its parent's columns %s", base_schema,
                   info.identifier, branch, list(followed.columns))
         create_branch_view(spark, store=store, branch=branch, base_schema=base_schema, identifier=info.identifier)
         refresh_descendant_views(spark, store=store, branch=branch, base_schema=base_schema,
                                  identifier=info.identifier)
     return followed
+
+
+def _follow_chain(spark: SparkSession, *, store: BranchStore, levels: Sequence[str], base_schema: str,
+                  identifier: str) -> None:
+    """Let every empty, unmaterialized overlay of the model on the branch levels of ``levels`` (nearest first)
+    take the columns its parent has now, the farthest first (a nearer level reads through it). One Iceberg table
+    load per level when its overlay holds rows (a snapshot summary answers, no job)."""
+    from partialcow.branch.naming import MAIN
+
+    branches = [level for level in levels if level != MAIN]
+    for position in reversed(range(len(branches))):
+        level = branches[position]
+        schema = overlay_schema(base_schema, level)
+        loaded = load_iceberg(spark, schema, overlay_table(identifier))
+        if loaded is None or not holds_no_rows(spark, schema, overlay_table(identifier), loaded=loaded):
+            continue
+        info = overlay_info(spark, schema, identifier)
+        above = levels[levels.index(level) + 1:]
+        parent = resolve_parent(spark, above, base_schema, identifier)
+        if info is None or parent is None or table_exists(spark, schema, full_table(identifier)):
+            continue
+        with _RESTORE_LOCK:
+            followed, changed = follow_parent_columns(spark, info, parent)
+            if changed:
+                _LOG.info("model %s.%s on branch %s changes nothing and takes its parent's columns %s",
+                          base_schema, identifier, level, list(followed.columns))
+                create_branch_view(spark, store=store, branch=level, base_schema=base_schema, identifier=identifier)
+                refresh_descendant_views(spark, store=store, branch=level, base_schema=base_schema,
+                                         identifier=identifier)
 
 
 def remove_model(spark: SparkSession, *, store: BranchStore, branch: str, base_schema: str, identifier: str,
@@ -492,23 +528,24 @@ def remove_model(spark: SparkSession, *, store: BranchStore, branch: str, base_s
 
 
 def resolve_restoring(spark: SparkSession, *, store: BranchStore, levels: Sequence[str], base_schema: str,
-                      identifier: str) -> tuple[str, str] | None:
+                      identifier: str, follow: bool = True) -> tuple[str, str] | None:
     """:func:`~partialcow.branch.levels.resolve_parent` (where ``ref()`` reads on a branch, ``levels`` nearest
     first), after publishing again what readers query of the model on a nearer level that has the model's overlay
     but lost its relation (as ``branch_refresh`` would: against the parent as it is now). dbt's table
     materialization drops a branch model's relation before the build publishes it again: a process killed in
     between left the overlay without it, and ``ref()`` read the parent's rows, also into models built on the branch
-    afterwards. One thread at a time republishes (dbt compiles models in threads)."""
+    afterwards. One thread at a time republishes (dbt compiles models in threads).
+
+    ``follow``: let an empty overlay found there take the columns its parent has now (:func:`follow_parent`; one
+    Iceberg table load when the overlay holds rows). dbt's adapter asks once per model and invocation."""
     from partialcow.branch.naming import MAIN
 
+    if follow:
+        _follow_chain(spark, store=store, levels=levels, base_schema=base_schema, identifier=identifier)
     found = resolve_parent(spark, levels, base_schema, identifier)
-    for position, level in enumerate(levels):
+    for level in levels:
         schema = overlay_schema(base_schema, level)
-        if level == MAIN:
-            break
-        if found is not None and schema == found[0]:
-            _follow_if_empty(spark, store=store, levels=levels[position:], base_schema=base_schema,
-                             identifier=identifier)
+        if level == MAIN or (found is not None and schema == found[0]):
             break
         if table_exists(spark, schema, overlay_table(identifier)):
             with _RESTORE_LOCK:
@@ -519,22 +556,6 @@ def resolve_restoring(spark: SparkSession, *, store: BranchStore, levels: Sequen
                                        identifier=identifier)
             return schema, identifier
     return found
-
-
-def _follow_if_empty(spark: SparkSession, *, store: BranchStore, levels: Sequence[str], base_schema: str,
-                     identifier: str) -> None:
-    """Let the model's empty overlay on ``levels[0]`` (a keyed model merged, or built with the parent's rows) take
-    the columns its parent has now, before ``ref()`` reads it. A snapshot summary answers for an overlay holding
-    rows (no job)."""
-    schema = overlay_schema(base_schema, levels[0])
-    if not table_exists(spark, schema, overlay_table(identifier)) or not holds_no_rows(
-            spark, schema, overlay_table(identifier)):
-        return
-    info = overlay_info(spark, schema, identifier)
-    parent = resolve_parent(spark, levels[1:], base_schema, identifier)
-    if info is not None and parent is not None:
-        with _RESTORE_LOCK:
-            follow_parent(spark, info, parent, store=store, branch=levels[0])
 
 
 def refresh_descendant_views(

@@ -154,8 +154,16 @@ class BranchingMixin(metaclass=AdapterMeta):
 
             spark = self._branch_spark()
             store = BranchStore(spark, meta_schema=meta_schema)
-            found = resolve_restoring(spark, store=store, levels=store.chain(branch), base_schema=base_schema,
-                                      identifier=identifier)
+            # Once per invocation (dbt gives each its own adapter), not at every ref(): the branch's chain (a
+            # Spark query of the branch records; no command changes it while models build) and, per model, whether
+            # an empty overlay follows its parent's ALTER TABLE (a table load)
+            chains = self.__dict__.setdefault("_partialcow_chains", {})
+            levels = chains.get((meta_schema, branch)) or chains.setdefault((meta_schema, branch), store.chain(branch))
+            followed = self.__dict__.setdefault("_partialcow_followed", set())
+            key = (meta_schema, branch, base_schema, identifier.lower())
+            found = resolve_restoring(spark, store=store, levels=levels, base_schema=base_schema,
+                                      identifier=identifier, follow=key not in followed)
+            followed.add(key)
             return relation.incorporate(path={"schema": found[0] if found else base_schema})
 
         return _dbt_errors(resolve)
