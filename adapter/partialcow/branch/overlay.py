@@ -466,14 +466,8 @@ def follow_parent(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str
     materialized = table_exists(spark, info.schema, full_table(info.identifier))
     if materialized and not refresh:
         return info
-    followed, changed = follow_parent_columns(spark, info, parent)
-    if changed and not materialized:  # a refresh rewrites the materialized table, then publishes it
-        _LOG.info("model %s.%s on branch %s changes nothing and takes its parent's columns %s", base_schema,
-                  info.identifier, branch, list(followed.columns))
-        create_branch_view(spark, store=store, branch=branch, base_schema=base_schema, identifier=info.identifier)
-        refresh_descendant_views(spark, store=store, branch=branch, base_schema=base_schema,
-                                 identifier=info.identifier)
-    return followed
+    # a refresh rewrites a materialized table, then publishes it
+    return _follow_level(spark, info, parent, store=store, branch=branch, publish=not materialized)
 
 
 def _follow_chain(spark: SparkSession, *, store: BranchStore, levels: Sequence[str], base_schema: str,
@@ -484,25 +478,31 @@ def _follow_chain(spark: SparkSession, *, store: BranchStore, levels: Sequence[s
     from partialcow.branch.naming import MAIN
 
     branches = [level for level in levels if level != MAIN]
-    for position in reversed(range(len(branches))):
-        level = branches[position]
+    for level in reversed(branches):
         schema = overlay_schema(base_schema, level)
         loaded = load_iceberg(spark, schema, overlay_table(identifier))
         if loaded is None or not holds_no_rows(spark, schema, overlay_table(identifier), loaded=loaded):
             continue
         info = overlay_info(spark, schema, identifier)
-        above = levels[levels.index(level) + 1:]
-        parent = resolve_parent(spark, above, base_schema, identifier)
-        if info is None or parent is None or table_exists(spark, schema, full_table(identifier)):
-            continue
-        with _RESTORE_LOCK:
-            followed, changed = follow_parent_columns(spark, info, parent)
-            if changed:
-                _LOG.info("model %s.%s on branch %s changes nothing and takes its parent's columns %s",
-                          base_schema, identifier, level, list(followed.columns))
-                create_branch_view(spark, store=store, branch=level, base_schema=base_schema, identifier=identifier)
-                refresh_descendant_views(spark, store=store, branch=level, base_schema=base_schema,
-                                         identifier=identifier)
+        parent = resolve_parent(spark, levels[levels.index(level) + 1:], base_schema, identifier)
+        if info is not None and parent is not None and not table_exists(spark, schema, full_table(identifier)):
+            with _RESTORE_LOCK:
+                _follow_level(spark, info, parent, store=store, branch=level)
+
+
+def _follow_level(spark: SparkSession, info: OverlayInfo, parent: tuple[str, str], *, store: BranchStore,
+                  branch: str, publish: bool = True) -> OverlayInfo:
+    """:func:`~partialcow.branch.levels.follow_parent_columns` for the model on ``branch``; when its columns changed
+    and ``publish``, what readers of it there and on the descendants query is published again."""
+    followed, changed = follow_parent_columns(spark, info, parent)
+    if changed and publish:
+        base_schema = base_schema_of(info.schema)
+        _LOG.info("model %s.%s on branch %s changes nothing and takes its parent's columns %s", base_schema,
+                  info.identifier, branch, list(followed.columns))
+        create_branch_view(spark, store=store, branch=branch, base_schema=base_schema, identifier=info.identifier)
+        refresh_descendant_views(spark, store=store, branch=branch, base_schema=base_schema,
+                                 identifier=info.identifier)
+    return followed
 
 
 def remove_model(spark: SparkSession, *, store: BranchStore, branch: str, base_schema: str, identifier: str,
@@ -536,8 +536,9 @@ def resolve_restoring(spark: SparkSession, *, store: BranchStore, levels: Sequen
     between left the overlay without it, and ``ref()`` read the parent's rows, also into models built on the branch
     afterwards. One thread at a time republishes (dbt compiles models in threads).
 
-    ``follow``: let an empty overlay found there take the columns its parent has now (:func:`follow_parent`; one
-    Iceberg table load when the overlay holds rows). dbt's adapter asks once per model and invocation."""
+    ``follow``: first let the model's empty overlays on the branch levels take the columns their parents have now
+    (:func:`follow_parent`; one Iceberg table load per level that holds rows). dbt's adapter asks once per model and
+    invocation."""
     from partialcow.branch.naming import MAIN
 
     if follow:
