@@ -9,11 +9,13 @@ Regression cases:
 - a keyed model whose SQL builds ``array(id)`` (elements not null) over a table Spark created (elements nullable) was
   stored *detached* (the whole result, diffed and merged as one replacement: a merge with ``on_conflict='ours'``
   then overwrote every change main made meanwhile, to any key);
-- a model with a map column failed on a branch: ``<=>`` and ``EXCEPT ALL`` refuse maps.
+- a model with a map column failed on a branch: ``<=>`` and ``EXCEPT ALL`` refuse maps;
+- a struct column with field names that need quotes (``a b``, ``c-d``): after the model merged, the branch showed
+  main through a view, which Spark keeps in the metastore with the field names unquoted, and every read there (dbt's
+  ``ref()`` on the branch included) failed with ``CANNOT_RECOGNIZE_HIVE_TYPE``.
 """
 
 from __future__ import annotations
-
 
 import pytest
 from branch_tables import fresh_schema, sorted_rows
@@ -96,3 +98,43 @@ def test_a_detached_model_with_a_map_column_is_diffed(spark):
     assert summary.mode == "detached"
     described = diff_branch(spark, name="dev", meta_schema=meta).describe()
     assert "1 only on the branch, 1 only on the parent" in described, described
+
+
+def test_a_struct_with_field_names_needing_quotes_reads_on_the_branch_before_and_after_its_merge(spark):
+    from partialcow.branch.overlay import resolve_restoring
+    from partialcow.branch.store import BranchStore
+
+    meta = fresh_schema(spark, "brquote")
+    table = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {table} (id bigint, s struct<`a b`: int, `c-d`: string>) USING iceberg")
+    spark.sql(f"INSERT INTO {table} VALUES (1, named_struct('a b', 1, 'c-d', 'x')), "
+              "(2, named_struct('a b', 2, 'c-d', 'y'))")
+    create_branch(spark, name="dev", meta_schema=meta, models=[(meta, "items")])
+
+    def build(changed_id: int, value: int) -> None:
+        result = spark.table(table).selectExpr(
+            "id", f"CASE WHEN id = {changed_id} THEN named_struct('a b', {value}, 'c-d', 'z') ELSE s END s")
+        build_model(spark, result, branch="dev", base_schema=meta, identifier="items", key_columns=["id"],
+                    meta_schema=meta)
+
+    def rows_through_ref() -> dict[int, tuple]:
+        found = resolve_restoring(spark, store=BranchStore(spark, meta_schema=meta), levels=["dev", "main"],
+                                  base_schema=meta, identifier="items")
+        assert found is not None
+        return {r["id"]: tuple(r["s"]) for r in spark.table(".".join(found)).collect()}
+
+    build(2, 5)
+    assert rows_through_ref() == {1: (1, "x"), 2: (5, "z")}
+    assert diff_branch(spark, name="dev", meta_schema=meta).counts == {f"{meta}.items": {"updated": 1}}
+    merge_branch(spark, name="dev", meta_schema=meta)
+    main = {r["id"]: tuple(r["s"]) for r in spark.table(table).collect()}
+    assert main == {1: (1, "x"), 2: (5, "z")}
+    # the branch changes nothing now: it reads what main holds, also after main moved on
+    assert rows_through_ref() == main
+    spark.sql(f"INSERT INTO {table} VALUES (3, named_struct('a b', 3, 'c-d', 'w'))")
+    assert rows_through_ref() == {**main, 3: (3, "w")}
+    assert diff_branch(spark, name="dev", meta_schema=meta).counts == {}
+    build(1, 7)  # and a change on it again reads and merges
+    assert rows_through_ref() == {1: (7, "z"), 2: (5, "z"), 3: (3, "w")}
+    merge_branch(spark, name="dev", meta_schema=meta)
+    assert {r["id"]: tuple(r["s"]) for r in spark.table(table).collect()} == {1: (7, "z"), 2: (5, "z"), 3: (3, "w")}

@@ -9,13 +9,34 @@ from partialcow.branch.naming import qualified, quote
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["holds_no_rows", "iceberg_snapshot", "iceberg_state", "iceberg_total_records", "list_tables", "load_iceberg",
-           "schema_exists", "table_exists"]
+__all__ = ["hive_unreadable_columns", "holds_no_rows", "iceberg_snapshot", "iceberg_state", "iceberg_total_records",
+           "list_tables", "load_iceberg", "schema_exists", "table_exists"]
 
 
 def table_exists(spark: SparkSession, schema: str, table: str) -> bool:
     """True if ``schema.table`` exists as a table or a view (False when the schema does not exist)."""
     return bool(spark.catalog.tableExists(f"{schema}.{table}"))
+
+
+def hive_unreadable_columns(spark: SparkSession, sql: str) -> list[str]:
+    """The output columns of query ``sql`` that a view over it could not be read back with (analysis only, no job).
+
+    Spark keeps a view's columns in the Hive metastore as type strings, which spell nested field names unquoted,
+    and reads them back with its own parser: a struct field named ``a b`` or ``c-d`` makes every read of the view
+    fail with ``CANNOT_RECOGNIZE_HIVE_TYPE`` (a plain ``CREATE VIEW`` has the same limit).
+    """
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    parsers = spark._jvm.org.apache.spark.sql.catalyst.parser  # type: ignore[union-attr]
+    parser = getattr(getattr(parsers, "CatalystSqlParser$"), "MODULE$")  # a Scala object's instance
+    unreadable = []
+    for field in spark.sql(sql)._jdf.schema().fields():
+        try:
+            parser.parseDataType(field.dataType().catalogString())  # the string Spark writes to the metastore
+        except (Py4JJavaError, CapturedException):  # PySpark turns Spark's ParseException into its own
+            unreadable.append(str(field.name()))
+    return unreadable
 
 
 def schema_exists(spark: SparkSession, schema: str) -> bool:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from partialcow.branch.base import capture_base
-from partialcow.branch.catalog import holds_no_rows, load_iceberg, table_exists
+from partialcow.branch.catalog import hive_unreadable_columns, holds_no_rows, load_iceberg, table_exists
 from partialcow.branch.frames import all_of, holds_map, same_key, same_key_sql, same_types, same_value, value_text
 from partialcow.branch.image import (
     ImageReport,
@@ -423,13 +423,21 @@ def create_branch_view(spark: SparkSession, *, store: BranchStore, branch: str, 
             source = image_relation(base_schema, identifier, branch)  # same columns, another order: a view
         elif info.mode == "delta" and holds_no_rows(spark, schema, overlay_table(identifier)):
             source = qualified(*parent)  # nothing changed on the branch: the parent as it is, no join
+    sql = view_sql(info, parent, materialized=materialized, source=source)
+    unreadable = hive_unreadable_columns(spark, sql)
     # Not CREATE OR REPLACE: through Iceberg's SparkSessionCatalog on a Hive metastore, replacing an Iceberg
     # view keeps the old SQL text in the metastore, which is what reads use (Iceberg 1.10, apache/iceberg#15490).
     drop_reader_relation(spark, schema, identifier)
-    spark.sql(
-        f"CREATE VIEW {qualified(schema, identifier)} AS\n"
-        f"{view_sql(info, parent, materialized=materialized, source=source)}"
-    )
+    if unreadable and parent is not None and source == qualified(*parent):
+        # the branch changed nothing: without a relation of its own, ref() and its children read the parent's
+        _LOG.warning("model %s.%s on branch %s: no view over its parent (column(s) %s hold struct field names a "
+                     "view cannot keep in the metastore); ref() on the branch reads %s", base_schema, identifier,
+                     branch, unreadable, ".".join(parent))
+        return image
+    if unreadable:
+        _LOG.warning("model %s.%s on branch %s: its view cannot be read (column(s) %s hold struct field names a view "
+                     "cannot keep in the metastore)", base_schema, identifier, branch, unreadable)
+    spark.sql(f"CREATE VIEW {qualified(schema, identifier)} AS\n{sql}")
     return image
 
 
@@ -551,12 +559,19 @@ def resolve_restoring(spark: SparkSession, *, store: BranchStore, levels: Sequen
         if table_exists(spark, schema, overlay_table(identifier)):
             with _RESTORE_LOCK:
                 if not table_exists(spark, schema, identifier):  # another thread may have just done it
+                    if _shows_its_parent(spark, schema, identifier):
+                        continue  # the parent level's rows are the model's here (see create_branch_view)
                     _LOG.warning("model %s.%s on branch %s had lost its relation (a build stopped before "
                                  "publishing it): published again from its overlay", base_schema, identifier, level)
                     create_branch_view(spark, store=store, branch=level, base_schema=base_schema,
                                        identifier=identifier)
             return schema, identifier
     return found
+
+
+def _shows_its_parent(spark: SparkSession, schema: str, identifier: str) -> bool:
+    info = overlay_info(spark, schema, identifier)
+    return info is not None and info.mode == "delta" and holds_no_rows(spark, schema, overlay_table(identifier))
 
 
 def refresh_descendant_views(
