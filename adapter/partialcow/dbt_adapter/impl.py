@@ -13,7 +13,7 @@ from dbt.adapters.base import PythonJobHelper, available
 from dbt.adapters.contracts.connection import AdapterResponse
 from dbt.adapters.contracts.relation import RelationType
 from dbt.adapters.events.logging import AdapterLogger
-from dbt.adapters.spark.impl import SparkAdapter
+from dbt.adapters.spark.impl import LIST_RELATIONS_SHOW_TABLES_MACRO_NAME, SparkAdapter
 from dbt.flags import get_flags
 from dbt_common.exceptions import DbtRuntimeError
 
@@ -163,6 +163,18 @@ class PartialcowAdapter(PartialCowMixin, SnapshotMixin, BranchingMixin, SparkAda
                 "--threads 1"
             )
         super().post_model_hook(config, None)
+
+    def list_relations_without_caching(self, schema_relation: Any) -> list[Any]:
+        try:
+            return super().list_relations_without_caching(schema_relation)  # type: ignore[no-any-return]
+        except DbtRuntimeError as exc:
+            if "CANNOT_RECOGNIZE_HIVE_TYPE" not in str(getattr(exc, "msg", exc)):
+                raise
+        # SHOW TABLE EXTENDED reads every relation's columns from the Hive metastore, where Iceberg (and Spark, for
+        # a view) spell nested field names unquoted: one struct field named `first name` in the schema failed every
+        # later run there. The relations one by one (DESCRIBE reads an Iceberg table from its own metadata).
+        rows = self.execute_macro(LIST_RELATIONS_SHOW_TABLES_MACRO_NAME, kwargs={"schema_relation": schema_relation})
+        return self._build_spark_relation_list(rows, self._get_relation_information_using_describe)
 
     def _build_spark_relation_list(self, row_list: Any, relation_info_func: Callable[[Any], Any]) -> list[Any]:
         # Through Iceberg's SparkSessionCatalog, SHOW TABLE EXTENDED reports Iceberg tables as "Provider: hive";
