@@ -582,3 +582,48 @@ def test_a_materialized_unchanged_model_stays_pinned_until_its_refresh(spark, me
     refresh_branch(spark, name="dev", meta_schema=meta)
     assert _rows(spark, dev) == {1: (1, "a", "new"), 2: (2, "b", "new")}
     drop_branch(spark, name="dev", meta_schema=meta)
+
+
+def test_a_child_of_a_parent_branch_that_changes_nothing_keeps_showing_its_rows_after_main_drops_a_column(spark, meta):
+    """Regression: branch ``p`` built the model unchanged (an empty overlay, no image: it shows main through a view),
+    its child ``c`` changed key 2, then main dropped column ``w``. ``c`` had no image (its parent had none to start
+    from) and read ``p`` live: every read on ``c`` failed with ``UNRESOLVED_COLUMN`` until a rebuild. Its image now
+    starts from what ``p`` shows (main's rows), so ``c`` keeps showing its rows as a child of main does; its
+    operations are refused by name until it is built with the parent's columns again."""
+    from partialcow.branch import diff_branch, merge_branch
+    from partialcow.branch.overlay import resolve_restoring
+    from partialcow.branch.store import BranchStore
+    from partialcow.exceptions import BranchError
+
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, v string, w string) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'a', 'x'), (2, 'b', 'y')")
+
+    def build(branch: str, frame) -> object:
+        return build_model(spark, frame, branch=branch, base_schema=meta, identifier="items", key_columns=["id"],
+                           meta_schema=meta)
+
+    def shown() -> dict:
+        found = resolve_restoring(spark, store=BranchStore(spark, meta_schema=meta), levels=["c", "p", "main"],
+                                  base_schema=meta, identifier="items")
+        assert found == (f"{meta}__br_c", "items")
+        return {r["id"]: tuple(r) for r in spark.table(".".join(found)).collect()}
+
+    try:
+        create_branch(spark, name="p", meta_schema=meta, models=[(meta, "items")])
+        create_branch(spark, name="c", parent="p", meta_schema=meta, models=[(meta, "items")])
+        assert build("p", spark.table(root)).upserts == 0
+        build("c", spark.table(root).selectExpr("id", "CASE WHEN id = 2 THEN 'B' ELSE v END v", "w"))
+        assert shown() == {1: (1, "a", "x"), 2: (2, "B", "y")}
+        spark.sql(f"ALTER TABLE {root} DROP COLUMN w")
+        assert shown() == {1: (1, "a", "x"), 2: (2, "B", "y")}
+        with pytest.raises(BranchError, match=r"model .*items on branch c has column\(s\) \['w'\]"):
+            diff_branch(spark, name="c", meta_schema=meta)
+        build("c", spark.table(root).selectExpr("id", "CASE WHEN id = 2 THEN 'B' ELSE v END v"))  # mends it
+        assert shown() == {1: (1, "a"), 2: (2, "B")}
+        merge_branch(spark, name="c", meta_schema=meta)
+        assert {r["id"]: tuple(r) for r in spark.table(f"{meta}__br_p.items").collect()} == {1: (1, "a"), 2: (2, "B")}
+    finally:
+        for branch in ("c", "p"):
+            drop_branch(spark, name=branch, meta_schema=meta)
+            spark.sql(f"DROP SCHEMA IF EXISTS {meta}__br_{branch} CASCADE")

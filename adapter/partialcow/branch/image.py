@@ -61,6 +61,7 @@ from partialcow.branch.naming import (
     OP_COLUMN,
     OP_DELETE,
     OP_UPSERT,
+    overlay_schema,
     overlay_table,
     qualified,
     quote,
@@ -92,6 +93,7 @@ __all__ = [
     "drop_reader_relation",
     "extend_image",
     "extendable_image",
+    "fork_level",
     "has_image",
     "image_ref",
     "image_relation",
@@ -262,6 +264,21 @@ def drop_reader_relation(spark: SparkSession, schema: str, identifier: str) -> N
     spark.sql(f"DROP TABLE {qualified(schema, identifier)}")
     if metadata_file.startswith(str(loaded.location()).rstrip("/") + "/metadata/"):
         loaded.io().deleteFile(metadata_file)
+
+
+def fork_level(spark: SparkSession, levels: Sequence[str], base_schema: str, identifier: str) -> str | None:
+    """The level an image of the model on a branch starts from (its ``parent_level``): the nearest of ``levels``
+    (the branch's parents, nearest first) that has the model, or past a parent branch that changes nothing in it and
+    has no image of its own (it shows its parent through a view), the level that one shows. So a child's image pins
+    what it showed, as one of ``main``'s does, where it read its parent live before (and failed to read once the
+    parent's columns changed)."""
+    from partialcow.branch.levels import parent_level, shows_its_parent
+
+    level = parent_level(spark, levels, base_schema, identifier)
+    while (level is not None and level != MAIN and not has_image(spark, base_schema, identifier, level)
+           and shows_its_parent(spark, overlay_schema(base_schema, level), identifier)):
+        level = parent_level(spark, levels[list(levels).index(level) + 1:], base_schema, identifier)
+    return level
 
 
 def _fork_snapshot(table: Any, parent_level: str) -> int | None:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from partialcow.branch.base import capture_base
 from partialcow.branch.catalog import load_iceberg, table_exists
 from partialcow.branch.frames import all_of, key_join, same_key, same_key_sql, same_value
-from partialcow.branch.image import ALIVE, AT, extend_image, extendable_image
+from partialcow.branch.image import ALIVE, AT, extend_image, extendable_image, fork_level
 from partialcow.branch.levels import (
     overlay_info,
     parent_level,
@@ -309,9 +309,10 @@ def apply_changes_on_branch(
     materialized = table_exists(spark, schema, full_table(identifier))
     image_mode = store.require(branch).image_mode
     # the overlay's snapshot the image reflects, when the image can take the batch's changes (not rebuilt)
-    extend_from = None
+    extend_from, start = None, above
     if info.mode == "delta" and above is not None and not materialized:
-        extend_from = extendable_image(spark, info=info, branch=branch, parent_level=above, base_schema=base_schema,
+        start = fork_level(spark, levels[1:], base_schema, identifier) or above
+        extend_from = extendable_image(spark, info=info, branch=branch, parent_level=start, base_schema=base_schema,
                                        identifier=identifier, mode=image_mode)
     shown = current
     if extend_from is None and info.mode == "delta" and parent is not None and not materialized:
@@ -353,11 +354,11 @@ def apply_changes_on_branch(
             f"{schema}.{full_table(identifier)}").using("iceberg").createOrReplace()
     upserts, tombstones = count_ops(spark, info.table)
     overlay = None if extend_from is None else _overlay_after(spark, info, extend_from)
-    if carry and above is not None and overlay is not None:
+    if carry and start is not None and overlay is not None:
         states = changed.where(F.col(_KIND).isin("inserted", "updated", "deleted")).select(
             *[quote(c) for c in current.columns], (F.col(_KIND) != "deleted").alias(ALIVE), AT)
         image: ImageReport | None = extend_image(
-            spark, info=info, branch=branch, parent_level=above, base_schema=base_schema, identifier=identifier,
+            spark, info=info, branch=branch, parent_level=start, base_schema=base_schema, identifier=identifier,
             mode=image_mode, states=states, keys=keys, overlay=overlay)
     else:
         image = create_branch_view(spark, store=store, branch=branch, base_schema=base_schema,

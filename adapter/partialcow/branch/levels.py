@@ -36,6 +36,7 @@ __all__ = [
     "parent_level",
     "require_parent_columns",
     "resolve_parent",
+    "shows_its_parent",
     "write_overlay",
 ]
 
@@ -62,6 +63,15 @@ def parent_level(spark: SparkSession, levels: Sequence[str], base_schema: str, i
         if table_exists(spark, overlay_schema(base_schema, level), identifier):
             return level
     return None
+
+
+def shows_its_parent(spark: SparkSession, schema: str, identifier: str) -> bool:
+    """True when the model's overlay in ``schema`` changes nothing (an empty delta overlay): that level's rows of the
+    model are its parent level's."""
+    from partialcow.branch.catalog import holds_no_rows
+
+    info = overlay_info(spark, schema, identifier)
+    return info is not None and info.mode == "delta" and holds_no_rows(spark, schema, overlay_table(identifier))
 
 
 def resolve_parent(

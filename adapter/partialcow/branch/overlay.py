@@ -38,6 +38,7 @@ from partialcow.branch.image import (
     ImageReport,
     drop_image,
     drop_reader_relation,
+    fork_level,
     has_image,
     image_relation,
     publish_image_table,
@@ -407,7 +408,8 @@ def create_branch_view(spark: SparkSession, *, store: BranchStore, branch: str, 
         drop_image(spark, base_schema, identifier, branch)
     else:
         try:
-            image = refresh_image(spark, info=info, branch=branch, parent_level=above, base_schema=base_schema,
+            start = fork_level(spark, levels[1:], base_schema, identifier) or above
+            image = refresh_image(spark, info=info, branch=branch, parent_level=start, base_schema=base_schema,
                                   identifier=identifier, mode=branches[branch].image_mode)
         except Exception as exc:  # noqa: BLE001 - the view over the live parent shows the same rows, only slower
             _LOG.warning("model %s.%s on branch %s: its image was not built (%s); it is read through the view over "
@@ -559,7 +561,9 @@ def resolve_restoring(spark: SparkSession, *, store: BranchStore, levels: Sequen
         if table_exists(spark, schema, overlay_table(identifier)):
             with _RESTORE_LOCK:
                 if not table_exists(spark, schema, identifier):  # another thread may have just done it
-                    if _shows_its_parent(spark, schema, identifier):
+                    from partialcow.branch.levels import shows_its_parent
+
+                    if shows_its_parent(spark, schema, identifier):
                         continue  # the parent level's rows are the model's here (see create_branch_view)
                     _LOG.warning("model %s.%s on branch %s had lost its relation (a build stopped before "
                                  "publishing it): published again from its overlay", base_schema, identifier, level)
@@ -567,11 +571,6 @@ def resolve_restoring(spark: SparkSession, *, store: BranchStore, levels: Sequen
                                        identifier=identifier)
             return schema, identifier
     return found
-
-
-def _shows_its_parent(spark: SparkSession, schema: str, identifier: str) -> bool:
-    info = overlay_info(spark, schema, identifier)
-    return info is not None and info.mode == "delta" and holds_no_rows(spark, schema, overlay_table(identifier))
 
 
 def refresh_descendant_views(
