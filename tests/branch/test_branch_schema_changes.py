@@ -627,3 +627,28 @@ def test_a_child_of_a_parent_branch_that_changes_nothing_keeps_showing_its_rows_
         for branch in ("c", "p"):
             drop_branch(spark, name=branch, meta_schema=meta)
             spark.sql(f"DROP SCHEMA IF EXISTS {meta}__br_{branch} CASCADE")
+
+
+def test_a_child_of_a_materialized_unchanged_parent_branch_shows_the_parents_pinned_rows(spark, meta):
+    """A parent branch whose model changes nothing but is materialized shows main as of its materialization, not
+    main as it is: a child's image starts from the parent's table then, never from main's newer rows (key 3)."""
+    from partialcow.branch import materialize_branch
+
+    root = f"{meta}.items"
+    spark.sql(f"CREATE TABLE {root} (id bigint, v string) USING iceberg")
+    spark.sql(f"INSERT INTO {root} VALUES (1, 'a'), (2, 'b')")
+    try:
+        create_branch(spark, name="p", meta_schema=meta, models=[(meta, "items")])
+        build_model(spark, spark.table(root), branch="p", base_schema=meta, identifier="items", key_columns=["id"],
+                    meta_schema=meta)
+        materialize_branch(spark, name="p", meta_schema=meta)
+        spark.sql(f"INSERT INTO {root} VALUES (3, 'c')")
+        create_branch(spark, name="c", parent="p", meta_schema=meta, models=[(meta, "items")])
+        build_model(spark, spark.createDataFrame([(1, "a"), (2, "B")], "id bigint, v string"), branch="c",
+                    base_schema=meta, identifier="items", key_columns=["id"], meta_schema=meta)
+        assert _rows(spark, f"{meta}__br_p.items") == {1: (1, "a"), 2: (2, "b")}
+        assert _rows(spark, f"{meta}__br_c.items") == {1: (1, "a"), 2: (2, "B")}
+    finally:
+        for branch in ("c", "p"):
+            drop_branch(spark, name=branch, meta_schema=meta)
+            spark.sql(f"DROP SCHEMA IF EXISTS {meta}__br_{branch} CASCADE")

@@ -37,8 +37,10 @@ Behaviour:
   table's cost; ``merge-on-read`` hides them with position deletes (small images, reads apply the deletes). The
   image pins
   the parent as of the model's last build on the branch; ``branch_refresh`` re-pins it to the parent as it is
-  now. Where there can be no image (detached models, format-version 3 roots, a parent branch without one) the
-  view reads the parent *live* through an anti-join with the overlay. ``ref()`` reads the nearest level that
+  now. Where there can be no image (detached models, format-version 3 roots, a parent branch whose model is
+  detached or materialized) the view reads the parent *live* through an anti-join with the overlay; past a parent
+  branch whose model changes nothing (no image of its own) a child's image starts from what that parent shows
+  (:func:`partialcow.branch.image.fork_level`). ``ref()`` reads the nearest level that
   built the model (branch, parent branch, ..., main). Views and seeds built on a branch are plain
   objects in the overlay schema (seeds are copies and are not merged).
 - Merge is three-way by key (base = parent at creation/last merge, ours = the branch, theirs = the parent now);

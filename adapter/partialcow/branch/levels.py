@@ -66,12 +66,14 @@ def parent_level(spark: SparkSession, levels: Sequence[str], base_schema: str, i
 
 
 def shows_its_parent(spark: SparkSession, schema: str, identifier: str) -> bool:
-    """True when the model's overlay in ``schema`` changes nothing (an empty delta overlay): that level's rows of the
-    model are its parent level's."""
+    """True when the model's overlay in ``schema`` changes nothing (an empty delta overlay) and is not materialized
+    (a materialized model shows its parent as of its materialization): that level's rows of the model are its parent
+    level's as they are now."""
     from partialcow.branch.catalog import holds_no_rows
 
     info = overlay_info(spark, schema, identifier)
-    return info is not None and info.mode == "delta" and holds_no_rows(spark, schema, overlay_table(identifier))
+    return (info is not None and info.mode == "delta" and holds_no_rows(spark, schema, overlay_table(identifier))
+            and not table_exists(spark, schema, full_table(identifier)))
 
 
 def resolve_parent(
