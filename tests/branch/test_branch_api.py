@@ -77,6 +77,16 @@ def test_composite_keys_replaced_parent_and_policies(spark):
     assert _rows(spark, table) == expected
     assert _rows(spark, f"{meta}__br_b1.items") == expected  # the branch continues from the merge result
 
+    # the report holds the last merge's conflicts: a later merge without any leaves it empty
+    later = dict(expected)
+    later[(4, "d")] = (4, "d", 41, "q")
+    build_model(spark, _frame(spark, later), branch="b1", base_schema=meta, identifier="items",
+                key_columns=["k1", "k2"], meta_schema=meta)
+    assert merge_branch(spark, name="b1", meta_schema=meta).conflicts == 0
+    assert spark.table(result.conflict_table).collect() == []
+    assert _rows(spark, table) == later
+    expected = later
+
     # a branch built only after its parent lost its history: the merge base is unknown, so every changed key
     # conflicts unless both sides agree (never a silent overwrite)
     create_branch(spark, name="b2", meta_schema=meta, models=[(meta, "items")])

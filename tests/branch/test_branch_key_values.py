@@ -57,6 +57,7 @@ def test_a_parent_row_with_a_null_key_part_is_removed_and_merged(spark, mode):
     merged = merge_branch(spark, name="dev", meta_schema=meta)
     assert not merged.models[0].fast_forward
     assert (merged.models[0].updated, merged.models[0].deleted, merged.models[0].conflicts) == (1, 2, 0)
+    assert spark.table(merged.conflict_table).collect() == []  # the report is there, and empty
     expected = sorted([(1, "x", "main"), (3, "y", "C")], key=repr)
     assert sorted_rows(spark, table) == expected
     assert sorted_rows(spark, f"{meta}__br_dev.items") == expected

@@ -63,6 +63,26 @@ def test_put_replaces_a_record_field_by_field_and_only_adds_schemas(spark, monke
     spark.sql(f"DROP SCHEMA {meta} CASCADE")
 
 
+def test_every_read_sees_the_records_tables_current_snapshot(spark):
+    """A process reads each snapshot of the records table once (``BranchStore._read``): whatever moves the table
+    to another snapshot (a write that bypasses the store, a rollback, the table dropped and created again) is
+    read anew by the next store."""
+    meta = f"store_{uuid.uuid4().hex[:8]}"
+    table = f"{meta}.partialcow_branches"
+    BranchStore(spark, meta_schema=meta).insert(_record("dev"))
+    first = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").collect()[0][0]
+    assert BranchStore(spark, meta_schema=meta).require("dev").parent == "main"
+    spark.sql(f"UPDATE {table} SET parent = 'qa' WHERE name = 'dev'")  # SQL, as another process would write
+    assert BranchStore(spark, meta_schema=meta).require("dev").parent == "qa"
+    spark.sql(f"CALL spark_catalog.system.rollback_to_snapshot('{table}', {first})")
+    assert BranchStore(spark, meta_schema=meta).require("dev").parent == "main"
+    spark.sql(f"DROP TABLE {table} PURGE")
+    assert BranchStore(spark, meta_schema=meta).get("dev") is None
+    BranchStore(spark, meta_schema=meta).insert(_record("dev", parent="other"))
+    assert BranchStore(spark, meta_schema=meta).require("dev").parent == "other"
+    spark.sql(f"DROP SCHEMA {meta} CASCADE")
+
+
 def test_put_of_a_record_dropped_meanwhile_leaves_it_dropped(spark):
     meta = f"store_{uuid.uuid4().hex[:8]}"
     store = BranchStore(spark, meta_schema=meta)

@@ -220,10 +220,13 @@ def diff_branch(spark: SparkSession, *, name: str, meta_schema: str) -> DiffResu
     written_frame = functools.reduce(lambda a, b: a.unionByName(b), frames, empty)
     written_frame.writeTo(result.table).using("iceberg").createOrReplace()
     written = spark.table(result.table).where(F.col("change") != "replace")
-    for row in written.groupBy("model", "change").agg(_distinct_keys().alias("n")).collect():
-        result.counts.setdefault(row["model"], {})[_PAST[row["change"]]] = row["n"]
-    # keys, not rows: a key the parent holds more than once in different versions has one row per version
-    updated = written.where("change = 'update'").groupBy("model", "column_name").agg(_distinct_keys().alias("n"))
-    for row in updated.collect():
-        result.columns.setdefault(row["model"], {})[row["column_name"]] = row["n"]
+    # keys, not rows: a key the parent holds more than once in different versions has one row per version. One job
+    # for both counts: grouping id 1 is per (model, change), 0 per (model, change, column)
+    grouped = written.rollup("model", "change", "column_name").agg(_distinct_keys().alias("n"),
+                                                                  F.grouping_id().alias("level"))
+    for row in grouped.where("level <= 1 AND model IS NOT NULL").collect():
+        if row["level"] == 1:
+            result.counts.setdefault(row["model"], {})[_PAST[row["change"]]] = row["n"]
+        elif row["change"] == "update":
+            result.columns.setdefault(row["model"], {})[row["column_name"]] = row["n"]
     return result

@@ -193,22 +193,21 @@ def drop_branch(
         )
     objects = 0
     for schema in schemas:
-        tables = spark.catalog.listTables(schema)
-        names = {t.name for t in tables}
+        # two statements: the catalog API's listTables costs a py4j call per field of every table
+        names = set(list_tables(spark, schema))
+        views = {r.viewName for r in spark.sql(f"SHOW VIEWS IN {quote(schema)}").collect() if not r.isTemporary}
         # by their overlays: a model whose reader relation is missing still has an image ref on the root table
         models = sorted({m for n in names if (m := model_of_overlay(n)) is not None})
         for identifier in models:  # what readers query first (views read the tables; image tables the image)
             if identifier in names:
                 drop_reader_relation(spark, schema, identifier)
             drop_image(spark, base_schema_of(schema), identifier, name)  # the image ref on the root table
-        for table in sorted(tables, key=lambda t: t.tableType != "VIEW"):
-            if table.isTemporary or table.name in models:
-                continue
-            if table.tableType == "VIEW":
-                spark.sql(f"DROP VIEW IF EXISTS {qualified(schema, table.name)}")
+        for table in sorted(names - set(models), key=lambda t: (t not in views, t)):  # views first
+            if table in views:
+                spark.sql(f"DROP VIEW IF EXISTS {qualified(schema, table)}")
             else:
-                purge_table(spark, schema, table.name)
-        objects += len([t for t in tables if not t.isTemporary])
+                purge_table(spark, schema, table)
+        objects += len(names)
         spark.sql(f"DROP SCHEMA IF EXISTS {quote(schema)}")
     store.delete(name)
     return DropResult(branch=name, schemas=schemas, objects=objects)

@@ -145,13 +145,15 @@ def _apply_with_partial_cow(
 
 
 def _apply_to_main(spark: SparkSession, schema: str, identifier: str, source: str, keys: Sequence[str],
-                   cols: Sequence[str]) -> None:
+                   cols: Sequence[str], *, odd: bool | None = None) -> None:
     """Apply the staged rows to a root table: partial copy-on-write, unless a staged key has a null part or the
     table holds one more than once, which its row index cannot address (it refuses both): then Iceberg's MERGE,
-    still one commit."""
+    still one commit. ``odd``: whether such a key is staged, when the merge's checks found out already."""
     from partialcow.exceptions import DuplicateKeyError
 
-    if spark.sql(source).where(_odd_keys(keys)).isEmpty():
+    if odd is None:
+        odd = not spark.sql(source).where(_odd_keys(keys)).isEmpty()
+    if not odd:
         try:
             _apply_with_partial_cow(spark, f"{schema}.{identifier}", source, keys, cols)
             return
@@ -212,7 +214,8 @@ def _apply(spark: SparkSession, plan: _Plan, *, store: BranchStore, parent_level
         if parent_level == MAIN:
             target = qualified(target_schema, info.identifier)
             if table_exists(spark, target_schema, info.identifier):
-                _apply_to_main(spark, target_schema, info.identifier, source, info.key_columns, info.columns)
+                _apply_to_main(spark, target_schema, info.identifier, source, info.key_columns, info.columns,
+                               odd=plan.odd_keys)
             else:  # a model new on the branch: the parent gets its rows as a new table
                 spark.sql(
                     f"CREATE TABLE {target} USING iceberg AS "

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from partialcow.branch.catalog import iceberg_snapshot, load_iceberg, table_exists
+from partialcow.branch.catalog import holds_no_rows, iceberg_snapshot, load_iceberg, table_exists
 from partialcow.branch.frames import all_of, key_join, key_string, row_hash, same_key, same_types, same_value
 from partialcow.branch.image import _OVERLAY_MARK
 from partialcow.branch.levels import overlay_info
@@ -125,6 +125,7 @@ class _Plan:
     stage: str | None = None  # staged rows (delta models)
     rows_from: str | None = None  # a dropped parent: what holds the rows the branch shows (see _rows_the_branch_shows)
     seen: dict[str, int] | None = None  # the parent's chain state the plan was made against (chain_state)
+    odd_keys: bool | None = None  # whether a staged key goes through Iceberg's MERGE (_odd_keys), once checked
 
     @property
     def source(self) -> str:
@@ -383,7 +384,7 @@ def _check_plan(
     target_schema = overlay_schema(plan.base_schema, parent_levels[0])
     if parent_levels[0] == MAIN:
         # staged keys with a null part or held twice by the parent go through Iceberg's MERGE, not apply_changes
-        odd = not spark.sql(plan.source).where(_odd_keys(info.key_columns)).isEmpty()
+        odd = plan.odd_keys = not spark.sql(plan.source).where(_odd_keys(info.key_columns)).isEmpty()
         if odd and table_exists(spark, target_schema, info.identifier):
             _refuse_lossy_values(spark, plan, f"{target_schema}.{info.identifier}")
         if not odd and table_exists(spark, target_schema, info.identifier):
@@ -484,7 +485,26 @@ def _write_conflicts(spark: SparkSession, plans: Sequence[_Plan], *, branch: str
             frames.append(spark.createDataFrame([row], _CONFLICT_SCHEMA))
         else:
             frames.append(_conflict_rows(spark, plan, branch))
-    schema = table.split(".")[0]
+    schema, name = table.split(".", 1)
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
     empty = spark.createDataFrame([], _CONFLICT_SCHEMA)
+    if not frames and _empty_report(spark, schema, name, empty.schema):
+        return
     functools.reduce(lambda a, b: a.unionByName(b), frames, empty).writeTo(table).using("iceberg").createOrReplace()
+
+
+def _empty_report(spark: SparkSession, schema: str, name: str, columns: Any) -> bool:
+    """Leave ``schema.name`` as an empty conflict report without a Spark job (most merges have no conflicts, and
+    a table written from an empty frame costs one): created from its columns, or emptied by a metadata-only
+    ``DELETE``. False when the table there is not such a report (another schema): the caller replaces it."""
+    loaded = load_iceberg(spark, schema, name)
+    if loaded is None:
+        if table_exists(spark, schema, name):
+            return False  # a view or another format: replaced
+        spark.sql(f"CREATE TABLE {qualified(schema, name)} ({_CONFLICT_SCHEMA}) USING iceberg")
+        return True
+    if spark.table(qualified(schema, name)).schema != columns:
+        return False
+    if not holds_no_rows(spark, schema, name, loaded=loaded):
+        spark.sql(f"DELETE FROM {qualified(schema, name)}")  # every file whole: Iceberg drops them from metadata
+    return True

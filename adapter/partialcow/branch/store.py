@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import threading
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from partialcow.branch.catalog import table_exists
+from partialcow.branch.catalog import load_iceberg, table_exists
 from partialcow.branch.naming import MAIN, METADATA_TABLE, qualified, quote, validate_branch_name
 from partialcow.branch.types import COPY_ON_WRITE, BranchRecord
 from partialcow.exceptions import BranchError
@@ -27,6 +28,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["BranchRecord", "BranchStore"]
+
+# records table uuid -> (snapshot id, the rows it holds), the tables read last (see BranchStore._read)
+_READ: dict[str, tuple[int, list[dict[str, Any]]]] = {}
+_READ_TABLES = 32
+_READ_LOCK = threading.Lock()
 
 
 class BranchStore:
@@ -69,9 +75,27 @@ class BranchStore:
         return list(self._records)
 
     def _read(self) -> list[BranchRecord]:
-        if not self._exists():
+        """The records as the table's current snapshot holds them. Rows read once per snapshot in this process
+        (a snapshot's rows never change; a table dropped and created again has another uuid): every branch
+        operation opens a store and reads it, and a look at the table's metadata costs a fraction of a query."""
+        loaded = load_iceberg(self.spark, self.meta_schema, METADATA_TABLE)
+        if loaded is None:
+            return []  # no records table (this module only ever creates it as an Iceberg table)
+        snapshot = loaded.currentSnapshot()
+        if snapshot is None:
             return []
-        rows = self.spark.sql(f"SELECT * FROM {self.table} ORDER BY name").collect()
+        table_uuid, snapshot_id = str(loaded.uuid()), int(snapshot.snapshotId())
+        with _READ_LOCK:
+            seen, rows = _READ.get(table_uuid, (None, None))
+        if seen != snapshot_id or rows is None:
+            # that snapshot, not the current one: another writer may commit between the look and the query
+            rows = [r.asDict() for r in self.spark.sql(
+                f"SELECT * FROM {self.table} VERSION AS OF {snapshot_id} ORDER BY name").collect()]
+            with _READ_LOCK:
+                _READ.pop(table_uuid, None)
+                _READ[table_uuid] = (snapshot_id, rows)
+                while len(_READ) > _READ_TABLES:  # the oldest read first
+                    del _READ[next(iter(_READ))]
         return [
             BranchRecord(
                 name=r["name"],
@@ -79,8 +103,8 @@ class BranchStore:
                 created_at=r["created_at"],
                 base_snapshots=dict(r["base_snapshots"] or {}),
                 merged_at=r["merged_at"],
-                image_mode=r.asDict().get("image_mode") or COPY_ON_WRITE,
-                schemas=None if r.asDict().get("schemas") is None else tuple(r["schemas"]),
+                image_mode=r.get("image_mode") or COPY_ON_WRITE,
+                schemas=None if r.get("schemas") is None else tuple(r["schemas"]),
             )
             for r in rows
         ]
